@@ -1,0 +1,283 @@
+"""Cells: one measurement end to end, and the content-addressed cell cache.
+
+A cell is one (server, workload, concurrency, repetition) measurement and
+produces one JSON file. Its key digests everything that decides its numbers:
+the server's parameters, the cell's, the exact prompts, the environment's
+identity and HARNESS_VERSION. ``bench_server`` measures only the cells missing
+from the cache, starts the server only if one is missing, and then copies
+every cell from the cache to the job's outputs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import time
+from datetime import datetime, timezone
+from importlib import resources
+from pathlib import Path
+
+import jsonschema
+import requests
+
+from . import CELL_SCHEMA_VERSION, HARNESS_VERSION, __version__
+from .canon import atomic_write_json, atomic_write_text, canonical_json, digest
+from .client import measure
+from .config import cells_of_server
+from .metrics import cell_metrics
+from .server import Server, ServerError, free_port, launch_command, redact
+from .text import chat_prompt, count_tokens
+from .workloads import build, workload_digest
+
+ALGORITHM_FLAG = {"dflash": "DFLASH", "ddtree": "DDTREE"}
+
+
+class CellError(RuntimeError):
+    """A cell could not be measured; the message names the cell and the cause."""
+
+
+def cell_schema() -> dict:
+    return json.loads(resources.files("specsweep").joinpath("cell.schema.json").read_text())
+
+
+def validate_cell(cell: dict) -> None:
+    """Raise jsonschema.ValidationError if a cell JSON does not follow the cell schema."""
+    jsonschema.validate(cell, cell_schema())
+
+
+def cell_key(server: dict, cell: dict, prompts_digest: str, identity_digest: str) -> str:
+    """Content address of a cell: digest of everything that decides its numbers."""
+    relevant_server = {k: v for k, v in server.items() if k not in ("workloads", "concurrency", "repetitions",
+                                                                     "cache_dir")}
+    relevant_server["server"] = {k: v for k, v in server["server"].items() if k != "startup_timeout"}
+    workload = next(w for w in server["workloads"] if w["name"] == cell["workload"])
+    return digest({
+        "harness": HARNESS_VERSION,
+        "server": relevant_server,
+        "cell": {"workload": workload, "concurrency": cell["concurrency"], "repetition": cell["repetition"],
+                 "warmup": server["warmup"]},
+        "prompts": prompts_digest,
+        "environment": identity_digest,
+    })
+
+
+class CellCache:
+    """Finished cells stored under their key, written atomically (temp file + rename)."""
+
+    def __init__(self, root: str | Path):
+        self.root = Path(root)
+
+    def path(self, key: str) -> Path:
+        return self.root / key[:2] / f"{key}.json"
+
+    def get(self, key: str) -> dict | None:
+        try:
+            return json.loads(self.path(key).read_text())
+        except FileNotFoundError:
+            return None
+        except json.JSONDecodeError:  # never written by us (writes are atomic); treat as missing
+            return None
+
+    def put(self, key: str, cell: dict) -> None:
+        atomic_write_json(self.path(key), cell)
+
+
+class Journal:
+    """Append-only record of what bench jobs did (cache hits, measurements, server starts)."""
+
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+
+    def write(self, event: str, **fields) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        line = canonical_json({"time": time.time(), "event": event, **fields}) + "\n"
+        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            os.write(fd, line.encode())
+        finally:
+            os.close(fd)
+
+    def read(self) -> list[dict]:
+        if not self.path.exists():
+            return []
+        return [json.loads(line) for line in self.path.read_text().splitlines() if line.strip()]
+
+
+def parse_prometheus(text: str) -> dict[str, float]:
+    """Sum of each metric's samples over labels, from Prometheus text format."""
+    out: dict[str, float] = {}
+    for line in text.splitlines():
+        if not line or line.startswith("#"):
+            continue
+        match = re.match(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})?\s+(\S+)", line)
+        if match:
+            try:
+                out[match.group(1)] = out.get(match.group(1), 0.0) + float(match.group(3))
+            except ValueError:
+                continue
+    return out
+
+
+def scrape(url: str) -> dict[str, float]:
+    try:
+        resp = requests.get(url + "/metrics", timeout=10)
+        return parse_prometheus(resp.text) if resp.status_code == 200 else {}
+    except requests.RequestException:
+        return {}
+
+
+def counter_deltas(before: dict, after: dict) -> dict:
+    """Server counters differenced over the measurement window (never cumulative values)."""
+    return {k: after[k] - before.get(k, 0.0) for k in after if k.endswith("_total")}
+
+
+def check_capabilities(method: dict, environment: dict) -> None:
+    """Fail before any server starts if the backend cannot run the method."""
+    caps = environment.get("capabilities", {})
+    wanted = ALGORITHM_FLAG.get(method["algorithm"])
+    if wanted and caps.get("algorithms") and wanted not in caps["algorithms"]:
+        raise CellError(f"method '{method['name']}': the {environment['backend']} build does not offer "
+                        f"--speculative-algorithm {wanted} (it lists {', '.join(caps['algorithms'])}); "
+                        "install a build that has it (see the environment settings) or remove the method")
+    known = set(caps.get("flags", []))
+    if known:
+        for flag in method["flags"]:
+            if flag.startswith("--") and flag.split("=")[0] not in known:
+                raise CellError(f"method '{method['name']}': flag {flag} is not accepted by the installed "
+                                f"{environment['backend']} server; fix methods[].flags or algorithms in the config")
+
+
+def _max_context(params: dict, sessions_by_workload: dict) -> int:
+    longest = 0
+    for name, sessions in sessions_by_workload.items():
+        for s in sessions:
+            text = chat_prompt(s.messages + s.followups)
+            longest = max(longest, count_tokens(text) + s.max_new_tokens * (1 + len(s.followups)))
+    return max(4096, int(longest * 1.25))
+
+
+def bench_server(params: dict, outputs: list[str], environment: dict, log_dir: str | Path,
+                 journal_path: str | Path) -> dict:
+    """Produce every cell output of one server, measuring only what the cache lacks.
+
+    Returns counts: {"hits": n, "measured": n, "server_started": bool}.
+    """
+    tp, method = params["tp"], params["method"]
+    server_name = f"tp{tp}/{method['name']}"
+    journal = Journal(journal_path)
+    cache = CellCache(params["cache_dir"])
+    thinking = params["sampling"].get("thinking", False)
+    config_like = {"workloads": params["workloads"], "concurrency": params["concurrency"],
+                   "repetitions": params["repetitions"]}
+    cells = cells_of_server(config_like, tp, method["name"])
+    if len(cells) != len(outputs):
+        raise CellError(f"server {server_name}: {len(outputs)} outputs for {len(cells)} cells")
+    sessions = {w["name"]: build(w, params["seed"], thinking) for w in params["workloads"]}
+    digests = {name: workload_digest(s) for name, s in sessions.items()}
+    for cell, out in zip(cells, outputs):
+        cell["output"] = out
+        cell["key"] = cell_key(params, cell, digests[cell["workload"]], environment["identity_digest"])
+    missing = [c for c in cells if cache.get(c["key"]) is None]
+    for c in cells:
+        if c not in missing:
+            journal.write("cache_hit", server=server_name, cell=c["output"], key=c["key"])
+    started = False
+    if missing:
+        check_capabilities(method, environment)
+        host = params["server"]["host"]
+        port = free_port(host)
+        argv, env = launch_command(params, port, _max_context(params, sessions))
+        log_path = Path(log_dir) / f"server-tp{tp}-{method['name']}.log"
+        server = Server(argv, env, host, port, log_path)
+        previous = signal.signal(signal.SIGTERM, _raise_interrupt)
+        try:
+            journal.write("server_start", server=server_name)
+            started = True
+            server.start(params["server"]["startup_timeout"])
+            for cell in missing:
+                result = measure_cell(server, params, cell, sessions[cell["workload"]], digests[cell["workload"]],
+                                      environment, argv, env)
+                cache.put(cell["key"], result)
+                journal.write("measured", server=server_name, cell=cell["output"], key=cell["key"])
+        finally:
+            server.stop()
+            journal.write("server_stop", server=server_name)
+            signal.signal(signal.SIGTERM, previous)
+    for cell in cells:
+        stored = cache.get(cell["key"])
+        atomic_write_text(cell["output"], json.dumps(stored, indent=2, sort_keys=True) + "\n")
+    return {"hits": len(cells) - len(missing), "measured": len(missing), "server_started": started}
+
+
+def _raise_interrupt(signum, frame):
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+def measure_cell(server: Server, params: dict, cell: dict, sessions: list, prompts_digest: str,
+                 environment: dict, argv: list[str], env: dict) -> dict:
+    """Measure one cell on a running server and return its JSON (validated)."""
+    where = f"cell {cell['output']}"
+    server.check_alive(f"before {where}")
+    workload = next(w for w in params["workloads"] if w["name"] == cell["workload"])
+    sampling = {"temperature": params["sampling"]["temperature"], "top_p": params["sampling"]["top_p"]}
+    thinking = params["sampling"].get("thinking", False)
+    timeout = params["server"]["request_timeout"]
+    try:
+        requests.post(server.url + "/flush_cache", timeout=30)
+    except requests.RequestException:
+        pass
+    began = datetime.now(timezone.utc)
+    if params["warmup"]:
+        warm = build(dict(workload, name=workload["name"] + "-warmup", requests=params["warmup"]), params["seed"], thinking)
+        measure(server.url, warm, cell["concurrency"], sampling, timeout, thinking, server.alive)
+        server.check_alive(f"after warm-up of {where}")
+    before = scrape(server.url)
+    records = measure(server.url, sessions, cell["concurrency"], sampling, timeout, thinking, server.alive)
+    after = scrape(server.url)
+    ended = datetime.now(timezone.utc)
+    server.check_alive(f"after {where}")
+    records = [r.as_dict() for r in records]
+    deltas = counter_deltas(before, after)
+    metrics = cell_metrics(records, params["tp"], seed=params["seed"])
+    verify = deltas.get("sglang:spec_verify_calls_total", 0.0)
+    done = metrics["requests_completed"]
+    metrics["acceptance_length_server"] = (
+        (deltas.get("sglang:generation_tokens_total", 0.0) - done) / verify if verify else None)
+    kinds: dict[str, int] = {}
+    for s in sessions:
+        kinds[s.kind] = kinds.get(s.kind, 0) + 1
+    result = {
+        "schema_version": CELL_SCHEMA_VERSION,
+        "harness_version": HARNESS_VERSION,
+        "simulated": bool(environment["simulated"]),
+        "key": cell["key"],
+        "cell": {k: cell[k] for k in ("tp", "method", "workload", "concurrency", "repetition")},
+        "method": params["method"],
+        "model": params["model"],
+        "workload": {"name": workload["name"], "family": workload["family"], "digest": prompts_digest,
+                     "sessions": len(sessions), "warmup": params["warmup"], "content_mix": kinds,
+                     "max_new_tokens": workload["max_new_tokens"]},
+        "sampling": dict(params["sampling"]),
+        "seed": params["seed"],
+        "provenance": {
+            "specsweep": __version__,
+            "backend": params["backend"],
+            "server": environment["server"],
+            "software": environment["software"],
+            "gpus": environment["hardware"]["gpus"],
+            "command": argv,
+            "environment": redact(env),
+            "startup_seconds": server.startup_seconds,
+            "started_at": began.isoformat(),
+            "finished_at": ended.isoformat(),
+            "sim_profile": params.get("sim"),
+        },
+        "server_counters": deltas,
+        "metrics": metrics,
+        "requests": records,
+    }
+    result = json.loads(json.dumps(result, allow_nan=False))
+    validate_cell(result)
+    return result

@@ -1,0 +1,281 @@
+"""Configuration: type coercion, semantic checks, method expansion, server and cell tables.
+
+Schema validation itself (JSON Schema draft 2020-12, defaults filled) is done
+by the workflow with ``snakemake.utils.validate`` against config/schema.yaml;
+this module does what a schema cannot: coerce ``--config`` strings to the
+schema's types, reject duplicates and cross-key mistakes, expand method
+sweeps, and derive the canonical parameters each job depends on.
+"""
+
+from __future__ import annotations
+
+import copy
+import itertools
+import re
+from dataclasses import dataclass
+from typing import Any
+
+
+class ConfigError(ValueError):
+    """A configuration mistake; the message names the key and what to do."""
+
+
+# --------------------------------------------------------------------------
+# Coercion of --config strings (Snakemake parses nested values as strings)
+# --------------------------------------------------------------------------
+
+_INT = re.compile(r"^[+-]?\d+$")
+_FLOAT = re.compile(r"^[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?$")
+
+
+def _coerce_scalar(value: Any, types: list[str]) -> Any:
+    if not isinstance(value, str):
+        if isinstance(value, int) and not isinstance(value, bool) and "integer" not in types and "number" in types:
+            return float(value)
+        return value
+    if "string" in types:
+        return value
+    if "integer" in types and _INT.match(value):
+        return int(value)
+    if "number" in types and _FLOAT.match(value):
+        return float(value)
+    if "boolean" in types and value.lower() in ("true", "false"):
+        return value.lower() == "true"
+    return value
+
+
+def coerce_to_schema(instance: Any, schema: dict, root: dict | None = None) -> Any:
+    """Return a copy of ``instance`` with strings converted to the schema's scalar types.
+
+    ``snakemake --config tp=[1,4]`` yields ``['1', '4']``; this turns it into
+    ``[1, 4]`` so that validation and rerun triggers see the same values as
+    a YAML file would give. Numbers where the schema wants a float become floats
+    (``temperature: 0`` and ``0.0`` are the same setting).
+    """
+    root = root or schema
+    if "$ref" in schema:
+        ref = schema["$ref"]
+        if ref.startswith("#/"):
+            node = root
+            for part in ref[2:].split("/"):
+                node = node[part]
+            schema = {**node, **{k: v for k, v in schema.items() if k != "$ref"}}
+    for key in ("oneOf", "anyOf"):
+        if key in schema:
+            for option in schema[key]:
+                candidate = coerce_to_schema(instance, option, root)
+                if _matches_type(candidate, option):
+                    return candidate
+            return instance
+    types = schema.get("type")
+    types = [types] if isinstance(types, str) else list(types or [])
+    if "enum" in schema and not types:
+        return instance
+    if isinstance(instance, dict):
+        props = schema.get("properties", {})
+        extra = schema.get("additionalProperties")
+        out = {}
+        for k, v in instance.items():
+            sub = props.get(k, extra if isinstance(extra, dict) else None)
+            out[k] = coerce_to_schema(v, sub, root) if sub else v
+        return out
+    if isinstance(instance, list):
+        items = schema.get("items")
+        return [coerce_to_schema(v, items, root) if items else v for v in instance]
+    return _coerce_scalar(instance, types)
+
+
+def _matches_type(value: Any, schema: dict) -> bool:
+    types = schema.get("type")
+    types = [types] if isinstance(types, str) else list(types or [])
+    checks = {
+        "integer": lambda v: isinstance(v, int) and not isinstance(v, bool),
+        "number": lambda v: isinstance(v, (int, float)) and not isinstance(v, bool),
+        "string": lambda v: isinstance(v, str),
+        "boolean": lambda v: isinstance(v, bool),
+        "array": lambda v: isinstance(v, list),
+        "object": lambda v: isinstance(v, dict),
+    }
+    return not types or any(checks[t](value) for t in types if t in checks)
+
+
+# --------------------------------------------------------------------------
+# Methods
+# --------------------------------------------------------------------------
+
+SPECULATIVE = ("dflash", "ddtree")
+
+
+@dataclass(frozen=True)
+class Method:
+    """One decoding method as a server runs it: algorithm, parameters, flags, environment."""
+
+    name: str
+    algorithm: str
+    params: dict  # block_size, budget, topk where they apply
+    flags: tuple  # server flags (argument list), substituted
+    env: dict  # environment variables, substituted
+
+    def as_dict(self) -> dict:
+        return {
+            "name": self.name,
+            "algorithm": self.algorithm,
+            "params": dict(self.params),
+            "flags": list(self.flags),
+            "env": dict(self.env),
+        }
+
+
+def _substitute(template: str, values: dict, where: str) -> str:
+    try:
+        return template.format(**values)
+    except KeyError as exc:
+        raise ConfigError(
+            f"{where}: placeholder {{{exc.args[0]}}} is not defined for this method; "
+            f"known placeholders: {', '.join('{' + k + '}' for k in sorted(values))}"
+        ) from None
+
+
+def expand_methods(config: dict) -> list[Method]:
+    """Expand the configured methods (sweeps over budget/topk) into concrete methods."""
+    defaults = config.get("defaults", {})
+    spellings = config["algorithms"]
+    drafter = config["model"].get("drafter", "")
+    methods: list[Method] = []
+    for index, entry in enumerate(config["methods"]):
+        algorithm = entry["algorithm"]
+        where = f"methods[{index}] ({entry['name']})"
+        if algorithm == "ar":
+            for key in ("block_size", "budget", "topk"):
+                if key in entry:
+                    raise ConfigError(f"{where}: '{key}' has no meaning for algorithm 'ar'; remove it")
+            grid = [{}]
+        else:
+            if algorithm == "dflash":
+                for key in ("budget", "topk"):
+                    if key in entry:
+                        raise ConfigError(
+                            f"{where}: '{key}' has no meaning for algorithm 'dflash' (a linear chain); "
+                            "use algorithm 'ddtree' for a draft tree"
+                        )
+            block = entry.get("block_size", defaults.get("block_size", 16))
+            axes: dict[str, list] = {"block_size": [block]}
+            if algorithm == "ddtree":
+                if "budget" not in entry:
+                    raise ConfigError(f"{where}: algorithm 'ddtree' needs 'budget' (an integer or a list to sweep)")
+                for key, default in (("budget", None), ("topk", defaults.get("topk", 8))):
+                    value = entry.get(key, default)
+                    axes[key] = value if isinstance(value, list) else [value]
+            grid = [dict(zip(axes, combo)) for combo in itertools.product(*axes.values())]
+        swept = [k for k in ("budget", "topk") if isinstance(entry.get(k), list)]
+        spelling = spellings.get(algorithm, {"flags": [], "env": {}})
+        for params in grid:
+            name = entry["name"] + "".join(f"-{k[0]}{params[k]}" for k in swept)
+            values = {"drafter": drafter, **{k: str(v) for k, v in params.items()}}
+            if "block_size" in params:
+                values["draft_tokens"] = str(params["block_size"] - 1)
+            mwhere = f"{where} algorithms.{algorithm}"
+            flags = [_substitute(f, values, mwhere + ".flags") for f in spelling.get("flags", [])]
+            flags += [_substitute(str(f), values, where + ".flags") for f in entry.get("flags", [])]
+            env = {k: _substitute(str(v), values, mwhere + ".env") for k, v in spelling.get("env", {}).items()}
+            env.update({k: _substitute(str(v), values, where + ".env") for k, v in entry.get("env", {}).items()})
+            methods.append(Method(name, algorithm, params, tuple(flags), env))
+    seen: dict[str, int] = {}
+    for method in methods:
+        if method.name in seen:
+            raise ConfigError(
+                f"methods: duplicated method name '{method.name}' (after expanding sweeps); "
+                "give each method a unique name"
+            )
+        seen[method.name] = 1
+    return methods
+
+
+# --------------------------------------------------------------------------
+# Normalisation and checks
+# --------------------------------------------------------------------------
+
+
+def normalise(config: dict) -> dict:
+    """Check what the schema cannot and return a normalised deep copy.
+
+    Call after schema validation (defaults filled). Raises ConfigError naming
+    the key.
+    """
+    config = copy.deepcopy(config)
+    names = [w["name"] for w in config["workloads"]]
+    for name in names:
+        if names.count(name) > 1:
+            raise ConfigError(f"workloads: duplicated workload name '{name}'; give each workload a unique name")
+    expand_methods(config)  # raises on duplicates and bad placeholders
+    algorithms = {m["algorithm"] for m in config["methods"]}
+    if config["backend"] == "sglang":
+        if not config["model"].get("path"):
+            raise ConfigError("model.path: required on the sglang backend (the target model's path or hub id)")
+        if algorithms & set(SPECULATIVE) and not config["model"].get("drafter"):
+            raise ConfigError(
+                "model.drafter: required on the sglang backend when a dflash or ddtree method is configured"
+            )
+    config["tp"] = sorted(config["tp"])
+    config["concurrency"] = sorted(config["concurrency"])
+    for key in ("temperature", "top_p"):
+        config["sampling"][key] = float(config["sampling"][key])
+    for key in ("startup_timeout", "request_timeout"):
+        config["server"][key] = float(config["server"][key])
+    config["server"]["env"] = {k: str(v) for k, v in config["server"]["env"].items()}
+    return config
+
+
+# --------------------------------------------------------------------------
+# Servers and cells
+# --------------------------------------------------------------------------
+
+
+def servers(config: dict) -> list[dict]:
+    """One row per server: (tp, method)."""
+    return [{"tp": tp, "method": m.name} for tp in config["tp"] for m in expand_methods(config)]
+
+
+def cell_path(tp: int, method: str, workload: str, concurrency: int, repetition: int = 0,
+              root: str = "results/cells") -> str:
+    rep = f"-r{repetition}" if repetition else ""
+    return f"{root}/tp{tp}/{method}/{workload}/c{concurrency}{rep}.json"
+
+
+def cells_of_server(config: dict, tp: int, method: str) -> list[dict]:
+    """Every cell (workload, concurrency, repetition) a server measures, in measurement order."""
+    return [
+        {"tp": tp, "method": method, "workload": w["name"], "concurrency": c, "repetition": r,
+         "path": cell_path(tp, method, w["name"], c, r)}
+        for w in config["workloads"] for c in config["concurrency"] for r in range(config["repetitions"])
+    ]
+
+
+def all_cells(config: dict) -> list[dict]:
+    return [cell for s in servers(config) for cell in cells_of_server(config, s["tp"], s["method"])]
+
+
+def server_params(config: dict, tp: int, method_name: str) -> dict:
+    """Everything a bench job for one server depends on (and nothing else).
+
+    This dict is passed to the job as canonical JSON through ``params:``, so a
+    change in any of it reruns the job, and nothing outside it does.
+    """
+    method = next((m for m in expand_methods(config) if m.name == method_name), None)
+    if method is None:
+        raise ConfigError(f"no method named '{method_name}' in the configuration")
+    return {
+        "backend": config["backend"],
+        "model": dict(config["model"]),
+        "tp": tp,
+        "method": method.as_dict(),
+        "server": dict(config["server"]),
+        "sim": dict(config["sim"]) if config["backend"] == "sim" else None,
+        "workloads": [dict(w) for w in config["workloads"]],
+        "concurrency": list(config["concurrency"]),
+        "warmup": config["warmup"],
+        "repetitions": config["repetitions"],
+        "seed": config["seed"],
+        "sampling": dict(config["sampling"]),
+        "cache_dir": config["cache_dir"],
+    }

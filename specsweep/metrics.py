@@ -1,0 +1,175 @@
+"""What the numbers mean: per-request metrics and per-cell aggregates.
+
+Each metric is a small function whose docstring's first line is its
+definition; the report prints these lines as its methodology.
+Request records are dicts with the fields of client.RequestRecord.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+PERCENTILES = (50, 90, 95, 99)
+BOOTSTRAP_RESAMPLES = 1000
+
+
+# ---------------------------------------------------------------- per request
+
+def ttft(r: dict) -> float | None:
+    """TTFT = t_first - t0: from sending the request to the first chunk carrying content."""
+    return r["chunk_times"][0] - r["t0"] if r["chunk_times"] else None
+
+
+def e2e(r: dict) -> float | None:
+    """E2E = t_last - t0: from sending the request to the last content chunk."""
+    return r["chunk_times"][-1] - r["t0"] if r["chunk_times"] else None
+
+
+def tpot(r: dict) -> float | None:
+    """TPOT = (t_last - t_first) / (N - N_first); undefined when all N tokens came in the first chunk."""
+    if not r["chunk_times"]:
+        return None
+    later = r["output_tokens"] - r["chunk_tokens"][0]
+    if later <= 0:
+        return None
+    return (r["chunk_times"][-1] - r["chunk_times"][0]) / later
+
+
+def interactivity(r: dict) -> float | None:
+    """Interactivity = 1 / TPOT: tokens per second seen by one user."""
+    value = tpot(r)
+    return 1.0 / value if value else None
+
+
+def itl_per_token(r: dict) -> list[float]:
+    """ITL: each later chunk's gap divided by its token count, one value per token it carries."""
+    out = []
+    times, tokens = r["chunk_times"], r["chunk_tokens"]
+    for i in range(1, len(times)):
+        gap = times[i] - times[i - 1]
+        out += [gap / tokens[i]] * tokens[i]
+    return out
+
+
+def chunk_gaps(r: dict) -> list[float]:
+    """Inter-chunk gap: time between consecutive content chunks (not divided by tokens)."""
+    t = r["chunk_times"]
+    return [t[i] - t[i - 1] for i in range(1, len(t))]
+
+
+def queue_delay(r: dict) -> float:
+    """Queue delay = t0 - t_sched: how late the load generator sent the request."""
+    return r["t0"] - r["t_sched"]
+
+
+# ---------------------------------------------------------------- per cell
+
+def output_throughput(records: list[dict]) -> float | None:
+    """Output throughput = sum of N over successful requests / (last t_last - first t0), tokens/s."""
+    ok = [r for r in records if r["error"] is None and r["chunk_times"]]
+    if not ok:
+        return None
+    window = max(r["chunk_times"][-1] for r in ok) - min(r["t0"] for r in records)
+    return sum(r["output_tokens"] for r in ok) / window if window > 0 else None
+
+
+def acceptance_length(records: list[dict]) -> float | None:
+    """Acceptance length = sum(N - 1) / sum(verify_ct): tokens per verify round, prefill token excluded."""
+    ok = [r for r in records if r["error"] is None and r.get("verify_ct")]
+    verify = sum(r["verify_ct"] for r in ok)
+    return sum(r["output_tokens"] - 1 for r in ok) / verify if verify else None
+
+
+def acceptance_length_per_request(records: list[dict]) -> float | None:
+    """Per-request acceptance length, averaged: mean over requests of (N - 1) / verify_ct."""
+    values = [(r["output_tokens"] - 1) / r["verify_ct"] for r in records if r["error"] is None and r.get("verify_ct")]
+    return float(np.mean(values)) if values else None
+
+
+def tokens_per_chunk(records: list[dict]) -> float | None:
+    """Tokens per chunk = sum of tokens in later chunks / number of later chunks (client-side acceptance estimate)."""
+    tokens = sum(sum(r["chunk_tokens"][1:]) for r in records if r["error"] is None)
+    chunks = sum(len(r["chunk_tokens"]) - 1 for r in records if r["error"] is None)
+    return tokens / chunks if chunks else None
+
+
+def summarise(values: list[float], seed: int = 0) -> dict:
+    """Mean and percentiles of a sample, each with a 95% bootstrap confidence interval (resampling values)."""
+    data = np.asarray([v for v in values if v is not None and math.isfinite(v)], dtype=float)
+    out: dict = {"n": int(data.size)}
+    if data.size == 0:
+        return out
+    rng = np.random.default_rng(seed)
+    idx = rng.integers(0, data.size, size=(BOOTSTRAP_RESAMPLES, data.size))
+    samples = data[idx]
+    stats = {"mean": (data.mean(), samples.mean(axis=1))}
+    for p in PERCENTILES:
+        stats[f"p{p}"] = (np.percentile(data, p), np.percentile(samples, p, axis=1))
+    for name, (point, boot) in stats.items():
+        lo, hi = np.percentile(boot, [2.5, 97.5])
+        out[name] = float(point)
+        out[f"{name}_ci"] = [float(lo), float(hi)]
+    return out
+
+
+def throughput_ci(records: list[dict], seed: int = 0) -> list[float] | None:
+    """95% CI of output throughput: bootstrap over requests of sum(N*)/sum(E2E*) x (sum(E2E)/window)."""
+    ok = [r for r in records if r["error"] is None and r["chunk_times"]]
+    point = output_throughput(records)
+    if not ok or point is None:
+        return None
+    n = np.array([r["output_tokens"] for r in ok], dtype=float)
+    d = np.array([e2e(r) for r in ok], dtype=float)
+    if d.sum() <= 0:
+        return None
+    occupancy = point * d.sum() / n.sum()  # = sum(E2E) / window
+    rng = np.random.default_rng(seed)
+    idx = rng.integers(0, len(ok), size=(BOOTSTRAP_RESAMPLES, len(ok)))
+    boot = n[idx].sum(axis=1) / d[idx].sum(axis=1) * occupancy
+    lo, hi = np.percentile(boot, [2.5, 97.5])
+    return [float(lo), float(hi)]
+
+
+def failures(records: list[dict]) -> dict:
+    """Failed requests by category (connect, http_status, timeout, truncated, server_died)."""
+    out: dict = {}
+    for r in records:
+        if r["error"]:
+            out[r["error"]] = out.get(r["error"], 0) + 1
+    return out
+
+
+def cell_metrics(records: list[dict], tp: int, seed: int = 0) -> dict:
+    """All per-cell aggregates of METRICS.md from the measured (non-warm-up) request records."""
+    ok = [r for r in records if r["error"] is None]
+    throughput = output_throughput(records)
+    itl = [v for r in ok for v in itl_per_token(r)]
+    return {
+        "requests_sent": len(records),
+        "requests_completed": len(ok),
+        "requests_failed": len(records) - len(ok),
+        "failures": failures(records),
+        "output_tokens": int(sum(r["output_tokens"] for r in ok)),
+        "output_throughput": throughput,
+        "output_throughput_ci": throughput_ci(records, seed),
+        "output_throughput_per_gpu": throughput / tp if throughput is not None else None,
+        "ttft": summarise([ttft(r) for r in ok], seed),
+        "tpot": summarise([tpot(r) for r in ok], seed),
+        "itl": summarise(itl, seed),
+        "e2e": summarise([e2e(r) for r in ok], seed),
+        "interactivity": summarise([interactivity(r) for r in ok], seed),
+        "queue_delay": summarise([queue_delay(r) for r in records], seed),
+        "chunk_gap": summarise([g for r in ok for g in chunk_gaps(r)], seed),
+        "acceptance_length": acceptance_length(records),
+        "acceptance_length_per_request": acceptance_length_per_request(records),
+        "tokens_per_chunk": tokens_per_chunk(records),
+    }
+
+
+def definitions() -> list[tuple[str, str]]:
+    """(name, definition) for every metric, from the first line of each docstring."""
+    funcs = [ttft, e2e, tpot, interactivity, itl_per_token, chunk_gaps, queue_delay, output_throughput,
+             throughput_ci, acceptance_length, acceptance_length_per_request, tokens_per_chunk, summarise, failures]
+    return [(f.__name__, f.__doc__.strip().splitlines()[0]) for f in funcs]

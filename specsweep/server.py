@@ -1,0 +1,150 @@
+"""Servers: launch command per backend and method, and the process lifecycle.
+
+The launch command is an argument list built from configuration, never a
+shell string. The simulated backend takes SGLang's flags, so one builder
+serves both: only the module differs (``sglang.launch_server`` or
+``specsweep.sim``) plus the ``--sim-*`` profile flags.
+
+Lifecycle: start in a new process group with output to a log file; wait for
+``/health_generate`` while checking the process is alive; stop with SIGTERM to
+the group, then SIGKILL, always.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import requests
+
+SECRET_MARKERS = ("KEY", "TOKEN", "SECRET", "PASSWORD")
+
+
+class ServerError(RuntimeError):
+    """A server failed to start, to become ready, or died; the message quotes its log."""
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+def launch_command(params: dict, port: int, max_context: int) -> tuple[list[str], dict]:
+    """(argv, extra environment) for one server from its job parameters (config.server_params)."""
+    method, server = params["method"], params["server"]
+    concurrency = max(params["concurrency"])
+    model = params["model"]
+    if params["backend"] == "sglang":
+        argv = [sys.executable, "-m", "sglang.launch_server"]
+    else:
+        argv = [sys.executable, "-m", "specsweep.sim"]
+    argv += ["--model-path", model.get("path") or model["name"], "--tp-size", str(params["tp"]),
+             "--host", server["host"], "--port", str(port),
+             "--max-running-requests", str(concurrency), "--cuda-graph-max-bs", str(concurrency),
+             "--context-length", str(max_context), "--enable-metrics",
+             "--random-seed", str(params["seed"])]
+    argv += list(method["flags"]) + list(server["flags"])
+    if params["backend"] == "sim":
+        sim = params["sim"]
+        argv += ["--sim-gpu", sim["gpu"], "--sim-model-profile", sim["model_profile"],
+                 "--sim-startup-seconds", str(sim["startup_seconds"])]
+    env = {**server["env"], **method["env"]}
+    return argv, env
+
+
+def redact(env: dict) -> dict:
+    """Environment knobs with secret values replaced (names containing KEY, TOKEN, SECRET, PASSWORD)."""
+    return {k: ("<redacted>" if any(m in k.upper() for m in SECRET_MARKERS) else v) for k, v in env.items()}
+
+
+class Server:
+    """One inference server process tree: start, wait until ready, check, stop."""
+
+    def __init__(self, argv: list[str], env: dict, host: str, port: int, log_path: str | Path):
+        self.argv, self.env, self.port = argv, env, port
+        self.url = f"http://{host}:{port}"
+        self.log_path = Path(log_path)
+        self.process: subprocess.Popen | None = None
+        self.startup_seconds: float | None = None
+
+    def log_tail(self, lines: int = 30) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        except FileNotFoundError:
+            return "(no log)"
+
+    def start(self, timeout: float) -> None:
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        log = open(self.log_path, "ab")
+        env = {**os.environ, **{k: str(v) for k, v in self.env.items()}}
+        started = time.monotonic()
+        try:
+            self.process = subprocess.Popen(self.argv, stdout=log, stderr=subprocess.STDOUT, env=env,
+                                            start_new_session=True, stdin=subprocess.DEVNULL)
+        finally:
+            log.close()
+        deadline = started + timeout
+        while True:
+            if self.process.poll() is not None:
+                raise ServerError(f"server exited with code {self.process.returncode} before it was ready; "
+                                  f"log {self.log_path}:\n{self.log_tail()}")
+            try:
+                if requests.get(self.url + "/health_generate", timeout=5).status_code == 200:
+                    break
+            except requests.RequestException:
+                pass
+            if time.monotonic() > deadline:
+                raise ServerError(f"server not ready after {timeout:g} s (server.startup_timeout); "
+                                  f"log {self.log_path}:\n{self.log_tail()}")
+            time.sleep(0.2)
+        self.startup_seconds = time.monotonic() - started
+
+    def alive(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+    def check_alive(self, where: str) -> None:
+        if not self.alive():
+            code = self.process.returncode if self.process else None
+            raise ServerError(f"server died ({where}, exit code {code}); log {self.log_path}:\n{self.log_tail()}")
+
+    def stop(self, grace: float = 20.0) -> None:
+        """SIGTERM to the process group, wait, then SIGKILL; returns when the group is gone."""
+        if self.process is None:
+            return
+        pgid = self.process.pid
+        for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 10.0)):
+            try:
+                os.killpg(pgid, sig)
+            except ProcessLookupError:
+                break
+            deadline = time.monotonic() + wait
+            while time.monotonic() < deadline:
+                self.process.poll()
+                if not _group_alive(pgid):
+                    break
+                time.sleep(0.05)
+            if not _group_alive(pgid):
+                break
+        self.process.poll()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.stop()
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+        return True
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True

@@ -1,0 +1,1 @@
+"""The embedded simulated backend: an SGLang-compatible server that emulates AR, DFlash and DDTree."""

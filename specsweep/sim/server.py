@@ -1,0 +1,325 @@
+"""The simulated SGLang-compatible server: HTTP API and a continuous-batching engine.
+
+Run as ``python -m specsweep.sim`` with SGLang's launch flags (the subset
+specsweep uses) plus ``--sim-*`` flags for the emulated hardware. It sleeps
+for the modelled step time instead of computing. Every response says
+``simulated``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import hashlib
+import json
+import os
+import random
+import signal
+import sys
+import time
+from collections import OrderedDict
+from dataclasses import dataclass, field
+
+from aiohttp import web
+
+from .. import __version__
+from ..text import split_tokens
+from .model import CostModel, Decoding, accepted_tokens, reply_tokens, top1_probability
+
+PAGE = 64  # prefix-cache granularity in tokens
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m specsweep.sim", description=__doc__)
+    p.add_argument("--model-path", required=True)
+    p.add_argument("--served-model-name")
+    p.add_argument("--tp-size", "--tp", type=int, default=1)
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=30000)
+    p.add_argument("--speculative-algorithm", choices=["DFLASH", "DDTREE"])
+    p.add_argument("--speculative-draft-model-path")
+    p.add_argument("--speculative-dflash-block-size", type=int)
+    p.add_argument("--speculative-num-draft-tokens", type=int)
+    p.add_argument("--speculative-ddtree-budget", type=int)
+    p.add_argument("--max-running-requests", type=int, default=256)
+    p.add_argument("--cuda-graph-max-bs", type=int)
+    p.add_argument("--context-length", type=int, default=131072)
+    p.add_argument("--enable-metrics", action="store_true")
+    p.add_argument("--disable-overlap-schedule", action="store_true")
+    p.add_argument("--random-seed", type=int, default=0)
+    p.add_argument("--sim-gpu", default="H200")
+    p.add_argument("--sim-model-profile", default="qwen3-8b")
+    p.add_argument("--sim-startup-seconds", type=float, default=0.5)
+    args = p.parse_args(argv)
+    if args.speculative_algorithm and not args.speculative_draft_model_path:
+        p.error("--speculative-draft-model-path is required with --speculative-algorithm")
+    if args.speculative_algorithm == "DDTREE" and not args.speculative_ddtree_budget:
+        p.error("--speculative-ddtree-budget is required with --speculative-algorithm DDTREE")
+    block = args.speculative_dflash_block_size
+    if block and args.speculative_num_draft_tokens and block != args.speculative_num_draft_tokens:
+        p.error("--speculative-dflash-block-size and --speculative-num-draft-tokens disagree")
+    return args
+
+
+def decoding_from_args(args: argparse.Namespace) -> Decoding:
+    algorithm = (args.speculative_algorithm or "ar").lower()
+    block = args.speculative_dflash_block_size or args.speculative_num_draft_tokens or 16
+    topk = int(os.environ.get("SGLANG_DDTREE_MAX_TOPK", "8"))
+    return Decoding(algorithm, block, args.speculative_ddtree_budget or 0, topk, not args.disable_overlap_schedule)
+
+
+@dataclass
+class Request:
+    prompt: str
+    prompt_tokens: list[str]
+    reply: list[str]
+    natural_stop: bool
+    a: float
+    rng: random.Random
+    queue: asyncio.Queue
+    cached_tokens: int = 0
+    produced: int = 0
+    verify_ct: int = 0
+    prefilled: bool = False
+    started: float = field(default_factory=time.monotonic)
+
+
+class Engine:
+    """Continuous batching: admit up to max-running requests, one modelled step at a time."""
+
+    def __init__(self, args: argparse.Namespace):
+        self.args = args
+        self.decoding = decoding_from_args(args)
+        self.cost = CostModel(args.sim_gpu, args.sim_model_profile, args.tp_size)
+        self.waiting: list[Request] = []
+        self.running: list[Request] = []
+        self.wakeup = asyncio.Event()
+        self.prefix_cache: OrderedDict[str, None] = OrderedDict()
+        self.counters = {"prompt_tokens": 0, "generation_tokens": 0, "requests": 0, "verify_calls": 0,
+                         "accepted_tokens": 0, "cached_tokens": 0, "steps": 0}
+
+    # prefix cache ----------------------------------------------------------
+    @staticmethod
+    def _page_keys(tokens: list[str]) -> list[str]:
+        keys, h = [], hashlib.blake2b(digest_size=16)
+        for i in range(0, len(tokens) - len(tokens) % PAGE, PAGE):
+            h.update("".join(tokens[i:i + PAGE]).encode())
+            keys.append(h.copy().hexdigest())
+        return keys
+
+    def cached_prefix(self, tokens: list[str]) -> int:
+        hit = 0
+        for n, key in enumerate(self._page_keys(tokens), start=1):
+            if key not in self.prefix_cache:
+                break
+            self.prefix_cache.move_to_end(key)
+            hit = n * PAGE
+        return hit
+
+    def remember(self, tokens: list[str]) -> None:
+        for key in self._page_keys(tokens):
+            self.prefix_cache[key] = None
+            self.prefix_cache.move_to_end(key)
+        while len(self.prefix_cache) > 200_000:
+            self.prefix_cache.popitem(last=False)
+
+    def flush(self) -> None:
+        self.prefix_cache.clear()
+
+    # requests --------------------------------------------------------------
+    def submit(self, prompt: str, sampling: dict) -> Request:
+        max_new = int(sampling.get("max_new_tokens", 128))
+        temperature = float(sampling.get("temperature", 1.0))
+        tokens = split_tokens(prompt)
+        if len(tokens) + max_new > self.args.context_length:
+            raise ValueError(f"prompt of {len(tokens)} tokens + max_new_tokens {max_new} "
+                             f"exceeds the context length {self.args.context_length}")
+        reply, natural = reply_tokens(prompt, max_new)
+        thinking = not prompt.rstrip().endswith("</think>")
+        a = top1_probability(prompt, temperature, thinking and "<|im_start|>" in prompt)
+        rng = random.Random(f"{prompt}|{self.decoding}|{self.args.random_seed}")
+        req = Request(prompt, tokens, reply, natural, a, rng, asyncio.Queue())
+        self.waiting.append(req)
+        self.counters["requests"] += 1
+        self.wakeup.set()
+        return req
+
+    async def run(self) -> None:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time()
+        while True:
+            if not self.waiting and not self.running:
+                self.wakeup.clear()
+                await self.wakeup.wait()
+                deadline = loop.time()
+            limit = self.args.max_running_requests
+            admitted = []
+            while self.waiting and len(self.running) + len(admitted) < limit:
+                admitted.append(self.waiting.pop(0))
+            step = 0.0
+            if admitted:  # prefill batch: each admitted request gets its first token
+                new = 0
+                for req in admitted:
+                    req.cached_tokens = self.cached_prefix(req.prompt_tokens)
+                    new += len(req.prompt_tokens) - req.cached_tokens
+                step += self.cost.prefill(new) + self.cost.decode_step(Decoding(), [len(r.prompt_tokens) for r in admitted])
+            decoding_batch = [r for r in self.running]
+            contexts = [len(r.prompt_tokens) + r.produced for r in decoding_batch]
+            step += self.cost.decode_step(self.decoding, contexts)
+            deadline += step
+            delay = deadline - loop.time()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            else:
+                deadline = loop.time()  # fell behind (host too slow): do not accumulate debt
+            self.counters["steps"] += 1
+            for req in admitted:
+                req.prefilled = True
+                self._emit(req, 1)
+            for req in decoding_batch:
+                n = accepted_tokens(self.decoding, req.a, req.rng)
+                if self.decoding.algorithm != "ar":
+                    req.verify_ct += 1
+                    self.counters["verify_calls"] += 1
+                    self.counters["accepted_tokens"] += n
+                self._emit(req, n)
+            self.running = [r for r in self.running + admitted if r.produced < len(r.reply)]
+
+    def _emit(self, req: Request, n: int) -> None:
+        n = min(n, len(req.reply) - req.produced)
+        req.produced += n
+        self.counters["generation_tokens"] += n
+        done = req.produced >= len(req.reply)
+        if done:
+            self.counters["prompt_tokens"] += len(req.prompt_tokens)
+            self.counters["cached_tokens"] += req.cached_tokens
+            self.remember(req.prompt_tokens + req.reply)
+        req.queue.put_nowait((n, done))
+
+    def meta_info(self, req: Request, rid: str) -> dict:
+        finished = req.produced >= len(req.reply)
+        info = {
+            "id": rid,
+            "prompt_tokens": len(req.prompt_tokens),
+            "completion_tokens": req.produced,
+            "cached_tokens": req.cached_tokens,
+            "finish_reason": ({"type": "stop", "matched": 151645} if req.natural_stop else
+                              {"type": "length", "length": len(req.reply)}) if finished else None,
+            "e2e_latency": time.monotonic() - req.started,
+            "simulated": True,
+        }
+        if self.decoding.algorithm != "ar":
+            info["spec_verify_ct"] = req.verify_ct
+            info["spec_accept_length"] = (req.produced - 1) / req.verify_ct if req.verify_ct else 0.0
+        return info
+
+
+def build_app(args: argparse.Namespace) -> web.Application:
+    engine = Engine(args)
+    app = web.Application()
+    model_name = args.served_model_name or args.model_path
+    launched = time.time()
+    ids = iter(range(1, 1 << 62))
+
+    async def start_engine(app):
+        app["engine_task"] = asyncio.create_task(engine.run())
+
+    async def stop_engine(app):
+        app["engine_task"].cancel()
+
+    app.on_startup.append(start_engine)
+    app.on_cleanup.append(stop_engine)
+
+    async def health(request):
+        return web.Response(text="")
+
+    async def health_generate(request):
+        req = engine.submit("<|im_start|>user\nhello<|im_end|>\n", {"max_new_tokens": 1, "temperature": 0})
+        while not (await req.queue.get())[1]:
+            pass
+        return web.Response(text="")
+
+    async def model_info(request):
+        return web.json_response({"model_path": args.model_path, "tokenizer_path": args.model_path,
+                                  "is_generation": True, "simulated": True})
+
+    async def server_info(request):
+        verify = engine.counters["verify_calls"]
+        avg = engine.counters["accepted_tokens"] / verify if verify else None
+        info = {k.replace("-", "_"): v for k, v in vars(args).items()}
+        info.update({"version": f"specsweep-sim {__version__}", "simulated": True,
+                     "internal_states": [{"avg_spec_accept_length": avg, "launched_at": launched}]})
+        return web.json_response(info)
+
+    async def flush_cache(request):
+        engine.flush()
+        return web.Response(text="Cache flushed.\n")
+
+    async def metrics(request):
+        if not args.enable_metrics:
+            raise web.HTTPNotFound(text="metrics are disabled; start with --enable-metrics")
+        c, label = engine.counters, f'{{model_name="{model_name}"}}'
+        lines = []
+        for name, value, kind in (
+            ("sglang:prompt_tokens_total", c["prompt_tokens"], "counter"),
+            ("sglang:generation_tokens_total", c["generation_tokens"], "counter"),
+            ("sglang:num_requests_total", c["requests"], "counter"),
+            ("sglang:cached_tokens_total", c["cached_tokens"], "counter"),
+            ("sglang:spec_verify_calls_total", c["verify_calls"], "counter"),
+            ("sglang:num_retracted_requests_total", 0, "counter"),
+            ("sglang:cuda_graph_passes_total", c["steps"], "counter"),
+            ("sglang:num_running_reqs", len(engine.running), "gauge"),
+            ("sglang:num_queue_reqs", len(engine.waiting), "gauge"),
+        ):
+            lines += [f"# TYPE {name} {kind}", f"{name}{label} {float(value)}"]
+        lines.append("# specsweep simulated backend")
+        return web.Response(text="\n".join(lines) + "\n", content_type="text/plain")
+
+    async def generate(request):
+        try:
+            body = await request.json()
+        except json.JSONDecodeError:
+            raise web.HTTPBadRequest(text="request body is not JSON")
+        text = body.get("text")
+        if not isinstance(text, str):
+            raise web.HTTPBadRequest(text="the simulated server accepts 'text' (one string) only")
+        sampling = body.get("sampling_params") or {}
+        try:
+            req = engine.submit(text, sampling)
+        except ValueError as exc:
+            return web.json_response({"error": {"message": str(exc)}}, status=400)
+        rid = f"sim-{next(ids)}"
+        if not body.get("stream"):
+            while not (await req.queue.get())[1]:
+                pass
+            return web.json_response({"text": "".join(req.reply), "meta_info": engine.meta_info(req, rid)})
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
+        await resp.prepare(request)
+        done = False
+        while not done:
+            _, done = await req.queue.get()
+            chunk = {"text": "".join(req.reply[: req.produced]), "meta_info": engine.meta_info(req, rid)}
+            await resp.write(b"data: " + json.dumps(chunk).encode() + b"\n\n")
+        await resp.write(b"data: [DONE]\n\n")
+        await resp.write_eof()
+        return resp
+
+    app.router.add_get("/health", health)
+    app.router.add_get("/health_generate", health_generate)
+    app.router.add_get("/get_model_info", model_info)
+    app.router.add_get("/get_server_info", server_info)
+    app.router.add_get("/server_info", server_info)
+    app.router.add_route("*", "/flush_cache", flush_cache)
+    app.router.add_get("/metrics", metrics)
+    app.router.add_post("/generate", generate)
+    return app
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    print(f"specsweep simulated SGLang server (SIMULATED, no GPU): {args.sim_model_profile} on "
+          f"{args.sim_gpu} x{args.tp_size}, {decoding_from_args(args)}", flush=True)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    time.sleep(args.sim_startup_seconds)  # model load
+    web.run_app(build_app(args), host=args.host, port=args.port, print=None, access_log=None,
+                handle_signals=True)
