@@ -173,3 +173,38 @@ def definitions() -> list[tuple[str, str]]:
     funcs = [ttft, e2e, tpot, interactivity, itl_per_token, chunk_gaps, queue_delay, output_throughput,
              throughput_ci, acceptance_length, acceptance_length_per_request, tokens_per_chunk, summarise, failures]
     return [(f.__name__, f.__doc__.strip().splitlines()[0]) for f in funcs]
+
+
+def _throughput_estimator(records: list[dict]) -> tuple[dict, float] | None:
+    """Per-session (tokens, busy seconds) of successful requests and the cell's occupancy."""
+    point = output_throughput(records)
+    ok = [r for r in records if r["error"] is None and r["chunk_times"]]
+    if point is None or not ok:
+        return None
+    per_session: dict = {}
+    for r in ok:
+        n, d = per_session.get(r["session"], (0.0, 0.0))
+        per_session[r["session"]] = (n + r["output_tokens"], d + e2e(r))
+    total_n = sum(v[0] for v in per_session.values())
+    total_d = sum(v[1] for v in per_session.values())
+    return per_session, point * total_d / total_n
+
+
+def speedup(method_records: list[dict], ar_records: list[dict], seed: int = 0) -> dict:
+    """Speedup = output throughput of the method / that of AR on the same prompts; 95% CI by paired bootstrap over sessions."""
+    a, b = output_throughput(method_records), output_throughput(ar_records)
+    if not a or not b:
+        return {"speedup": None, "speedup_ci": None}
+    ea, eb = _throughput_estimator(method_records), _throughput_estimator(ar_records)
+    common = sorted(set(ea[0]) & set(eb[0]))
+    out = {"speedup": a / b, "speedup_ci": None}
+    if len(common) < 2:
+        return out
+    na = np.array([ea[0][s][0] for s in common]); da = np.array([ea[0][s][1] for s in common])
+    nb = np.array([eb[0][s][0] for s in common]); db = np.array([eb[0][s][1] for s in common])
+    rng = np.random.default_rng(seed)
+    idx = rng.integers(0, len(common), size=(BOOTSTRAP_RESAMPLES, len(common)))
+    ratio = (na[idx].sum(1) / da[idx].sum(1) * ea[1]) / (nb[idx].sum(1) / db[idx].sum(1) * eb[1])
+    lo, hi = np.percentile(ratio, [2.5, 97.5])
+    out["speedup_ci"] = [float(lo), float(hi)]
+    return out

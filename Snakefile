@@ -1,0 +1,25 @@
+# specsweep: benchmark speculative decoding (AR, DFlash, DDTree) in SGLang.
+from snakemake.utils import min_version
+
+min_version("9.0")
+
+
+configfile: "config/config.yaml"
+
+
+report: "rules/report/workflow.rst"
+
+
+include: "rules/common.smk"
+include: "rules/environment.smk"
+include: "rules/bench.smk"
+include: "rules/aggregate.smk"
+include: "rules/report.smk"
+
+
+rule all:
+    input:
+        all_cell_outputs(),
+        "results/summary.csv",
+        "results/report/report.pdf",
+        "results/report/throughput.png",

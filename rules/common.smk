@@ -1,0 +1,55 @@
+# Config -> validated, normalised config; the tables and params every rule uses.
+import json
+
+from snakemake.utils import validate
+import yaml
+
+from specsweep import config as ss_config
+from specsweep.canon import canonical_json
+
+with open(workflow.source_path("../config/schema.yaml")) as _schema_file:
+    _SCHEMA = yaml.safe_load(_schema_file)
+
+# --config values arrive as strings: coerce them to the schema's types first.
+config.update(ss_config.coerce_to_schema(dict(config), _SCHEMA))
+validate(config, "../config/schema.yaml")
+try:
+    CONFIG = ss_config.normalise(config)
+except ss_config.ConfigError as _error:
+    raise WorkflowError(f"Invalid configuration: {_error}")
+
+SERVERS = ss_config.servers(CONFIG)
+
+
+def all_cell_outputs():
+    return [cell["path"] for cell in ss_config.all_cells(CONFIG)]
+
+
+def server_cell_outputs(wildcards):
+    return [c["path"] for c in ss_config.cells_of_server(CONFIG, int(wildcards.tp), wildcards.method)]
+
+
+def server_params_json(wildcards):
+    """Canonical JSON of everything one server's job depends on (the rerun trigger)."""
+    return canonical_json(ss_config.server_params(CONFIG, int(wildcards.tp), wildcards.method))
+
+
+def server_gpus(wildcards):
+    return int(wildcards.tp) if CONFIG["backend"] == "sglang" else 0
+
+
+def report_params_json():
+    view = {
+        "title": CONFIG["report"]["title"],
+        "author": CONFIG["report"]["author"],
+        "model": CONFIG["model"]["name"],
+        "methods": [m.name for m in ss_config.expand_methods(CONFIG)],
+        "warmup": CONFIG["warmup"],
+        "sim_profile": f"{CONFIG['sim']['model_profile']} on {CONFIG['sim']['gpu']}" if CONFIG["backend"] == "sim" else "",
+    }
+    return canonical_json(view)
+
+
+wildcard_constraints:
+    tp=r"\d+",
+    method=r"[A-Za-z0-9][A-Za-z0-9_.-]*",

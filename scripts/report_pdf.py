@@ -1,0 +1,10 @@
+from specsweep.logs import to_log
+
+to_log(snakemake.log[0])
+
+import json
+
+from specsweep.report import build_report
+
+build_report(snakemake.input.summary, snakemake.input.environment, json.loads(snakemake.params.view),
+             snakemake.output.pdf, log_path=snakemake.log[0] + ".latexmk")
