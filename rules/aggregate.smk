@@ -3,6 +3,8 @@ rule aggregate:
         cells=all_cell_outputs(),
     output:
         summary="results/summary.csv",
+    params:
+        code=AGGREGATE_CODE,
     log:
         "logs/aggregate.log",
     script:

@@ -5,7 +5,7 @@ from snakemake.utils import validate
 import yaml
 
 from specsweep import config as ss_config
-from specsweep.canon import canonical_json
+from specsweep.canon import canonical_json, package_digest
 
 with open(workflow.source_path("../config/schema.yaml")) as _schema_file:
     _SCHEMA = yaml.safe_load(_schema_file)
@@ -53,3 +53,9 @@ def report_params_json():
 wildcard_constraints:
     tp=r"\d+",
     method=r"[A-Za-z0-9][A-Za-z0-9_.-]*",
+
+
+# Package code changes do not rerun rules by themselves; these digests do for
+# aggregation and the report (measurements are versioned by HARNESS_VERSION).
+AGGREGATE_CODE = package_digest("aggregate.py", "metrics.py")
+REPORT_CODE = package_digest("report.py", "metrics.py", "templates/report.tex.j2")

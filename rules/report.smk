@@ -10,6 +10,7 @@ rule report_pdf:
         ),
     params:
         view=report_params_json(),
+        code=REPORT_CODE,
     log:
         "logs/report_pdf.log",
     script:
@@ -25,6 +26,8 @@ rule plot_throughput:
             caption="report/throughput.rst",
             category="Throughput",
         ),
+    params:
+        code=REPORT_CODE,
     log:
         "logs/plot_throughput.log",
     script:

@@ -52,3 +52,9 @@ def atomic_write_text(path: str | os.PathLike, text: str) -> None:
 def atomic_write_json(path: str | os.PathLike, value: Any) -> None:
     """Write a value as indented JSON, atomically (see atomic_write_text)."""
     atomic_write_text(path, json.dumps(value, indent=2, sort_keys=True, allow_nan=False) + "\n")
+
+
+def package_digest(*relative_paths: str) -> str:
+    """Digest of files of the specsweep package (report code): a params value that reruns a rule when they change."""
+    root = Path(__file__).parent
+    return digest({p: (root / p).read_text() for p in relative_paths})

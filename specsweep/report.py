@@ -101,7 +101,8 @@ def write_report_data(summary: pd.DataFrame, environment: dict, config_view: dic
     has_ar = summary["speedup"].notna().any()
     if has_ar:
         for tp in sorted(summary["tp"].unique()):
-            sub = summary[(summary["tp"] == tp) & (summary["concurrency"] == lowest) & summary["speedup"].notna()]
+            sub = summary[(summary["tp"] == tp) & (summary["concurrency"] == lowest) & summary["speedup"].notna()
+                          & (summary["algorithm"] != "ar")]
             if sub.empty:
                 continue
             workloads = list(sub["workload"].unique())
