@@ -1,0 +1,87 @@
+"""Shared helpers: a copy of the workflow in a temporary folder, real Snakemake runs, process checks."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import psutil
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+WORKFLOW_PARTS = ["Snakefile", "rules", "config", "scripts"]
+
+
+def copy_workflow(dest: Path) -> Path:
+    dest.mkdir(parents=True, exist_ok=True)
+    for part in WORKFLOW_PARTS:
+        src = REPO / part
+        if src.is_dir():
+            shutil.copytree(src, dest / part)
+        else:
+            shutil.copy2(src, dest / part)
+    return dest
+
+
+def write_config(workdir: Path, config: dict, name: str = "config/config.yaml") -> Path:
+    path = workdir / name
+    path.write_text(yaml.safe_dump(config, sort_keys=False))
+    return path
+
+
+def load_default_config() -> dict:
+    return yaml.safe_load((REPO / "config" / "config.yaml").read_text())
+
+
+def snakemake(workdir: Path, *args: str, timeout: float = 900, check: bool = True) -> subprocess.CompletedProcess:
+    """Run real Snakemake in ``workdir`` (bounded in time)."""
+    proc = subprocess.run([sys.executable, "-m", "snakemake", "--cores", "2", *args], cwd=workdir,
+                          capture_output=True, text=True, timeout=timeout)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"snakemake {' '.join(args)} failed ({proc.returncode}):\n{proc.stdout[-4000:]}\n{proc.stderr[-6000:]}")
+    return proc
+
+
+class Journal:
+    """Reads the bench jobs' journal, one step at a time."""
+
+    def __init__(self, workdir: Path):
+        self.path = workdir / "results" / "journal.jsonl"
+        self.offset = 0
+
+    def new_events(self) -> list[dict]:
+        if not self.path.exists():
+            return []
+        lines = self.path.read_text().splitlines()
+        events = [json.loads(line) for line in lines[self.offset:] if line.strip()]
+        self.offset = len(lines)
+        return events
+
+
+def server_processes_under(path: Path) -> list[psutil.Process]:
+    """Simulated-server processes whose working folder is inside ``path``."""
+    found = []
+    for proc in psutil.process_iter(["cmdline", "cwd"]):
+        try:
+            cmd = " ".join(proc.info["cmdline"] or [])
+            cwd = proc.info["cwd"] or ""
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            continue
+        if "specsweep.sim" in cmd and cwd.startswith(str(path)):
+            found.append(proc)
+    return found
+
+
+@pytest.fixture
+def workflow(tmp_path):
+    """A fresh copy of the workflow; fails the test if a simulated server is left running."""
+    workdir = copy_workflow(tmp_path / "wf")
+    yield workdir
+    left = server_processes_under(tmp_path)
+    for proc in left:
+        proc.kill()
+    assert not left, f"server processes left running: {[p.pid for p in left]}"

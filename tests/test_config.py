@@ -1,0 +1,111 @@
+"""Configuration: schema validation through Snakemake, coercion, method sweeps, semantic checks."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import yaml
+
+from conftest import REPO, load_default_config, snakemake, write_config
+from specsweep import config as cfg
+
+SCHEMA = yaml.safe_load((REPO / "config" / "schema.yaml").read_text())
+
+
+def validated(config: dict) -> dict:
+    """Validate like the workflow does (snakemake.utils.validate fills defaults), then normalise."""
+    from snakemake.utils import validate
+
+    config = cfg.coerce_to_schema(copy.deepcopy(config), SCHEMA)
+    validate(config, str(REPO / "config" / "schema.yaml"))
+    return cfg.normalise(config)
+
+
+def test_budget_list_expands_into_one_method_per_budget():
+    config = load_default_config()
+    config["methods"] = [{"name": "ddtree", "algorithm": "ddtree", "budget": [4, 8, 15, 16, 32, 64], "topk": 8}]
+    methods = cfg.expand_methods(validated(config))
+    assert [m.name for m in methods] == [f"ddtree-b{b}" for b in (4, 8, 15, 16, 32, 64)]
+    b16 = methods[3]
+    assert b16.params == {"block_size": 16, "budget": 16, "topk": 8}
+    assert b16.flags[b16.flags.index("--speculative-ddtree-budget") + 1] == "16"
+    assert b16.env == {"SGLANG_DDTREE_MAX_TOPK": "8"}
+
+
+def test_budget_and_topk_sweeps_form_a_grid():
+    config = load_default_config()
+    config["methods"] = [{"name": "t", "algorithm": "ddtree", "budget": [8, 16], "topk": [4, 8]}]
+    names = [m.name for m in cfg.expand_methods(validated(config))]
+    assert names == ["t-b8-t4", "t-b8-t8", "t-b16-t4", "t-b16-t8"]
+
+
+def test_algorithm_spelling_is_data():
+    config = load_default_config()
+    config["algorithms"] = {"ddtree": {"flags": ["--speculative-dflash-enable-ddtree", "--speculative-ddtree-budget", "{budget}"],
+                                       "env": {}}}
+    config["methods"] = [{"name": "tree", "algorithm": "ddtree", "budget": 32}]
+    (method,) = cfg.expand_methods(validated(config))
+    assert method.flags == ("--speculative-dflash-enable-ddtree", "--speculative-ddtree-budget", "32")
+
+
+def test_unknown_placeholder_is_named():
+    config = load_default_config()
+    config["methods"] = [{"name": "d", "algorithm": "dflash", "flags": ["--x", "{budgt}"]}]
+    with pytest.raises(cfg.ConfigError, match=r"methods\[0\] \(d\).*budgt"):
+        validated(config)
+
+
+def test_config_strings_are_coerced_to_schema_types():
+    # what `snakemake --config tp=[1,4] warmup=2 sampling={temperature: 0}` delivers
+    raw = {"tp": ["1", "4"], "warmup": "2", "sampling": {"temperature": "0"}, "model": {"name": "8"},
+           "methods": [{"name": "d", "algorithm": "ddtree", "budget": ["8", "16"]}]}
+    out = cfg.coerce_to_schema(raw, SCHEMA)
+    assert out["tp"] == [1, 4] and out["warmup"] == 2
+    assert out["sampling"]["temperature"] == 0.0 and isinstance(out["sampling"]["temperature"], float)
+    assert out["model"]["name"] == "8"  # strings stay strings where the schema wants one
+    assert out["methods"][0]["budget"] == [8, 16]
+
+
+def test_equivalent_configs_give_identical_server_params():
+    a = load_default_config()
+    b = copy.deepcopy(a)
+    b["sampling"]["temperature"] = 0  # int instead of float
+    b = dict(reversed(list(b.items())))  # key order
+    ca, cb = validated(a), validated(b)
+    for server in cfg.servers(ca):
+        assert cfg.server_params(ca, server["tp"], server["method"]) == cfg.server_params(cb, server["tp"], server["method"])
+
+
+def test_full_plan_has_24_servers_and_840_cells():
+    config = validated(yaml.safe_load((REPO / "config" / "plan-full.yaml").read_text()))
+    assert len(cfg.servers(config)) == 24
+    assert len(cfg.all_cells(config)) == 840
+    assert len({c["path"] for c in cfg.all_cells(config)}) == 840
+
+
+INVALID = [
+    ("unknown-algorithm", lambda c: c["methods"].append({"name": "x", "algorithm": "medusa"}), "algorithm"),
+    ("tp-zero", lambda c: c.update(tp=[0]), "tp"),
+    ("tp-not-integer", lambda c: c.update(tp=["two"]), "tp"),
+    ("tp-fraction", lambda c: c.update(tp=[1.5]), "tp"),
+    ("concurrency-zero", lambda c: c.update(concurrency=[1, 0]), "concurrency"),
+    ("duplicated-method", lambda c: c["methods"].append({"name": "ar", "algorithm": "ar"}), "duplicated method name 'ar'"),
+    ("duplicated-after-sweep", lambda c: c["methods"].append({"name": "ddtree-b8", "algorithm": "ddtree", "budget": 8}),
+     "duplicated method name 'ddtree-b8'"),
+    ("sglang-without-model-path", lambda c: (c.update(backend="sglang"), c["model"].pop("path")), "model.path"),
+    ("ddtree-without-budget", lambda c: c["methods"].append({"name": "t", "algorithm": "ddtree"}), "budget"),
+    ("unknown-key", lambda c: c.update(concurency=[1]), "concurency"),
+]
+
+
+@pytest.mark.parametrize("name,mutate,key", INVALID, ids=[i[0] for i in INVALID])
+def test_invalid_config_fails_before_any_job_naming_the_key(workflow, name, mutate, key):
+    config = load_default_config()
+    mutate(config)
+    write_config(workflow, config)
+    proc = snakemake(workflow, check=False)
+    assert proc.returncode != 0
+    output = proc.stdout + proc.stderr
+    assert key in output, output[-3000:]
+    assert not (workflow / "results").exists(), "a job ran despite the invalid configuration"

@@ -1,0 +1,138 @@
+"""The simulated backend: algorithms, the HTTP API over loopback, the lifecycle of its process."""
+
+from __future__ import annotations
+
+import json
+import random
+import sys
+
+import pytest
+import requests
+
+from specsweep.client import measure
+from specsweep.server import Server, ServerError, free_port
+from specsweep.sim import model as sim
+from specsweep.workloads import build
+
+SHORT = {"name": "short", "family": "short", "requests": 6, "max_new_tokens": 64}
+
+
+def start_sim(tmp_path, *flags, startup=0.0, timeout=60.0, model="Qwen/Qwen3-8B", env=None):
+    port = free_port()
+    argv = [sys.executable, "-m", "specsweep.sim", "--model-path", model, "--port", str(port), "--enable-metrics",
+            "--sim-startup-seconds", str(startup), *flags]
+    server = Server(argv, env or {}, "127.0.0.1", port, tmp_path / f"server-{port}.log")
+    try:
+        server.start(timeout)
+    except BaseException:
+        server.stop()
+        raise
+    return server
+
+
+DFLASH = ["--speculative-algorithm", "DFLASH", "--speculative-draft-model-path", "d", "--speculative-dflash-block-size", "16"]
+DDTREE = ["--speculative-algorithm", "DDTREE", "--speculative-draft-model-path", "d", "--speculative-ddtree-budget", "32"]
+
+
+def test_tree_has_budget_nodes_and_contains_the_chain():
+    tree = sim.build_tree(0.8, 15, 32, 8)
+    assert len(tree) == 32
+    assert all(prefix[:-1] in tree or len(prefix) == 1 for prefix in tree)  # closed under parents
+    assert max(max(p) for p in tree) < 8  # top-k cap
+    chain = sim.build_tree(0.8, 15, 15, 1)
+    assert chain == {tuple([0] * d) for d in range(1, 16)}
+
+
+def test_tree_acceptance_rises_with_budget_and_saturates():
+    def tau(decoding):
+        rng = random.Random(0)
+        return sum(sim.accepted_tokens(decoding, 0.8, rng) for _ in range(3000)) / 3000
+
+    chain = tau(sim.Decoding("dflash", 16))
+    values = [tau(sim.Decoding("ddtree", 16, b, 8)) for b in (4, 16, 64, 256)]
+    assert values == sorted(values)
+    assert values[1] >= chain * 0.97  # a budget-16 tree roughly matches a 15-token chain...
+    assert values[3] > chain * 1.15  # ...larger trees accept more
+    # diminishing returns: tokens gained per extra node fall, and tau never exceeds the block
+    assert (values[3] - values[2]) / (256 - 64) < (values[1] - values[0]) / (16 - 4)
+    assert values[3] <= 16
+
+
+def test_predictable_text_is_drafted_better():
+    code = "def f(x):\n    return {'a': [x, x + 1], 'b': (x, x)}\n" * 5
+    chat = "I wonder whether the weather will be nice for our walk in the hills tomorrow afternoon."
+    assert sim.top1_probability(code, 0.0, False) > sim.top1_probability(chat, 0.0, False)
+    assert sim.top1_probability(chat, 1.0, False) < sim.top1_probability(chat, 0.0, False)
+    assert sim.top1_probability(chat, 0.0, True) < sim.top1_probability(chat, 0.0, False)
+
+
+def test_api_surface_and_streaming(tmp_path):
+    server = start_sim(tmp_path, *DFLASH)
+    try:
+        info = requests.get(server.url + "/get_server_info", timeout=10).json()
+        assert info["simulated"] is True
+        assert requests.get(server.url + "/get_model_info", timeout=10).json()["model_path"] == "Qwen/Qwen3-8B"
+        assert requests.get(server.url + "/health", timeout=10).status_code == 200
+        body = {"text": "<|im_start|>user\nWrite JSON for a cat.<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n",
+                "sampling_params": {"max_new_tokens": 48, "temperature": 0}, "stream": True}
+        with requests.post(server.url + "/generate", json=body, stream=True, timeout=30) as resp:
+            lines = [l for l in resp.iter_lines() if l]
+        assert lines[-1] == b"data: [DONE]"
+        chunks = [json.loads(l[5:]) for l in lines[:-1]]
+        meta = chunks[-1]["meta_info"]
+        for key in ("prompt_tokens", "completion_tokens", "finish_reason", "spec_verify_ct", "spec_accept_length"):
+            assert key in meta
+        counts = [c["meta_info"]["completion_tokens"] for c in chunks]
+        assert counts == sorted(counts) and counts[0] == 1
+        assert max(b - a for a, b in zip(counts, counts[1:])) > 1  # speculative chunks carry several tokens
+        assert meta["spec_verify_ct"] == len(chunks) - 1
+        plain = requests.post(server.url + "/generate", json=dict(body, stream=False), timeout=30).json()
+        assert plain["text"] == chunks[-1]["text"]
+        text = requests.get(server.url + "/metrics", timeout=10).text
+        assert "sglang:generation_tokens_total" in text and "sglang:spec_verify_calls_total" in text
+    finally:
+        server.stop()
+    assert not server.alive()
+
+
+def test_greedy_outputs_identical_across_methods(tmp_path):
+    sessions = build(SHORT, seed=3)
+    outputs = {}
+    for name, flags in (("ar", []), ("dflash", DFLASH), ("ddtree", DDTREE)):
+        server = start_sim(tmp_path, *flags)
+        try:
+            records = measure(server.url, sessions, 2, {"temperature": 0.0}, timeout=60)
+        finally:
+            server.stop()
+        assert all(r.ok for r in records)
+        outputs[name] = [r.output_text for r in sorted(records, key=lambda r: r.session)]
+        if name != "ar":
+            assert all(r.verify_ct and r.verify_ct < r.output_tokens for r in records)
+    assert outputs["ar"] == outputs["dflash"] == outputs["ddtree"]
+
+
+def test_bad_flag_fails_start_with_log_tail(tmp_path):
+    with pytest.raises(ServerError, match="unrecognized arguments: --speculative-bogus"):
+        start_sim(tmp_path, "--speculative-bogus", "1")
+
+
+def test_readiness_timeout_quotes_log_and_leaves_no_process(tmp_path):
+    port = free_port()
+    argv = [sys.executable, "-m", "specsweep.sim", "--model-path", "m", "--port", str(port), "--sim-startup-seconds", "60"]
+    server = Server(argv, {}, "127.0.0.1", port, tmp_path / "slow.log")
+    with pytest.raises(ServerError, match=r"(?s)not ready after 2 s.*SIMULATED"):
+        try:
+            server.start(2.0)
+        finally:
+            server.stop()
+    assert not server.alive()
+
+
+def test_model_path_with_shell_metacharacters_arrives_unchanged(tmp_path):
+    path = "/models/a b;$(touch pwned)&`id`|'x'\"y\""
+    server = start_sim(tmp_path, model=path)
+    try:
+        assert requests.get(server.url + "/get_model_info", timeout=10).json()["model_path"] == path
+    finally:
+        server.stop()
+    assert not (tmp_path / "pwned").exists()
