@@ -38,11 +38,11 @@ def load_default_config() -> dict:
 
 
 def snakemake(workdir: Path, *args: str, timeout: float = 900, check: bool = True) -> subprocess.CompletedProcess:
-    """Run real Snakemake in ``workdir`` (bounded in time)."""
+    """Run real Snakemake in ``workdir`` (bounded in time); its whole output is in ``.stdout``."""
     proc = subprocess.run([sys.executable, "-m", "snakemake", "--cores", "2", *args], cwd=workdir,
-                          capture_output=True, text=True, timeout=timeout)
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=timeout)
     if check and proc.returncode != 0:
-        raise AssertionError(f"snakemake {' '.join(args)} failed ({proc.returncode}):\n{proc.stdout[-4000:]}\n{proc.stderr[-6000:]}")
+        raise AssertionError(f"snakemake {' '.join(args)} failed ({proc.returncode}):\n{proc.stdout[-8000:]}")
     return proc
 
 

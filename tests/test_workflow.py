@@ -1,0 +1,139 @@
+"""The whole workflow with real Snakemake runs on the simulated backend."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pandas as pd
+import pytest
+
+from conftest import Journal, load_default_config, snakemake, write_config
+from specsweep.cells import validate_cell
+from specsweep.config import all_cells
+
+
+def small_config() -> dict:
+    config = load_default_config()
+    config["methods"] = [
+        {"name": "ar", "algorithm": "ar"},
+        {"name": "dflash", "algorithm": "dflash", "block_size": 16},
+        {"name": "ddtree", "algorithm": "ddtree", "budget": [8, 16], "topk": 8},
+    ]
+    config["workloads"] = [
+        {"name": "short", "family": "short", "requests": 4, "max_new_tokens": 64},
+        {"name": "long", "family": "long", "requests": 2, "context_tokens": 2000, "max_new_tokens": 64},
+    ]
+    config["concurrency"] = [1, 2]
+    config["warmup"] = 1
+    config["sim"] = {"startup_seconds": 0.2}
+    return config
+
+
+def cell_files(workdir):
+    return sorted(str(p.relative_to(workdir)) for p in (workdir / "results" / "cells").rglob("*.json"))
+
+
+def test_default_config_end_to_end(workflow):
+    started = time.monotonic()
+    snakemake(workflow)
+    elapsed = time.monotonic() - started
+    print(f"default workflow took {elapsed:.1f} s")
+    pdf = workflow / "results" / "report" / "report.pdf"
+    assert pdf.read_bytes().startswith(b"%PDF")
+    tex = (workflow / "results" / "report" / "report.tex").read_text()
+    assert "SIMULATED BACKEND" in tex and "Warning: simulated results" in tex
+    summary = pd.read_csv(workflow / "results" / "summary.csv")
+    config = load_default_config()
+    expected = len(config["tp"]) * 4 * len(config["workloads"]) * len(config["concurrency"])
+    assert len(summary) == expected == len(cell_files(workflow))
+    assert summary["simulated"].all()
+    assert (summary["requests_failed"] == 0).all()
+    for path in cell_files(workflow):
+        cell = json.loads((workflow / path).read_text())
+        validate_cell(cell)
+        assert cell["simulated"] is True
+    ar = summary[summary["algorithm"] == "ar"]
+    assert (ar["speedup"] == 1.0).all()
+    spec = summary[summary["algorithm"] != "ar"]
+    assert (spec["acceptance_length"] > 1).all()
+    snakemake(workflow, "--report", "report.html")
+    html = (workflow / "report.html").read_text(errors="replace")
+    assert "throughput.png" in html and "report.pdf" in html
+
+
+def test_partial_reruns_measure_only_stale_cells(workflow):
+    config = small_config()
+    write_config(workflow, config)
+    journal = Journal(workflow)
+    snakemake(workflow)
+    first = journal.new_events()
+    assert {e["server"] for e in first if e["event"] == "server_start"} == {"tp1/ar", "tp1/dflash", "tp1/ddtree-b8", "tp1/ddtree-b16"}
+    assert len([e for e in first if e["event"] == "measured"]) == 4 * 2 * 2
+
+    # (a) change one DDTree budget: only that method's cells are measured, no other server starts
+    config["methods"][2]["budget"] = [8, 32]
+    write_config(workflow, config)
+    snakemake(workflow)
+    events = journal.new_events()
+    assert {e["server"] for e in events if e["event"] == "server_start"} == {"tp1/ddtree-b32"}
+    measured = [e["cell"] for e in events if e["event"] == "measured"]
+    assert len(measured) == 4 and all("/ddtree-b32/" in c for c in measured)
+
+    # (b) change one workload's request count: only that workload's cells are measured
+    config["workloads"][1]["requests"] = 3
+    write_config(workflow, config)
+    snakemake(workflow)
+    events = journal.new_events()
+    measured = [e["cell"] for e in events if e["event"] == "measured"]
+    assert len(measured) == 4 * 2 and all("/long/" in c for c in measured)
+    hits = [e["cell"] for e in events if e["event"] == "cache_hit"]
+    assert len(hits) == 4 * 2 and all("/short/" in c for c in hits)
+
+    # (c) change a report-only setting: no bench job runs, no cell is measured, the report is rebuilt
+    pdf = workflow / "results" / "report" / "report.pdf"
+    before = pdf.stat().st_mtime_ns
+    config["report"] = {"title": "A new title"}
+    write_config(workflow, config)
+    proc = snakemake(workflow)
+    assert journal.new_events() == []
+    assert "bench_server" not in proc.stdout
+    assert pdf.stat().st_mtime_ns != before
+    assert "A new title" in (workflow / "results" / "report" / "report.tex").read_text()
+
+    # (d) nothing changed: nothing to do, also when values arrive as --config strings
+    assert "Nothing to be done" in snakemake(workflow, "-n").stdout
+    assert "Nothing to be done" in snakemake(workflow, "-n", "--config", "tp=[1]", "warmup=1",
+                                             "concurrency=[1,2]").stdout
+
+    # (e) delete one cell JSON: restored from the cache, no server started
+    victim = workflow / "results" / "cells" / "tp1" / "dflash" / "short" / "c2.json"
+    original = victim.read_text()
+    victim.unlink()
+    snakemake(workflow)
+    events = journal.new_events()
+    assert [e for e in events if e["event"] in ("server_start", "measured")] == []
+    assert {e["server"] for e in events if e["event"] == "cache_hit"} == {"tp1/dflash"}
+    assert victim.read_text() == original
+
+
+def test_interrupted_run_resumes_where_it_stopped(workflow):
+    config = small_config()
+    config["methods"] = [{"name": "ar", "algorithm": "ar"}]
+    write_config(workflow, config)
+    journal = Journal(workflow)
+    # A first run that measures only the short workload, as if interrupted after it
+    partial = dict(config, workloads=config["workloads"][:1])
+    write_config(workflow, partial)
+    snakemake(workflow, "results/cells/tp1/ar/short/c1.json")
+    assert len([e for e in journal.new_events() if e["event"] == "measured"]) == 2
+    write_config(workflow, config)
+    snakemake(workflow)
+    events = journal.new_events()
+    assert sorted(e["cell"] for e in events if e["event"] == "cache_hit") == [
+        "results/cells/tp1/ar/short/c1.json", "results/cells/tp1/ar/short/c2.json"]
+    assert sorted(e["cell"] for e in events if e["event"] == "measured") == [
+        "results/cells/tp1/ar/long/c1.json", "results/cells/tp1/ar/long/c2.json"]
+    expected = {c["path"] for c in all_cells({**config, "repetitions": 1, "methods": config["methods"],
+                                              "algorithms": {}, "defaults": {}})}
+    assert set(cell_files(workflow)) == expected
