@@ -2,6 +2,7 @@
 rule bench_server:
     input:
         environment=f"results/env/{CONFIG['backend']}.json",
+        method_checked="results/env/methods/{method}.json",
     output:
         [
             ss_config.cell_path("{tp}", "{method}", w["name"], c, r)

@@ -38,6 +38,21 @@ def server_gpus(wildcards):
     return int(wildcards.tp) if CONFIG["backend"] == "sglang" else 0
 
 
+def environment_params_json():
+    """What the environment depends on: the backend and, for SGLang, how it is built."""
+    settings = {"backend": CONFIG["backend"]}
+    if CONFIG["backend"] == "sglang":
+        settings["sglang"] = {k: CONFIG["sglang"][k] for k in ("python", "install", "build", "env_dir")}
+    return canonical_json(settings)
+
+
+def method_params_json(wildcards):
+    method = next((m for m in ss_config.expand_methods(CONFIG) if m.name == wildcards.method), None)
+    if method is None:
+        raise WorkflowError(f"no configured method named '{wildcards.method}'")
+    return canonical_json(method.as_dict())
+
+
 def report_params_json():
     view = {
         "title": CONFIG["report"]["title"],
@@ -53,6 +68,7 @@ def report_params_json():
 wildcard_constraints:
     tp=r"\d+",
     method=r"[A-Za-z0-9][A-Za-z0-9_.-]*",
+    backend="sim|sglang",
 
 
 # Package code changes do not rerun rules by themselves; these digests do for

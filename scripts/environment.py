@@ -2,7 +2,15 @@ from specsweep.logs import to_log
 
 to_log(snakemake.log[0])
 
-from specsweep.canon import atomic_write_json
-from specsweep.environment import probe
+import json
+import sys
 
-atomic_write_json(snakemake.output[0], probe(snakemake.params.backend))
+from specsweep.canon import atomic_write_json
+from specsweep.environment import prepare_python, probe
+
+settings = json.loads(snakemake.params.settings)
+python = prepare_python(settings["sglang"]) if settings["backend"] == "sglang" else sys.executable
+environment = probe(settings["backend"], python)
+if settings["backend"] == "sglang":
+    environment["server"]["build"] = settings["sglang"].get("build")
+atomic_write_json(snakemake.output[0], environment)

@@ -14,7 +14,9 @@ import json
 import os
 import re
 import signal
+import sys
 import time
+from contextlib import ExitStack
 from datetime import datetime, timezone
 from importlib import resources
 from pathlib import Path
@@ -27,12 +29,11 @@ from .canon import atomic_write_json, atomic_write_text, canonical_json, digest
 from .client import measure
 from .config import cells_of_server
 from .metrics import cell_metrics
-from .server import Server, ServerError, free_port, launch_command, redact
+from .environment import check_methods
+from .gpus import GpuPool, gpu_memory_used, visible_devices, wait_until_released
+from .server import Server, free_port, launch_command, redact
 from .text import chat_prompt, count_tokens
 from .workloads import build, workload_digest
-
-ALGORITHM_FLAG = {"dflash": "DFLASH", "ddtree": "DDTREE"}
-
 
 class CellError(RuntimeError):
     """A cell could not be measured; the message names the cell and the cause."""
@@ -133,22 +134,6 @@ def counter_deltas(before: dict, after: dict) -> dict:
     return {k: after[k] - before.get(k, 0.0) for k in after if k.endswith("_total")}
 
 
-def check_capabilities(method: dict, environment: dict) -> None:
-    """Fail before any server starts if the backend cannot run the method."""
-    caps = environment.get("capabilities", {})
-    wanted = ALGORITHM_FLAG.get(method["algorithm"])
-    if wanted and caps.get("algorithms") and wanted not in caps["algorithms"]:
-        raise CellError(f"method '{method['name']}': the {environment['backend']} build does not offer "
-                        f"--speculative-algorithm {wanted} (it lists {', '.join(caps['algorithms'])}); "
-                        "install a build that has it (see the environment settings) or remove the method")
-    known = set(caps.get("flags", []))
-    if known:
-        for flag in method["flags"]:
-            if flag.startswith("--") and flag.split("=")[0] not in known:
-                raise CellError(f"method '{method['name']}': flag {flag} is not accepted by the installed "
-                                f"{environment['backend']} server; fix methods[].flags or algorithms in the config")
-
-
 def _max_context(params: dict, sessions_by_workload: dict) -> int:
     longest = 0
     for name, sessions in sessions_by_workload.items():
@@ -185,26 +170,37 @@ def bench_server(params: dict, outputs: list[str], environment: dict, log_dir: s
             journal.write("cache_hit", server=server_name, cell=c["output"], key=c["key"])
     started = False
     if missing:
-        check_capabilities(method, environment)
-        host = params["server"]["host"]
-        port = free_port(host)
-        argv, env = launch_command(params, port, _max_context(params, sessions))
-        log_path = Path(log_dir) / f"server-tp{tp}-{method['name']}.log"
-        server = Server(argv, env, host, port, log_path)
-        previous = signal.signal(signal.SIGTERM, _raise_interrupt)
-        try:
-            journal.write("server_start", server=server_name)
-            started = True
-            server.start(params["server"]["startup_timeout"])
-            for cell in missing:
-                result = measure_cell(server, params, cell, sessions[cell["workload"]], digests[cell["workload"]],
-                                      environment, argv, env)
-                cache.put(cell["key"], result)
-                journal.write("measured", server=server_name, cell=cell["output"], key=cell["key"])
-        finally:
-            server.stop()
-            journal.write("server_stop", server=server_name)
-            signal.signal(signal.SIGTERM, previous)
+        check_methods([method], environment)
+        pool_config = params["gpu_pool"]
+        devices = visible_devices(pool_config["devices"]) if params["backend"] == "sglang" or pool_config["devices"] else []
+        with ExitStack() as stack:
+            gpus = None
+            if devices:
+                pool = GpuPool(pool_config["lock_dir"], devices)
+                need = len(devices) if pool_config["exclusive"] else tp
+                print(f"server {server_name}: waiting for {need} GPU(s) from the pool", file=sys.stderr, flush=True)
+                gpus = stack.enter_context(pool.acquire(need, holder=server_name))
+            host = params["server"]["host"]
+            port = free_port(host)
+            argv, env = launch_command(params, port, _max_context(params, sessions), environment.get("python"))
+            log_path = Path(log_dir) / f"server-tp{tp}-{method['name']}.log"
+            server = Server(argv, env, host, port, log_path, devices=gpus)
+            previous = signal.signal(signal.SIGTERM, _raise_interrupt)
+            try:
+                journal.write("server_start", server=server_name, gpus=gpus)
+                started = True
+                server.start(params["server"]["startup_timeout"])
+                for cell in missing:
+                    result = measure_cell(server, params, cell, sessions[cell["workload"]], digests[cell["workload"]],
+                                          environment, argv, env)
+                    cache.put(cell["key"], result)
+                    journal.write("measured", server=server_name, cell=cell["output"], key=cell["key"])
+            finally:
+                server.stop()
+                if gpus and params["backend"] == "sglang":
+                    wait_until_released(gpus)
+                journal.write("server_stop", server=server_name)
+                signal.signal(signal.SIGTERM, previous)
     for cell in cells:
         stored = cache.get(cell["key"])
         atomic_write_text(cell["output"], json.dumps(stored, indent=2, sort_keys=True) + "\n")
@@ -270,6 +266,8 @@ def measure_cell(server: Server, params: dict, cell: dict, sessions: list, promp
             "command": argv,
             "environment": redact(env),
             "startup_seconds": server.startup_seconds,
+            "gpus_assigned": server.devices,
+            "gpu_memory_used_mib": gpu_memory_used(server.devices),
             "started_at": began.isoformat(),
             "finished_at": ended.isoformat(),
             "sim_profile": params.get("sim"),

@@ -177,6 +177,8 @@ def expand_methods(config: dict) -> list[Method]:
             mwhere = f"{where} algorithms.{algorithm}"
             flags = [_substitute(f, values, mwhere + ".flags") for f in spelling.get("flags", [])]
             flags += [_substitute(str(f), values, where + ".flags") for f in entry.get("flags", [])]
+            if algorithm == "dflash" and config.get("match_ddtree_scheduling") and "--disable-overlap-schedule" not in flags:
+                flags.append("--disable-overlap-schedule")
             env = {k: _substitute(str(v), values, mwhere + ".env") for k, v in spelling.get("env", {}).items()}
             env.update({k: _substitute(str(v), values, where + ".env") for k, v in entry.get("env", {}).items()})
             methods.append(Method(name, algorithm, params, tuple(flags), env))
@@ -223,7 +225,27 @@ def normalise(config: dict) -> dict:
     for key in ("startup_timeout", "request_timeout"):
         config["server"][key] = float(config["server"][key])
     config["server"]["env"] = {k: str(v) for k, v in config["server"]["env"].items()}
+    check_launch_flags(config)
     return config
+
+
+def check_launch_flags(config: dict) -> None:
+    """Parse every server's launch arguments with SGLang's recorded option table (plus declared extra flags)."""
+    from .server import server_arguments
+    from .sglang_options import FlagError, check_argv
+
+    table, extra = config["sglang"]["options_table"], config["sglang"]["extra_flags"]
+    try:
+        check_argv(list(config["server"]["flags"]), table, extra)
+    except FlagError as exc:
+        raise ConfigError(f"server.flags: {exc}") from None
+    for server in servers(config):
+        params = server_params(config, server["tp"], server["method"])
+        try:
+            check_argv(server_arguments(params, port=30000, max_context=32768), table, extra)
+        except FlagError as exc:
+            raise ConfigError(f"methods: method '{server['method']}': {exc}; fix its flags (or the "
+                              f"algorithms spelling), or declare the flag in sglang.extra_flags") from None
 
 
 # --------------------------------------------------------------------------
@@ -271,6 +293,9 @@ def server_params(config: dict, tp: int, method_name: str) -> dict:
         "method": method.as_dict(),
         "server": dict(config["server"]),
         "sim": dict(config["sim"]) if config["backend"] == "sim" else None,
+        "sglang": (dict(config["sglang"]) if config["backend"] == "sglang" else
+                   {k: config["sglang"][k] for k in ("options_table", "extra_flags")}),
+        "gpu_pool": dict(config["gpu_pool"]),
         "workloads": [dict(w) for w in config["workloads"]],
         "concurrency": list(config["concurrency"]),
         "warmup": config["warmup"],

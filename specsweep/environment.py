@@ -1,8 +1,10 @@
 """The software and hardware environment a backend runs in, and what it can do.
 
-``probe(backend)`` returns a JSON-able dict with versions, the hardware
-inventory and the backend's capabilities (speculative algorithms and flags its
-launcher accepts). Its ``identity`` part (what changes results: backend build,
+``prepare_python`` builds or verifies the interpreter that runs the server
+(a virtual environment from a pip requirement or git URL, or a given
+interpreter). ``probe`` returns versions, the GPU inventory and the
+backend's capabilities (the speculative algorithms and flags its launcher's
+``--help`` lists). Its ``identity`` part (what changes results: server build,
 versions, GPUs) is digested into every cell key, so a new server build makes
 cached cells stale while timestamps do not.
 """
@@ -10,14 +12,20 @@ cached cells stale while timestamps do not.
 from __future__ import annotations
 
 import importlib.metadata
+import os
 import platform
 import re
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 from . import HARNESS_VERSION, __version__
-from .canon import digest
+from .canon import atomic_write_text, digest
+
+
+class EnvironmentError_(RuntimeError):
+    """The server environment cannot run the configured plan; the message says what to do."""
 
 
 def _version(package: str) -> str | None:
@@ -49,18 +57,65 @@ def gpu_inventory() -> list[dict]:
 
 def capabilities_from_help(help_text: str) -> dict:
     """Speculative algorithms and flags a launcher's ``--help`` lists."""
-    flags = sorted(set(re.findall(r"(--[a-z0-9][a-z0-9-]*)", help_text)))
-    algorithms = []
-    match = re.search(r"--speculative-algorithm\s+\{([^}]*)\}", help_text)
-    if match:
-        algorithms = [a.strip() for a in match.group(1).split(",")]
-    else:
-        algorithms = sorted(set(re.findall(r"\b(EAGLE3?|DFLASH|DDTREE|NEXTN|STANDALONE|NGRAM)\b", help_text)))
+    flags = sorted(set(re.findall(r"(?<![\w-])(--[a-z0-9][a-z0-9-]*)", help_text)))
+    algorithms: list[str] = []
+    braces = re.search(r"--speculative-algorithm\s+\{([^}]*)\}", help_text)
+    builtins = re.search(r"Speculative algorithm\.\s+Builtins:\s*([A-Z0-9_,\s]+)\.", help_text)
+    if braces:
+        algorithms = [a.strip() for a in braces.group(1).split(",")]
+    elif builtins:
+        algorithms = [a.strip() for a in builtins.group(1).split(",") if a.strip()]
     return {"algorithms": algorithms, "flags": flags}
 
 
-def probe(backend: str) -> dict:
-    """Versions, hardware and capabilities of a backend on this host."""
+def prepare_python(sglang: dict, log=sys.stderr) -> str:
+    """The interpreter that runs SGLang: given, or a virtual environment built from ``install``, or this one."""
+    if sglang.get("python"):
+        return sglang["python"]
+    install = sglang.get("install")
+    if not install:
+        return sys.executable
+    requirements = install if isinstance(install, list) else [install]
+    venv = Path(sglang["env_dir"]) / digest(requirements)[:16]
+    python = venv / "bin" / "python"
+    done = venv / ".specsweep-installed"
+    if done.exists() and done.read_text() == "\n".join(requirements):
+        return str(python)
+    print(f"building the server environment {venv}: pip install {' '.join(requirements)}", file=log, flush=True)
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    proc = subprocess.run([str(python), "-m", "pip", "install", *requirements], stdout=log, stderr=subprocess.STDOUT)
+    if proc.returncode != 0:
+        raise EnvironmentError_(f"installing the server environment failed (sglang.install = {install!r}); "
+                                f"see the environment log")
+    atomic_write_text(done, "\n".join(requirements))
+    return str(python)
+
+
+_VERSIONS_SCRIPT = """
+import importlib.metadata as m, json, sys
+out = {}
+for p in ("sglang", "torch", "flashinfer-python", "sgl-kernel", "transformers"):
+    try: out[p] = m.version(p)
+    except m.PackageNotFoundError: out[p] = None
+try:
+    d = m.distribution("sglang"); u = d.read_text("direct_url.json"); out["sglang_source"] = json.loads(u) if u else None
+except Exception: out["sglang_source"] = None
+try:
+    import torch; out["cuda"] = torch.version.cuda
+except Exception: out["cuda"] = None
+out["python"] = sys.version.split()[0]
+print(json.dumps(out))
+"""
+
+
+def probe(backend: str, python: str | None = None, help_text: str | None = None) -> dict:
+    """Versions, hardware and capabilities of a backend on this host.
+
+    ``help_text`` replaces running the launcher's ``--help`` (for tests with a recorded text).
+    """
+    import json
+
+    python = python or sys.executable
     software = {
         "specsweep": __version__,
         "harness_version": HARNESS_VERSION,
@@ -71,24 +126,58 @@ def probe(backend: str) -> dict:
     }
     gpus = gpu_inventory()
     if backend == "sim":
-        from .sim.server import parse_args  # noqa: F401  (the simulator's launcher is importable)
-        help_text = _run([sys.executable, "-m", "specsweep.sim", "--help"]) or ""
-        server = {"name": "specsweep-sim", "version": __version__, "simulated": True}
+        if help_text is None:
+            help_text = _run([python, "-m", "specsweep.sim", "--help"]) or ""
+        server = {"name": "specsweep-sim", "version": __version__, "simulated": True, "python": python}
     else:
-        for pkg in ("sglang", "torch", "flashinfer-python", "sgl-kernel"):
-            software[pkg] = _version(pkg)
-        help_text = _run([sys.executable, "-m", "sglang.launch_server", "--help"], timeout=300) or ""
-        server = {"name": "sglang", "version": software.get("sglang"), "simulated": False}
+        versions = _run([python, "-c", _VERSIONS_SCRIPT], timeout=300)
+        server_versions = json.loads(versions) if versions else {}
+        if help_text is None:
+            if not server_versions.get("sglang"):
+                raise EnvironmentError_(f"SGLang is not installed for {python}; set sglang.install (e.g. "
+                                        "'sglang==0.5.23' or a git URL of a DDTree branch) or sglang.python")
+            help_text = _run([python, "-m", "sglang.launch_server", "--help"], timeout=600) or ""
+        software["server_python"] = server_versions.pop("python", None)
+        software.update({k: v for k, v in server_versions.items()})
+        server = {"name": "sglang", "version": server_versions.get("sglang"),
+                  "source": server_versions.get("sglang_source"), "simulated": False, "python": python}
     caps = capabilities_from_help(help_text)
-    identity = {"backend": backend, "server": server, "gpus": [g["name"] for g in gpus],
-                "python": software["python"]}
+    identity = {"backend": backend, "server": {k: v for k, v in server.items() if k != "python"},
+                "gpus": [g["name"] for g in gpus], "python": software["python"],
+                "torch": software.get("torch"), "cuda": software.get("cuda")}
     return {
         "backend": backend,
         "simulated": backend == "sim",
+        "python": python,
         "server": server,
         "software": software,
-        "hardware": {"gpus": gpus, "cpu_count": __import__("os").cpu_count(), "machine": platform.machine()},
+        "hardware": {"gpus": gpus, "driver": gpus[0]["driver"] if gpus else None,
+                     "cpu_count": os.cpu_count(), "machine": platform.machine()},
         "capabilities": caps,
         "identity": identity,
         "identity_digest": digest(identity),
     }
+
+
+def check_methods(methods: list[dict], environment: dict) -> None:
+    """Fail before any server starts if the installed server cannot run a configured method.
+
+    ``methods`` are Method.as_dict() values; the check uses the capability probe
+    (algorithms and flags listed by the launcher's --help).
+    """
+    caps = environment["capabilities"]
+    backend = environment["backend"]
+    for method in methods:
+        flags = method["flags"]
+        if "--speculative-algorithm" in flags:
+            wanted = flags[flags.index("--speculative-algorithm") + 1]
+            if caps["algorithms"] and wanted not in caps["algorithms"]:
+                raise EnvironmentError_(
+                    f"method '{method['name']}': the installed {backend} server does not offer "
+                    f"--speculative-algorithm {wanted} (it offers {', '.join(caps['algorithms'])}); install a "
+                    "build that has it (sglang.install) or remove the method")
+        for flag in flags:
+            if flag.startswith("--") and caps["flags"] and flag.split("=")[0] not in caps["flags"]:
+                raise EnvironmentError_(
+                    f"method '{method['name']}': the installed {backend} server does not accept {flag}; "
+                    "install a build that has it (sglang.install) or fix the method's flags")

@@ -35,26 +35,42 @@ def free_port(host: str = "127.0.0.1") -> int:
         return s.getsockname()[1]
 
 
-def launch_command(params: dict, port: int, max_context: int) -> tuple[list[str], dict]:
-    """(argv, extra environment) for one server from its job parameters (config.server_params)."""
-    method, server = params["method"], params["server"]
+def server_arguments(params: dict, port: int, max_context: int) -> list[str]:
+    """SGLang launch arguments for one server (both backends take them), sized for its cells.
+
+    --max-running-requests and --cuda-graph-max-bs are at least the highest
+    concurrency of the server's cells, --context-length at least the longest
+    prompt plus output; metrics are on; then the method's and the global flags.
+    """
+    from .sglang_options import known_flags
+
+    method, server, model = params["method"], params["server"], params["model"]
     concurrency = max(params["concurrency"])
-    model = params["model"]
+    graph_bs = "--cuda-graph-max-bs"  # renamed --cuda-graph-max-bs-decode in newer releases
+    if "--cuda-graph-max-bs-decode" in known_flags(params["sglang"]["options_table"]):
+        graph_bs = "--cuda-graph-max-bs-decode"
+    argv = ["--model-path", model.get("path") or model["name"], "--tp-size", str(params["tp"]),
+            "--host", server["host"], "--port", str(port),
+            "--max-running-requests", str(concurrency), graph_bs, str(concurrency),
+            "--context-length", str(max_context), "--enable-metrics", "--random-seed", str(params["seed"])]
+    return argv + list(method["flags"]) + list(server["flags"])
+
+
+def launch_command(params: dict, port: int, max_context: int, python: str | None = None) -> tuple[list[str], dict]:
+    """(argv, extra environment) for one server from its job parameters (config.server_params)."""
+    python = python or sys.executable
+    args = server_arguments(params, port, max_context)
     if params["backend"] == "sglang":
-        argv = [sys.executable, "-m", "sglang.launch_server"]
+        argv = [python, "-m", "sglang.launch_server", *args]
     else:
-        argv = [sys.executable, "-m", "specsweep.sim"]
-    argv += ["--model-path", model.get("path") or model["name"], "--tp-size", str(params["tp"]),
-             "--host", server["host"], "--port", str(port),
-             "--max-running-requests", str(concurrency), "--cuda-graph-max-bs", str(concurrency),
-             "--context-length", str(max_context), "--enable-metrics",
-             "--random-seed", str(params["seed"])]
-    argv += list(method["flags"]) + list(server["flags"])
-    if params["backend"] == "sim":
         sim = params["sim"]
-        argv += ["--sim-gpu", sim["gpu"], "--sim-model-profile", sim["model_profile"],
-                 "--sim-startup-seconds", str(sim["startup_seconds"])]
-    env = {**server["env"], **method["env"]}
+        argv = [python, "-m", "specsweep.sim", *args, "--sim-gpu", sim["gpu"],
+                "--sim-model-profile", sim["model_profile"], "--sim-startup-seconds", str(sim["startup_seconds"])]
+        for extra in params["sglang"]["extra_flags"]:
+            argv.append(f"--sim-accept-flag={extra['flag']}:{extra.get('type', 'str')}")
+        for fault, value in sorted((sim.get("faults") or {}).items()):
+            argv += [f"--sim-{fault.replace('_', '-')}", str(value)]
+    env = {**params["server"]["env"], **params["method"]["env"]}
     return argv, env
 
 
@@ -66,12 +82,14 @@ def redact(env: dict) -> dict:
 class Server:
     """One inference server process tree: start, wait until ready, check, stop."""
 
-    def __init__(self, argv: list[str], env: dict, host: str, port: int, log_path: str | Path):
+    def __init__(self, argv: list[str], env: dict, host: str, port: int, log_path: str | Path,
+                 devices: list[str] | None = None):
         self.argv, self.env, self.port = argv, env, port
         self.url = f"http://{host}:{port}"
         self.log_path = Path(log_path)
         self.process: subprocess.Popen | None = None
         self.startup_seconds: float | None = None
+        self.devices = devices
 
     def log_tail(self, lines: int = 30) -> str:
         try:
@@ -83,10 +101,13 @@ class Server:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         log = open(self.log_path, "ab")
         env = {**os.environ, **{k: str(v) for k, v in self.env.items()}}
+        if self.devices is not None:
+            env["CUDA_VISIBLE_DEVICES"] = ",".join(self.devices)
         started = time.monotonic()
         try:
             self.process = subprocess.Popen(self.argv, stdout=log, stderr=subprocess.STDOUT, env=env,
-                                            start_new_session=True, stdin=subprocess.DEVNULL)
+                                            start_new_session=True, stdin=subprocess.DEVNULL,
+                                            preexec_fn=_terminate_with_parent)
         finally:
             log.close()
         deadline = started + timeout
@@ -138,6 +159,16 @@ class Server:
 
     def __exit__(self, *exc):
         self.stop()
+
+
+def _terminate_with_parent() -> None:
+    """In the child: ask the kernel for SIGTERM when the job process that started the server dies."""
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except OSError:
+        pass
 
 
 def _group_alive(pgid: int) -> bool:

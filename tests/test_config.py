@@ -44,6 +44,8 @@ def test_algorithm_spelling_is_data():
     config = load_default_config()
     config["algorithms"] = {"ddtree": {"flags": ["--speculative-dflash-enable-ddtree", "--speculative-ddtree-budget", "{budget}"],
                                        "env": {}}}
+    config["sglang"] = {"build": "a fork", "extra_flags": [{"flag": "--speculative-dflash-enable-ddtree", "type": "bool"},
+                                                          {"flag": "--speculative-ddtree-budget", "type": "int"}]}
     config["methods"] = [{"name": "tree", "algorithm": "ddtree", "budget": 32}]
     (method,) = cfg.expand_methods(validated(config))
     assert method.flags == ("--speculative-dflash-enable-ddtree", "--speculative-ddtree-budget", "32")

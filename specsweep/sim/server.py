@@ -50,6 +50,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--sim-gpu", default="H200")
     p.add_argument("--sim-model-profile", default="qwen3-8b")
     p.add_argument("--sim-startup-seconds", type=float, default=0.5)
+    p.add_argument("--sim-accept-flag", action="append", default=[], metavar="FLAG:TYPE",
+                   help="accept (and ignore) a flag of a server build, e.g. --speculative-ddtree-foo:int")
+    p.add_argument("--sim-crash-after", type=int, default=0, metavar="N",
+                   help="fault: exit abruptly when request N arrives (0: never)")
+    pre, _ = p.parse_known_args(argv)
+    _accept_sglang_flags(p, pre.sim_accept_flag)
     args = p.parse_args(argv)
     if args.speculative_algorithm and not args.speculative_draft_model_path:
         p.error("--speculative-draft-model-path is required with --speculative-algorithm")
@@ -59,6 +65,19 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     if block and args.speculative_num_draft_tokens and block != args.speculative_num_draft_tokens:
         p.error("--speculative-dflash-block-size and --speculative-num-draft-tokens disagree")
     return args
+
+
+def _accept_sglang_flags(parser: argparse.ArgumentParser, extra: list[str]) -> None:
+    """Accept every flag of the recorded SGLang releases (ignored when not modelled), and declared build flags."""
+    from ..sglang_options import _add, available_tables, load_table
+
+    group = parser.add_argument_group("SGLang flags accepted and not modelled")
+    for version in available_tables():
+        for option in load_table(version)["options"]:
+            _add(group, option["flags"], option["nargs"], option["type"], None)
+    for item in extra:
+        flag, _, kind = item.partition(":")
+        _add(group, [flag], 0 if kind == "bool" else None, None if kind == "bool" else (kind or "str"), None)
 
 
 def decoding_from_args(args: argparse.Namespace) -> Decoding:
@@ -220,6 +239,7 @@ def build_app(args: argparse.Namespace) -> web.Application:
     model_name = args.served_model_name or args.model_path
     launched = time.time()
     ids = iter(range(1, 1 << 62))
+    received = {"generate": 0}
 
     async def start_engine(app):
         app["engine_task"] = asyncio.create_task(engine.run())
@@ -284,6 +304,10 @@ def build_app(args: argparse.Namespace) -> web.Application:
         if not isinstance(text, str):
             raise web.HTTPBadRequest(text="the simulated server accepts 'text' (one string) only")
         sampling = body.get("sampling_params") or {}
+        received["generate"] += 1
+        if args.sim_crash_after and received["generate"] >= args.sim_crash_after:
+            print(f"fault: crashing at request {received['generate']} (--sim-crash-after)", flush=True)
+            os._exit(3)
         try:
             req = engine.submit(text, sampling)
         except ValueError as exc:

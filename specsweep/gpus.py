@@ -1,0 +1,115 @@
+"""The GPU pool: which GPUs a server job gets.
+
+Snakemake's ``resources: gpu=<tp>`` limits how many GPUs are in use at once
+but does not say which. Each job takes free devices from a pool of lock
+files, one per GPU, locked with flock(2) under a global mutex so that two
+jobs never pick the same device; the kernel releases a flock when its holder
+dies, even after SIGKILL, so a crashed job never keeps a GPU. Under a
+cluster scheduler the pool chooses only among the devices the scheduler
+granted (CUDA_VISIBLE_DEVICES at job start).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import time
+from contextlib import contextmanager
+from pathlib import Path
+
+from .environment import gpu_inventory
+
+
+class GpuPoolError(RuntimeError):
+    pass
+
+
+def visible_devices(configured: int | None = None) -> list[str]:
+    """Devices this job may use: those granted by a scheduler, else the configured count, else nvidia-smi's."""
+    granted = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if granted is not None and granted.strip():
+        return [d.strip() for d in granted.split(",") if d.strip()]
+    if configured is not None:
+        return [str(i) for i in range(configured)]
+    return [str(g["index"]) for g in gpu_inventory()]
+
+
+class GpuPool:
+    """One lock file per device in ``lock_dir``; ``acquire(n)`` waits for n free devices."""
+
+    def __init__(self, lock_dir: str | Path, devices: list[str]):
+        self.lock_dir = Path(lock_dir)
+        self.devices = list(devices)
+        self.lock_dir.mkdir(parents=True, exist_ok=True)
+
+    def _try_lock(self, name: str):
+        fd = os.open(self.lock_dir / name, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            return None
+        return fd
+
+    @contextmanager
+    def acquire(self, count: int, timeout: float = 7 * 24 * 3600, poll: float = 0.5, holder: str = ""):
+        """Hold ``count`` free devices for the duration of the block; yields their ids."""
+        if count > len(self.devices):
+            raise GpuPoolError(f"{holder or 'a server'} needs {count} GPUs but this host offers "
+                               f"{len(self.devices)} ({', '.join(self.devices) or 'none'}); lower tp or use a larger host")
+        deadline = time.monotonic() + timeout
+        held: list[tuple[str, int]] = []
+        while True:
+            mutex = os.open(self.lock_dir / "pool.mutex", os.O_RDWR | os.O_CREAT, 0o644)
+            try:
+                fcntl.flock(mutex, fcntl.LOCK_EX)
+                for device in self.devices:
+                    fd = self._try_lock(f"gpu{device}.lock")
+                    if fd is not None:
+                        held.append((device, fd))
+                        if len(held) == count:
+                            break
+                if len(held) < count:  # not enough: give back, wait, retry
+                    for _, fd in held:
+                        os.close(fd)
+                    held = []
+            finally:
+                os.close(mutex)
+            if held:
+                break
+            if time.monotonic() > deadline:
+                raise GpuPoolError(f"{holder or 'a server'}: {count} GPUs not free within {timeout:g} s")
+            time.sleep(poll)
+        try:
+            for device, fd in held:
+                os.ftruncate(fd, 0)
+                os.write(fd, f"{os.getpid()} {holder}\n".encode())
+            yield [device for device, _ in held]
+        finally:
+            for _, fd in held:
+                os.close(fd)
+
+
+def wait_until_released(devices: list[str], timeout: float = 60.0) -> bool:
+    """Wait until no process of a stopped server still holds memory on its GPUs (nvidia-smi); True when free."""
+    from .environment import _run
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        out = _run(["nvidia-smi", "--query-compute-apps=pid", "--format=csv,noheader", "-i", ",".join(devices)])
+        if out is None or not out.strip():
+            return True
+        time.sleep(1.0)
+    return False
+
+
+def gpu_memory_used(devices: list[str] | None) -> float | None:
+    """Memory in use on these GPUs now, MiB summed (nvidia-smi); None without NVIDIA GPUs."""
+    from .environment import _run
+
+    if not devices:
+        return None
+    out = _run(["nvidia-smi", "--query-gpu=memory.used", "--format=csv,noheader,nounits", "-i", ",".join(devices)])
+    if not out:
+        return None
+    return float(sum(float(v) for v in out.split()))

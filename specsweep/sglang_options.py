@@ -1,0 +1,80 @@
+"""SGLang's launch_server option table, recorded from a pinned release, and checks against it.
+
+The table (specsweep/data/sglang-<version>-options.json) is recorded with
+tools/record_sglang_options.py from an installed SGLang. Builds that add
+flags (a DDTree branch, for instance) declare them in config under
+``sglang.extra_flags``; every launch command is parsed with the table plus
+those flags before any job runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+import json
+from functools import lru_cache
+from importlib import resources
+
+TYPES = {"int": int, "float": float, "str": str}
+
+
+class FlagError(ValueError):
+    """A launch flag the server would reject."""
+
+
+def available_tables() -> list[str]:
+    names = [p.name for p in resources.files("specsweep").joinpath("data").iterdir()]
+    return sorted(n[len("sglang-"):-len("-options.json")] for n in names
+                  if n.startswith("sglang-") and n.endswith("-options.json"))
+
+
+@lru_cache(maxsize=8)
+def load_table(version: str) -> dict:
+    path = resources.files("specsweep").joinpath(f"data/sglang-{version}-options.json")
+    if not path.is_file():
+        raise FlagError(f"no recorded SGLang option table for version {version!r} "
+                        f"(recorded: {', '.join(available_tables())}); record one with tools/record_sglang_options.py")
+    return json.loads(path.read_text())
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):
+        raise FlagError(message)
+
+
+def build_parser(version: str, extra_flags: list[dict] = ()) -> argparse.ArgumentParser:
+    """An argparse parser equivalent to SGLang's for the recorded version, plus declared extra flags."""
+    parser = _Parser(prog="sglang.launch_server", add_help=False, allow_abbrev=False)
+    for option in load_table(version)["options"]:
+        _add(parser, option["flags"], option["nargs"], option["type"], option["choices"])
+    for extra in extra_flags:
+        kind = extra.get("type", "str")
+        _add(parser, [extra["flag"]], 0 if kind == "bool" else None, None if kind == "bool" else kind, None)
+    return parser
+
+
+def _add(parser, flags, nargs, kind, choices):
+    try:
+        if nargs == 0:
+            parser.add_argument(*flags, action="store_true")
+        else:
+            parser.add_argument(*flags, nargs=nargs, type=TYPES.get(kind or "str", str), choices=choices)
+    except argparse.ArgumentError:
+        pass  # a declared extra flag that the release already has
+
+
+def known_flags(version: str, extra_flags: list[dict] = ()) -> set[str]:
+    flags = {f for option in load_table(version)["options"] for f in option["flags"]}
+    return flags | {e["flag"] for e in extra_flags}
+
+
+def check_argv(argv: list[str], version: str, extra_flags: list[dict] = ()) -> None:
+    """Parse launch arguments (without the interpreter and module) as SGLang would; raise FlagError naming the flag."""
+    known = known_flags(version, extra_flags)
+    for arg in argv:
+        if arg.startswith("--") and arg.split("=")[0] not in known:
+            flag = arg.split("=")[0]
+            close = difflib.get_close_matches(flag, sorted(known), n=1)
+            hint = f"; did you mean {close[0]}?" if close else ""
+            raise FlagError(f"{flag} is not an option of SGLang {version} nor declared in sglang.extra_flags{hint}")
+    build_parser(version, tuple(extra_flags)).parse_args(argv)
