@@ -14,6 +14,7 @@ import json
 import os
 import re
 import signal
+import socket
 import sys
 import time
 from contextlib import ExitStack
@@ -176,7 +177,7 @@ def bench_server(params: dict, outputs: list[str], environment: dict, log_dir: s
         with ExitStack() as stack:
             gpus = None
             if devices:
-                pool = GpuPool(pool_config["lock_dir"], devices)
+                pool = GpuPool(Path(pool_config["lock_dir"]) / socket.gethostname(), devices)
                 need = len(devices) if pool_config["exclusive"] else tp
                 print(f"server {server_name}: waiting for {need} GPU(s) from the pool", file=sys.stderr, flush=True)
                 gpus = stack.enter_context(pool.acquire(need, holder=server_name))

@@ -1,0 +1,301 @@
+"""The sglang backend without GPUs: launch commands, flag checks, capability probe, GPU pool, lifecycle."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+import yaml
+
+from conftest import REPO, Journal, load_default_config, server_processes_under, snakemake, write_config
+from specsweep import config as cfg
+from specsweep.environment import EnvironmentError_, check_methods, probe
+from specsweep.gpus import GpuPool, GpuPoolError, visible_devices
+from specsweep.server import Server, ServerError, free_port, launch_command, redact, server_arguments
+from specsweep.sglang_options import FlagError, check_argv
+from test_config import validated
+
+FIXTURES = Path(__file__).parent / "fixtures"
+HELP_0523 = (FIXTURES / "sglang-0.5.23-help.txt").read_text()
+
+
+def plan_full() -> dict:
+    return validated(yaml.safe_load((REPO / "config" / "plan-full.yaml").read_text()))
+
+
+def test_every_full_plan_launch_command_parses_with_the_recorded_sglang_table():
+    config = plan_full()
+    commands = []
+    for server in cfg.servers(config):
+        params = cfg.server_params(config, server["tp"], server["method"])
+        argv, env = launch_command(params, port=30001, max_context=40000, python="/opt/sglang/bin/python")
+        assert argv[:3] == ["/opt/sglang/bin/python", "-m", "sglang.launch_server"]
+        check_argv(argv[3:], config["sglang"]["options_table"], config["sglang"]["extra_flags"])
+        commands.append((server, argv, env))
+    assert len(commands) == 24
+    for server, argv, env in commands:
+        assert argv[argv.index("--tp-size") + 1] == str(server["tp"])
+        assert argv[argv.index("--max-running-requests") + 1] == "64"
+        assert argv[argv.index("--cuda-graph-max-bs-decode") + 1] == "64"
+        assert argv[argv.index("--host") + 1] == "127.0.0.1"
+        assert "--enable-metrics" in argv
+        if server["method"].startswith("ddtree"):
+            assert argv[argv.index("--speculative-algorithm") + 1] == "DDTREE"
+            assert env == {"SGLANG_DDTREE_MAX_TOPK": "8"}
+
+
+def test_options_table_rejects_what_sglang_rejects():
+    with pytest.raises(FlagError, match="--speculative-dflash-blocksize.*did you mean --speculative-dflash-block-size"):
+        check_argv(["--model-path", "m", "--speculative-dflash-blocksize", "16"], "0.5.23")
+    with pytest.raises(FlagError, match="invalid int value"):
+        check_argv(["--model-path", "m", "--tp-size", "four"], "0.5.23")
+    with pytest.raises(FlagError, match="invalid choice"):
+        check_argv(["--model-path", "m", "--tokenizer-mode", "fast"], "0.5.23")
+    with pytest.raises(FlagError, match="--speculative-ddtree-budget"):
+        check_argv(["--model-path", "m", "--speculative-ddtree-budget", "8"], "0.5.23")  # not upstream
+    check_argv(["--model-path", "m", "--speculative-ddtree-budget", "8"], "0.5.23",
+               [{"flag": "--speculative-ddtree-budget", "type": "int"}])
+
+
+def test_mistyped_flag_in_config_fails_before_any_job_naming_the_method(workflow):
+    config = load_default_config()
+    config["methods"][1]["flags"] = ["--speculative-draft-attention-backnd", "fa3"]
+    write_config(workflow, config)
+    proc = snakemake(workflow, check=False)
+    assert proc.returncode != 0
+    assert "method 'dflash'" in proc.stdout and "--speculative-draft-attention-backnd" in proc.stdout
+    assert not (workflow / "results").exists()
+
+
+def test_fair_scheduling_switch_runs_dflash_without_overlap():
+    config = load_default_config()
+    config["match_ddtree_scheduling"] = True
+    methods = {m.name: m for m in cfg.expand_methods(validated(config))}
+    assert "--disable-overlap-schedule" in methods["dflash"].flags
+    assert "--disable-overlap-schedule" not in methods["ar"].flags
+
+
+def test_secrets_are_redacted_from_provenance():
+    assert redact({"SGLANG_API_KEY": "s3cret", "HF_TOKEN": "t", "SGLANG_DDTREE_MAX_TOPK": "8"}) == {
+        "SGLANG_API_KEY": "<redacted>", "HF_TOKEN": "<redacted>", "SGLANG_DDTREE_MAX_TOPK": "8"}
+
+
+def test_capability_probe_without_ddtree_fails_the_ddtree_method():
+    environment = probe("sglang", python=str(FIXTURES / "fake_sglang_python.sh"), help_text=HELP_0523)
+    assert "DFLASH" in environment["capabilities"]["algorithms"]
+    assert "DDTREE" not in environment["capabilities"]["algorithms"]
+    config = plan_full()
+    methods = {m.name: m.as_dict() for m in cfg.expand_methods(config)}
+    check_methods([methods["ar"], methods["dflash"]], environment)
+    with pytest.raises(EnvironmentError_, match="method 'ddtree-b4'.*--speculative-algorithm DDTREE"):
+        check_methods([methods["ddtree-b4"]], environment)
+
+
+def test_workflow_stops_before_any_server_when_the_build_lacks_ddtree(workflow):
+    config = load_default_config()
+    config["backend"] = "sglang"
+    config["sglang"] = {"python": str(FIXTURES / "fake_sglang_python.sh")}
+    write_config(workflow, config)
+    proc = snakemake(workflow, check=False)
+    assert proc.returncode != 0
+    assert "does not offer --speculative-algorithm DDTREE" in proc.stdout
+    assert "method 'ddtree-b" in proc.stdout
+    assert Journal(workflow).new_events() == []  # no bench job ran, no server started
+    env = json.loads((workflow / "results" / "env" / "sglang.json").read_text())
+    assert env["server"]["version"] == "0.5.23" and env["software"]["cuda"] == "13.0"
+
+
+# ------------------------------------------------------------------ GPU pool
+
+_ACQUIRE = """
+import json, sys, time
+from specsweep.gpus import GpuPool
+pool = GpuPool(sys.argv[1], [str(i) for i in range(8)])
+with pool.acquire(int(sys.argv[2]), poll=0.05, holder=sys.argv[3]) as gpus:
+    start = time.monotonic()
+    print(json.dumps({"gpus": gpus, "start": time.time()}), flush=True)
+    time.sleep(float(sys.argv[4]))
+    print(json.dumps({"end": time.time()}), flush=True)
+"""
+
+
+def _acquirers(lock_dir, count, need, hold):
+    procs = [subprocess.Popen([sys.executable, "-c", _ACQUIRE, str(lock_dir), str(need), f"job{i}", str(hold)],
+                              stdout=subprocess.PIPE, text=True) for i in range(count)]
+    results = []
+    for p in procs:
+        out, _ = p.communicate(timeout=60)
+        lines = [json.loads(l) for l in out.splitlines()]
+        results.append({**lines[0], **lines[1]})
+    return results
+
+
+def test_gpu_pool_hands_disjoint_devices_to_eight_concurrent_jobs(tmp_path):
+    results = _acquirers(tmp_path, 8, 1, 1.5)
+    devices = [r["gpus"][0] for r in results]
+    assert sorted(devices) == [str(i) for i in range(8)]
+    # all eight held their GPU at the same time (no one waited for another)
+    assert max(r["start"] for r in results) < min(r["end"] for r in results)
+
+
+def test_gpu_pool_never_hands_out_more_than_exist(tmp_path):
+    results = _acquirers(tmp_path, 4, 4, 1.0)  # TP-4 jobs on an 8-GPU host: two at a time
+    for t in sorted({r["start"] for r in results}):
+        holding = [r for r in results if r["start"] <= t < r["end"]]
+        in_use = [g for r in holding for g in r["gpus"]]
+        assert len(in_use) == len(set(in_use)) <= 8
+        assert len(holding) <= 2
+    with pytest.raises(GpuPoolError, match="needs 9 GPUs but this host offers 8"):
+        with GpuPool(tmp_path, [str(i) for i in range(8)]).acquire(9):
+            pass
+
+
+def test_gpu_pool_recovers_locks_of_a_killed_process(tmp_path):
+    holder = subprocess.Popen([sys.executable, "-c", _ACQUIRE, str(tmp_path), "8", "doomed", "60"],
+                              stdout=subprocess.PIPE, text=True)
+    assert json.loads(holder.stdout.readline())["gpus"] == [str(i) for i in range(8)]
+    pool = GpuPool(tmp_path, [str(i) for i in range(8)])
+    with pytest.raises(GpuPoolError, match="not free"):
+        with pool.acquire(1, timeout=0.5, poll=0.1):
+            pass
+    holder.kill()
+    holder.wait()
+    with pool.acquire(8, timeout=5, poll=0.1) as gpus:
+        assert len(gpus) == 8
+
+
+def test_gpu_pool_chooses_only_among_granted_devices(monkeypatch):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2,5")
+    assert visible_devices(8) == ["2", "5"]
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES")
+    assert visible_devices(3) == ["0", "1", "2"]
+
+
+# ------------------------------------------------------------------ lifecycle
+
+def _group_members(pids):
+    alive = []
+    for pid in pids:
+        try:
+            if psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
+                alive.append(pid)
+        except psutil.NoSuchProcess:
+            pass
+    return alive
+
+
+def test_stop_kills_a_process_tree_that_ignores_sigterm(tmp_path):
+    port = free_port()
+    pidfile = tmp_path / "pids"
+    server = Server([sys.executable, str(FIXTURES / "stubborn_server.py"), str(port), str(pidfile)], {},
+                    "127.0.0.1", port, tmp_path / "stubborn.log")
+    server.start(30)
+    pids = [int(p) for p in pidfile.read_text().split()]
+    assert len(_group_members(pids)) == 3
+    started = time.monotonic()
+    server.stop(grace=1.0)
+    assert _group_members(pids) == []
+    assert time.monotonic() - started < 15
+
+
+def test_server_killed_with_its_job(tmp_path):
+    """If the job process dies without cleaning up, the kernel's parent-death signal stops the server."""
+    code = (
+        "import sys, time\n"
+        "from specsweep.server import Server, free_port\n"
+        "port = free_port()\n"
+        "s = Server([sys.executable, '-m', 'specsweep.sim', '--model-path', 'm', '--port', str(port), "
+        "'--sim-startup-seconds', '0'], {}, '127.0.0.1', port, sys.argv[1])\n"
+        "s.start(30)\n"
+        "print(s.process.pid, flush=True)\n"
+        "time.sleep(60)\n")
+    job = subprocess.Popen([sys.executable, "-c", code, str(tmp_path / "s.log")], stdout=subprocess.PIPE, text=True)
+    server_pid = int(job.stdout.readline())
+    job.kill()
+    job.wait()
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and _group_members([server_pid]):
+        time.sleep(0.1)
+    assert _group_members([server_pid]) == []
+
+
+def fast_config() -> dict:
+    config = load_default_config()
+    config["methods"] = [{"name": "ar", "algorithm": "ar"}, {"name": "dflash", "algorithm": "dflash"}]
+    config["workloads"] = [{"name": "short", "family": "short", "requests": 4, "max_new_tokens": 48}]
+    config["concurrency"] = [1, 2]
+    config["warmup"] = 0
+    config["sim"] = {"startup_seconds": 0.2}
+    return config
+
+
+def test_crash_mid_cell_keeps_finished_cells_and_leaves_no_process(workflow):
+    config = fast_config()
+    config["methods"] = [{"name": "ar", "algorithm": "ar"}]
+    config["sim"]["faults"] = {"crash_after": 6}  # 4 requests of c1 pass, c2 crashes
+    write_config(workflow, config)
+    proc = snakemake(workflow, check=False)
+    assert proc.returncode != 0
+    log = (workflow / "logs" / "bench" / "tp1-ar.log").read_text()
+    assert "server died" in log and "crashing at request 6" in log  # the server log's tail is quoted
+    events = Journal(workflow).new_events()
+    assert [e["cell"] for e in events if e["event"] == "measured"] == ["results/cells/tp1/ar/short/c1.json"]
+    assert not list((workflow / "results" / "cells").rglob("*.json"))  # no partial outputs
+    assert not list((workflow / "results" / "cells").rglob("*.tmp"))
+    assert server_processes_under(workflow) == []
+    # the rerun measures only the missing cell (a fresh server crashes only at its 6th request)
+    snakemake(workflow)
+    events = Journal(workflow).new_events()
+    assert [e["cell"] for e in events if e["event"] == "measured"] == ["results/cells/tp1/ar/short/c1.json",
+                                                                       "results/cells/tp1/ar/short/c2.json"]
+    assert [e["cell"] for e in events if e["event"] == "cache_hit"] == ["results/cells/tp1/ar/short/c1.json"]
+
+
+@pytest.mark.parametrize("sig,to_group,requests", [
+    (signal.SIGINT, True, 200),  # Ctrl-C in a terminal: the whole foreground process group
+    (signal.SIGTERM, True, 200),  # kill -TERM -<pgid>, a service manager, a batch scheduler
+    (signal.SIGTERM, False, 12),  # snakemake alone: it lets running jobs finish, then exits
+], ids=["SIGINT-group", "SIGTERM-group", "SIGTERM-snakemake"])
+def test_signal_to_snakemake_leaves_no_server(workflow, sig, to_group, requests):
+    config = fast_config()
+    config["workloads"][0]["requests"] = requests
+    config["workloads"][0]["max_new_tokens"] = 256
+    write_config(workflow, config)
+    proc = subprocess.Popen([sys.executable, "-m", "snakemake", "--cores", "2"], cwd=workflow,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    journal = Journal(workflow)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        if any(e["event"] == "server_start" for e in journal.new_events()) and server_processes_under(workflow):
+            break
+        time.sleep(0.2)
+    else:
+        os.killpg(proc.pid, signal.SIGKILL)
+        pytest.fail("no server started")
+    time.sleep(1.0)
+    if to_group:
+        os.killpg(proc.pid, sig)
+    else:
+        proc.send_signal(sig)
+    try:
+        proc.wait(timeout=180)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and server_processes_under(workflow):
+        time.sleep(0.2)
+    assert server_processes_under(workflow) == []
+    assert not list((workflow / "results").rglob("*.tmp"))
+    # cells measured before the signal stay in the cache (a rerun takes them from there)
+    events = Journal(workflow).new_events()
+    for event in events:
+        if event["event"] == "measured":
+            assert (workflow / "results" / "cache" / event["key"][:2] / f"{event['key']}.json").exists()
