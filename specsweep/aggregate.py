@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from .metrics import speedup
+from .metrics import losslessness, speedup
 
 SUMMARY_COLUMNS = [
     "simulated", "tp", "method", "algorithm", "block_size", "budget", "topk", "workload", "family",
@@ -15,7 +15,10 @@ SUMMARY_COLUMNS = [
     "output_throughput", "output_throughput_lo", "output_throughput_hi", "output_throughput_per_gpu",
     "speedup", "speedup_lo", "speedup_hi",
     "ttft_p50", "ttft_p99", "tpot_mean", "tpot_p50", "tpot_p99", "itl_p50", "itl_p99", "e2e_p50", "e2e_p99",
-    "acceptance_length", "acceptance_length_server", "tokens_per_chunk", "cell_file",
+    "acceptance_length", "acceptance_length_server", "tokens_per_chunk", "acceptance_disagree",
+    "ttft_p99_with_failures", "e2e_p99_with_failures", "session_completion_p50",
+    "lossless_compared", "lossless_exact_rate", "lossless_first_divergence_median", "lossless_first_divergence_min",
+    "cell_file",
 ]
 
 
@@ -42,6 +45,10 @@ def cell_row(cell: dict, path: str) -> dict:
         "acceptance_length": m.get("acceptance_length"),
         "acceptance_length_server": m.get("acceptance_length_server"),
         "tokens_per_chunk": m.get("tokens_per_chunk"),
+        "acceptance_disagree": (m.get("acceptance_agreement") or {}).get("disagree"),
+        "ttft_p99_with_failures": (m.get("ttft_with_failures") or {}).get("p99"),
+        "e2e_p99_with_failures": (m.get("e2e_with_failures") or {}).get("p99"),
+        "session_completion_p50": _get(m, "session_completion", "p50"),
         "cell_file": path,
     }
 
@@ -57,5 +64,10 @@ def summarise_cells(paths: list[str]) -> pd.DataFrame:
         s = speedup(cell["requests"], base["requests"]) if base else {"speedup": None, "speedup_ci": None}
         ci = s["speedup_ci"] or [None, None]
         row.update(speedup=s["speedup"], speedup_lo=ci[0], speedup_hi=ci[1])
+        if base is not None and cell["method"]["algorithm"] != "ar" and cell["sampling"]["temperature"] == 0:
+            lossless = losslessness(cell["requests"], base["requests"])
+            row.update(lossless_compared=lossless["compared"], lossless_exact_rate=lossless["exact_match_rate"],
+                       lossless_first_divergence_median=lossless["first_divergence_median"],
+                       lossless_first_divergence_min=lossless["first_divergence_min"])
     frame = pd.DataFrame(rows, columns=SUMMARY_COLUMNS)
     return frame.sort_values(["tp", "workload", "concurrency", "method", "repetition"]).reset_index(drop=True)

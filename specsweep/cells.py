@@ -27,9 +27,9 @@ import requests
 
 from . import CELL_SCHEMA_VERSION, HARNESS_VERSION, __version__
 from .canon import atomic_write_json, atomic_write_text, canonical_json, digest
-from .client import measure
+from .client import LoadModel, measure
 from .config import cells_of_server
-from .metrics import cell_metrics
+from .metrics import acceptance_agreement, cell_metrics
 from .environment import check_methods
 from .gpus import GpuPool, gpu_memory_used, visible_devices, wait_until_released
 from .server import Server, free_port, launch_command, redact
@@ -130,6 +130,19 @@ def scrape(url: str) -> dict[str, float]:
         return {}
 
 
+def server_cumulative_acceptance(url: str) -> float | None:
+    """internal_states[0].avg_spec_accept_length from server info (cumulative since launch)."""
+    for path in ("/get_server_info", "/server_info"):
+        try:
+            resp = requests.get(url + path, timeout=10)
+            if resp.status_code == 200:
+                states = resp.json().get("internal_states") or [{}]
+                return states[0].get("avg_spec_accept_length")
+        except (requests.RequestException, ValueError):
+            continue
+    return None
+
+
 def counter_deltas(before: dict, after: dict) -> dict:
     """Server counters differenced over the measurement window (never cumulative values)."""
     return {k: after[k] - before.get(k, 0.0) for k in after if k.endswith("_total")}
@@ -226,13 +239,18 @@ def measure_cell(server: Server, params: dict, cell: dict, sessions: list, promp
     except requests.RequestException:
         pass
     began = datetime.now(timezone.utc)
+    load_config = params["load"]
+    load = LoadModel(load_config["model"], load_config.get("rate", 0.0), load_config["think_time"],
+                     load_config["protocol"], params["seed"] + cell["repetition"])
     if params["warmup"]:
         warm = build(dict(workload, name=workload["name"] + "-warmup", requests=params["warmup"]), params["seed"], thinking)
-        measure(server.url, warm, cell["concurrency"], sampling, timeout, thinking, server.alive)
+        measure(server.url, warm, cell["concurrency"], sampling, timeout, thinking, server.alive,
+                LoadModel(protocol=load.protocol))
         server.check_alive(f"after warm-up of {where}")
     before = scrape(server.url)
-    records = measure(server.url, sessions, cell["concurrency"], sampling, timeout, thinking, server.alive)
+    records = measure(server.url, sessions, cell["concurrency"], sampling, timeout, thinking, server.alive, load)
     after = scrape(server.url)
+    cumulative = server_cumulative_acceptance(server.url)
     ended = datetime.now(timezone.utc)
     server.check_alive(f"after {where}")
     records = [r.as_dict() for r in records]
@@ -242,6 +260,11 @@ def measure_cell(server: Server, params: dict, cell: dict, sessions: list, promp
     done = metrics["requests_completed"]
     metrics["acceptance_length_server"] = (
         (deltas.get("sglang:generation_tokens_total", 0.0) - done) / verify if verify else None)
+    metrics["acceptance_agreement"] = acceptance_agreement({
+        k: metrics[k] for k in ("acceptance_length", "acceptance_length_server", "tokens_per_chunk")})
+    # The server's own average is cumulative since launch (warm-up and earlier cells included):
+    # kept for reference only, never used as the cell's value.
+    metrics["server_cumulative_accept_length_not_used"] = cumulative
     kinds: dict[str, int] = {}
     for s in sessions:
         kinds[s.kind] = kinds.get(s.kind, 0) + 1
@@ -257,6 +280,7 @@ def measure_cell(server: Server, params: dict, cell: dict, sessions: list, promp
                      "sessions": len(sessions), "warmup": params["warmup"], "content_mix": kinds,
                      "max_new_tokens": workload["max_new_tokens"]},
         "sampling": dict(params["sampling"]),
+        "load": dict(params["load"]),
         "seed": params["seed"],
         "provenance": {
             "specsweep": __version__,

@@ -218,6 +218,11 @@ def normalise(config: dict) -> dict:
             raise ConfigError(
                 "model.drafter: required on the sglang backend when a dflash or ddtree method is configured"
             )
+    if config["load"]["model"] == "poisson" and not config["load"].get("rate"):
+        raise ConfigError("load.rate: required when load.model is poisson (sessions per second)")
+    config["load"]["think_time"] = float(config["load"]["think_time"])
+    if "rate" in config["load"]:
+        config["load"]["rate"] = float(config["load"]["rate"])
     config["tp"] = sorted(config["tp"])
     config["concurrency"] = sorted(config["concurrency"])
     for key in ("temperature", "top_p"):
@@ -302,5 +307,6 @@ def server_params(config: dict, tp: int, method_name: str) -> dict:
         "repetitions": config["repetitions"],
         "seed": config["seed"],
         "sampling": dict(config["sampling"]),
+        "load": dict(config["load"]),
         "cache_dir": config["cache_dir"],
     }

@@ -114,6 +114,55 @@ def summarise(values: list[float], seed: int = 0) -> dict:
     return out
 
 
+def summarise_with_failures(values: list[float | None], failed: int) -> dict:
+    """Percentiles with each failed request counted as +inf latency (reported beside the success-only ones)."""
+    data = np.asarray([v for v in values if v is not None] + [math.inf] * failed, dtype=float)
+    if data.size == 0:
+        return {"n": 0}
+    out = {"n": int(data.size)}
+    for p in PERCENTILES:
+        value = float(np.percentile(data, p, method="inverted_cdf")) if failed else float(np.percentile(data, p))
+        out[f"p{p}"] = value if math.isfinite(value) else None  # None: the percentile falls among failures
+    return out
+
+
+def session_completion(records: list[dict]) -> list[float]:
+    """Session completion time = last content chunk of its last turn - send time of its first turn (all turns successful)."""
+    sessions: dict = {}
+    for r in records:
+        sessions.setdefault(r["session"], []).append(r)
+    out = []
+    for turns in sessions.values():
+        if all(t["error"] is None and t["chunk_times"] for t in turns):
+            out.append(max(t["chunk_times"][-1] for t in turns) - min(t["t0"] for t in turns))
+    return out
+
+
+def per_turn(records: list[dict], seed: int = 0) -> dict:
+    """Per turn index: requests, TTFT and E2E percentiles, mean prompt and cached tokens (prefix-cache hits)."""
+    out = {}
+    for turn in sorted({r["turn"] for r in records}):
+        rows = [r for r in records if r["turn"] == turn]
+        ok = [r for r in rows if r["error"] is None]
+        out[str(turn)] = {
+            "requests": len(rows), "failed": len(rows) - len(ok),
+            "ttft": summarise([ttft(r) for r in ok], seed), "e2e": summarise([e2e(r) for r in ok], seed),
+            "prompt_tokens_mean": float(np.mean([r["prompt_tokens"] for r in ok])) if ok else None,
+            "cached_tokens_mean": float(np.mean([r["cached_tokens"] for r in ok])) if ok else None,
+        }
+    return out
+
+
+def acceptance_agreement(estimates: dict, tolerance: float = 0.02) -> dict:
+    """Agreement of acceptance estimates: max relative difference to the request-level value; disagree above tolerance (2%)."""
+    reference = estimates.get("acceptance_length")
+    others = {k: v for k, v in estimates.items() if k != "acceptance_length" and v is not None}
+    if reference is None or not others:
+        return {"max_relative_difference": None, "disagree": False}
+    diff = max(abs(v - reference) / reference for v in others.values())
+    return {"max_relative_difference": diff, "disagree": bool(diff > tolerance)}
+
+
 def throughput_ci(records: list[dict], seed: int = 0) -> list[float] | None:
     """95% CI of output throughput: bootstrap over requests of sum(N*)/sum(E2E*) x (sum(E2E)/window)."""
     ok = [r for r in records if r["error"] is None and r["chunk_times"]]
@@ -162,6 +211,10 @@ def cell_metrics(records: list[dict], tp: int, seed: int = 0) -> dict:
         "interactivity": summarise([interactivity(r) for r in ok], seed),
         "queue_delay": summarise([queue_delay(r) for r in records], seed),
         "chunk_gap": summarise([g for r in ok for g in chunk_gaps(r)], seed),
+        "ttft_with_failures": summarise_with_failures([ttft(r) for r in ok], len(records) - len(ok)),
+        "e2e_with_failures": summarise_with_failures([e2e(r) for r in ok], len(records) - len(ok)),
+        "session_completion": summarise(session_completion(records), seed),
+        "per_turn": per_turn(records, seed) if any(r["turn"] for r in records) else {},
         "acceptance_length": acceptance_length(records),
         "acceptance_length_per_request": acceptance_length_per_request(records),
         "tokens_per_chunk": tokens_per_chunk(records),
@@ -171,7 +224,9 @@ def cell_metrics(records: list[dict], tp: int, seed: int = 0) -> dict:
 def definitions() -> list[tuple[str, str]]:
     """(name, definition) for every metric, from the first line of each docstring."""
     funcs = [ttft, e2e, tpot, interactivity, itl_per_token, chunk_gaps, queue_delay, output_throughput,
-             throughput_ci, acceptance_length, acceptance_length_per_request, tokens_per_chunk, summarise, failures]
+             throughput_ci, acceptance_length, acceptance_length_per_request, tokens_per_chunk,
+             acceptance_agreement, summarise, summarise_with_failures, session_completion, per_turn, failures,
+             speedup, first_divergence, losslessness]
     return [(f.__name__, f.__doc__.strip().splitlines()[0]) for f in funcs]
 
 
@@ -208,3 +263,36 @@ def speedup(method_records: list[dict], ar_records: list[dict], seed: int = 0) -
     lo, hi = np.percentile(ratio, [2.5, 97.5])
     out["speedup_ci"] = [float(lo), float(hi)]
     return out
+
+
+def first_divergence(tokens: list[str], reference: list[str]) -> int | None:
+    """First divergence = index of the first token where an output differs from the reference output (None if equal)."""
+    for i, (a, b) in enumerate(zip(tokens, reference)):
+        if a != b:
+            return i
+    return None if len(tokens) == len(reference) else min(len(tokens), len(reference))
+
+
+def losslessness(method_records: list[dict], ar_records: list[dict]) -> dict:
+    """Losslessness = share of requests whose output equals AR's for the same prompt (greedy), and first divergence positions."""
+    from .text import split_tokens
+
+    reference = {(r["session"], r["turn"]): r for r in ar_records if r["error"] is None}
+    positions, compared, equal = [], 0, 0
+    for r in method_records:
+        ref = reference.get((r["session"], r["turn"]))
+        if r["error"] is not None or ref is None:
+            continue
+        compared += 1
+        position = first_divergence(split_tokens(r["output_text"]), split_tokens(ref["output_text"]))
+        if position is None:
+            equal += 1
+        else:
+            positions.append(position)
+    return {
+        "compared": compared,
+        "exact_match_rate": equal / compared if compared else None,
+        "diverged": len(positions),
+        "first_divergence_median": float(np.median(positions)) if positions else None,
+        "first_divergence_min": int(min(positions)) if positions else None,
+    }

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from aiohttp import web
 
 from .. import __version__
-from ..text import split_tokens
+from ..text import chat_prompt, split_tokens
 from .model import CostModel, Decoding, accepted_tokens, reply_tokens, top1_probability
 
 PAGE = 64  # prefix-cache granularity in tokens
@@ -54,6 +54,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="accept (and ignore) a flag of a server build, e.g. --speculative-ddtree-foo:int")
     p.add_argument("--sim-crash-after", type=int, default=0, metavar="N",
                    help="fault: exit abruptly when request N arrives (0: never)")
+    p.add_argument("--sim-corrupt-tree-from", type=int, default=0, metavar="K",
+                   help="fault: DDTree outputs go wrong from tree depth K on, as when state leaks between branches")
     pre, _ = p.parse_known_args(argv)
     _accept_sglang_flags(p, pre.sim_accept_flag)
     args = p.parse_args(argv)
@@ -100,6 +102,7 @@ class Request:
     produced: int = 0
     verify_ct: int = 0
     prefilled: bool = False
+    corrupted: bool = False
     started: float = field(default_factory=time.monotonic)
 
 
@@ -206,6 +209,11 @@ class Engine:
 
     def _emit(self, req: Request, n: int) -> None:
         n = min(n, len(req.reply) - req.produced)
+        k = self.args.sim_corrupt_tree_from
+        if k and self.decoding.algorithm == "ddtree" and req.verify_ct and n > k and not req.corrupted:
+            req.corrupted = True  # the accepted path went past depth k: the rest of the reply diverges
+            start = req.produced + k
+            req.reply[start:] = [tok.upper() if tok.upper() != tok else tok + "x" for tok in req.reply[start:]]
         req.produced += n
         self.counters["generation_tokens"] += n
         done = req.produced >= len(req.reply)
@@ -328,6 +336,92 @@ def build_app(args: argparse.Namespace) -> web.Application:
         await resp.write_eof()
         return resp
 
+    async def wait_done(req):
+        while not (await req.queue.get())[1]:
+            pass
+
+    def usage(req):
+        return {"prompt_tokens": len(req.prompt_tokens), "completion_tokens": req.produced,
+                "total_tokens": len(req.prompt_tokens) + req.produced,
+                "prompt_tokens_details": {"cached_tokens": req.cached_tokens}}
+
+    async def openai(request, chat: bool):
+        try:
+            body = await request.json()
+        except json.JSONDecodeError:
+            raise web.HTTPBadRequest(text="request body is not JSON")
+        if chat:
+            thinking = (body.get("chat_template_kwargs") or {}).get("enable_thinking", True)
+            prompt = chat_prompt(body.get("messages") or [], thinking)
+        else:
+            prompt = body.get("prompt")
+            if not isinstance(prompt, str):
+                raise web.HTTPBadRequest(text="the simulated server accepts one string prompt")
+        sampling = {"max_new_tokens": body.get("max_tokens") or body.get("max_completion_tokens") or 128,
+                    "temperature": body.get("temperature", 1.0)}
+        try:
+            req = engine.submit(prompt, sampling)
+        except ValueError as exc:
+            return web.json_response({"object": "error", "message": str(exc), "code": 400}, status=400)
+        rid, created = f"sim-{next(ids)}", int(time.time())
+        kind = "chat.completion" if chat else "text_completion"
+
+        def choice(text, finish):
+            if chat:
+                return {"index": 0, "delta": {"role": "assistant", "content": text} if text is not None else {},
+                        "finish_reason": finish}
+            return {"index": 0, "text": text or "", "finish_reason": finish}
+
+        if not body.get("stream"):
+            await wait_done(req)
+            text = "".join(req.reply)
+            finish = "stop" if req.natural_stop else "length"
+            ch = ({"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": finish} if chat
+                  else {"index": 0, "text": text, "finish_reason": finish})
+            return web.json_response({"id": rid, "object": kind, "created": created, "model": model_name,
+                                      "choices": [ch], "usage": usage(req), "simulated": True})
+        options = body.get("stream_options") or {}
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
+        await resp.prepare(request)
+        obj = kind + ".chunk" if chat else kind
+
+        async def put(payload):
+            await resp.write(b"data: " + json.dumps(payload).encode() + b"\n\n")
+
+        if chat:  # first chunk carries the role only
+            await put({"id": rid, "object": obj, "created": created, "model": model_name,
+                       "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}]})
+        sent, done = 0, False
+        while not done:
+            _, done = await req.queue.get()
+            text = "".join(req.reply[sent:req.produced])
+            sent = req.produced
+            finish = ("stop" if req.natural_stop else "length") if done else None
+            payload = {"id": rid, "object": obj, "created": created, "model": model_name,
+                       "choices": [choice(text, finish)]}
+            if options.get("continuous_usage_stats"):
+                payload["usage"] = usage(req)
+            await put(payload)
+        if options.get("include_usage"):
+            await put({"id": rid, "object": obj, "created": created, "model": model_name, "choices": [],
+                       "usage": usage(req)})
+        await resp.write(b"data: [DONE]\n\n")
+        await resp.write_eof()
+        return resp
+
+    async def chat_completions(request):
+        return await openai(request, chat=True)
+
+    async def completions(request):
+        return await openai(request, chat=False)
+
+    async def models(request):
+        return web.json_response({"object": "list", "data": [{"id": model_name, "object": "model",
+                                                              "created": int(launched), "owned_by": "specsweep-sim"}]})
+
+    app.router.add_post("/v1/chat/completions", chat_completions)
+    app.router.add_post("/v1/completions", completions)
+    app.router.add_get("/v1/models", models)
     app.router.add_get("/health", health)
     app.router.add_get("/health_generate", health_generate)
     app.router.add_get("/get_model_info", model_info)

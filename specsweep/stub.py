@@ -1,0 +1,87 @@
+"""A streaming stub server with a known emission schedule, to check the client's timing.
+
+    python -m specsweep.stub --port P --schedule 0.05:1,0.02:4,0.02:2 [--empty-first-chunk]
+    python -m specsweep.stub --port P --tokens 256 --tokens-per-chunk 1     (zero latency)
+
+Answers SGLang's native ``/generate`` (streaming): chunk i is sent ``delay_i``
+seconds after the previous one and carries ``tokens_i`` tokens; each chunk's
+``meta_info.emitted_at`` is the server's CLOCK_MONOTONIC at sending, so a client
+on the same host can measure its own timing error. Not a model: no text
+meaning, no batching.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import time
+
+from aiohttp import web
+
+
+def parse_schedule(text: str) -> list[tuple[float, int]]:
+    """'0.05:1,0.02:4' -> [(0.05, 1), (0.02, 4)]: delay before each chunk and its tokens."""
+    out = []
+    for item in text.split(","):
+        delay, tokens = item.split(":")
+        out.append((float(delay), int(tokens)))
+    return out
+
+
+def build_app(schedule: list[tuple[float, int]], empty_first: bool) -> web.Application:
+    app = web.Application()
+
+    async def ok(request):
+        return web.Response(text="")
+
+    async def generate(request):
+        await request.read()
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await resp.prepare(request)
+        loop = asyncio.get_running_loop()
+        produced, text = 0, ""
+        if empty_first:
+            await resp.write(b'data: {"text": "", "meta_info": {"completion_tokens": 0, "prompt_tokens": 8}}\n\n')
+        deadline = loop.time()
+        for index, (delay, tokens) in enumerate(schedule):
+            deadline += delay
+            wait = deadline - loop.time()
+            if wait > 0:
+                await asyncio.sleep(wait)
+            produced += tokens
+            text += " tok" * tokens
+            chunk = {"text": text, "meta_info": {"completion_tokens": produced, "prompt_tokens": 8,
+                                                 "emitted_at": time.monotonic(),
+                                                 "finish_reason": {"type": "length"} if index == len(schedule) - 1 else None}}
+            await resp.write(b"data: " + json.dumps(chunk).encode() + b"\n\n")
+        await resp.write(b"data: [DONE]\n\n")
+        await resp.write_eof()
+        return resp
+
+    app.router.add_get("/health", ok)
+    app.router.add_get("/health_generate", ok)
+    app.router.add_post("/generate", generate)
+    return app
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(prog="python -m specsweep.stub", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, required=True)
+    p.add_argument("--schedule", help="delay:tokens,... for each chunk")
+    p.add_argument("--tokens", type=int, default=256, help="zero-latency mode: tokens per request")
+    p.add_argument("--tokens-per-chunk", type=int, default=1)
+    p.add_argument("--empty-first-chunk", action="store_true", help="send a chunk without tokens first")
+    args = p.parse_args(argv)
+    if args.schedule:
+        schedule = parse_schedule(args.schedule)
+    else:
+        schedule = [(0.0, args.tokens_per_chunk)] * (args.tokens // args.tokens_per_chunk)
+    web.run_app(build_app(schedule, args.empty_first_chunk), host=args.host, port=args.port, print=None,
+                access_log=None)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,176 @@
+"""Measurement: the real client against servers with known behaviour."""
+
+from __future__ import annotations
+
+import statistics
+import sys
+
+import pandas as pd
+import pytest
+import requests
+
+from conftest import Journal, load_default_config, snakemake, write_config
+from specsweep import metrics as m
+from specsweep.cells import counter_deltas, measure_cell, scrape
+from specsweep.client import LoadModel, measure
+from specsweep.config import server_params
+from specsweep.environment import probe
+from specsweep.server import Server, free_port, launch_command
+from specsweep.workloads import Session, build, workload_digest
+from test_config import validated
+from test_sim import DDTREE, start_sim
+
+
+def start_stub(tmp_path, *flags):
+    port = free_port()
+    server = Server([sys.executable, "-m", "specsweep.stub", "--port", str(port), *flags], {}, "127.0.0.1", port,
+                    tmp_path / "stub.log")
+    server.start(30)
+    return server
+
+
+def one(prompt="hello", max_new=64, followups=()):
+    return Session("s0", "chat", [{"role": "user", "content": prompt}], list(followups), max_new)
+
+
+def test_client_measures_a_known_schedule(tmp_path):
+    schedule = [(0.08, 1), (0.03, 4), (0.02, 1), (0.04, 3)]
+    server = start_stub(tmp_path, "--schedule", ",".join(f"{d}:{t}" for d, t in schedule), "--empty-first-chunk")
+    try:
+        records = [r.as_dict() for r in measure(server.url, [one()] * 5, 1, {}, timeout=10)]
+    finally:
+        server.stop()
+    for r in records:
+        assert r["chunk_tokens"] == [1, 4, 1, 3]  # the empty first chunk is not content
+        assert r["output_tokens"] == 9
+        assert m.ttft(r) == pytest.approx(0.08, abs=0.02)
+        assert m.chunk_gaps(r) == pytest.approx([0.03, 0.02, 0.04], abs=0.01)
+        itl = m.itl_per_token(r)
+        assert len(itl) == 8
+        assert itl[:4] == pytest.approx([0.03 / 4] * 4, abs=0.003)
+        assert itl[5:] == pytest.approx([0.04 / 3] * 3, abs=0.004)
+        assert m.tpot(r) == pytest.approx(0.09 / 8, abs=0.002)
+    assert m.tokens_per_chunk(records) == pytest.approx(8 / 3)
+
+
+def test_cell_reports_the_window_delta_not_the_servers_cumulative_average(tmp_path):
+    config = load_default_config()
+    config["methods"] = [{"name": "ddtree", "algorithm": "ddtree", "budget": 32}]
+    config["workloads"] = [{"name": "short", "family": "short", "requests": 6, "max_new_tokens": 64}]
+    config["warmup"] = 0
+    config = validated(config)
+    params = server_params(config, 1, "ddtree")
+    environment = probe("sim")
+    argv, env = launch_command(params, free_port(), 8192)
+    server = start_sim(tmp_path, *DDTREE)
+    try:
+        # earlier traffic the cell must not count: highly predictable code
+        code = "def f(x):\n    return {'a': [x, x], 'b': (x, x)}\n" * 20
+        measure(server.url, [one(code, 200)] * 4, 2, {"temperature": 0.0}, timeout=60)
+        sessions = build(params["workloads"][0], 0)
+        before = scrape(server.url)
+        cell = {"tp": 1, "method": "ddtree", "workload": "short", "concurrency": 2, "repetition": 0,
+                "output": "results/cells/x.json", "key": "0" * 64}
+        result = measure_cell(server, params, cell, sessions, workload_digest(sessions), environment, argv, env)
+    finally:
+        server.stop()
+    metrics = result["metrics"]
+    cumulative = metrics["server_cumulative_accept_length_not_used"]
+    delta = result["server_counters"]
+    window = (delta["sglang:generation_tokens_total"] - metrics["requests_completed"]) / delta["sglang:spec_verify_calls_total"]
+    assert metrics["acceptance_length_server"] == pytest.approx(window)
+    assert abs(cumulative - window) / window > 0.05  # the cumulative value is different...
+    assert metrics["acceptance_length_server"] != pytest.approx(cumulative, rel=0.05)  # ...and not used
+    assert metrics["acceptance_length"] == pytest.approx(window, rel=0.02)
+    assert metrics["acceptance_agreement"]["disagree"] is False
+    assert before  # counters were scraped before the window
+
+
+def test_tree_corruption_shows_as_divergence(workflow):
+    config = load_default_config()
+    config["methods"] = [{"name": "ar", "algorithm": "ar"}, {"name": "dflash", "algorithm": "dflash"},
+                         {"name": "ddtree", "algorithm": "ddtree", "budget": 32}]
+    config["workloads"] = [{"name": "short", "family": "short", "requests": 6, "max_new_tokens": 96}]
+    config["concurrency"] = [2]
+    config["warmup"] = 0
+    config["sim"] = {"startup_seconds": 0.1, "faults": {"corrupt_tree_from": 3}}
+    write_config(workflow, config)
+    snakemake(workflow, "results/summary.csv")
+    summary = pd.read_csv(workflow / "results" / "summary.csv").set_index("method")
+    assert summary.loc["dflash", "lossless_exact_rate"] == 1.0
+    assert summary.loc["dflash", "lossless_compared"] == 6
+    assert summary.loc["ddtree", "lossless_exact_rate"] < 0.5
+    assert 3 <= summary.loc["ddtree", "lossless_first_divergence_min"] <= summary.loc["ddtree", "lossless_first_divergence_median"]
+    assert pd.isna(summary.loc["ar", "lossless_exact_rate"])
+
+
+def test_multi_turn_sessions_turn_order_context_growth_and_think_time(tmp_path):
+    sessions = build({"name": "agent", "family": "agentic_1", "requests": 2, "turns": 3, "max_new_tokens": 32}, 0)
+    server = start_sim(tmp_path)
+    try:
+        records = measure(server.url, sessions, 1, {"temperature": 0.0}, timeout=60,
+                          load=LoadModel(think_time=0.4))
+    finally:
+        server.stop()
+    rows = [r.as_dict() for r in records]
+    assert [(r["session"], r["turn"]) for r in rows if r["session"] == sessions[0].id] == [
+        (sessions[0].id, 0), (sessions[0].id, 1), (sessions[0].id, 2)]
+    # with one slot and think time, the second session's first turn goes while the first one thinks
+    order = [(r["session"], r["turn"]) for r in rows]
+    assert order.index((sessions[1].id, 0)) < order.index((sessions[0].id, 1))
+    for sid in (s.id for s in sessions):
+        turns = [r for r in rows if r["session"] == sid]
+        prompts = [r["prompt_tokens"] for r in turns]
+        assert prompts == sorted(prompts) and prompts[2] > prompts[0] + 500  # context grows by reply + tool result
+        assert turns[2]["cached_tokens"] > 0  # the prefix cache serves earlier turns
+        assert turns[1]["t_sched"] - turns[0]["chunk_times"][-1] >= 0.39  # think time before the next turn
+    cell = m.cell_metrics(rows, tp=1)
+    assert set(cell["per_turn"]) == {"0", "1", "2"}
+    assert cell["per_turn"]["2"]["cached_tokens_mean"] > 0
+    assert cell["session_completion"]["n"] == 2 and cell["session_completion"]["p50"] > 0.8
+
+
+def test_openai_protocols_match_native(tmp_path):
+    sessions = build({"name": "s", "family": "short", "requests": 3, "max_new_tokens": 40}, 1)
+    server = start_sim(tmp_path)
+    try:
+        results = {p: [r.as_dict() for r in measure(server.url, sessions, 1, {"temperature": 0.0}, 30,
+                                                    load=LoadModel(protocol=p))]
+                   for p in ("native", "openai-chat", "openai-completions")}
+    finally:
+        server.stop()
+    for protocol, rows in results.items():
+        assert all(r["error"] is None for r in rows), protocol
+        assert [r["output_tokens"] for r in rows] == [r["output_tokens"] for r in results["native"]]
+        assert [r["output_text"] for r in rows] == [r["output_text"] for r in results["native"]]
+        assert all(r["chunk_tokens"][0] == 1 and sum(r["chunk_tokens"]) == r["output_tokens"] for r in rows)
+
+
+def test_poisson_arrivals_and_queue_delay(tmp_path):
+    sessions = build({"name": "s", "family": "short", "requests": 30, "max_new_tokens": 16}, 2)
+    server = start_sim(tmp_path)
+    try:
+        rows = [r.as_dict() for r in measure(server.url, sessions, 64, {"temperature": 0.0}, 30,
+                                             load=LoadModel("poisson", rate=40.0, seed=1))]
+    finally:
+        server.stop()
+    scheduled = sorted(r["t_sched"] for r in rows)
+    gaps = [b - a for a, b in zip(scheduled, scheduled[1:])]
+    assert statistics.mean(gaps) == pytest.approx(1 / 40, rel=0.5)
+    assert statistics.pstdev(gaps) > 0.3 * statistics.mean(gaps)  # random arrivals, not a fixed interval
+    assert all(m.queue_delay(r) >= 0 for r in rows)
+    assert max(m.queue_delay(r) for r in rows) < 0.05  # plenty of capacity: sent on time
+
+
+def test_percentiles_with_failures_as_infinite():
+    values = [0.1, 0.2, 0.3, 0.4]
+    assert m.summarise_with_failures(values, 0)["p50"] == pytest.approx(0.25)
+    with_failures = m.summarise_with_failures(values, 4)  # half the requests failed
+    assert with_failures["p50"] == pytest.approx(0.4)
+    assert with_failures["p90"] is None  # the 90th percentile is a failure
+
+
+def test_first_divergence():
+    assert m.first_divergence(list("abc"), list("abc")) is None
+    assert m.first_divergence(list("abx"), list("abc")) == 2
+    assert m.first_divergence(list("ab"), list("abc")) == 2
