@@ -25,13 +25,17 @@ def all_cell_outputs():
     return [cell["path"] for cell in ss_config.all_cells(CONFIG)]
 
 
-def server_cell_outputs(wildcards):
-    return [c["path"] for c in ss_config.cells_of_server(CONFIG, int(wildcards.tp), wildcards.method)]
+def _repetition(wildcards):
+    return int(wildcards.rep) if "rep" in wildcards.keys() else None
 
 
 def server_params_json(wildcards):
     """Canonical JSON of everything one server's job depends on (the rerun trigger)."""
-    return canonical_json(ss_config.server_params(CONFIG, int(wildcards.tp), wildcards.method))
+    return canonical_json(ss_config.server_params(CONFIG, int(wildcards.tp), wildcards.method, _repetition(wildcards)))
+
+
+def server_job_priority(wildcards):
+    return ss_config.server_priority(CONFIG, int(wildcards.tp), wildcards.method, _repetition(wildcards))
 
 
 def server_gpus(wildcards):
@@ -69,6 +73,7 @@ wildcard_constraints:
     tp=r"\d+",
     method=r"[A-Za-z0-9][A-Za-z0-9_.-]*",
     backend="sim|sglang",
+    rep=r"\d+",
 
 
 # Package code changes do not rerun rules by themselves; these digests do for

@@ -21,7 +21,7 @@ rule check_method:
         "results/env/methods/{method}.json",
     params:
         method=method_params_json,
-    priority: 100
+    priority: 1000000
     log:
         "logs/check_method/{method}.log",
     script:

@@ -51,8 +51,8 @@ def validate_cell(cell: dict) -> None:
 
 def cell_key(server: dict, cell: dict, prompts_digest: str, identity_digest: str) -> str:
     """Content address of a cell: digest of everything that decides its numbers."""
-    relevant_server = {k: v for k, v in server.items() if k not in ("workloads", "concurrency", "repetitions",
-                                                                     "cache_dir")}
+    relevant_server = {k: v for k, v in server.items() if k not in ("workloads", "concurrency", "repetition",
+                                                                     "cache_dir", "gpu_pool")}
     relevant_server["server"] = {k: v for k, v in server["server"].items() if k != "startup_timeout"}
     workload = next(w for w in server["workloads"] if w["name"] == cell["workload"])
     return digest({
@@ -164,13 +164,12 @@ def bench_server(params: dict, outputs: list[str], environment: dict, log_dir: s
     Returns counts: {"hits": n, "measured": n, "server_started": bool}.
     """
     tp, method = params["tp"], params["method"]
-    server_name = f"tp{tp}/{method['name']}"
+    server_name = f"tp{tp}/{method['name']}" + ("" if params["repetition"] is None else f"/r{params['repetition']}")
     journal = Journal(journal_path)
     cache = CellCache(params["cache_dir"])
     thinking = params["sampling"].get("thinking", False)
-    config_like = {"workloads": params["workloads"], "concurrency": params["concurrency"],
-                   "repetitions": params["repetitions"]}
-    cells = cells_of_server(config_like, tp, method["name"])
+    config_like = {"workloads": params["workloads"], "concurrency": params["concurrency"]}
+    cells = cells_of_server(config_like, tp, method["name"], params["repetition"])
     if len(cells) != len(outputs):
         raise CellError(f"server {server_name}: {len(outputs)} outputs for {len(cells)} cells")
     sessions = {w["name"]: build(w, params["seed"], thinking) for w in params["workloads"]}

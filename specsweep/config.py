@@ -259,30 +259,52 @@ def check_launch_flags(config: dict) -> None:
 
 
 def servers(config: dict) -> list[dict]:
-    """One row per server: (tp, method)."""
-    return [{"tp": tp, "method": m.name} for tp in config["tp"] for m in expand_methods(config)]
+    """One row per server job: (tp, method), and the repetition when cells are repeated.
+
+    With repetitions, each repetition is its own server launch, so that the
+    order of methods can be randomised per repetition (see method_order).
+    """
+    reps = range(config["repetitions"]) if config["repetitions"] > 1 else [None]
+    return [{"tp": tp, "method": m.name, "repetition": r}
+            for r in reps for tp in config["tp"] for m in expand_methods(config)]
 
 
-def cell_path(tp: int, method: str, workload: str, concurrency: int, repetition: int = 0,
-              root: str = "results/cells") -> str:
-    rep = f"-r{repetition}" if repetition else ""
+def method_order(config: dict, tp: int, repetition: int) -> list[str]:
+    """Order in which the methods of one (tp, repetition) run: shuffled by the seed, the same on every run."""
+    import random
+
+    names = [m.name for m in expand_methods(config)]
+    random.Random(f"order:{config['seed']}:{tp}:{repetition}").shuffle(names)
+    return names
+
+
+def server_priority(config: dict, tp: int, method: str, repetition: int | None) -> int:
+    """Snakemake priority of a server job: repetitions in order, methods in their shuffled order within one."""
+    if repetition is None:
+        return 0
+    order = method_order(config, tp, repetition)
+    return (config["repetitions"] - repetition) * 1000 + (len(order) - order.index(method))
+
+
+def cell_path(tp, method, workload, concurrency, repetition=None, root: str = "results/cells") -> str:
+    rep = "" if repetition is None else f"-r{repetition}"
     return f"{root}/tp{tp}/{method}/{workload}/c{concurrency}{rep}.json"
 
 
-def cells_of_server(config: dict, tp: int, method: str) -> list[dict]:
-    """Every cell (workload, concurrency, repetition) a server measures, in measurement order."""
+def cells_of_server(config: dict, tp: int, method: str, repetition: int | None = None) -> list[dict]:
+    """Every cell (workload, concurrency) one server job measures, in measurement order."""
     return [
-        {"tp": tp, "method": method, "workload": w["name"], "concurrency": c, "repetition": r,
-         "path": cell_path(tp, method, w["name"], c, r)}
-        for w in config["workloads"] for c in config["concurrency"] for r in range(config["repetitions"])
+        {"tp": tp, "method": method, "workload": w["name"], "concurrency": c, "repetition": repetition or 0,
+         "path": cell_path(tp, method, w["name"], c, repetition)}
+        for w in config["workloads"] for c in config["concurrency"]
     ]
 
 
 def all_cells(config: dict) -> list[dict]:
-    return [cell for s in servers(config) for cell in cells_of_server(config, s["tp"], s["method"])]
+    return [cell for s in servers(config) for cell in cells_of_server(config, s["tp"], s["method"], s["repetition"])]
 
 
-def server_params(config: dict, tp: int, method_name: str) -> dict:
+def server_params(config: dict, tp: int, method_name: str, repetition: int | None = None) -> dict:
     """Everything a bench job for one server depends on (and nothing else).
 
     This dict is passed to the job as canonical JSON through ``params:``, so a
@@ -304,7 +326,7 @@ def server_params(config: dict, tp: int, method_name: str) -> dict:
         "workloads": [dict(w) for w in config["workloads"]],
         "concurrency": list(config["concurrency"]),
         "warmup": config["warmup"],
-        "repetitions": config["repetitions"],
+        "repetition": repetition,
         "seed": config["seed"],
         "sampling": dict(config["sampling"]),
         "load": dict(config["load"]),

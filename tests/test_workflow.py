@@ -137,3 +137,25 @@ def test_interrupted_run_resumes_where_it_stopped(workflow):
     expected = {c["path"] for c in all_cells({**config, "repetitions": 1, "methods": config["methods"],
                                               "algorithms": {}, "defaults": {}})}
     assert set(cell_files(workflow)) == expected
+
+
+def test_repetitions_run_methods_in_a_seeded_random_order(workflow):
+    from specsweep.config import method_order
+    from test_config import validated
+
+    config = small_config()
+    config["methods"] = [{"name": n, "algorithm": "ar"} for n in ("a", "b", "c", "d")]
+    config["workloads"] = [{"name": "short", "family": "short", "requests": 2, "max_new_tokens": 16}]
+    config["concurrency"] = [1]
+    config["warmup"] = 0
+    config["repetitions"] = 2
+    config["seed"] = 5
+    write_config(workflow, config)
+    snakemake(workflow, "--cores", "1")
+    starts = [e["server"] for e in Journal(workflow).new_events() if e["event"] == "server_start"]
+    full = validated(config)
+    expected = [f"tp1/{m}/r{r}" for r in (0, 1) for m in method_order(full, 1, r)]
+    assert starts == expected
+    assert method_order(full, 1, 0) != method_order(full, 1, 1)
+    summary = pd.read_csv(workflow / "results" / "summary.csv")
+    assert sorted(summary["repetition"].unique()) == [0, 1] and len(summary) == 8
