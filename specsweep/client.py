@@ -112,8 +112,11 @@ def _parse_chunk(protocol: str, chunk: dict, record: RequestRecord, last_tokens:
 
 
 async def send(http: aiohttp.ClientSession, url: str, messages: list[dict], sampling: dict, record: RequestRecord,
-               timeout: float, protocol: str = "native", thinking: bool = False, alive=None) -> None:
-    """Send one streaming request and fill ``record`` with what arrived and when."""
+               timeout: float, protocol: str = "native", thinking: bool = False, alive=None, on_chunk=None) -> None:
+    """Send one streaming request and fill ``record`` with what arrived and when.
+
+    ``on_chunk(arrival_time, chunk)``, if given, sees every parsed chunk (used to measure the client's own timing error).
+    """
     path, payload = _payload(protocol, messages, thinking, sampling)
     last_tokens = 0
     done = False
@@ -134,7 +137,10 @@ async def send(http: aiohttp.ClientSession, url: str, messages: list[dict], samp
                     if data == b"[DONE]":
                         done = True
                         break
-                    tokens, text = _parse_chunk(protocol, json.loads(data), record, last_tokens)
+                    chunk = json.loads(data)
+                    if on_chunk is not None:
+                        on_chunk(now, chunk)
+                    tokens, text = _parse_chunk(protocol, chunk, record, last_tokens)
                     if tokens > last_tokens:  # a chunk carrying content (role-only and empty chunks are not)
                         record.chunk_times.append(now)
                         record.chunk_tokens.append(tokens - last_tokens)
@@ -164,7 +170,8 @@ class _SessionState:
 
 
 async def run_sessions(url: str, sessions: list[Session], concurrency: int, sampling: dict, timeout: float,
-                       thinking: bool = False, alive=None, load: LoadModel | None = None) -> list[RequestRecord]:
+                       thinking: bool = False, alive=None, load: LoadModel | None = None,
+                       on_chunk=None) -> list[RequestRecord]:
     """Run the sessions under a load model; returns one record per turn sent, in send order."""
     load = load or LoadModel()
     records: list[RequestRecord] = []
@@ -217,7 +224,7 @@ async def run_sessions(url: str, sessions: list[Session], concurrency: int, samp
                 session = state.session
                 record = RequestRecord(session.id, state.turn, session.kind, t_sched=state.t_ready)
                 params = dict(sampling, max_new_tokens=session.max_new_tokens)
-                await send(http, url, state.messages, params, record, timeout, load.protocol, thinking, alive)
+                await send(http, url, state.messages, params, record, timeout, load.protocol, thinking, alive, on_chunk)
                 records.append(record)
                 if not record.ok or state.turn == len(session.followups):
                     break
@@ -240,6 +247,6 @@ async def run_sessions(url: str, sessions: list[Session], concurrency: int, samp
 
 
 def measure(url: str, sessions: list[Session], concurrency: int, sampling: dict, timeout: float,
-            thinking: bool = False, alive=None, load: LoadModel | None = None) -> list[RequestRecord]:
+            thinking: bool = False, alive=None, load: LoadModel | None = None, on_chunk=None) -> list[RequestRecord]:
     """Synchronous wrapper around run_sessions."""
-    return asyncio.run(run_sessions(url, sessions, concurrency, sampling, timeout, thinking, alive, load))
+    return asyncio.run(run_sessions(url, sessions, concurrency, sampling, timeout, thinking, alive, load, on_chunk))

@@ -35,8 +35,12 @@ def build_app(schedule: list[tuple[float, int]], empty_first: bool) -> web.Appli
     async def ok(request):
         return web.Response(text="")
 
+    counter = {"requests": 0}
+
     async def generate(request):
         await request.read()
+        counter["requests"] += 1
+        rid = counter["requests"]
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await resp.prepare(request)
         loop = asyncio.get_running_loop()
@@ -51,7 +55,7 @@ def build_app(schedule: list[tuple[float, int]], empty_first: bool) -> web.Appli
                 await asyncio.sleep(wait)
             produced += tokens
             text += " tok" * tokens
-            chunk = {"text": text, "meta_info": {"completion_tokens": produced, "prompt_tokens": 8,
+            chunk = {"text": text, "meta_info": {"completion_tokens": produced, "prompt_tokens": 8, "id": rid,
                                                  "emitted_at": time.monotonic(),
                                                  "finish_reason": {"type": "length"} if index == len(schedule) - 1 else None}}
             await resp.write(b"data: " + json.dumps(chunk).encode() + b"\n\n")
@@ -59,6 +63,42 @@ def build_app(schedule: list[tuple[float, int]], empty_first: bool) -> web.Appli
         await resp.write_eof()
         return resp
 
+    async def openai(request):
+        """OpenAI-compatible streaming (/v1/completions, /v1/chat/completions) on the same schedule."""
+        body = await request.json()
+        chat = request.path.endswith("chat/completions")
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await resp.prepare(request)
+        loop = asyncio.get_running_loop()
+        produced, deadline = 0, loop.time()
+        options = body.get("stream_options") or {}
+        for index, (delay, tokens) in enumerate(schedule):
+            deadline += delay
+            wait = deadline - loop.time()
+            if wait > 0:
+                await asyncio.sleep(wait)
+            produced += tokens
+            text = " tok" * tokens
+            choice = ({"index": 0, "delta": {"content": text}} if chat else {"index": 0, "text": text})
+            choice["finish_reason"] = "length" if index == len(schedule) - 1 else None
+            chunk = {"id": "stub", "object": "chat.completion.chunk" if chat else "text_completion",
+                     "model": body.get("model", "stub"), "choices": [choice], "emitted_at": time.monotonic()}
+            if options.get("continuous_usage_stats"):
+                chunk["usage"] = {"prompt_tokens": 8, "completion_tokens": produced, "total_tokens": 8 + produced}
+            await resp.write(b"data: " + json.dumps(chunk).encode() + b"\n\n")
+        if options.get("include_usage"):
+            usage = {"prompt_tokens": 8, "completion_tokens": produced, "total_tokens": 8 + produced}
+            await resp.write(b"data: " + json.dumps({"id": "stub", "choices": [], "usage": usage}).encode() + b"\n\n")
+        await resp.write(b"data: [DONE]\n\n")
+        await resp.write_eof()
+        return resp
+
+    async def models(request):
+        return web.json_response({"object": "list", "data": [{"id": "stub", "object": "model"}]})
+
+    app.router.add_post("/v1/completions", openai)
+    app.router.add_post("/v1/chat/completions", openai)
+    app.router.add_get("/v1/models", models)
     app.router.add_get("/health", ok)
     app.router.add_get("/health_generate", ok)
     app.router.add_post("/generate", generate)

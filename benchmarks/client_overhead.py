@@ -1,0 +1,145 @@
+"""Client overhead: the load generator's ceiling and timing error, against a stub with known timing.
+
+    python benchmarks/client_overhead.py [--guidellm PATH-TO-guidellm] [--tokenizer DIR]
+
+1. Ceiling: a zero-latency streaming stub (256 tokens per request, one token
+   per chunk, OpenAI /v1/completions); specsweep's client at concurrency 1, 64
+   and 256 reports streamed tokens/s and requests/s over the whole run. With
+   --guidellm, GuideLLM runs against the same stub with the same counts as the
+   reference (its tokens/s = total output tokens / benchmark duration).
+2. Timing error: the stub emits 64 chunks 10 ms apart per request (native
+   /generate) at concurrency 64; each chunk carries the stub's CLOCK_MONOTONIC
+   at sending. Error per chunk = client-measured gap - stub's emission gap
+   (the client's own contribution), and client-measured gap - 10 ms (against
+   the nominal schedule, stub jitter included). p50 and p99 in ms.
+
+Every run is bounded in requests and time and talks only to 127.0.0.1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+from specsweep.client import LoadModel, measure
+from specsweep.server import Server, free_port
+from specsweep.workloads import Session
+
+CONCURRENCY = (1, 64, 256)
+TOKENS = 256
+
+
+def stub(*flags, log):
+    port = free_port()
+    server = Server([sys.executable, "-m", "specsweep.stub", "--port", str(port), *flags], {}, "127.0.0.1", port, log)
+    server.start(30)
+    return server
+
+
+def requests_for(concurrency: int) -> int:
+    return max(64, 4 * concurrency)
+
+
+def ours(url: str, concurrency: int) -> dict:
+    n = requests_for(concurrency)
+    sessions = [Session(f"r{i}", "chat", [{"role": "user", "content": "hi"}], [], TOKENS) for i in range(n)]
+    started = time.monotonic()
+    records = measure(url, sessions, concurrency, {"temperature": 0.0}, timeout=300,
+                      load=LoadModel(protocol="openai-completions"))
+    wall = time.monotonic() - started
+    ok = [r for r in records if r.ok]
+    window = max(r.chunk_times[-1] for r in ok) - min(r.t0 for r in ok)
+    tokens = sum(r.output_tokens for r in ok)
+    return {"requests": n, "failed": n - len(ok), "tokens_per_s": tokens / window, "requests_per_s": len(ok) / window,
+            "wall_s": wall}
+
+
+def guidellm(url: str, concurrency: int, exe: str, tokenizer: str) -> dict:
+    n = requests_for(concurrency)
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "result.json"
+        cmd = [exe, "run", "--backend", f"kind=openai_http,target={url},model=stub,request_format=/v1/completions",
+               "--profile", f"kind=concurrent,streams={concurrency}", "--constraint", f"kind=max_requests,count={n}",
+               "--data", f"kind=synthetic_text,prompt_tokens=16,output_tokens={TOKENS}",
+               "--tokenizer", f"kind=huggingface_auto,model={tokenizer}", "--output", f"kind=json,path={out}",
+               "--disable-console-interactive"]
+        started = time.monotonic()
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600,
+                              env={**os.environ, "HF_HUB_OFFLINE": "1"})
+        wall = time.monotonic() - started
+        if proc.returncode != 0:
+            return {"error": proc.stderr[-500:] or proc.stdout[-500:]}
+        bench = json.loads(out.read_text())["benchmarks"][0]
+    metrics = bench["metrics"]
+    tokens = metrics["output_token_count"]["successful"]["total_sum"]
+    count = metrics["request_totals"]["successful"]
+    return {"requests": n, "tokens_per_s": tokens / bench["duration"], "requests_per_s": count / bench["duration"],
+            "wall_s": wall}
+
+
+def timing_error(log_dir: Path) -> dict:
+    schedule = ",".join(["0.01:1"] * 64)
+    server = stub("--schedule", schedule, log=log_dir / "stub-timing.log")
+    sequences: dict[int, list] = {}
+
+    def on_chunk(arrival, chunk):
+        meta = chunk.get("meta_info", {})
+        sequences.setdefault(meta["id"], []).append((arrival, meta["emitted_at"]))
+
+    try:
+        sessions = [Session(f"r{i}", "chat", [{"role": "user", "content": "hi"}], [], 64) for i in range(128)]
+        records = measure(server.url, sessions, 64, {}, timeout=120, on_chunk=on_chunk)
+    finally:
+        server.stop()
+    own, nominal = [], []
+    for seq in sequences.values():
+        for (a0, s0), (a1, s1) in zip(seq, seq[1:]):
+            own.append((a1 - a0) - (s1 - s0))
+    for r in records:
+        nominal += [g - 0.01 for g in np.diff(r.chunk_times)]
+    own_ms, nominal_ms = np.abs(own) * 1000, np.abs(nominal) * 1000
+    return {"client_p50_ms": float(np.percentile(own_ms, 50)), "client_p99_ms": float(np.percentile(own_ms, 99)),
+            "vs_schedule_p50_ms": float(np.percentile(nominal_ms, 50)),
+            "vs_schedule_p99_ms": float(np.percentile(nominal_ms, 99)), "chunks": len(own)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--guidellm", help="path of the guidellm command (reference)")
+    parser.add_argument("--tokenizer", help="local tokenizer directory for GuideLLM's synthetic prompts")
+    args = parser.parse_args()
+    log_dir = Path(tempfile.mkdtemp(prefix="client-overhead-"))
+    results = {"ceiling": {}, "guidellm": {}}
+    server = stub("--tokens", str(TOKENS), "--tokens-per-chunk", "1", log=log_dir / "stub.log")
+    try:
+        for c in CONCURRENCY:
+            results["ceiling"][c] = ours(server.url, c)
+            if args.guidellm:
+                results["guidellm"][c] = guidellm(server.url, c, args.guidellm, args.tokenizer)
+    finally:
+        server.stop()
+    results["timing_error_c64"] = timing_error(log_dir)
+    print(json.dumps(results, indent=1))
+    print()
+    print("| concurrency | specsweep tokens/s | specsweep requests/s | GuideLLM tokens/s | GuideLLM requests/s |")
+    print("|---|---|---|---|---|")
+    for c in CONCURRENCY:
+        a, b = results["ceiling"][c], results["guidellm"].get(c, {})
+        print(f"| {c} | {a['tokens_per_s']:.0f} | {a['requests_per_s']:.1f} | "
+              f"{b.get('tokens_per_s', float('nan')):.0f} | {b.get('requests_per_s', float('nan')):.1f} |")
+    t = results["timing_error_c64"]
+    print(f"\ntiming error at concurrency 64 ({t['chunks']} chunks): client's own p50 {t['client_p50_ms']:.3f} ms, "
+          f"p99 {t['client_p99_ms']:.3f} ms; against the nominal 10 ms schedule p50 {t['vs_schedule_p50_ms']:.3f} ms, "
+          f"p99 {t['vs_schedule_p99_ms']:.3f} ms")
+
+
+if __name__ == "__main__":
+    main()
