@@ -34,7 +34,7 @@ from .environment import check_methods
 from .gpus import GpuPool, gpu_memory_used, visible_devices, wait_until_released
 from .server import Server, free_port, launch_command, redact
 from .text import chat_prompt, count_tokens
-from .workloads import build, workload_digest
+from .workloads import build, content_mix, workload_digest
 
 class CellError(RuntimeError):
     """A cell could not be measured; the message names the cell and the cause."""
@@ -149,12 +149,16 @@ def counter_deltas(before: dict, after: dict) -> dict:
 
 
 def _max_context(params: dict, sessions_by_workload: dict) -> int:
+    """--context-length: the model's (every workload was checked to fit); the simulator, whose tokenizer is
+    approximate, gets room for its own count of the longest session."""
+    if params["backend"] == "sglang":
+        return params["model"]["context_length"]
     longest = 0
     for name, sessions in sessions_by_workload.items():
         for s in sessions:
             text = chat_prompt(s.messages + s.followups)
             longest = max(longest, count_tokens(text) + s.max_new_tokens * (1 + len(s.followups)))
-    return max(4096, int(longest * 1.25))
+    return max(params["model"]["context_length"], int(longest * 1.25))
 
 
 def bench_server(params: dict, outputs: list[str], environment: dict, log_dir: str | Path,
@@ -172,7 +176,8 @@ def bench_server(params: dict, outputs: list[str], environment: dict, log_dir: s
     cells = cells_of_server(config_like, tp, method["name"], params["repetition"])
     if len(cells) != len(outputs):
         raise CellError(f"server {server_name}: {len(outputs)} outputs for {len(cells)} cells")
-    sessions = {w["name"]: build(w, params["seed"], thinking) for w in params["workloads"]}
+    model_path, context = params["model"].get("path"), params["model"]["context_length"]
+    sessions = {w["name"]: build(w, params["seed"], thinking, model_path, context) for w in params["workloads"]}
     digests = {name: workload_digest(s) for name, s in sessions.items()}
     for cell, out in zip(cells, outputs):
         cell["output"] = out
@@ -242,7 +247,8 @@ def measure_cell(server: Server, params: dict, cell: dict, sessions: list, promp
     load = LoadModel(load_config["model"], load_config.get("rate", 0.0), load_config["think_time"],
                      load_config["protocol"], params["seed"] + cell["repetition"])
     if params["warmup"]:
-        warm = build(dict(workload, name=workload["name"] + "-warmup", requests=params["warmup"]), params["seed"], thinking)
+        warm = build(dict(workload, name=workload["name"] + "-warmup", requests=params["warmup"]), params["seed"],
+                     thinking, params["model"].get("path"), params["model"]["context_length"])
         measure(server.url, warm, cell["concurrency"], sampling, timeout, thinking, server.alive,
                 LoadModel(protocol=load.protocol))
         server.check_alive(f"after warm-up of {where}")
@@ -264,9 +270,7 @@ def measure_cell(server: Server, params: dict, cell: dict, sessions: list, promp
     # The server's own average is cumulative since launch (warm-up and earlier cells included):
     # kept for reference only, never used as the cell's value.
     metrics["server_cumulative_accept_length_not_used"] = cumulative
-    kinds: dict[str, int] = {}
-    for s in sessions:
-        kinds[s.kind] = kinds.get(s.kind, 0) + 1
+    kinds = content_mix(sessions)
     result = {
         "schema_version": CELL_SCHEMA_VERSION,
         "harness_version": HARNESS_VERSION,

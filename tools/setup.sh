@@ -22,10 +22,11 @@ if [ ! -x .venv/bin/python ]; then
     "$PYTHON" -m venv .venv
 fi
 STAMP=.venv/.specsweep-requirements
-if [ ! -f "$STAMP" ] || ! cmp -s requirements.txt "$STAMP"; then
+if [ ! -f "$STAMP" ] || ! cat requirements.txt requirements-data.txt | cmp -s - "$STAMP"; then
     echo "specsweep set-up: installing pinned requirements into .venv" >&2
     .venv/bin/python -m pip install -q --disable-pip-version-check -r requirements.txt
+    .venv/bin/python -m pip install -q --disable-pip-version-check --no-deps -r requirements-data.txt
     .venv/bin/python -m pip install -q --disable-pip-version-check --no-deps --no-build-isolation -e . \
         || .venv/bin/python -m pip install -q --disable-pip-version-check --no-deps -e .
-    cp requirements.txt "$STAMP"
+    cat requirements.txt requirements-data.txt > "$STAMP"
 fi
