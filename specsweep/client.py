@@ -157,8 +157,18 @@ async def send(http: aiohttp.ClientSession, url: str, messages: list[dict], samp
         record.error, record.error_detail = TRUNCATED, f"{type(exc).__name__}: {exc}"
     except json.JSONDecodeError as exc:
         record.error, record.error_detail = TRUNCATED, f"malformed stream chunk: {exc}"
-    if record.error in (CONNECT, TRUNCATED, TIMEOUT) and alive is not None and not alive():
+    if record.error in (CONNECT, TRUNCATED, TIMEOUT) and alive is not None and await _died(alive):
         record.error = SERVER_DIED
+
+
+async def _died(alive, grace: float = 0.3) -> bool:
+    """Whether the server process is gone; a dying process may still be exiting, so look for up to ``grace`` s."""
+    deadline = time.monotonic() + grace
+    while alive():
+        if time.monotonic() > deadline:
+            return False
+        await asyncio.sleep(0.05)
+    return True
 
 
 @dataclass

@@ -237,9 +237,22 @@ def normalise(config: dict) -> dict:
     for key in ("startup_timeout", "request_timeout"):
         config["server"][key] = float(config["server"][key])
     config["server"]["env"] = {k: str(v) for k, v in config["server"]["env"].items()}
+    if config["backend"] == "sim":
+        check_sim_profiles(config)
     check_launch_flags(config)
     check_workload_files(config)
     return config
+
+
+def check_sim_profiles(config: dict) -> None:
+    """The simulated backend's gpu, model profile and runtime must exist (shipped or under sim.profiles)."""
+    from .sim.model import profiles
+
+    known = profiles(config["sim"]["profiles"])
+    for key, kind in (("gpu", "gpus"), ("model_profile", "models"), ("runtime", "runtimes")):
+        if config["sim"][key] not in known[kind]:
+            raise ConfigError(f"sim.{key}: unknown profile '{config['sim'][key]}'; known: "
+                              f"{', '.join(sorted(known[kind]))} (or define it under sim.profiles.{kind})")
 
 
 def check_workload_files(config: dict) -> None:

@@ -12,6 +12,7 @@ the group, then SIGKILL, always.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -65,11 +66,20 @@ def launch_command(params: dict, port: int, max_context: int, python: str | None
     else:
         sim = params["sim"]
         argv = [python, "-m", "specsweep.sim", *args, "--sim-gpu", sim["gpu"],
-                "--sim-model-profile", sim["model_profile"], "--sim-startup-seconds", str(sim["startup_seconds"])]
+                "--sim-model-profile", sim["model_profile"], "--sim-runtime", sim["runtime"],
+                "--sim-startup-seconds", str(sim["startup_seconds"])]
+        if sim.get("profiles"):
+            argv += ["--sim-profiles", json.dumps(sim["profiles"], sort_keys=True)]
+        if sim.get("acceptance"):
+            argv += ["--sim-acceptance", json.dumps(sim["acceptance"], sort_keys=True)]
         for extra in params["sglang"]["extra_flags"]:
             argv.append(f"--sim-accept-flag={extra['flag']}:{extra.get('type', 'str')}")
         for fault, value in sorted((sim.get("faults") or {}).items()):
-            argv += [f"--sim-{fault.replace('_', '-')}", str(value)]
+            flag = f"--sim-{fault.replace('_', '-')}"
+            if value is True:
+                argv.append(flag)
+            elif value is not False:
+                argv += [flag, str(value)]
     env = {**params["server"]["env"], **params["method"]["env"]}
     return argv, env
 

@@ -19,34 +19,12 @@ import hashlib
 import heapq
 import math
 import random
+import re
 from dataclasses import dataclass
 from functools import lru_cache
 
 from ..text import split_tokens
 
-# Hardware profiles (vendor datasheets): memory bandwidth B/s, dense bf16 FLOP/s.
-GPUS = {
-    "H100": {"bandwidth": 3.35e12, "flops": 990e12},
-    "H200": {"bandwidth": 4.8e12, "flops": 990e12},
-    "B200": {"bandwidth": 8.0e12, "flops": 2250e12},
-    "RTX-PRO-6000": {"bandwidth": 1.8e12, "flops": 500e12},
-}
-
-# Model profiles: weight bytes read per step, active parameters, layers,
-# KV-cache bytes per token of context, and whether layers are recurrent (hybrid).
-MODELS = {
-    "qwen3-8b": {"weight_bytes": 16.4e9, "active_params": 8.2e9, "layers": 36, "kv_bytes_per_token": 147e3, "hybrid": False},
-    "qwen3-30b-a3b": {"weight_bytes": 61e9, "active_params": 3.3e9, "layers": 48, "kv_bytes_per_token": 98e3, "hybrid": False},
-    "hybrid-27b": {"weight_bytes": 54e9, "active_params": 27e9, "layers": 64, "kv_bytes_per_token": 64e3, "hybrid": True},
-}
-
-# Efficiency of real kernels against the datasheet roofline.
-BANDWIDTH_EFFICIENCY = 0.85
-COMPUTE_EFFICIENCY = 0.6
-DRAFTER_FRACTION = 0.18  # drafter forward / target decode step at batch 1
-ALLREDUCE_SECONDS = 12e-6  # per all-reduce, two per layer under TP
-NO_OVERLAP_SECONDS = 1.2e-3  # CPU scheduling time exposed per step without the overlap scheduler
-TREE_BUILD_SECONDS_PER_NODE = 2e-6  # best-first heap per request per node
 CANDIDATES_PER_DEPTH = 32  # ranked candidates the drafter distribution covers
 
 
@@ -55,43 +33,57 @@ def _seed(*parts) -> int:
 
 
 _STRUCTURE = set("{}[]()<>:;=\"',._-/#*+|\\`")
+_MARKUP = re.compile(r"<\|[^|]*\|>|</?think>|^(system|user|assistant|tool)$", re.MULTILINE)
+
+# Acceptance model, fitted by benchmarks/calibrate_sim.py to the published Qwen3-8B rows
+# (DFlash/AR and DDTree/DFlash at batch 1, temperature 0); config `sim.acceptance` overrides.
+ACCEPTANCE = {
+    "base": 0.45,  # top-1 acceptance of text with nothing predictable in it
+    "gain": 0.9,  # per unit of predictability (repetition + digit_weight * digit share)
+    "digit_weight": 4.0,
+    "cap": 0.875,  # the best a drafter does on code and structured text
+    "thinking": 0.45,  # factor with thinking mode on
+    "temperature": 0.35,  # a / (1 + temperature_factor * T)
+    "second_choice_ratio": 0.55,  # how fast the drafter's mass falls over ranks 2, 3, ...
+}
 
 
-def predictability(text: str) -> float:
-    """Share of the context a drafter can predict well, in [0, 1].
-
-    Structure symbols (code and JSON syntax) and repeated tokens raise it.
-    """
-    tokens = split_tokens(text[-6000:])
+def text_features(text: str) -> dict:
+    """Predictability features of a context's content (chat markup removed): repetition, digits, structure symbols."""
+    content = _MARKUP.sub(" ", text)[-6000:]
+    tokens = [t.strip() for t in split_tokens(content) if t.strip()]
     if not tokens:
-        return 0.0
-    stripped = [t.strip() for t in tokens]
-    symbols = sum(1 for t in stripped if t and t[0] in _STRUCTURE) / len(stripped)
-    repeated = 1.0 - len(set(stripped)) / len(stripped)
-    return max(0.0, min(1.0, 0.9 * symbols + 0.6 * repeated))
+        return {"repetition": 0.0, "digits": 0.0, "symbols": 0.0}
+    return {
+        "repetition": 1.0 - len(set(tokens)) / len(tokens),
+        "digits": sum(1 for t in tokens if t[0].isdigit()) / len(tokens),
+        "symbols": sum(1 for t in tokens if t[0] in _STRUCTURE) / len(tokens),
+    }
 
 
-def top1_probability(text: str, temperature: float, thinking: bool) -> float:
-    """The drafter's per-depth top-1 acceptance probability for a context."""
-    a = 0.66 + 0.42 * predictability(text)
+def top1_probability(text: str, temperature: float, thinking: bool, params: dict | None = None) -> float:
+    """The drafter's top-1 acceptance probability for a context:
+    a = min(cap, base + gain * (repetition + digit_weight * digits)), x thinking factor, / (1 + t * T)."""
+    p = {**ACCEPTANCE, **(params or {})}
+    f = text_features(text)
+    a = min(p["cap"], p["base"] + p["gain"] * (f["repetition"] + p["digit_weight"] * f["digits"]))
     if thinking:
-        a *= 0.45
+        a *= p["thinking"]
     if temperature > 0:
-        a *= 1.0 / (1.0 + 0.35 * temperature)
+        a /= 1.0 + p["temperature"] * temperature
     return max(0.05, min(0.95, a))
 
 
-def depth_distribution(a: float, depth: int) -> list[float]:
+def depth_distribution(a: float, depth: int, ratio: float = ACCEPTANCE["second_choice_ratio"]) -> list[float]:
     """Probabilities of the ranked candidates at a depth of the block (rank 0 first).
 
-    Top-1 mass decays slightly with depth; the rest falls geometrically over
-    the following ranks; what is left over lies outside every candidate list.
+    Top-1 mass q = a * 0.995^depth; of the rest, a share a falls geometrically
+    (ratio) over the next ranks and the remainder lies outside every candidate
+    list: a drafter that is often right is also close when it is wrong.
     """
     q = a * (0.995 ** depth)
-    rest = 1.0 - q
-    ratio = 0.55
-    probs = [q] + [rest * (1 - ratio) * ratio ** (r - 1) for r in range(1, CANDIDATES_PER_DEPTH)]
-    return probs
+    inside = (1.0 - q) * a
+    return [q] + [inside * (1 - ratio) * ratio ** (r - 1) for r in range(1, CANDIDATES_PER_DEPTH)]
 
 
 @lru_cache(maxsize=4096)
@@ -181,49 +173,82 @@ def reply_tokens(prompt: str, max_new_tokens: int) -> tuple[list[str], bool]:
     return out, natural <= max_new_tokens
 
 
+@lru_cache(maxsize=1)
+def default_profiles() -> dict:
+    """Hardware, model and runtime profiles shipped in specsweep/data/sim_profiles.yaml."""
+    import yaml
+    from importlib import resources
+
+    return yaml.safe_load(resources.files("specsweep").joinpath("data/sim_profiles.yaml").read_text())
+
+
+def profiles(overrides: dict | None = None) -> dict:
+    """Shipped profiles with config overrides (sim.profiles) merged in, entry by entry."""
+    base = default_profiles()
+    out = {kind: {name: dict(entry) for name, entry in base[kind].items()} for kind in base}
+    for kind, entries in (overrides or {}).items():
+        for name, entry in entries.items():
+            out.setdefault(kind, {}).setdefault(name, {}).update(entry)
+    return out
+
+
 @dataclass(frozen=True)
 class CostModel:
-    """Time of one engine step for a hardware and model profile under tensor parallelism."""
+    """Time of one engine step for a hardware, model and runtime profile under tensor parallelism."""
 
-    gpu: str = "H200"
-    model: str = "qwen3-8b"
+    gpu: dict
+    model: dict
+    runtime: dict
     tp: int = 1
 
-    def _hw(self):
-        return GPUS[self.gpu], MODELS[self.model]
+    @classmethod
+    def named(cls, gpu: str, model: str, runtime: str = "sglang", tp: int = 1, overrides: dict | None = None):
+        p = profiles(overrides)
+        return cls(p["gpus"][gpu], p["models"][model], p["runtimes"][runtime], tp)
+
+    def _bytes_read(self, tokens: int) -> float:
+        """Weight bytes one step reads: all of them for dense models; for MoE the experts the tokens use."""
+        m = self.model
+        return min(m["weight_bytes"], m["active_bytes"] * max(1.0, tokens) ** 0.5)
+
+    def verify_seconds(self, tokens: int, contexts: list[int]) -> float:
+        """Target forward over ``tokens`` tokens of a batch with these context lengths (no drafter)."""
+        r, m, g = self.runtime, self.model, self.gpu
+        if "eager_floor" in r:
+            return r["eager_floor"] + r["eager_slope"] * max(0, tokens - r["eager_knee_tokens"])
+        bw = g["bandwidth"] * r["bandwidth_efficiency"] * self.tp
+        flops = g["flops"] * r["compute_efficiency"] * self.tp
+        roofline = max(self._bytes_read(tokens) / bw, 2 * m["active_params"] * tokens / flops)
+        attention = sum(contexts) * m["kv_bytes_per_token"] / bw
+        fixed = m["layers"] * r["layer_overhead"]
+        comm = 2 * m["layers"] * r["allreduce_latency"] * math.log2(self.tp) if self.tp > 1 else 0.0
+        return roofline + attention + fixed + comm
 
     def decode_step(self, decoding: Decoding, contexts: list[int]) -> float:
         """Seconds for one decode/verify step of a batch with these context lengths.
 
-        step = drafter + max(weights / bandwidth, 2 * params * tokens / flops)
-               + KV reads of the contexts + TP all-reduces + tree build + scheduling
+        step = verify(width x batch tokens) + drafter (fraction of a batch-1 decode)
+               + tree construction + hybrid-model tree penalty + scheduling without overlap
         """
         if not contexts:
             return 0.0
-        gpu, model = self._hw()
-        bw = gpu["bandwidth"] * BANDWIDTH_EFFICIENCY * self.tp
-        flops = gpu["flops"] * COMPUTE_EFFICIENCY * self.tp
+        r = self.runtime
         width = decoding.verify_width()
-        tokens = width * len(contexts)
-        weights = model["weight_bytes"] / bw
-        verify = max(weights, 2 * model["active_params"] * tokens / flops)
-        verify += sum(contexts) * model["kv_bytes_per_token"] / bw
-        comm = 2 * model["layers"] * ALLREDUCE_SECONDS if self.tp > 1 else 0.0
-        total = verify + comm
+        total = self.verify_seconds(width * len(contexts), contexts)
         if decoding.algorithm != "ar":
-            total += DRAFTER_FRACTION * (weights + comm)
-            if model["hybrid"] and decoding.algorithm == "ddtree":
-                total += 0.4e-3 * max(0, width - 8) / 8 * len(contexts)  # per-node recurrent state
+            total += r["drafter_fraction"] * self.verify_seconds(len(contexts), [0] * len(contexts))
             if decoding.algorithm == "ddtree":
-                total += TREE_BUILD_SECONDS_PER_NODE * decoding.budget * len(contexts)
+                total += r["tree_build_per_node"] * decoding.budget * len(contexts)
+                if self.model["hybrid"]:
+                    total += r.get("hybrid_tree_per_node", 0.0) * max(0, width - 8) * len(contexts)
         if not decoding.overlap or decoding.algorithm == "ddtree":
-            total += NO_OVERLAP_SECONDS
+            total += r["no_overlap_penalty"]
         return total
 
     def prefill(self, new_tokens: int) -> float:
         """Seconds to prefill ``new_tokens`` prompt tokens (compute-bound)."""
         if new_tokens <= 0:
             return 0.0
-        gpu, model = self._hw()
-        flops = gpu["flops"] * COMPUTE_EFFICIENCY * self.tp
-        return 2 * model["active_params"] * new_tokens / flops
+        r, m, g = self.runtime, self.model, self.gpu
+        efficiency = r.get("compute_efficiency", 0.4)
+        return 2 * m["active_params"] * new_tokens / (g["flops"] * efficiency * self.tp)

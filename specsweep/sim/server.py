@@ -50,10 +50,20 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--sim-gpu", default="H200")
     p.add_argument("--sim-model-profile", default="qwen3-8b")
     p.add_argument("--sim-startup-seconds", type=float, default=0.5)
+    p.add_argument("--sim-runtime", default="sglang", help="runtime profile: sglang or hf-eager")
+    p.add_argument("--sim-profiles", help="JSON: profile overrides {gpus: {...}, models: {...}, runtimes: {...}}")
+    p.add_argument("--sim-acceptance", help="JSON: acceptance-model parameters (see specsweep.sim.model.ACCEPTANCE)")
     p.add_argument("--sim-accept-flag", action="append", default=[], metavar="FLAG:TYPE",
                    help="accept (and ignore) a flag of a server build, e.g. --speculative-ddtree-foo:int")
     p.add_argument("--sim-crash-after", type=int, default=0, metavar="N",
                    help="fault: exit abruptly when request N arrives (0: never)")
+    p.add_argument("--sim-never-ready", action="store_true", help="fault: /health_generate never succeeds")
+    p.add_argument("--sim-hang-after-tokens", type=int, default=0, metavar="N",
+                   help="fault: every stream stops sending (without closing) after N tokens")
+    p.add_argument("--sim-error-rate", type=float, default=0.0, metavar="P",
+                   help="fault: answer a share P of generation requests with HTTP 500 (seeded)")
+    p.add_argument("--sim-truncate-rate", type=float, default=0.0, metavar="P",
+                   help="fault: cut a share P of streams mid-way, without [DONE] (seeded)")
     p.add_argument("--sim-corrupt-tree-from", type=int, default=0, metavar="K",
                    help="fault: DDTree outputs go wrong from tree depth K on, as when state leaks between branches")
     pre, _ = p.parse_known_args(argv)
@@ -112,7 +122,9 @@ class Engine:
     def __init__(self, args: argparse.Namespace):
         self.args = args
         self.decoding = decoding_from_args(args)
-        self.cost = CostModel(args.sim_gpu, args.sim_model_profile, args.tp_size)
+        overrides = json.loads(args.sim_profiles) if args.sim_profiles else None
+        self.cost = CostModel.named(args.sim_gpu, args.sim_model_profile, args.sim_runtime, args.tp_size, overrides)
+        self.acceptance = json.loads(args.sim_acceptance) if args.sim_acceptance else None
         self.waiting: list[Request] = []
         self.running: list[Request] = []
         self.wakeup = asyncio.Event()
@@ -158,7 +170,7 @@ class Engine:
                              f"exceeds the context length {self.args.context_length}")
         reply, natural = reply_tokens(prompt, max_new)
         thinking = not prompt.rstrip().endswith("</think>")
-        a = top1_probability(prompt, temperature, thinking and "<|im_start|>" in prompt)
+        a = top1_probability(prompt, temperature, thinking and "<|im_start|>" in prompt, self.acceptance)
         rng = random.Random(f"{prompt}|{self.decoding}|{self.args.random_seed}")
         req = Request(prompt, tokens, reply, natural, a, rng, asyncio.Queue())
         self.waiting.append(req)
@@ -241,6 +253,16 @@ class Engine:
         return info
 
 
+def _crash_on_engine_error(task: asyncio.Task) -> None:
+    """Like a real server whose scheduler fails: say why and exit, never hang with requests pending."""
+    if not task.cancelled() and task.exception() is not None:
+        import traceback
+
+        traceback.print_exception(task.exception())
+        print("engine loop failed; exiting", flush=True)
+        os._exit(1)
+
+
 def build_app(args: argparse.Namespace) -> web.Application:
     engine = Engine(args)
     app = web.Application()
@@ -251,6 +273,7 @@ def build_app(args: argparse.Namespace) -> web.Application:
 
     async def start_engine(app):
         app["engine_task"] = asyncio.create_task(engine.run())
+        app["engine_task"].add_done_callback(_crash_on_engine_error)
 
     async def stop_engine(app):
         app["engine_task"].cancel()
@@ -261,7 +284,11 @@ def build_app(args: argparse.Namespace) -> web.Application:
     async def health(request):
         return web.Response(text="")
 
+    fault_rng = random.Random(f"faults:{args.random_seed}")
+
     async def health_generate(request):
+        if args.sim_never_ready:
+            raise web.HTTPServiceUnavailable(text="fault: never ready (--sim-never-ready)")
         req = engine.submit("<|im_start|>user\nhello<|im_end|>\n", {"max_new_tokens": 1, "temperature": 0})
         while not (await req.queue.get())[1]:
             pass
@@ -316,6 +343,10 @@ def build_app(args: argparse.Namespace) -> web.Application:
         if args.sim_crash_after and received["generate"] >= args.sim_crash_after:
             print(f"fault: crashing at request {received['generate']} (--sim-crash-after)", flush=True)
             os._exit(3)
+        if args.sim_error_rate and fault_rng.random() < args.sim_error_rate:
+            return web.json_response({"error": {"message": "fault: injected internal error (--sim-error-rate)"}},
+                                     status=500)
+        truncate = bool(args.sim_truncate_rate) and fault_rng.random() < args.sim_truncate_rate
         try:
             req = engine.submit(text, sampling)
         except ValueError as exc:
@@ -330,6 +361,11 @@ def build_app(args: argparse.Namespace) -> web.Application:
         done = False
         while not done:
             _, done = await req.queue.get()
+            if args.sim_hang_after_tokens and req.produced >= args.sim_hang_after_tokens:
+                await asyncio.sleep(3600)  # fault: the stream goes silent, the connection stays open
+            if truncate and req.produced * 2 >= len(req.reply):
+                request.transport.close()  # fault: the stream is cut mid-way
+                return resp
             chunk = {"text": "".join(req.reply[: req.produced]), "meta_info": engine.meta_info(req, rid)}
             await resp.write(b"data: " + json.dumps(chunk).encode() + b"\n\n")
         await resp.write(b"data: [DONE]\n\n")

@@ -1,0 +1,69 @@
+"""Calibration of the simulated backend against published results (batch 1, temperature 0).
+
+The prediction runs the simulator's own mechanisms on real prompts: each
+prompt's drafter acceptance from its text, the DFlash chain and the DDTree
+best-first tree on those distributions (many verify rounds), and the step
+cost of the runtime profile. Nothing is looked up per dataset.
+"""
+
+from __future__ import annotations
+
+import random
+import statistics
+
+from .model import CostModel, Decoding, accepted_tokens, top1_probability
+
+# DDTree paper, Table 1: Qwen3-8B, HF transformers on H200, temperature 0, batch 1, best budget per row.
+PUBLISHED_QWEN3_8B = {
+    "gsm8k": {"dflash": 4.78, "ddtree": 6.57},
+    "humaneval": {"dflash": 4.84, "ddtree": 6.61},
+    "aime24": {"dflash": 5.38, "ddtree": 7.46},
+    "aime25": {"dflash": 5.32, "ddtree": 7.39},
+    "alpaca": {"dflash": 2.07, "ddtree": 3.12},
+}
+BUDGETS = (16, 32, 64, 128, 256, 512, 1024)
+
+
+def mean_tau(prompts: list[str], decoding: Decoding, rounds: int = 400, acceptance: dict | None = None) -> float:
+    """Mean tokens per verify round over prompts (acceptance from each prompt's text)."""
+    taus = []
+    for i, prompt in enumerate(prompts):
+        a = top1_probability(prompt, 0.0, False, acceptance)
+        rng = random.Random(f"calibration:{i}:{decoding}")
+        taus.append(sum(accepted_tokens(decoding, a, rng) for _ in range(rounds)) / rounds)
+    return statistics.mean(taus)
+
+
+def predict(prompts: list[str], gpu: str = "H200", model: str = "qwen3-8b", runtime: str = "hf-eager",
+            block_size: int = 16, topk: int = 8, acceptance: dict | None = None) -> dict:
+    """Predicted speedups at batch 1: DFlash/AR, best DDTree/AR (and its budget), DDTree/DFlash, acceptance lengths."""
+    cost = CostModel.named(gpu, model, runtime)
+    context = [1000]
+    ar_step = cost.decode_step(Decoding("ar"), context)
+    chain = Decoding("dflash", block_size, overlap=False)
+    tau_chain = mean_tau(prompts, chain, acceptance=acceptance)
+    dflash = tau_chain / cost.decode_step(chain, context) * ar_step
+    trees = {}
+    for budget in BUDGETS:
+        tree = Decoding("ddtree", block_size, budget, topk, overlap=False)
+        tau = mean_tau(prompts, tree, acceptance=acceptance)
+        trees[budget] = (tau, tau / cost.decode_step(tree, context) * ar_step)
+    best = max(trees, key=lambda b: trees[b][1])
+    return {"dflash": dflash, "ddtree": trees[best][1], "ddtree_budget": best,
+            "ddtree_over_dflash": trees[best][1] / dflash, "tau_dflash": tau_chain, "tau_ddtree": trees[best][0],
+            "tau_by_budget": {b: t for b, (t, _) in trees.items()}}
+
+
+def calibration_prompts(count: int = 40) -> dict[str, list[str]]:
+    """Prompts for the published rows that have shipped data: GSM8K, HumanEval, and own chat prompts for Alpaca.
+
+    AIME problems are not shipped in any package here; those rows are not predicted.
+    """
+    from ..text import chat_prompt
+    from ..workloads import SYSTEM, _chat_prompts, _gsm8k, _humaneval
+
+    def render(texts):
+        return [chat_prompt([SYSTEM, {"role": "user", "content": t}]) for t in texts[:count]]
+
+    return {"gsm8k": render(list(_gsm8k())), "humaneval": render(list(_humaneval())),
+            "alpaca": render(list(_chat_prompts()))}

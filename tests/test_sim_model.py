@@ -1,0 +1,151 @@
+"""The simulated backend as a model of real GPUs: calibration, batching, TP, clients, fault switches."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+import requests
+
+from specsweep.client import LoadModel, measure
+from specsweep.metrics import output_throughput
+from specsweep.server import Server, ServerError, free_port
+from specsweep.sim.calibration import PUBLISHED_QWEN3_8B, calibration_prompts, predict
+from specsweep.sim.model import CostModel, Decoding
+from specsweep.workloads import Session, build
+from test_sim import DDTREE, DFLASH, start_sim
+
+
+@pytest.fixture(scope="module")
+def prompts():
+    return calibration_prompts(count=20)
+
+
+@pytest.mark.parametrize("row", ["gsm8k", "humaneval", "alpaca"])
+def test_speedups_within_15_percent_of_the_published_qwen3_8b_rows(prompts, row):
+    predicted, published = predict(prompts[row]), PUBLISHED_QWEN3_8B[row]
+    assert predicted["dflash"] == pytest.approx(published["dflash"], rel=0.15)
+    assert predicted["ddtree_over_dflash"] == pytest.approx(published["ddtree"] / published["dflash"], rel=0.15)
+
+
+def test_acceptance_follows_content_not_labels(prompts):
+    code, chat = predict(prompts["humaneval"]), predict(prompts["alpaca"])
+    assert code["tau_dflash"] > chat["tau_dflash"] + 2
+    taus = list(code["tau_by_budget"].values())
+    assert taus == sorted(taus) and taus[-1] <= 16  # rises with the budget, bounded by the block
+
+
+def test_small_model_gains_nothing_from_tp8_at_batch_1_while_large_ones_do():
+    def gain(model):
+        step = {tp: CostModel.named("H200", model, tp=tp).decode_step(Decoding(), [1000]) for tp in (1, 8)}
+        return step[1] / step[8]
+
+    assert gain("qwen3-8b") < 1.15
+    assert gain("hybrid-27b") > 1.5
+    assert gain("llama-70b") > 2.0
+
+
+def test_tree_verification_costs_more_on_hybrid_models():
+    tree = Decoding("ddtree", 16, 64, 8)
+    dense = CostModel.named("H200", "qwen3-8b")
+    hybrid = CostModel.named("H200", "hybrid-27b")
+    chain = Decoding("dflash", 16)
+    assert hybrid.decode_step(tree, [1000]) / hybrid.decode_step(chain, [1000]) > \
+        dense.decode_step(tree, [1000]) / dense.decode_step(chain, [1000]) + 0.1
+
+
+def test_ddtree_advantage_over_dflash_shrinks_as_concurrency_grows(tmp_path):
+    sessions = build({"name": "s", "family": "short", "requests": 32, "max_new_tokens": 96}, 0)
+    ddtree64 = [f if f != "32" else "64" for f in DDTREE]
+    throughput = {}
+    for name, flags in (("dflash", DFLASH), ("ddtree", ddtree64)):
+        server = start_sim(tmp_path, *flags, "--max-running-requests", "32")
+        try:
+            for c in (1, 32):
+                rows = [r.as_dict() for r in measure(server.url, sessions[: 8 if c == 1 else 32], c,
+                                                     {"temperature": 0.0}, 60)]
+                throughput[name, c] = output_throughput(rows)
+        finally:
+            server.stop()
+    advantage = {c: throughput["ddtree", c] / throughput["dflash", c] for c in (1, 32)}
+    assert advantage[1] > 1.0
+    assert advantage[32] < advantage[1] - 0.1
+
+
+def test_openai_python_client_reads_the_simulator(tmp_path):
+    import openai
+
+    server = start_sim(tmp_path, *DFLASH)
+    try:
+        client = openai.OpenAI(base_url=server.url + "/v1", api_key="unused")
+        assert client.models.list().data[0].id == "Qwen/Qwen3-8B"
+        chat = client.chat.completions.create(model="Qwen/Qwen3-8B", messages=[{"role": "user", "content": "Hi"}],
+                                              max_tokens=24, temperature=0)
+        assert chat.choices[0].message.content and chat.usage.completion_tokens > 0
+        stream = client.completions.create(model="Qwen/Qwen3-8B", prompt="Once upon a time", max_tokens=24,
+                                           temperature=0, stream=True, stream_options={"include_usage": True})
+        chunks = list(stream)
+        text = "".join(c.choices[0].text for c in chunks if c.choices)
+        assert text and chunks[-1].usage.completion_tokens == 24 or chunks[-1].usage.completion_tokens > 0
+    finally:
+        server.stop()
+
+
+# ------------------------------------------------------------------ fault switches
+
+def one(max_new=64):
+    return [Session(f"s{i}", "chat", [{"role": "user", "content": f"Tell me about topic {i}."}], [], max_new)
+            for i in range(12)]
+
+
+def test_fault_never_ready(tmp_path):
+    with pytest.raises(ServerError, match="not ready after 3 s"):
+        start_sim(tmp_path, "--sim-never-ready", timeout=3)
+
+
+def test_fault_slow_start_is_waited_for(tmp_path):
+    server = start_sim(tmp_path, startup=1.5, timeout=30)
+    try:
+        assert server.startup_seconds >= 1.5
+    finally:
+        server.stop()
+
+
+def test_fault_http_500_at_a_rate(tmp_path):
+    server = start_sim(tmp_path, "--sim-error-rate", "0.5")
+    try:
+        records = measure(server.url, one(), 4, {"temperature": 0.0}, 30)
+    finally:
+        server.stop()
+    failed = [r for r in records if r.error == "http_status"]
+    assert 2 <= len(failed) <= 10 and all("HTTP 500" in r.error_detail for r in failed)
+    assert len(records) == 12  # nothing dropped
+
+
+def test_fault_truncated_streams(tmp_path):
+    server = start_sim(tmp_path, "--sim-truncate-rate", "1.0")
+    try:
+        records = measure(server.url, one(), 2, {"temperature": 0.0}, 30)
+    finally:
+        server.stop()
+    assert all(r.error == "truncated" for r in records)
+
+
+def test_fault_hang_mid_stream_times_out(tmp_path):
+    server = start_sim(tmp_path, "--sim-hang-after-tokens", "5")
+    try:
+        records = measure(server.url, one()[:2], 2, {"temperature": 0.0}, timeout=2.0)
+    finally:
+        server.stop()
+    assert all(r.error == "timeout" and r.output_tokens >= 1 for r in records)
+
+
+def test_fault_crash_after_n_requests(tmp_path):
+    server = start_sim(tmp_path, "--sim-crash-after", "3")
+    try:
+        records = measure(server.url, one(), 1, {"temperature": 0.0}, 10, alive=server.alive)
+        assert not server.alive()
+    finally:
+        server.stop()
+    assert [r.error for r in records[:2]] == [None, None]
+    assert all(r.error in ("server_died", "connect") for r in records[2:])
