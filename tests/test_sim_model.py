@@ -149,3 +149,30 @@ def test_fault_crash_after_n_requests(tmp_path):
         server.stop()
     assert [r.error for r in records[:2]] == [None, None]
     assert all(r.error in ("server_died", "connect") for r in records[2:])
+
+
+def test_sim_speaks_the_stream_contract_of_sglangs_bench_serving(tmp_path):
+    """What `python -m sglang.benchmark.serving --backend sglang` reads from /generate (SGLang 0.5.23 source):
+    SSE lines "data: <json>" ending with "data: [DONE]"; cumulative "text"; meta_info.completion_tokens
+    (new tokens per chunk = its increase), meta_info.prompt_tokens, meta_info.spec_accept_length; extra
+    request keys (lora_path, return_logprob, logprob_start_len) accepted; ignore_eos gives max_new_tokens."""
+    import json as _json
+
+    server = start_sim(tmp_path, *DFLASH)
+    payload = {"text": "Write a haiku about the sea.", "stream": True, "lora_path": None, "return_logprob": False,
+               "return_routed_experts": False, "logprob_start_len": -1,
+               "sampling_params": {"temperature": 0.0, "max_new_tokens": 40, "ignore_eos": True}}
+    try:
+        with requests.post(server.url + "/generate", json=payload, stream=True, timeout=30) as resp:
+            assert resp.status_code == 200
+            lines = [line for line in resp.iter_lines() if line.strip()]
+    finally:
+        server.stop()
+    assert all(line.startswith(b"data: ") for line in lines) and lines[-1] == b"data: [DONE]"
+    chunks = [_json.loads(line[6:]) for line in lines[:-1]]
+    texts = [c["text"] for c in chunks]
+    assert all(b.startswith(a) for a, b in zip(texts, texts[1:]))  # cumulative
+    counts = [c["meta_info"]["completion_tokens"] for c in chunks]
+    assert counts == sorted(counts) and counts[-1] == 40  # ignore_eos: exactly max_new_tokens
+    assert all(c["meta_info"]["prompt_tokens"] > 0 for c in chunks)
+    assert chunks[-1]["meta_info"]["spec_accept_length"] > 1

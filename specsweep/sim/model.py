@@ -152,7 +152,7 @@ def accepted_tokens(decoding: Decoding, a: float, rng: random.Random) -> int:
     return accepted + 1
 
 
-def reply_tokens(prompt: str, max_new_tokens: int) -> tuple[list[str], bool]:
+def reply_tokens(prompt: str, max_new_tokens: int, ignore_eos: bool = False) -> tuple[list[str], bool]:
     """The target's greedy reply to a prompt: tokens and whether it stopped by itself.
 
     Deterministic per prompt and independent of the decoding method (lossless).
@@ -160,7 +160,7 @@ def reply_tokens(prompt: str, max_new_tokens: int) -> tuple[list[str], bool]:
     """
     rng = random.Random(_seed("reply", prompt))
     natural = rng.randint(max(8, max_new_tokens // 5), max(9, int(max_new_tokens * 1.1)))
-    length = min(natural, max_new_tokens)
+    length = max_new_tokens if ignore_eos else min(natural, max_new_tokens)
     vocab = [t for t in split_tokens(prompt[-4000:]) if t.strip()] or [" ok"]
     out, i = [], rng.randrange(len(vocab))
     for _ in range(length):
@@ -170,7 +170,7 @@ def reply_tokens(prompt: str, max_new_tokens: int) -> tuple[list[str], bool]:
             i = rng.randrange(len(vocab))
         tok = vocab[i]
         out.append(tok if tok[0].isspace() or not tok[0].isalnum() else " " + tok)
-    return out, natural <= max_new_tokens
+    return out, natural <= max_new_tokens and not ignore_eos
 
 
 @lru_cache(maxsize=1)

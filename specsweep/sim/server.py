@@ -168,7 +168,7 @@ class Engine:
         if len(tokens) + max_new > self.args.context_length:
             raise ValueError(f"prompt of {len(tokens)} tokens + max_new_tokens {max_new} "
                              f"exceeds the context length {self.args.context_length}")
-        reply, natural = reply_tokens(prompt, max_new)
+        reply, natural = reply_tokens(prompt, max_new, bool(sampling.get("ignore_eos")))
         thinking = not prompt.rstrip().endswith("</think>")
         a = top1_probability(prompt, temperature, thinking and "<|im_start|>" in prompt, self.acceptance)
         rng = random.Random(f"{prompt}|{self.decoding}|{self.args.random_seed}")
