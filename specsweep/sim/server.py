@@ -476,4 +476,4 @@ def main(argv: list[str] | None = None) -> None:
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     time.sleep(args.sim_startup_seconds)  # model load
     web.run_app(build_app(args), host=args.host, port=args.port, print=None, access_log=None,
-                handle_signals=True)
+                handle_signals=True, shutdown_timeout=1.0)
