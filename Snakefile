@@ -22,4 +22,4 @@ rule all:
         all_cell_outputs(),
         "results/summary.csv",
         "results/report/report.pdf",
-        "results/report/throughput.png",
+        expand("results/report/figures/{section}", section=REPORT_SECTIONS),

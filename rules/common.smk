@@ -57,6 +57,16 @@ def method_params_json(wildcards):
     return canonical_json(method.as_dict())
 
 
+REPORT_SECTIONS = {
+    "setup": "1 Setup",
+    "single": "2 Single-stream speed",
+    "budget": "3 DDTree budget sweep",
+    "tp": "4 Tensor parallelism",
+    "concurrency": "5 Concurrency",
+    "agentic": "6 Agentic multi-turn",
+}
+
+
 def report_params_json():
     view = {
         "title": CONFIG["report"]["title"],
@@ -64,6 +74,9 @@ def report_params_json():
         "model": CONFIG["model"]["name"],
         "methods": [m.name for m in ss_config.expand_methods(CONFIG)],
         "warmup": CONFIG["warmup"],
+        "sampling": f"temperature {CONFIG['sampling']['temperature']:g}, top-p {CONFIG['sampling']['top_p']:g}, "
+        f"thinking {'on' if CONFIG['sampling']['thinking'] else 'off'}, load {CONFIG['load']['model']}, "
+        f"protocol {CONFIG['load']['protocol']}",
         "sim_profile": f"{CONFIG['sim']['model_profile']} on {CONFIG['sim']['gpu']}" if CONFIG["backend"] == "sim" else "",
     }
     return canonical_json(view)

@@ -1,7 +1,12 @@
+REPORT_INPUTS = {
+    "tables": [f"results/{name}.csv" for name in TABLES],
+    "environment": f"results/env/{CONFIG['backend']}.json",
+}
+
+
 rule report_pdf:
     input:
-        summary="results/summary.csv",
-        environment=f"results/env/{CONFIG['backend']}.json",
+        **REPORT_INPUTS,
     output:
         pdf=report(
             "results/report/report.pdf",
@@ -17,18 +22,23 @@ rule report_pdf:
         "../scripts/report_pdf.py"
 
 
-rule plot_throughput:
+rule report_figures:
     input:
-        summary="results/summary.csv",
+        **REPORT_INPUTS,
     output:
-        png=report(
-            "results/report/throughput.png",
-            caption="report/throughput.rst",
-            category="Throughput",
-        ),
+        **{
+            section: report(
+                directory(f"results/report/figures/{section}"),
+                patterns=["{name}.png"],
+                caption=f"report/{section}.rst",
+                category=title,
+            )
+            for section, title in REPORT_SECTIONS.items()
+        },
     params:
+        view=report_params_json(),
         code=REPORT_CODE,
     log:
-        "logs/plot_throughput.log",
+        "logs/report_figures.log",
     script:
-        "../scripts/plot_throughput.py"
+        "../scripts/report_figures.py"

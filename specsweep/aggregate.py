@@ -14,8 +14,10 @@ SUMMARY_COLUMNS = [
     "concurrency", "repetition", "requests_sent", "requests_completed", "requests_failed", "output_tokens",
     "output_throughput", "output_throughput_lo", "output_throughput_hi", "output_throughput_per_gpu",
     "speedup", "speedup_lo", "speedup_hi",
-    "ttft_p50", "ttft_p99", "tpot_mean", "tpot_p50", "tpot_p99", "itl_p50", "itl_p99", "e2e_p50", "e2e_p99",
+    "ttft_p50", "ttft_p50_lo", "ttft_p50_hi", "ttft_p99", "ttft_p99_lo", "ttft_p99_hi",
+    "tpot_mean", "tpot_p50", "tpot_p50_lo", "tpot_p50_hi", "tpot_p99", "itl_p50", "itl_p99", "e2e_p50", "e2e_p99",
     "acceptance_length", "acceptance_length_server", "tokens_per_chunk", "acceptance_disagree",
+    "failures", "content_mix", "sessions",
     "ttft_p99_with_failures", "e2e_p99_with_failures", "session_completion_p50",
     "lossless_compared", "lossless_exact_rate", "lossless_first_divergence_median", "lossless_first_divergence_min",
     "cell_file",
@@ -24,6 +26,11 @@ SUMMARY_COLUMNS = [
 
 def _get(metrics: dict, name: str, stat: str):
     return metrics.get(name, {}).get(stat)
+
+
+def _ci(metrics: dict, name: str, stat: str, side: int):
+    ci = metrics.get(name, {}).get(f"{stat}_ci")
+    return ci[side] if ci else None
 
 
 def cell_row(cell: dict, path: str) -> dict:
@@ -39,13 +46,19 @@ def cell_row(cell: dict, path: str) -> dict:
         "output_throughput": m["output_throughput"], "output_throughput_lo": ci[0], "output_throughput_hi": ci[1],
         "output_throughput_per_gpu": m.get("output_throughput_per_gpu"),
         "ttft_p50": _get(m, "ttft", "p50"), "ttft_p99": _get(m, "ttft", "p99"),
+        "ttft_p50_lo": _ci(m, "ttft", "p50", 0), "ttft_p50_hi": _ci(m, "ttft", "p50", 1),
+        "ttft_p99_lo": _ci(m, "ttft", "p99", 0), "ttft_p99_hi": _ci(m, "ttft", "p99", 1),
         "tpot_mean": _get(m, "tpot", "mean"), "tpot_p50": _get(m, "tpot", "p50"), "tpot_p99": _get(m, "tpot", "p99"),
+        "tpot_p50_lo": _ci(m, "tpot", "p50", 0), "tpot_p50_hi": _ci(m, "tpot", "p50", 1),
         "itl_p50": _get(m, "itl", "p50"), "itl_p99": _get(m, "itl", "p99"),
         "e2e_p50": _get(m, "e2e", "p50"), "e2e_p99": _get(m, "e2e", "p99"),
         "acceptance_length": m.get("acceptance_length"),
         "acceptance_length_server": m.get("acceptance_length_server"),
         "tokens_per_chunk": m.get("tokens_per_chunk"),
         "acceptance_disagree": (m.get("acceptance_agreement") or {}).get("disagree"),
+        "failures": "; ".join(f"{k}: {v}" for k, v in sorted(m["failures"].items())),
+        "content_mix": ", ".join(f"{k} {v:.0%}" for k, v in sorted(cell["workload"]["content_mix"].items())),
+        "sessions": cell["workload"]["sessions"],
         "ttft_p99_with_failures": (m.get("ttft_with_failures") or {}).get("p99"),
         "e2e_p99_with_failures": (m.get("e2e_with_failures") or {}).get("p99"),
         "session_completion_p50": _get(m, "session_completion", "p50"),
@@ -71,3 +84,94 @@ def summarise_cells(paths: list[str]) -> pd.DataFrame:
                        lossless_first_divergence_min=lossless["first_divergence_min"])
     frame = pd.DataFrame(rows, columns=SUMMARY_COLUMNS)
     return frame.sort_values(["tp", "workload", "concurrency", "method", "repetition"]).reset_index(drop=True)
+
+
+def request_rows(paths: list[str]) -> pd.DataFrame:
+    """One row per measured request: its cell, turn, timings (s), tokens and failure category."""
+    from .metrics import e2e, queue_delay, tpot, ttft
+
+    rows = []
+    for path in paths:
+        cell = json.loads(Path(path).read_text())
+        c = cell["cell"]
+        for r in cell["requests"]:
+            rows.append({"simulated": cell["simulated"], "tp": c["tp"], "method": c["method"], "workload": c["workload"],
+                         "concurrency": c["concurrency"], "repetition": c["repetition"], "session": r["session"],
+                         "turn": r["turn"], "kind": r["kind"], "error": r["error"], "prompt_tokens": r["prompt_tokens"],
+                         "cached_tokens": r["cached_tokens"], "output_tokens": r["output_tokens"],
+                         "verify_ct": r["verify_ct"], "chunks": len(r["chunk_times"]), "ttft": ttft(r),
+                         "tpot": tpot(r), "e2e": e2e(r), "queue_delay": queue_delay(r)})
+    return pd.DataFrame(rows)
+
+
+def turn_rows(requests: pd.DataFrame) -> pd.DataFrame:
+    """Per cell and turn index of multi-turn workloads: requests, TTFT/E2E medians, prompt and cached tokens, cache hit share."""
+    keys = ["tp", "method", "workload", "concurrency", "repetition", "turn"]
+    multi = requests.groupby(["tp", "method", "workload", "concurrency", "repetition"])["turn"].transform("max") > 0
+    ok = requests[multi & requests["error"].isna()]
+    if ok.empty:
+        return pd.DataFrame(columns=keys + ["requests", "ttft_p50", "e2e_p50", "prompt_tokens_mean",
+                                            "cached_tokens_mean", "cache_hit_share", "output_tokens_per_s"])
+    g = ok.groupby(keys)
+    out = g.agg(requests=("session", "size"), ttft_p50=("ttft", "median"), e2e_p50=("e2e", "median"),
+                prompt_tokens_mean=("prompt_tokens", "mean"), cached_tokens_mean=("cached_tokens", "mean"),
+                output_tokens=("output_tokens", "sum"), busy=("e2e", "sum")).reset_index()
+    out["cache_hit_share"] = out["cached_tokens_mean"] / out["prompt_tokens_mean"]
+    out["output_tokens_per_s"] = out["output_tokens"] / out["busy"]  # per request in flight
+    return out.drop(columns=["output_tokens", "busy"])
+
+
+def best_budget(summary: pd.DataFrame) -> pd.DataFrame:
+    """Per (tp, workload, concurrency): the DDTree budget with the highest output throughput, and its speedup."""
+    tree = summary[summary["algorithm"] == "ddtree"].dropna(subset=["output_throughput"])
+    if tree.empty:
+        return pd.DataFrame(columns=["tp", "workload", "concurrency", "method", "budget", "output_throughput", "speedup"])
+    idx = tree.groupby(["tp", "workload", "concurrency"])["output_throughput"].idxmax()
+    return tree.loc[idx, ["tp", "workload", "concurrency", "method", "budget", "output_throughput",
+                          "speedup"]].reset_index(drop=True)
+
+
+def break_even(summary: pd.DataFrame) -> pd.DataFrame:
+    """Break-even concurrency per (tp, method, workload): the lowest concurrency whose speedup CI upper bound is <= 1."""
+    spec = summary[(summary["algorithm"] != "ar") & summary["speedup"].notna()]
+    rows = []
+    for (tp, method, workload), g in spec.groupby(["tp", "method", "workload"]):
+        g = g.sort_values("concurrency")
+        hi = g["speedup_hi"].fillna(g["speedup"])
+        stop = g[hi <= 1.0]
+        rows.append({"tp": tp, "method": method, "workload": workload,
+                     "break_even_concurrency": int(stop["concurrency"].iloc[0]) if not stop.empty else None,
+                     "highest_concurrency_tested": int(g["concurrency"].max()),
+                     "speedup_at_highest": float(g["speedup"].iloc[-1])})
+    return pd.DataFrame(rows, columns=["tp", "method", "workload", "break_even_concurrency",
+                                       "highest_concurrency_tested", "speedup_at_highest"])
+
+
+def pareto(summary: pd.DataFrame) -> pd.DataFrame:
+    """Cells with interactivity (1/TPOT p50) and throughput per GPU; on_frontier marks the Pareto-optimal ones per workload."""
+    frame = summary.dropna(subset=["output_throughput_per_gpu", "tpot_p50"]).copy()
+    frame["interactivity"] = 1.0 / frame["tpot_p50"]
+    frame["on_frontier"] = False
+    for _, g in frame.groupby("workload"):
+        for i, row in g.iterrows():
+            dominated = ((g["interactivity"] >= row["interactivity"]) & (g["output_throughput_per_gpu"] >= row["output_throughput_per_gpu"])
+                         & ((g["interactivity"] > row["interactivity"]) | (g["output_throughput_per_gpu"] > row["output_throughput_per_gpu"]))).any()
+            frame.loc[i, "on_frontier"] = not dominated
+    return frame[["tp", "method", "workload", "concurrency", "interactivity", "output_throughput_per_gpu", "on_frontier"]]
+
+
+def write_tables(paths: list[str], out_dir: str | Path) -> dict[str, pd.DataFrame]:
+    """All aggregated tables, each as CSV and Parquet in out_dir: summary, requests, turns, best_budget, break_even, pareto."""
+    from .canon import atomic_write_text
+
+    out_dir = Path(out_dir)
+    summary = summarise_cells(paths)
+    requests = request_rows(paths)
+    tables = {"summary": summary, "requests": requests, "turns": turn_rows(requests),
+              "best_budget": best_budget(summary), "break_even": break_even(summary), "pareto": pareto(summary)}
+    for name, frame in tables.items():
+        atomic_write_text(out_dir / f"{name}.csv", frame.to_csv(index=False))
+        tmp = out_dir / f".{name}.parquet.tmp"
+        frame.to_parquet(tmp, index=False)
+        tmp.replace(out_dir / f"{name}.parquet")
+    return tables

@@ -1,13 +1,14 @@
-"""The report: CSV data per chart, the LaTeX document (pgfplots), its PDF, and matplotlib figures.
+"""The report: one CSV per chart and table, the LaTeX document (pgfplots), its PDF, and matplotlib figures.
 
-Every number shown comes from results/summary.csv through the CSV files
-written here; the .tex only names columns.
+Every number shown comes from the aggregated tables (results/*.csv) through
+the CSV files written here; the .tex only names columns. The same figure
+specifications drive the pgfplots charts of the PDF and the matplotlib
+figures of Snakemake's HTML report.
 """
 
 from __future__ import annotations
 
 import json
-import math
 import shutil
 import subprocess
 from datetime import date
@@ -21,9 +22,15 @@ from .metrics import BOOTSTRAP_RESAMPLES, definitions
 TEX_MISSING = (
     "latexmk or pdflatex was not found. Install TeX Live: "
     "sudo apt-get install texlive-latex-base texlive-latex-recommended texlive-pictures "
-    "texlive-science lmodern latexmk (or run the README's set-up command)."
+    "texlive-science lmodern latexmk (or run the README's set-up command tools/setup.sh)."
 )
 COLORS = ["blue", "red", "green!60!black", "orange", "violet", "cyan", "brown", "magenta", "gray", "teal"]
+MPL_COLORS = ["#1f3fbf", "#bf1f1f", "#2e8b2e", "#e08000", "#8a2be2", "#008b8b", "#8b4513", "#c71585", "#666666",
+              "#006d6d"]
+SECTIONS = {
+    "setup": "Setup and methodology", "single": "Single-stream speed", "budget": "DDTree budget sweep",
+    "tp": "Tensor parallelism", "concurrency": "Concurrency", "agentic": "Agentic multi-turn",
+}
 
 
 class ReportError(RuntimeError):
@@ -36,105 +43,248 @@ def tex_escape(text) -> str:
     return "".join(table.get(ch, ch) for ch in str(text))
 
 
-def _series_columns(frame: pd.DataFrame, methods: list[str], index: str, value: str, lo: str, hi: str) -> pd.DataFrame:
-    """Wide table: one row per ``index`` value; per method i: m<i>, m<i>_plus, m<i>_minus (error bar lengths)."""
-    out = pd.DataFrame({index: sorted(frame[index].unique())})
-    for i, method in enumerate(methods):
-        sub = frame[frame["method"] == method].groupby(index)[[value, lo, hi]].mean()
-        out[f"m{i}"] = out[index].map(sub[value])
-        out[f"m{i}_plus"] = out[index].map(sub[hi] - sub[value]).clip(lower=0)
-        out[f"m{i}_minus"] = out[index].map(sub[value] - sub[lo]).clip(lower=0)
+def _wide(frame: pd.DataFrame, series: list[str], series_col: str, x: str, y: str, lo: str | None,
+          hi: str | None) -> pd.DataFrame:
+    """One row per x; per series i: s<i>, s<i>_plus, s<i>_minus (error bar lengths, 0 without a CI)."""
+    out = pd.DataFrame({x: sorted(frame[x].dropna().unique())})
+    for i, name in enumerate(series):
+        sub = frame[frame[series_col] == name].groupby(x)
+        mean = sub[y].mean()
+        out[f"s{i}"] = out[x].map(mean)
+        out[f"s{i}_plus"] = out[x].map(sub[hi].mean() - mean).clip(lower=0).fillna(0) if hi else 0.0
+        out[f"s{i}_minus"] = out[x].map(mean - sub[lo].mean()).clip(lower=0).fillna(0) if lo else 0.0
     return out
 
 
-def write_report_data(summary: pd.DataFrame, environment: dict, config_view: dict, data_dir: Path) -> dict:
-    """Write the CSV files the LaTeX report reads; return the template context."""
-    data_dir.mkdir(parents=True, exist_ok=True)
-    methods = list(dict.fromkeys(config_view["methods"]))
-    simulated = bool(summary["simulated"].any()) if len(summary) else environment.get("simulated", False)
-    ctx: dict = {
-        "simulated": simulated, "methods": methods,
-        "title": tex_escape(config_view["title"]), "author": tex_escape(config_view["author"]),
-        "date": date.today().isoformat(), "model": tex_escape(config_view["model"]),
-        "backend": tex_escape(environment["backend"]),
-        "sim_profile": tex_escape(config_view.get("sim_profile", "")),
-        "n_servers": summary[["tp", "method"]].drop_duplicates().shape[0], "n_cells": len(summary),
-        "tps": ", ".join(str(t) for t in sorted(summary["tp"].unique())),
-        "method_list": ", ".join(tex_escape(m) for m in methods),
-        "workload_list": ", ".join(tex_escape(w) for w in summary["workload"].unique()),
-        "concurrency_list": ", ".join(str(c) for c in sorted(summary["concurrency"].unique())),
-        "warmup": config_view["warmup"], "resamples": BOOTSTRAP_RESAMPLES,
-        "definitions": [(tex_escape(n), tex_escape(d)) for n, d in definitions()],
-    }
-    prov = [("Backend", environment["backend"] + (" (simulated)" if simulated else "")),
-            ("Server", f"{environment['server']['name']} {environment['server'].get('version')}"),
-            ("Python", environment["software"]["python"]),
-            ("specsweep", environment["software"]["specsweep"]),
-            ("Snakemake", environment["software"].get("snakemake")),
-            ("GPUs", ", ".join(g["name"] for g in environment["hardware"]["gpus"]) or "none"),
-            ("Model", config_view["model"])]
-    if simulated:
-        prov.append(("Simulated profile", config_view.get("sim_profile", "")))
-    pd.DataFrame([{"item": tex_escape(k), "value": tex_escape(v)} for k, v in prov]).to_csv(
-        data_dir / "provenance.csv", index=False)
+class Figures:
+    """Collects figure specifications and writes their CSV files into the report's data folder."""
 
-    figures = []
-    for tp in sorted(summary["tp"].unique()):
+    def __init__(self, data_dir: Path, methods: list[str]):
+        self.data_dir, self.methods, self.specs = data_dir, methods, []
+
+    def _series(self, frame, col):
+        present = set(frame[col])
+        order = [m for m in self.methods if m in present] if col == "method" else sorted(present, key=str)
+        return order
+
+    def line(self, section, fid, frame, x, y, lo, hi, xlabel, ylabel, caption, series_col="method",
+             logx=False, reference=None):
+        frame = frame.dropna(subset=[y])
+        if frame.empty or frame[x].nunique() < 2:
+            return
+        series = self._series(frame, series_col)
+        wide = _wide(frame, series, series_col, x, y, lo, hi)
+        self._add(section, fid, "line", wide, x, xlabel, ylabel, caption, series, logx=logx, reference=reference)
+
+    def bars(self, section, fid, frame, x, y, lo, hi, xlabel, ylabel, caption, series_col="method", baseline=None):
+        frame = frame.dropna(subset=[y])
+        if frame.empty:
+            return
+        labels = list(dict.fromkeys(frame[x]))
+        frame = frame.assign(_x=frame[x].map({v: i for i, v in enumerate(labels)}))
+        series = self._series(frame, series_col)
+        wide = _wide(frame, series, series_col, "_x", y, lo, hi).rename(columns={"_x": "x"})
+        self._add(section, fid, "bar", wide, "x", xlabel, ylabel, caption, series, xlabels=[str(v) for v in labels],
+                  baseline=baseline)
+
+    def scatter(self, section, fid, frame, x, y, xlabel, ylabel, caption, series_col="method"):
+        """Points per series (columns x<i>, y<i>), plus the Pareto-frontier points (fx, fy)."""
+        frame = frame.dropna(subset=[x, y])
+        if frame.empty:
+            return
+        series = self._series(frame, series_col)
+        columns = {}
+        for i, name in enumerate(series):
+            sub = frame[frame[series_col] == name]
+            columns[f"x{i}"], columns[f"y{i}"] = list(sub[x]), list(sub[y])
+        front = frame[frame["on_frontier"]].sort_values(x) if "on_frontier" in frame else frame.iloc[0:0]
+        columns["fx"], columns["fy"] = list(front[x]), list(front[y])
+        wide = pd.DataFrame({k: pd.Series(v, dtype=float) for k, v in columns.items()})
+        self._add(section, fid, "scatter", wide, "x0", xlabel, ylabel, caption, series)
+
+    def _add(self, section, fid, kind, wide, x, xlabel, ylabel, caption, series, **extra):
+        name = f"{fid}.csv"
+        wide.to_csv(self.data_dir / name, index=False, na_rep="nan")
+        spec = {"section": section, "id": fid, "kind": kind, "csv": f"data/{name}", "x": x, "xlabel": xlabel,
+                "ylabel": ylabel, "caption": caption, "labels": series,
+                "series": [{"col": f"s{i}", "label": tex_escape(s), "color": COLORS[i % len(COLORS)], "index": i}
+                           for i, s in enumerate(series)], **extra}
+        if kind == "line":
+            spec["xticks"] = ",".join(f"{v:g}" for v in wide[x])
+        if kind == "bar":
+            spec["xticks"] = ",".join(str(i) for i in range(len(extra["xlabels"])))
+            spec["xlabels_tex"] = ",".join("{" + tex_escape(v) + "}" for v in extra["xlabels"])
+            spec["bar_width"] = max(3, min(14, int(260 / max(1, len(series) * len(extra["xlabels"])))))
+        self.specs.append(spec)
+
+
+def _table(frame: pd.DataFrame, path: Path, string_cols=()) -> bool:
+    """Write a table's CSV (text columns escaped for LaTeX, commas made semicolons: pgfplotstable reads
+    no quoted fields); True when it has rows."""
+    for col in (c for c in string_cols if c in frame):
+        frame = frame.assign(**{col: frame[col].map(lambda v: tex_escape(v).replace(",", ";"))})
+    frame.to_csv(path, index=False)
+    return not frame.empty
+
+
+def prepare(tables_dir: str | Path, environment: dict, view: dict, report_dir: str | Path) -> dict:
+    """Write every chart's and table's CSV under report_dir/data; return the template context."""
+    tables_dir, report_dir = Path(tables_dir), Path(report_dir)
+    data = report_dir / "data"
+    data.mkdir(parents=True, exist_ok=True)
+    summary = pd.read_csv(tables_dir / "summary.csv")
+    turns = pd.read_csv(tables_dir / "turns.csv")
+    best = pd.read_csv(tables_dir / "best_budget.csv")
+    breakeven = pd.read_csv(tables_dir / "break_even.csv")
+    pareto = pd.read_csv(tables_dir / "pareto.csv")
+    methods = list(dict.fromkeys(view["methods"]))
+    simulated = bool(summary["simulated"].any()) if len(summary) else bool(environment.get("simulated"))
+    figs = Figures(data, methods)
+    tps = sorted(summary["tp"].unique())
+    lowest = int(summary["concurrency"].min())
+    n_req = int(summary["requests_sent"].max()) if len(summary) else 0
+
+    # 2. single stream: tokens/s and speedup per workload at the lowest concurrency
+    low = summary[summary["concurrency"] == lowest]
+    for tp in tps:
+        sub = low[low["tp"] == tp]
+        figs.bars("single", f"single-throughput-tp{tp}", sub, "workload", "output_throughput", "output_throughput_lo",
+                  "output_throughput_hi", "Workload", "Output throughput (tokens/s)",
+                  f"Output throughput at concurrency {lowest}, TP {tp}, per workload and method "
+                  f"(up to {n_req} measured requests per cell; error bars: 95\\% bootstrap CI).")
+        spec = sub[sub["algorithm"] != "ar"]
+        figs.bars("single", f"single-speedup-tp{tp}", spec, "workload", "speedup", "speedup_lo", "speedup_hi",
+                  "Workload", "Speedup over AR",
+                  f"Speedup in output throughput over AR at concurrency {lowest}, TP {tp} (same prompts in the same "
+                  "order; error bars: 95\\% paired-bootstrap CI; dashed line: no speedup).", baseline=1)
+
+    # 3. budget sweep: acceptance and throughput against the DDTree budget, DFlash as the reference
+    tree = low[low["algorithm"] == "ddtree"].dropna(subset=["budget"])
+    chain = low[low["algorithm"] == "dflash"]
+    for tp in tps:
+        for workload in summary["workload"].unique():
+            t = tree[(tree["tp"] == tp) & (tree["workload"] == workload)].assign(series="DDTree")
+            if t["budget"].nunique() < 2:
+                continue
+            c = chain[(chain["tp"] == tp) & (chain["workload"] == workload)]
+            ref_acc = [{"label": f"DFlash {tex_escape(m)}", "value": float(v)} for m, v in
+                       zip(c["method"], c["acceptance_length"]) if pd.notna(v)]
+            ref_tput = [{"label": f"DFlash {tex_escape(m)}", "value": float(v)} for m, v in
+                        zip(c["method"], c["output_throughput"]) if pd.notna(v)]
+            figs.line("budget", f"budget-acceptance-{workload}-tp{tp}", t, "budget", "acceptance_length", None, None,
+                      "DDTree node budget", "Acceptance length (tokens per round)",
+                      f"Acceptance length against the DDTree budget, workload {tex_escape(workload)}, TP {tp}, "
+                      f"concurrency {lowest}; horizontal line: DFlash (linear chain).", series_col="series",
+                      logx=True, reference=ref_acc)
+            figs.line("budget", f"budget-throughput-{workload}-tp{tp}", t, "budget", "output_throughput",
+                      "output_throughput_lo", "output_throughput_hi", "DDTree node budget", "Output throughput (tokens/s)",
+                      f"Output throughput against the DDTree budget, workload {tex_escape(workload)}, TP {tp}, "
+                      f"concurrency {lowest} (error bars: 95\\% CI); horizontal line: DFlash.", series_col="series",
+                      logx=True, reference=ref_tput)
+
+    # 4. tensor parallelism
+    scaling = pd.DataFrame()
+    if len(tps) > 1:
+        for workload in summary["workload"].unique():
+            sub = low[low["workload"] == workload].sort_values("tp")
+            figs.bars("tp", f"tp-throughput-{workload}", sub.assign(tp_label=sub["tp"].map(lambda v: f"TP {v}")),
+                      "tp_label", "output_throughput", "output_throughput_lo", "output_throughput_hi",
+                      "Tensor-parallel size", "Output throughput (tokens/s)",
+                      f"Output throughput per TP size and method, workload {tex_escape(workload)}, concurrency {lowest} "
+                      "(error bars: 95\\% CI).")
+        base = low[low["tp"] == tps[0]].set_index(["method", "workload"])["output_throughput"]
+        scaling = low[["tp", "method", "workload", "output_throughput"]].copy()
+        scaling["scaling_efficiency"] = [
+            row.output_throughput / (base.get((row.method, row.workload), float("nan")) * row.tp / tps[0])
+            for row in scaling.itertuples()]
+    has_tp = _table(scaling, data / "scaling.csv", ["method", "workload"]) and len(tps) > 1
+
+    # 5. concurrency
+    for tp in tps:
         for workload in summary["workload"].unique():
             sub = summary[(summary["tp"] == tp) & (summary["workload"] == workload)]
-            if sub.empty:
-                continue
-            present = [m for m in methods if m in set(sub["method"])]
-            wide = _series_columns(sub, present, "concurrency", "output_throughput",
-                                   "output_throughput_lo", "output_throughput_hi")
-            name = f"throughput-{workload}-tp{tp}.csv"
-            wide.to_csv(data_dir / name, index=False, na_rep="nan")
-            figures.append({"csv": f"data/{name}", "workload": tex_escape(workload), "tp": int(tp),
-                            "xticks": ",".join(str(c) for c in wide["concurrency"]),
-                            "requests": int(sub["requests_sent"].max()),
-                            "series": [{"col": f"m{i}", "label": tex_escape(m)} for i, m in enumerate(present)]})
-    ctx["throughput_figures"] = figures
+            label = f"workload {tex_escape(workload)}, TP {tp}"
+            figs.line("concurrency", f"conc-throughput-{workload}-tp{tp}", sub, "concurrency", "output_throughput",
+                      "output_throughput_lo", "output_throughput_hi", "Concurrency (requests in flight)",
+                      "Output throughput (tokens/s)", f"Output throughput against concurrency, {label} "
+                      "(error bars: 95\\% CI).", logx=True)
+            figs.line("concurrency", f"conc-ttft-{workload}-tp{tp}", sub.assign(
+                v=sub["ttft_p99"] * 1000, lo=sub["ttft_p99_lo"] * 1000, hi=sub["ttft_p99_hi"] * 1000), "concurrency",
+                "v", "lo", "hi", "Concurrency", "TTFT p99 (ms)", f"Time to first token, 99th percentile, {label} "
+                "(error bars: 95\\% CI).", logx=True)
+            figs.line("concurrency", f"conc-tpot-{workload}-tp{tp}", sub.assign(
+                v=sub["tpot_p50"] * 1000, lo=sub["tpot_p50_lo"] * 1000, hi=sub["tpot_p50_hi"] * 1000), "concurrency",
+                "v", "lo", "hi", "Concurrency", "TPOT p50 (ms)", f"Time per output token, median, {label} "
+                "(error bars: 95\\% CI).", logx=True)
+    for workload in pareto["workload"].unique():
+        figs.scatter("concurrency", f"pareto-{workload}", pareto[pareto["workload"] == workload], "interactivity",
+                     "output_throughput_per_gpu", "Interactivity (tokens/s per user)", "Output throughput per GPU (tokens/s)",
+                     f"Throughput per GPU against interactivity (1/TPOT p50), workload {tex_escape(workload)}, every "
+                     "TP size and concurrency; larger marks lie on the Pareto frontier.")
+    has_break_even = _table(breakeven, data / "break_even.csv", ["method", "workload"])
+    has_best = _table(best, data / "best_budget.csv", ["method", "workload"])
 
-    speedups = []
-    lowest = int(summary["concurrency"].min()) if len(summary) else 1
-    ctx["lowest_concurrency"] = lowest
-    has_ar = summary["speedup"].notna().any()
-    if has_ar:
-        for tp in sorted(summary["tp"].unique()):
-            sub = summary[(summary["tp"] == tp) & (summary["concurrency"] == lowest) & summary["speedup"].notna()
-                          & (summary["algorithm"] != "ar")]
-            if sub.empty:
-                continue
-            workloads = list(sub["workload"].unique())
-            sub = sub.assign(x=sub["workload"].map({w: i for i, w in enumerate(workloads)}))
-            present = [m for m in methods if m in set(sub["method"])]
-            wide = _series_columns(sub, present, "x", "speedup", "speedup_lo", "speedup_hi")
-            name = f"speedup-tp{tp}-c{lowest}.csv"
-            wide.to_csv(data_dir / name, index=False, na_rep="nan")
-            n = len(present)
-            speedups.append({"csv": f"data/{name}", "tp": int(tp), "concurrency": lowest,
-                             "xticks": ",".join(str(i) for i in range(len(workloads))),
-                             "xlabels": ",".join(tex_escape(w) for w in workloads),
-                             "bar_width": max(4, min(14, int(300 / max(1, n * len(workloads))))),
-                             "enlarge": 0.5 if len(workloads) == 1 else 0.25,
-                             "series": [{"col": f"m{i}", "label": tex_escape(m), "color": COLORS[i % len(COLORS)]}
-                                        for i, m in enumerate(present)]})
-    ctx["speedup_figures"] = speedups
+    # 6. agentic multi-turn
+    agentic_workloads = list(turns["workload"].unique()) if len(turns) else []
+    for workload in agentic_workloads:
+        for tp in tps:
+            sub = turns[(turns["workload"] == workload) & (turns["tp"] == tp) & (turns["concurrency"] == lowest)]
+            figs.line("agentic", f"turn-ttft-{workload}-tp{tp}", sub.assign(v=sub["ttft_p50"] * 1000), "turn", "v",
+                      None, None, "Turn", "TTFT p50 (ms)", f"Time to first token per turn, workload "
+                      f"{tex_escape(workload)}, TP {tp}, concurrency {lowest}.")
+            figs.line("agentic", f"turn-cache-{workload}-tp{tp}", sub.assign(v=sub["cache_hit_share"] * 100), "turn",
+                      "v", None, None, "Turn", "Prompt tokens from the prefix cache (\\%)",
+                      f"Prefix-cache hits per turn, workload {tex_escape(workload)}, TP {tp}, concurrency {lowest}.")
+    sessions = summary[summary["workload"].isin(agentic_workloads)][
+        ["tp", "method", "workload", "concurrency", "session_completion_p50", "output_throughput"]]
+    has_sessions = _table(sessions, data / "sessions.csv", ["method", "workload"])
 
-    spec = summary[summary["algorithm"] != "ar"]
-    ctx["has_speculative"] = not spec.empty
-    acc = spec[spec["concurrency"] == lowest][["tp", "method", "workload", "acceptance_length",
-                                              "acceptance_length_server", "tokens_per_chunk"]]
-    acc = acc.assign(method=acc["method"].map(tex_escape), workload=acc["workload"].map(tex_escape))
-    acc.to_csv(data_dir / "acceptance.csv", index=False)
+    # tables: provenance, workloads, acceptance, all cells, losslessness, failures
+    prov = [("Backend", environment["backend"] + (" (simulated)" if simulated else "")),
+            ("Server", f"{environment['server']['name']} {environment['server'].get('version')}"),
+            ("Server build", environment["server"].get("build") or "release"),
+            ("Python", environment["software"]["python"]), ("specsweep", environment["software"]["specsweep"]),
+            ("Snakemake", environment["software"].get("snakemake")),
+            ("GPUs", ", ".join(g["name"] for g in environment["hardware"]["gpus"]) or "none"),
+            ("Model", view["model"]), ("Sampling", view.get("sampling", ""))]
+    if simulated:
+        prov.append(("Simulated profile", view.get("sim_profile", "")))
+    _table(pd.DataFrame(prov, columns=["item", "value"]), data / "provenance.csv", ["item", "value"])
+    workloads = summary.groupby("workload", sort=False).agg(family=("family", "first"), sessions=("sessions", "max"),
+                                                            content_mix=("content_mix", "first")).reset_index()
+    _table(workloads, data / "workloads.csv", ["workload", "family", "content_mix"])
+    spec = low[low["algorithm"] != "ar"][["tp", "method", "workload", "acceptance_length",
+                                          "acceptance_length_server", "tokens_per_chunk"]]
+    has_spec = _table(spec, data / "acceptance.csv", ["method", "workload"])
+    cells = summary.assign(ttft_p50_ms=summary["ttft_p50"] * 1000, tpot_p50_ms=summary["tpot_p50"] * 1000,
+                           itl_p99_ms=summary["itl_p99"] * 1000)
+    _table(cells[["tp", "method", "workload", "concurrency", "requests_completed", "requests_failed",
+                  "output_throughput", "speedup", "ttft_p50_ms", "tpot_p50_ms", "itl_p99_ms"]],
+           data / "cells.csv", ["method", "workload"])
+    lossless = summary.dropna(subset=["lossless_compared"])[
+        ["tp", "method", "workload", "concurrency", "lossless_compared", "lossless_exact_rate",
+         "lossless_first_divergence_min"]]
+    has_lossless = _table(lossless, data / "lossless.csv", ["method", "workload"])
+    failed = summary[summary["requests_failed"] > 0][["tp", "method", "workload", "concurrency", "requests_sent",
+                                                      "requests_failed", "failures"]]
+    has_failures = _table(failed, data / "failures.csv", ["method", "workload", "failures"])
 
-    cells = summary.assign(
-        method=summary["method"].map(tex_escape), workload=summary["workload"].map(tex_escape),
-        ttft_p50_ms=summary["ttft_p50"] * 1000, tpot_p50_ms=summary["tpot_p50"] * 1000,
-        itl_p99_ms=summary["itl_p99"] * 1000)
-    cells[["tp", "method", "workload", "concurrency", "requests_completed", "requests_failed", "output_throughput",
-           "speedup", "ttft_p50_ms", "tpot_p50_ms", "itl_p99_ms"]].to_csv(data_dir / "cells.csv", index=False)
-    return ctx
+    by_section = {key: [s for s in figs.specs if s["section"] == key] for key in SECTIONS}
+    return {
+        "simulated": simulated, "methods": methods, "sections": SECTIONS, "figures": by_section,
+        "title": tex_escape(view["title"]), "author": tex_escape(view["author"]), "date": date.today().isoformat(),
+        "model": tex_escape(view["model"]), "backend": tex_escape(environment["backend"]),
+        "sim_profile": tex_escape(view.get("sim_profile", "")),
+        "n_servers": summary[["tp", "method"]].drop_duplicates().shape[0], "n_cells": len(summary),
+        "tps": ", ".join(str(t) for t in tps), "method_list": ", ".join(tex_escape(m) for m in methods),
+        "workload_list": ", ".join(tex_escape(w) for w in summary["workload"].unique()),
+        "concurrency_list": ", ".join(str(c) for c in sorted(summary["concurrency"].unique())),
+        "lowest_concurrency": lowest, "warmup": view["warmup"], "resamples": BOOTSTRAP_RESAMPLES,
+        "definitions": [(tex_escape(n), tex_escape(d)) for n, d in definitions()],
+        "has_spec": has_spec, "has_tp": has_tp, "has_break_even": has_break_even, "has_best": has_best,
+        "has_sessions": has_sessions, "has_lossless": has_lossless, "has_failures": has_failures,
+        "has_ar": bool(summary["speedup"].notna().any()),
+    }
 
 
 def render_tex(ctx: dict) -> str:
@@ -152,7 +302,7 @@ def compile_pdf(tex_path: Path, log_path: Path | None = None) -> Path:
     if not shutil.which("latexmk") or not shutil.which("pdflatex"):
         raise ReportError(TEX_MISSING)
     proc = subprocess.run(["latexmk", "-pdf", "-interaction=nonstopmode", "-halt-on-error", "-file-line-error",
-                           tex_path.name], cwd=tex_path.parent, capture_output=True, text=True, timeout=600)
+                           tex_path.name], cwd=tex_path.parent, capture_output=True, text=True, timeout=900)
     if log_path:
         log_path.write_text(proc.stdout + proc.stderr)
     pdf = tex_path.with_suffix(".pdf")
@@ -162,12 +312,11 @@ def compile_pdf(tex_path: Path, log_path: Path | None = None) -> Path:
     return pdf
 
 
-def build_report(summary_csv: str, environment_json: str, config_view: dict, out_pdf: str, log_path: str | None = None) -> None:
-    """summary.csv + environment -> data CSVs, report.tex and report.pdf in the folder of out_pdf."""
-    summary = pd.read_csv(summary_csv)
-    environment = json.loads(Path(environment_json).read_text())
+def build_report(tables_dir: str, environment_json: str, view: dict, out_pdf: str, log_path: str | None = None) -> None:
+    """Aggregated tables + environment -> data CSVs, report.tex and report.pdf in the folder of out_pdf."""
     out = Path(out_pdf)
-    ctx = write_report_data(summary, environment, config_view, out.parent / "data")
+    environment = json.loads(Path(environment_json).read_text())
+    ctx = prepare(tables_dir, environment, view, out.parent)
     tex = out.with_suffix(".tex")
     tex.write_text(render_tex(ctx))
     pdf = compile_pdf(tex, Path(log_path) if log_path else None)
@@ -175,35 +324,59 @@ def build_report(summary_csv: str, environment_json: str, config_view: dict, out
         shutil.move(pdf, out)
 
 
-def plot_throughput(summary_csv: str, out_png: str, simulated_note: bool = True) -> None:
-    """Matplotlib version of the throughput charts (for Snakemake's HTML report)."""
+def plot_figures(tables_dir: str, environment_json: str, view: dict, out_dirs: dict[str, str]) -> None:
+    """Every chart of the PDF as a matplotlib PNG, one folder per report section (for Snakemake's report)."""
+    import tempfile
+
     import matplotlib
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    summary = pd.read_csv(summary_csv)
-    panels = summary[["tp", "workload"]].drop_duplicates().values.tolist()
-    cols = min(3, len(panels))
-    rows = math.ceil(len(panels) / cols)
-    fig, axes = plt.subplots(rows, cols, figsize=(5 * cols, 3.8 * rows), squeeze=False)
-    for ax, (tp, workload) in zip(axes.flat, panels):
-        sub = summary[(summary["tp"] == tp) & (summary["workload"] == workload)]
-        for method, m in sub.groupby("method", sort=False):
-            m = m.sort_values("concurrency")
-            err = [(m["output_throughput"] - m["output_throughput_lo"]).clip(lower=0),
-                   (m["output_throughput_hi"] - m["output_throughput"]).clip(lower=0)]
-            ax.errorbar(m["concurrency"], m["output_throughput"], yerr=err, marker="o", capsize=3, label=method)
-        ax.set_xscale("log", base=2)
-        ax.set_title(f"{workload}, TP {tp}")
-        ax.set_xlabel("concurrency")
-        ax.set_ylabel("output tokens/s")
-        ax.grid(alpha=0.3)
-    for ax in list(axes.flat)[len(panels):]:
-        ax.axis("off")
-    handles, labels = axes.flat[0].get_legend_handles_labels()
-    fig.legend(handles, labels, loc="lower center", ncol=min(6, len(labels)), frameon=False)
-    if simulated_note and summary["simulated"].any():
-        fig.suptitle("SIMULATED BACKEND: not measured on GPUs", color="darkred")
-    fig.tight_layout(rect=(0, 0.08, 1, 0.95))
-    fig.savefig(out_png, dpi=110)
-    plt.close(fig)
+    environment = json.loads(Path(environment_json).read_text())
+    with tempfile.TemporaryDirectory() as tmp:
+        ctx = prepare(tables_dir, environment, view, tmp)
+        for section, folder in out_dirs.items():
+            Path(folder).mkdir(parents=True, exist_ok=True)
+            for spec in ctx["figures"][section]:
+                data = pd.read_csv(Path(tmp) / spec["csv"])
+                fig, ax = plt.subplots(figsize=(7, 4.2))
+                _draw(ax, spec, data)
+                ax.set_xlabel(spec["xlabel"].replace("\\%", "%"))
+                ax.set_ylabel(spec["ylabel"].replace("\\%", "%"))
+                ax.grid(alpha=0.3)
+                ax.legend(fontsize=8, ncol=min(4, len(spec["labels"]) + len(spec.get("reference") or [])),
+                          loc="upper center", bbox_to_anchor=(0.5, -0.16), frameon=False)
+                if ctx["simulated"]:
+                    fig.suptitle("SIMULATED BACKEND: not measured on GPUs", color="darkred", fontsize=10)
+                fig.tight_layout()
+                fig.savefig(Path(folder) / f"{spec['id']}.png", dpi=100)
+                plt.close(fig)
+
+
+def _draw(ax, spec: dict, data: pd.DataFrame) -> None:
+    labels = spec["labels"]
+    if spec["kind"] == "line":
+        for i, label in enumerate(labels):
+            err = [data[f"s{i}_minus"], data[f"s{i}_plus"]]
+            ax.errorbar(data[spec["x"]], data[f"s{i}"], yerr=err, marker="o", capsize=3, label=label,
+                        color=MPL_COLORS[i % len(MPL_COLORS)])
+        for j, ref in enumerate(spec.get("reference") or []):
+            ax.axhline(ref["value"], linestyle="--", color="black", alpha=0.6 - 0.15 * j,
+                       label=ref["label"].replace("\\_", "_"))
+        if spec.get("logx"):
+            ax.set_xscale("log", base=2)
+    elif spec["kind"] == "bar":
+        width = 0.8 / max(1, len(labels))
+        for i, label in enumerate(labels):
+            err = [data[f"s{i}_minus"], data[f"s{i}_plus"]]
+            ax.bar(data["x"] + (i - (len(labels) - 1) / 2) * width, data[f"s{i}"], width, yerr=err, capsize=3,
+                   label=label, color=MPL_COLORS[i % len(MPL_COLORS)])
+        ax.set_xticks(range(len(spec["xlabels"])), spec["xlabels"])
+        if spec.get("baseline") is not None:
+            ax.axhline(spec["baseline"], linestyle="--", color="black")
+    else:
+        for i, label in enumerate(labels):
+            ax.scatter(data[f"x{i}"], data[f"y{i}"], s=24, label=label, color=MPL_COLORS[i % len(MPL_COLORS)])
+        ax.plot(data["fx"], data["fy"], color="black", linestyle=":", marker="o", fillstyle="none", markersize=9,
+                label="Pareto frontier")
