@@ -279,7 +279,7 @@ def prepare(tables_dir: str | Path, environment: dict, view: dict, report_dir: s
         "tps": ", ".join(str(t) for t in tps), "method_list": ", ".join(tex_escape(m) for m in methods),
         "workload_list": ", ".join(tex_escape(w) for w in summary["workload"].unique()),
         "concurrency_list": ", ".join(str(c) for c in sorted(summary["concurrency"].unique())),
-        "lowest_concurrency": lowest, "warmup": view["warmup"], "resamples": BOOTSTRAP_RESAMPLES,
+        "lowest_concurrency": lowest, "n_concurrency": int(summary["concurrency"].nunique()), "warmup": view["warmup"], "resamples": BOOTSTRAP_RESAMPLES,
         "definitions": [(tex_escape(n), tex_escape(d)) for n, d in definitions()],
         "has_spec": has_spec, "has_tp": has_tp, "has_break_even": has_break_even, "has_best": has_best,
         "has_sessions": has_sessions, "has_lossless": has_lossless, "has_failures": has_failures,

@@ -59,7 +59,7 @@ def test_default_config_end_to_end(workflow):
     assert (spec["acceptance_length"] > 1).all()
     snakemake(workflow, "--report", "report.html")
     html = (workflow / "report.html").read_text(errors="replace")
-    assert "throughput.png" in html and "report.pdf" in html
+    assert "conc-throughput-short-tp1.png" in html and "report.pdf" in html and "budget-acceptance" in html
 
 
 def test_partial_reruns_measure_only_stale_cells(workflow):
