@@ -220,7 +220,7 @@ def prepare(tables_dir: str | Path, environment: dict, view: dict, report_dir: s
         figs.scatter("concurrency", f"pareto-{workload}", pareto[pareto["workload"] == workload], "interactivity",
                      "output_throughput_per_gpu", "Interactivity (tokens/s per user)", "Output throughput per GPU (tokens/s)",
                      f"Throughput per GPU against interactivity (1/TPOT p50), workload {tex_escape(workload)}, every "
-                     "TP size and concurrency; larger marks lie on the Pareto frontier.")
+                     "TP size and concurrency; circled points joined by a dotted line form the Pareto frontier.")
     has_break_even = _table(breakeven, data / "break_even.csv", ["method", "workload"])
     has_best = _table(best, data / "best_budget.csv", ["method", "workload"])
 
