@@ -16,6 +16,7 @@ import re
 import signal
 import socket
 import sys
+import tempfile
 import time
 from contextlib import ExitStack
 from datetime import datetime, timezone
@@ -32,7 +33,7 @@ from .config import cells_of_server
 from .metrics import acceptance_agreement, cell_metrics
 from .environment import check_methods
 from .gpus import GpuPool, gpu_memory_used, visible_devices, wait_until_released
-from .server import Server, free_port, launch_command, redact
+from .server import Server, ServerError, api_key_config, free_port, launch_command, redact
 from .text import chat_prompt, count_tokens
 from .workloads import build, content_mix, workload_digest
 
@@ -122,19 +123,19 @@ def parse_prometheus(text: str) -> dict[str, float]:
     return out
 
 
-def scrape(url: str) -> dict[str, float]:
+def scrape(url: str, headers: dict | None = None) -> dict[str, float]:
     try:
-        resp = requests.get(url + "/metrics", timeout=10)
+        resp = requests.get(url + "/metrics", timeout=10, headers=headers)
         return parse_prometheus(resp.text) if resp.status_code == 200 else {}
     except requests.RequestException:
         return {}
 
 
-def server_cumulative_acceptance(url: str) -> float | None:
+def server_cumulative_acceptance(url: str, headers: dict | None = None) -> float | None:
     """internal_states[0].avg_spec_accept_length from server info (cumulative since launch)."""
     for path in ("/get_server_info", "/server_info"):
         try:
-            resp = requests.get(url + path, timeout=10)
+            resp = requests.get(url + path, timeout=10, headers=headers)
             if resp.status_code == 200:
                 states = resp.json().get("internal_states") or [{}]
                 return states[0].get("avg_spec_accept_length")
@@ -189,6 +190,7 @@ def bench_server(params: dict, outputs: list[str], environment: dict, log_dir: s
     started = False
     if missing:
         check_methods([method], environment)
+        _check_writable(cache.root, "cache_dir")
         pool_config = params["gpu_pool"]
         devices = visible_devices(pool_config["devices"]) if params["backend"] == "sglang" or pool_config["devices"] else []
         with ExitStack() as stack:
@@ -198,31 +200,98 @@ def bench_server(params: dict, outputs: list[str], environment: dict, log_dir: s
                 need = len(devices) if pool_config["exclusive"] else tp
                 print(f"server {server_name}: waiting for {need} GPU(s) from the pool", file=sys.stderr, flush=True)
                 gpus = stack.enter_context(pool.acquire(need, holder=server_name))
-            host = params["server"]["host"]
-            port = free_port(host)
-            argv, env = launch_command(params, port, _max_context(params, sessions), environment.get("python"))
             log_path = Path(log_dir) / f"server-tp{tp}-{method['name']}.log"
-            server = Server(argv, env, host, port, log_path, devices=gpus)
+            secrets = stack.enter_context(tempfile.TemporaryDirectory(prefix="specsweep-"))
+            extra_args, headers = api_key_config(params["server"].get("api_key_env"), secrets)
             previous = signal.signal(signal.SIGTERM, _raise_interrupt)
+            server = None
             try:
                 journal.write("server_start", server=server_name, gpus=gpus)
                 started = True
-                server.start(params["server"]["startup_timeout"])
+                server, argv, env = start_server(params, sessions, environment, log_path, gpus, extra_args, headers)
                 for cell in missing:
-                    result = measure_cell(server, params, cell, sessions[cell["workload"]], digests[cell["workload"]],
-                                          environment, argv, env)
-                    cache.put(cell["key"], result)
+                    try:
+                        result = measure_cell(server, params, cell, sessions[cell["workload"]],
+                                              digests[cell["workload"]], environment, argv, env)
+                    except Exception as exc:
+                        record_failure(cell, exc, server, journal, server_name)
+                        raise
+                    try:
+                        cache.put(cell["key"], result)
+                    except OSError as exc:
+                        raise CellError(f"cell {cell['output']}: cannot write the cell cache under "
+                                        f"{params['cache_dir']} ({exc.strerror or exc}); free space or fix the folder "
+                                        "(cache_dir), then rerun: cells already cached are kept") from exc
+                    clear_failure(cell)
                     journal.write("measured", server=server_name, cell=cell["output"], key=cell["key"])
             finally:
-                server.stop()
-                if gpus and params["backend"] == "sglang":
-                    wait_until_released(gpus)
+                if server is not None:
+                    server.stop()
+                    if gpus and params["backend"] == "sglang":
+                        wait_until_released(gpus)
                 journal.write("server_stop", server=server_name)
                 signal.signal(signal.SIGTERM, previous)
     for cell in cells:
         stored = cache.get(cell["key"])
         atomic_write_text(cell["output"], json.dumps(stored, indent=2, sort_keys=True) + "\n")
     return {"hits": len(cells) - len(missing), "measured": len(missing), "server_started": started}
+
+
+def _check_writable(folder: Path, key: str) -> None:
+    """Fail before a server starts if results could not be stored."""
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=folder, prefix=".probe-"):
+            pass
+    except OSError as exc:
+        raise CellError(f"cannot write to {folder} ({key}): {exc.strerror or exc}; fix the folder or point {key} "
+                        "elsewhere, then rerun") from exc
+
+
+def start_server(params: dict, sessions: dict, environment: dict, log_path: Path, gpus, extra_args: list[str],
+                 headers: dict, attempts: int = 3, first_port: int | None = None):
+    """Start the server on a free port; if the port was taken meanwhile, try another (up to ``attempts``)."""
+    host = params["server"]["host"]
+    for attempt in range(attempts):
+        port = first_port if (first_port and attempt == 0) else free_port(host)
+        argv, env = launch_command(params, port, _max_context(params, sessions), environment.get("python"))
+        argv += extra_args
+        server = Server(argv, env, host, port, log_path, devices=gpus, headers=headers)
+        try:
+            server.start(params["server"]["startup_timeout"])
+            return server, argv, env
+        except ServerError as exc:
+            server.stop()
+            taken = "address already in use" in str(exc).lower() or "errno 98" in str(exc).lower()
+            if not taken or attempt == attempts - 1:
+                raise
+            print(f"port {port} was taken; retrying on another port", file=sys.stderr, flush=True)
+    raise AssertionError("unreachable")
+
+
+def failure_path(cell: dict) -> Path:
+    """Where a failed cell's record goes: results/failed/... mirroring its output path."""
+    return Path(cell["output"].replace("results/cells/", "results/failed/", 1))
+
+
+def record_failure(cell: dict, exc: BaseException, server, journal: Journal, server_name: str) -> None:
+    """Record a failed cell with its cause and the server log's tail (kept until the cell succeeds)."""
+    record = {"cell": {k: cell[k] for k in ("tp", "method", "workload", "concurrency", "repetition")},
+              "key": cell["key"], "cause": f"{type(exc).__name__}: {exc}",
+              "server_log_tail": server.log_tail(40) if server is not None else None,
+              "time": datetime.now(timezone.utc).isoformat()}
+    try:
+        atomic_write_json(failure_path(cell), record)
+    except OSError:
+        pass
+    journal.write("cell_failed", server=server_name, cell=cell["output"], cause=record["cause"])
+
+
+def clear_failure(cell: dict) -> None:
+    try:
+        failure_path(cell).unlink()
+    except FileNotFoundError:
+        pass
 
 
 def _raise_interrupt(signum, frame):
@@ -239,23 +308,23 @@ def measure_cell(server: Server, params: dict, cell: dict, sessions: list, promp
     thinking = params["sampling"].get("thinking", False)
     timeout = params["server"]["request_timeout"]
     try:
-        requests.post(server.url + "/flush_cache", timeout=30)
+        requests.post(server.url + "/flush_cache", timeout=30, headers=server.headers)
     except requests.RequestException:
         pass
     began = datetime.now(timezone.utc)
     load_config = params["load"]
     load = LoadModel(load_config["model"], load_config.get("rate", 0.0), load_config["think_time"],
-                     load_config["protocol"], params["seed"] + cell["repetition"])
+                     load_config["protocol"], params["seed"] + cell["repetition"], server.headers)
     if params["warmup"]:
         warm = build(dict(workload, name=workload["name"] + "-warmup", requests=params["warmup"]), params["seed"],
                      thinking, params["model"].get("path"), params["model"]["context_length"])
         measure(server.url, warm, cell["concurrency"], sampling, timeout, thinking, server.alive,
-                LoadModel(protocol=load.protocol))
+                LoadModel(protocol=load.protocol, headers=server.headers))
         server.check_alive(f"after warm-up of {where}")
-    before = scrape(server.url)
+    before = scrape(server.url, server.headers)
     records = measure(server.url, sessions, cell["concurrency"], sampling, timeout, thinking, server.alive, load)
-    after = scrape(server.url)
-    cumulative = server_cumulative_acceptance(server.url)
+    after = scrape(server.url, server.headers)
+    cumulative = server_cumulative_acceptance(server.url, server.headers)
     ended = datetime.now(timezone.utc)
     server.check_alive(f"after {where}")
     records = [r.as_dict() for r in records]

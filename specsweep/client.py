@@ -43,6 +43,7 @@ class LoadModel:
     think_time: float = 0.0  # seconds between a reply and the session's next turn
     protocol: str = "native"
     seed: int = 0
+    headers: dict = field(default_factory=dict)  # e.g. Authorization, from the environment (never logged)
 
 
 @dataclass

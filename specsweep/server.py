@@ -84,6 +84,27 @@ def launch_command(params: dict, port: int, max_context: int, python: str | None
     return argv, env
 
 
+def api_key_config(env_name: str | None, folder: str | Path) -> tuple[list[str], dict]:
+    """(extra launch args, client headers) for an API key read from the environment variable ``env_name``.
+
+    The key goes to the server in a private YAML file passed with --config (SGLang reads launch options
+    from it), never on the command line where `ps` shows it; the client sends it as a bearer token.
+    """
+    if not env_name:
+        return [], {}
+    key = os.environ.get(env_name)
+    if not key:
+        raise ServerError(f"server.api_key_env names {env_name}, but that environment variable is empty or unset; "
+                          "export it before running")
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+    path = folder / "server-secrets.yaml"
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as handle:
+        handle.write(f"api-key: {json.dumps(key)}\n")
+    return ["--config", str(path)], {"Authorization": f"Bearer {key}"}
+
+
 def redact(env: dict) -> dict:
     """Environment knobs with secret values replaced (names containing KEY, TOKEN, SECRET, PASSWORD)."""
     return {k: ("<redacted>" if any(m in k.upper() for m in SECRET_MARKERS) else v) for k, v in env.items()}
@@ -93,13 +114,14 @@ class Server:
     """One inference server process tree: start, wait until ready, check, stop."""
 
     def __init__(self, argv: list[str], env: dict, host: str, port: int, log_path: str | Path,
-                 devices: list[str] | None = None):
+                 devices: list[str] | None = None, headers: dict | None = None):
         self.argv, self.env, self.port = argv, env, port
         self.url = f"http://{host}:{port}"
         self.log_path = Path(log_path)
         self.process: subprocess.Popen | None = None
         self.startup_seconds: float | None = None
         self.devices = devices
+        self.headers = headers or {}
 
     def log_tail(self, lines: int = 30) -> str:
         try:
@@ -126,7 +148,7 @@ class Server:
                 raise ServerError(f"server exited with code {self.process.returncode} before it was ready; "
                                   f"log {self.log_path}:\n{self.log_tail()}")
             try:
-                if requests.get(self.url + "/health_generate", timeout=5).status_code == 200:
+                if requests.get(self.url + "/health_generate", timeout=5, headers=self.headers).status_code == 200:
                     break
             except requests.RequestException:
                 pass

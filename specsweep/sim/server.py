@@ -29,8 +29,29 @@ from .model import CostModel, Decoding, accepted_tokens, reply_tokens, top1_prob
 PAGE = 64  # prefix-cache granularity in tokens
 
 
+def _merge_config_file(argv: list[str]) -> list[str]:
+    """SGLang's --config FILE: launch options from a YAML file (key: value), given before the command line's."""
+    if "--config" not in argv:
+        return argv
+    i = argv.index("--config")
+    import yaml
+
+    with open(argv[i + 1]) as handle:
+        options = yaml.safe_load(handle) or {}
+    extra = []
+    for key, value in options.items():
+        flag = "--" + str(key).replace("_", "-")
+        if value is True:
+            extra.append(flag)
+        elif value not in (False, None):
+            extra += [flag, str(value)]
+    return extra + argv[:i] + argv[i + 2:]
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    argv = _merge_config_file(list(sys.argv[1:] if argv is None else argv))
     p = argparse.ArgumentParser(prog="python -m specsweep.sim", description=__doc__)
+    p.add_argument("--api-key", help="require this key as a bearer token on every endpoint but /health")
     p.add_argument("--model-path", required=True)
     p.add_argument("--served-model-name")
     p.add_argument("--tp-size", "--tp", type=int, default=1)
@@ -265,7 +286,14 @@ def _crash_on_engine_error(task: asyncio.Task) -> None:
 
 def build_app(args: argparse.Namespace) -> web.Application:
     engine = Engine(args)
-    app = web.Application()
+    @web.middleware
+    async def require_key(request, handler):
+        if args.api_key and request.path != "/health":
+            if request.headers.get("Authorization", "") != f"Bearer {args.api_key}":
+                return web.json_response({"error": "invalid or missing API key"}, status=401)
+        return await handler(request)
+
+    app = web.Application(middlewares=[require_key])
     model_name = args.served_model_name or args.model_path
     launched = time.time()
     ids = iter(range(1, 1 << 62))
