@@ -78,7 +78,7 @@ class CellCache:
     def get(self, key: str) -> dict | None:
         try:
             return json.loads(self.path(key).read_text())
-        except FileNotFoundError:
+        except (FileNotFoundError, NotADirectoryError):
             return None
         except json.JSONDecodeError:  # never written by us (writes are atomic); treat as missing
             return None
@@ -208,7 +208,12 @@ def bench_server(params: dict, outputs: list[str], environment: dict, log_dir: s
             try:
                 journal.write("server_start", server=server_name, gpus=gpus)
                 started = True
-                server, argv, env = start_server(params, sessions, environment, log_path, gpus, extra_args, headers)
+                try:
+                    server, argv, env = start_server(params, sessions, environment, log_path, gpus, extra_args, headers)
+                except ServerError as exc:
+                    for cell in missing:
+                        record_failure(cell, exc, None, journal, server_name)
+                    raise
                 for cell in missing:
                     try:
                         result = measure_cell(server, params, cell, sessions[cell["workload"]],

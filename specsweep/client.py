@@ -248,7 +248,7 @@ async def run_sessions(url: str, sessions: list[Session], concurrency: int, samp
                     break
                 state.t_ready = time.monotonic()
 
-    async with aiohttp.ClientSession(connector=connector, timeout=client_timeout) as http:
+    async with aiohttp.ClientSession(connector=connector, timeout=client_timeout, headers=load.headers) as http:
         await asyncio.gather(*(slot(http) for _ in range(max(1, min(concurrency, len(sessions))))))
     for r in records:  # times relative to the start of the run
         r.t_sched -= start

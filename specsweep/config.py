@@ -239,6 +239,10 @@ def normalise(config: dict) -> dict:
     config["server"]["env"] = {k: str(v) for k, v in config["server"]["env"].items()}
     if config["backend"] == "sim":
         check_sim_profiles(config)
+    devices = config["gpu_pool"]["devices"]
+    if devices and max(config["tp"]) > devices:
+        raise ConfigError(f"tp: {max(config['tp'])} is larger than the {devices} GPUs available (gpu_pool.devices); "
+                          "lower tp or use a larger host")
     check_launch_flags(config)
     check_workload_files(config)
     return config

@@ -76,8 +76,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--sim-acceptance", help="JSON: acceptance-model parameters (see specsweep.sim.model.ACCEPTANCE)")
     p.add_argument("--sim-accept-flag", action="append", default=[], metavar="FLAG:TYPE",
                    help="accept (and ignore) a flag of a server build, e.g. --speculative-ddtree-foo:int")
-    p.add_argument("--sim-crash-after", type=int, default=0, metavar="N",
-                   help="fault: exit abruptly when request N arrives (0: never)")
+    p.add_argument("--sim-crash-after", type=int, default=int(os.environ.get("SPECSWEEP_SIM_CRASH_AFTER", "0")),
+                   metavar="N", help="fault: exit abruptly when request N arrives (0: never; default from "
+                   "SPECSWEEP_SIM_CRASH_AFTER, so a method's env can set it)")
+    p.add_argument("--sim-crash-at-start", action="store_true", help="fault: fail while loading, before listening")
     p.add_argument("--sim-never-ready", action="store_true", help="fault: /health_generate never succeeds")
     p.add_argument("--sim-hang-after-tokens", type=int, default=0, metavar="N",
                    help="fault: every stream stops sending (without closing) after N tokens")
@@ -503,5 +505,7 @@ def main(argv: list[str] | None = None) -> None:
           f"{args.sim_gpu} x{args.tp_size}, {decoding_from_args(args)}", flush=True)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     time.sleep(args.sim_startup_seconds)  # model load
+    if args.sim_crash_at_start:
+        raise SystemExit("fault: ImportError while loading the model (--sim-crash-at-start)")
     web.run_app(build_app(args), host=args.host, port=args.port, print=None, access_log=None,
                 handle_signals=True, shutdown_timeout=1.0)

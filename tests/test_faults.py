@@ -1,0 +1,229 @@
+"""The fault matrix: real servers, real Snakemake runs; nothing lost, nothing left running, every error explained."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+
+import pandas as pd
+import psutil
+import pytest
+
+from conftest import Journal, load_default_config, server_processes_under, snakemake, write_config
+from specsweep.cells import start_server
+from specsweep.config import server_params
+from test_config import validated
+
+
+def fast(**sim_faults) -> dict:
+    config = load_default_config()
+    config["methods"] = [{"name": "ar", "algorithm": "ar"}, {"name": "dflash", "algorithm": "dflash"}]
+    config["workloads"] = [{"name": "short", "family": "short", "requests": 4, "max_new_tokens": 48}]
+    config["concurrency"] = [1, 2]
+    config["warmup"] = 0
+    config["sim"] = {"startup_seconds": 0.1, "faults": sim_faults}
+    return config
+
+
+def no_partial_files(workflow):
+    assert not list((workflow / "results").rglob("*.tmp"))
+    assert not list((workflow / "results").rglob(".*.tmp"))
+
+
+def failure_records(workflow):
+    return {str(p.relative_to(workflow)): json.loads(p.read_text())
+            for p in (workflow / "results" / "failed").rglob("*.json")}
+
+
+def test_server_fails_to_start(workflow):
+    write_config(workflow, fast(crash_at_start=True))
+    proc = snakemake(workflow, "--keep-going", check=False)
+    assert proc.returncode != 0
+    records = failure_records(workflow)
+    assert len(records) == 4  # every cell of both servers
+    for record in records.values():
+        assert "exited with code 1 before it was ready" in record["cause"]
+        assert "ImportError while loading the model" in record["cause"]  # the server log's tail
+    assert server_processes_under(workflow) == []
+    no_partial_files(workflow)
+
+
+def test_server_never_becomes_ready(workflow):
+    config = fast(never_ready=True)
+    config["server"] = {"startup_timeout": 2}
+    write_config(workflow, config)
+    proc = snakemake(workflow, check=False)
+    assert proc.returncode != 0
+    causes = [r["cause"] for r in failure_records(workflow).values()]
+    assert causes and all("not ready after 2 s" in c and "SIMULATED" in c for c in causes)
+    assert server_processes_under(workflow) == []
+
+
+def test_crash_mid_cell_with_keep_going_lets_the_other_server_finish(workflow):
+    config = fast()
+    config["methods"][1]["env"] = {"SPECSWEEP_SIM_CRASH_AFTER": "6"}  # only dflash's server crashes
+    write_config(workflow, config)
+    proc = snakemake(workflow, "--keep-going", check=False)
+    assert proc.returncode != 0
+    cells = workflow / "results" / "cells" / "tp1"
+    assert sorted(p.name for p in (cells / "ar" / "short").glob("*.json")) == ["c1.json", "c2.json"]
+    assert not (cells / "dflash").exists() or not list((cells / "dflash").rglob("*.json"))
+    (record,) = failure_records(workflow).values()
+    assert record["cell"]["method"] == "dflash" and record["cell"]["concurrency"] == 2
+    assert "server died" in record["cause"] and "crashing at request 6" in record["server_log_tail"]
+    events = Journal(workflow).new_events()
+    assert "results/cells/tp1/dflash/short/c1.json" in [e["cell"] for e in events if e["event"] == "measured"]
+    assert server_processes_under(workflow) == []
+    no_partial_files(workflow)
+    # the rerun measures only what is missing and clears the failure record
+    snakemake(workflow)
+    measured = [e["cell"] for e in Journal(workflow).new_events()[len(events):] if e["event"] == "measured"]
+    assert measured == ["results/cells/tp1/dflash/short/c2.json"]
+    assert failure_records(workflow) == {}
+
+
+@pytest.mark.parametrize("fault,category", [
+    ({"error_rate": 0.5}, "http_status"),
+    ({"truncate_rate": 0.5}, "truncated"),
+    ({"hang_after_tokens": 5}, "timeout"),
+])
+def test_request_faults_are_counted_never_dropped(workflow, fault, category):
+    config = fast(**fault)
+    config["methods"] = [{"name": "ar", "algorithm": "ar"}]
+    config["server"] = {"request_timeout": 2}
+    write_config(workflow, config)
+    snakemake(workflow, "results/summary.csv")
+    summary = pd.read_csv(workflow / "results" / "summary.csv")
+    assert (summary["requests_sent"] == 4).all()
+    assert summary["requests_failed"].sum() > 0
+    assert all(category in f for f in summary.loc[summary["requests_failed"] > 0, "failures"])
+    for path in (workflow / "results" / "cells").rglob("*.json"):
+        cell = json.loads(path.read_text())
+        assert len(cell["requests"]) == 4
+        assert sum(cell["metrics"]["failures"].values()) == cell["metrics"]["requests_failed"]
+    assert server_processes_under(workflow) == []
+
+
+def test_port_taken_is_retried_on_another_port(tmp_path):
+    config = validated(fast())
+    params = server_params(config, 1, "ar")
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        server, argv, _ = start_server(params, {}, {"python": sys.executable}, tmp_path / "s.log", None, [], {},
+                                       first_port=port)
+        try:
+            assert server.port != port and server.alive()
+            assert "address already in use" in (tmp_path / "s.log").read_text().lower()
+        finally:
+            server.stop()
+
+
+def test_gpu_lock_held_by_a_dead_process_is_recovered(workflow):
+    config = fast()
+    config["methods"] = [{"name": "ar", "algorithm": "ar"}]
+    config["gpu_pool"] = {"devices": 1, "lock_dir": str(workflow / "locks")}
+    write_config(workflow, config)
+    code = ("import sys, time\nfrom specsweep.gpus import GpuPool\nimport socket\n"
+            "pool = GpuPool(sys.argv[1] + '/' + socket.gethostname(), ['0'])\n"
+            "with pool.acquire(1):\n    print('held', flush=True)\n    time.sleep(600)\n")
+    holder = subprocess.Popen([sys.executable, "-c", code, str(workflow / "locks")], stdout=subprocess.PIPE, text=True)
+    assert holder.stdout.readline().strip() == "held"
+    holder.kill()
+    holder.wait()
+    snakemake(workflow, timeout=300)
+    starts = [e for e in Journal(workflow).new_events() if e["event"] == "server_start"]
+    assert starts[0]["gpus"] == ["0"]
+
+
+def test_unwritable_cache_fails_before_any_server_starts(workflow):
+    config = fast()
+    blocker = workflow / "not-a-folder"
+    blocker.write_text("a file where the cache folder should be")
+    config["cache_dir"] = str(blocker / "cache")
+    write_config(workflow, config)
+    proc = snakemake(workflow, check=False)
+    assert proc.returncode != 0
+    assert f"cannot write to {blocker / 'cache'} (cache_dir)" in proc.stdout
+    assert [e for e in Journal(workflow).new_events() if e["event"] == "server_start"] == []
+    assert server_processes_under(workflow) == []
+
+
+def test_two_runs_on_the_same_results_folder(workflow):
+    config = fast()
+    config["workloads"][0]["requests"] = 40
+    write_config(workflow, config)
+    first = subprocess.Popen([sys.executable, "-m", "snakemake", "--cores", "2"], cwd=workflow,
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and not any(e["event"] == "server_start" for e in Journal(workflow).new_events()):
+        time.sleep(0.2)
+    second = snakemake(workflow, check=False)
+    assert second.returncode != 0 and "LockException" in second.stdout
+    out, _ = first.communicate(timeout=600)
+    assert first.returncode == 0, out[-2000:]
+    assert len(list((workflow / "results" / "cells").rglob("*.json"))) == 4
+
+
+def test_api_key_reaches_server_and_client_but_never_argv_logs_or_results(workflow):
+    secret = "sk-specsweep-test-7f3a9c"
+    config = fast()
+    config["methods"] = [{"name": "ar", "algorithm": "ar"}]
+    config["server"] = {"api_key_env": "SPECSWEEP_TEST_KEY"}
+    write_config(workflow, config)
+    env = {**os.environ, "SPECSWEEP_TEST_KEY": secret}
+    proc = subprocess.Popen([sys.executable, "-m", "snakemake", "--cores", "2"], cwd=workflow, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    seen_cmdlines = []
+    while proc.poll() is None:
+        for p in server_processes_under(workflow):
+            try:
+                seen_cmdlines.append(" ".join(p.cmdline()))
+            except psutil.NoSuchProcess:
+                pass
+        time.sleep(0.1)
+    out = proc.stdout.read()
+    assert proc.returncode == 0, out[-3000:]
+    servers = [c for c in seen_cmdlines if "--help" not in c]
+    assert servers and all(secret not in c and "--config" in c for c in servers)
+    assert secret not in out
+    for folder in ("results", "logs", ".snakemake"):
+        for path in (workflow / folder).rglob("*"):
+            if path.is_file():
+                assert secret.encode() not in path.read_bytes(), path
+    summary = pd.read_csv(workflow / "results" / "summary.csv")
+    assert (summary["requests_failed"] == 0).all()  # the client authenticated
+
+
+def test_missing_api_key_variable_is_named(workflow):
+    config = fast()
+    config["methods"] = [{"name": "ar", "algorithm": "ar"}]
+    config["server"] = {"api_key_env": "SPECSWEEP_UNSET_KEY"}
+    write_config(workflow, config)
+    proc = snakemake(workflow, check=False)
+    assert proc.returncode != 0 and "SPECSWEEP_UNSET_KEY" in proc.stdout
+    assert server_processes_under(workflow) == []
+
+
+def test_shell_metacharacters_in_flags_and_env_reach_the_server_unchanged(tmp_path):
+    from specsweep.server import Server, free_port
+
+    name = "m; touch pwned && $(touch pwned2) `id` | cat"
+    port = free_port()
+    argv = [sys.executable, "-m", "specsweep.sim", "--model-path", "m", "--port", str(port), "--served-model-name",
+            name, "--sim-startup-seconds", "0"]
+    server = Server(argv, {"SGLANG_DDTREE_MAX_TOPK": "8; touch pwned3"}, "127.0.0.1", port, tmp_path / "s.log")
+    server.start(30)
+    try:
+        import requests
+
+        assert requests.get(server.url + "/v1/models", timeout=10).json()["data"][0]["id"] == name
+    finally:
+        server.stop()
+    assert not any((tmp_path / n).exists() for n in ("pwned", "pwned2", "pwned3"))
+    assert not any(os.path.exists(n) for n in ("pwned", "pwned2", "pwned3"))
