@@ -227,3 +227,17 @@ def test_shell_metacharacters_in_flags_and_env_reach_the_server_unchanged(tmp_pa
         server.stop()
     assert not any((tmp_path / n).exists() for n in ("pwned", "pwned2", "pwned3"))
     assert not any(os.path.exists(n) for n in ("pwned", "pwned2", "pwned3"))
+
+
+def test_endurance_at_concurrency_256_is_clean_and_bounded(tmp_path):
+    """A short run of benchmarks/endurance.py (the 60 s figures are in the README)."""
+    import importlib.util
+
+    from conftest import REPO
+
+    spec = importlib.util.spec_from_file_location("endurance", REPO / "benchmarks" / "endurance.py")
+    endurance = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(endurance)
+    result = endurance.run(256, 6, tmp_path)
+    assert result["requests"] >= 512 and result["client_errors"] == {}
+    assert result["server_peak_rss_mb"] < 1024 and result["client_peak_rss_mb"] < 2048
