@@ -29,6 +29,23 @@ def parse_schedule(text: str) -> list[tuple[float, int]]:
     return out
 
 
+async def on_schedule(schedule: list[tuple[float, int]]):
+    """Yield (tokens in this chunk, tokens so far, last chunk?) at the scheduled times, drift-free."""
+    loop = asyncio.get_running_loop()
+    deadline, produced = loop.time(), 0
+    for index, (delay, tokens) in enumerate(schedule):
+        deadline += delay
+        wait = deadline - loop.time()
+        if wait > 0:
+            await asyncio.sleep(wait)
+        produced += tokens
+        yield tokens, produced, index == len(schedule) - 1
+
+
+def _sse(payload: dict) -> bytes:
+    return b"data: " + json.dumps(payload).encode() + b"\n\n"
+
+
 def build_app(schedule: list[tuple[float, int]], empty_first: bool) -> web.Application:
     app = web.Application()
 
@@ -43,22 +60,14 @@ def build_app(schedule: list[tuple[float, int]], empty_first: bool) -> web.Appli
         rid = counter["requests"]
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await resp.prepare(request)
-        loop = asyncio.get_running_loop()
-        produced, text = 0, ""
+        text = ""
         if empty_first:
-            await resp.write(b'data: {"text": "", "meta_info": {"completion_tokens": 0, "prompt_tokens": 8}}\n\n')
-        deadline = loop.time()
-        for index, (delay, tokens) in enumerate(schedule):
-            deadline += delay
-            wait = deadline - loop.time()
-            if wait > 0:
-                await asyncio.sleep(wait)
-            produced += tokens
+            await resp.write(_sse({"text": "", "meta_info": {"completion_tokens": 0, "prompt_tokens": 8}}))
+        async for tokens, produced, last in on_schedule(schedule):
             text += " tok" * tokens
-            chunk = {"text": text, "meta_info": {"completion_tokens": produced, "prompt_tokens": 8, "id": rid,
-                                                 "emitted_at": time.monotonic(),
-                                                 "finish_reason": {"type": "length"} if index == len(schedule) - 1 else None}}
-            await resp.write(b"data: " + json.dumps(chunk).encode() + b"\n\n")
+            await resp.write(_sse({"text": text, "meta_info": {
+                "completion_tokens": produced, "prompt_tokens": 8, "id": rid, "emitted_at": time.monotonic(),
+                "finish_reason": {"type": "length"} if last else None}}))
         await resp.write(b"data: [DONE]\n\n")
         await resp.write_eof()
         return resp
@@ -69,26 +78,20 @@ def build_app(schedule: list[tuple[float, int]], empty_first: bool) -> web.Appli
         chat = request.path.endswith("chat/completions")
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await resp.prepare(request)
-        loop = asyncio.get_running_loop()
-        produced, deadline = 0, loop.time()
         options = body.get("stream_options") or {}
-        for index, (delay, tokens) in enumerate(schedule):
-            deadline += delay
-            wait = deadline - loop.time()
-            if wait > 0:
-                await asyncio.sleep(wait)
-            produced += tokens
+        produced = 0
+        async for tokens, produced, last in on_schedule(schedule):
             text = " tok" * tokens
             choice = ({"index": 0, "delta": {"content": text}} if chat else {"index": 0, "text": text})
-            choice["finish_reason"] = "length" if index == len(schedule) - 1 else None
+            choice["finish_reason"] = "length" if last else None
             chunk = {"id": "stub", "object": "chat.completion.chunk" if chat else "text_completion",
                      "model": body.get("model", "stub"), "choices": [choice], "emitted_at": time.monotonic()}
             if options.get("continuous_usage_stats"):
                 chunk["usage"] = {"prompt_tokens": 8, "completion_tokens": produced, "total_tokens": 8 + produced}
-            await resp.write(b"data: " + json.dumps(chunk).encode() + b"\n\n")
+            await resp.write(_sse(chunk))
         if options.get("include_usage"):
             usage = {"prompt_tokens": 8, "completion_tokens": produced, "total_tokens": 8 + produced}
-            await resp.write(b"data: " + json.dumps({"id": "stub", "choices": [], "usage": usage}).encode() + b"\n\n")
+            await resp.write(_sse({"id": "stub", "choices": [], "usage": usage}))
         await resp.write(b"data: [DONE]\n\n")
         await resp.write_eof()
         return resp
