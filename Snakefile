@@ -15,6 +15,7 @@ include: "rules/environment.smk"
 include: "rules/bench.smk"
 include: "rules/aggregate.smk"
 include: "rules/report.smk"
+include: "rules/plan.smk"
 
 
 rule all:

@@ -34,8 +34,26 @@ def server_params_json(wildcards):
     return canonical_json(ss_config.server_params(CONFIG, int(wildcards.tp), wildcards.method, _repetition(wildcards)))
 
 
+def plan_gpus():
+    """GPUs the plan packs servers onto: gpu_pool.devices, else those visible here, else an 8-GPU host."""
+    from specsweep.gpus import visible_devices
+
+    return CONFIG["gpu_pool"]["devices"] or len(visible_devices()) or 8
+
+
+_PACKING = {}
+
+
 def server_job_priority(wildcards):
-    return ss_config.server_priority(CONFIG, int(wildcards.tp), wildcards.method, _repetition(wildcards))
+    """Repetitions: the seeded random method order; otherwise the plan's packing order (see specsweep.plan)."""
+    rep = _repetition(wildcards)
+    if rep is not None:
+        return ss_config.server_priority(CONFIG, int(wildcards.tp), wildcards.method, rep)
+    if not _PACKING:
+        from specsweep.plan import priorities
+
+        _PACKING.update(priorities(CONFIG, plan_gpus()))
+    return _PACKING.get(f"tp{wildcards.tp}/{wildcards.method}", 0)
 
 
 def server_gpus(wildcards):

@@ -1,0 +1,15 @@
+from specsweep.logs import to_log
+
+to_log(snakemake.log[0])
+
+import json
+import sys
+from pathlib import Path
+
+from specsweep.plan import write_plan
+
+env_path = Path(snakemake.params.environment)
+environment = json.loads(env_path.read_text()) if env_path.exists() else None
+result = write_plan(json.loads(snakemake.params.config), environment, snakemake.params.gpus,
+                    snakemake.output.md, snakemake.output.csv)
+print(Path(snakemake.output.md).read_text(), file=sys.stderr)

@@ -1,0 +1,237 @@
+"""The plan: what a configuration costs before it runs, and the order servers start in.
+
+Each server's duration is predicted with the simulator's cost and acceptance
+model for the configured hardware and model profile (``sim.gpu``,
+``sim.model_profile``): start-up (model load), then per cell the warm-up and
+the measured requests at the cell's concurrency. Servers are packed onto the
+GPUs longest first (the order the workflow uses, through job priorities);
+the plan reports the predicted makespan against the lower bound
+max(total GPU-seconds / GPUs, longest server).
+
+Assumptions (stated in plan.md): outputs stop at 60% of max_new_tokens on
+average; SGLang start-up = weights read at 2 GB/s + 60 s of initialisation
+and CUDA-graph capture; no overlap between a server's cells.
+"""
+
+from __future__ import annotations
+
+import math
+from functools import lru_cache
+
+from .config import cells_of_server, expand_methods, servers
+from .sim.model import CostModel, Decoding, profiles
+from .text import chat_prompt
+
+OUTPUT_SHARE = 0.6
+SGLANG_INIT_SECONDS = 60.0
+DISK_BYTES_PER_SECOND = 2e9
+
+
+def _decoding(method) -> Decoding:
+    p = method.params
+    if method.algorithm == "ar":
+        return Decoding("ar")
+    return Decoding(method.algorithm, p.get("block_size", 16), p.get("budget", 0), p.get("topk", 8),
+                    overlap="--disable-overlap-schedule" not in method.flags)
+
+
+@lru_cache(maxsize=256)
+def _workload_sample(workload_json: str, seed: int) -> tuple:
+    """(sample prompts, mean first-turn tokens, turns per session) from a few sessions of a workload."""
+    import json
+
+    from .workloads import build
+
+    workload = json.loads(workload_json)
+    sample = dict(workload, requests=min(4, workload["requests"]))
+    if workload["family"] in ("long", "very_long"):  # the content is what matters; size it small to be quick
+        sample["context_tokens"] = 1500
+    sessions = build(sample, seed)
+    prompts = tuple(chat_prompt(s.messages + s.followups) for s in sessions)
+    turns = sum(1 + len(s.followups) for s in sessions) / len(sessions)
+    tokens = sum(s.tokens for s in sessions) / len(sessions)
+    if workload["family"] in ("long", "very_long"):
+        tokens = workload.get("context_tokens", {"long": 8000, "very_long": 32000}[workload["family"]])
+    return prompts, tokens, turns
+
+
+@lru_cache(maxsize=1024)
+def _tau(prompts: tuple, decoding: Decoding, acceptance_json: str) -> float:
+    import json
+
+    from .sim.calibration import mean_tau
+
+    if decoding.algorithm == "ar":
+        return 1.0
+    return mean_tau(list(prompts), decoding, rounds=60, acceptance=json.loads(acceptance_json) or None)
+
+
+def startup_seconds(config: dict, tp: int) -> float:
+    """Predicted server start-up: the simulator's configured delay, or weights read from disk + initialisation."""
+    if config["backend"] == "sim":
+        return config["sim"]["startup_seconds"]
+    model = profiles(config["sim"]["profiles"])["models"][config["sim"]["model_profile"]]
+    return model["weight_bytes"] / DISK_BYTES_PER_SECOND + SGLANG_INIT_SECONDS
+
+
+def cell_seconds(config: dict, tp: int, method, workload: dict, concurrency: int, requests: int) -> float:
+    """Predicted time of ``requests`` sessions of a workload at a concurrency: rounds of (prefill + decode steps)."""
+    import json
+
+    sim = config["sim"]
+    cost = CostModel.named(sim["gpu"], sim["model_profile"], sim["runtime"], tp, sim["profiles"])
+    prompts, prompt_tokens, turns = _workload_sample(json.dumps(workload, sort_keys=True), config["seed"])
+    decoding = _decoding(method)
+    tau = _tau(prompts, decoding, json.dumps(sim.get("acceptance") or {}, sort_keys=True))
+    output = OUTPUT_SHARE * workload["max_new_tokens"]
+    batch = max(1, min(concurrency, requests))
+    context = int(prompt_tokens + output / 2)
+    step = cost.decode_step(decoding, [context] * batch)
+    per_turn = cost.prefill(prompt_tokens) + math.ceil(output / tau) * step
+    rounds = math.ceil(requests / batch)
+    return rounds * turns * per_turn
+
+
+def predict(config: dict) -> list[dict]:
+    """One row per cell with its predicted seconds (warm-up + measurement), and per server its start-up."""
+    methods = {m.name: m for m in expand_methods(config)}
+    workloads = {w["name"]: w for w in config["workloads"]}
+    rows = []
+    for server in servers(config):
+        tp, method = server["tp"], methods[server["method"]]
+        start = startup_seconds(config, tp)
+        for i, cell in enumerate(cells_of_server(config, tp, method.name, server["repetition"])):
+            w = workloads[cell["workload"]]
+            warm = cell_seconds(config, tp, method, w, cell["concurrency"], config["warmup"]) if config["warmup"] else 0.0
+            measure = cell_seconds(config, tp, method, w, cell["concurrency"], w["requests"])
+            rows.append({"server": f"tp{tp}/{method.name}" + ("" if server["repetition"] is None else
+                                                           f"/r{server['repetition']}"),
+                         "tp": tp, "method": method.name, "repetition": server["repetition"],
+                         "workload": cell["workload"], "concurrency": cell["concurrency"], "path": cell["path"],
+                         "startup_s": start if i == 0 else 0.0, "warmup_s": warm, "measure_s": measure})
+    return rows
+
+
+def server_durations(rows: list[dict]) -> dict[str, tuple[int, float]]:
+    """{server: (tp, predicted seconds)} from cell rows (cached cells cost nothing)."""
+    out: dict = {}
+    for r in rows:
+        cost = 0.0 if r.get("cached") else r["startup_s"] + r["warmup_s"] + r["measure_s"]
+        tp, seconds = out.get(r["server"], (r["tp"], 0.0))
+        out[r["server"]] = (tp, seconds + cost)
+    # a server whose cells are all cached is never started
+    for server in out:
+        if all(r.get("cached") for r in rows if r["server"] == server):
+            out[server] = (out[server][0], 0.0)
+    return out
+
+
+ORDERS = {
+    "longest first": lambda d: (-d[1],),
+    "widest first, then longest": lambda d: (-d[0], -d[1]),
+    "largest GPU-time first": lambda d: (-d[0] * d[1],),
+}
+
+
+def pack(durations: dict[str, tuple[int, float]], gpus: int, exclusive: bool = False) -> dict:
+    """List scheduling of servers onto ``gpus`` GPUs in the best of a few orders (longest first, widest first,
+    largest GPU-time first): start times, makespan and its lower bound."""
+    best = None
+    for name, key in ORDERS.items():
+        order = sorted(durations, key=lambda s: key(durations[s]))
+        result = _schedule(durations, order, gpus, exclusive)
+        if best is None or result["makespan_s"] < best["makespan_s"] - 1e-9:
+            best = {**result, "heuristic": name}
+    return best
+
+
+def _schedule(durations: dict, order: list[str], gpus: int, exclusive: bool) -> dict:
+    free_at = [0.0] * gpus  # when each GPU becomes free
+    starts = {}
+    for server in order:
+        tp, seconds = durations[server]
+        need = gpus if exclusive else tp
+        if seconds == 0:
+            starts[server] = 0.0
+            continue
+        slots = sorted(range(gpus), key=lambda g: free_at[g])[:need]
+        start = max(free_at[g] for g in slots)
+        for g in slots:
+            free_at[g] = start + seconds
+        starts[server] = start
+    makespan = max(free_at) if durations else 0.0
+    gpu_seconds = sum((gpus if exclusive else tp) * s for tp, s in durations.values())
+    bound = max(gpu_seconds / gpus if gpus else 0.0, max((s for _, s in durations.values()), default=0.0))
+    order = sorted(starts, key=lambda s: (starts[s], order.index(s)))
+    return {"order": order, "starts": starts, "makespan_s": makespan, "lower_bound_s": bound,
+            "gpu_seconds": sum(tp * s for tp, s in durations.values())}
+
+
+def priorities(config: dict, gpus: int) -> dict[str, int]:
+    """Snakemake priorities that start servers in the plan's packing order."""
+    durations = server_durations(predict(config))
+    order = pack(durations, gpus, config["gpu_pool"]["exclusive"])["order"]
+    return {server: len(order) - i for i, server in enumerate(order)}
+
+
+def mark_cached(config: dict, rows: list[dict], environment: dict | None) -> bool:
+    """Mark cells already in the cell cache (needs the probed environment); False when it cannot tell."""
+    from pathlib import Path
+
+    if environment is None or not Path(config["cache_dir"]).is_dir() or not any(Path(config["cache_dir"]).iterdir()):
+        return environment is not None
+    from .cells import CellCache, cell_key
+    from .config import server_params
+    from .workloads import build, workload_digest
+
+    cache = CellCache(config["cache_dir"])
+    digests = {w["name"]: workload_digest(build(w, config["seed"], config["sampling"]["thinking"],
+                                                config["model"].get("path"), config["model"]["context_length"]))
+               for w in config["workloads"]}
+    for r in rows:
+        params = server_params(config, r["tp"], r["method"], r["repetition"])
+        cell = {"workload": r["workload"], "concurrency": r["concurrency"], "repetition": r["repetition"] or 0}
+        r["cached"] = cache.get(cell_key(params, cell, digests[r["workload"]], environment["identity_digest"])) is not None
+    return True
+
+
+def write_plan(config: dict, environment: dict | None, gpus: int, out_md: str, out_csv: str) -> dict:
+    """plan.csv (one row per cell) and plan.md (totals, packing, per-server table, assumptions)."""
+    import pandas as pd
+
+    from .canon import atomic_write_text
+
+    rows = predict(config)
+    known = mark_cached(config, rows, environment)
+    durations = server_durations(rows)
+    packing = pack(durations, gpus, config["gpu_pool"]["exclusive"])
+    frame = pd.DataFrame(rows)
+    frame["cached"] = frame.get("cached", False)
+    atomic_write_text(out_csv, frame.to_csv(index=False))
+    hours = packing["gpu_seconds"] / 3600
+    lines = [
+        f"# Plan: {len(durations)} servers, {len(rows)} cells",
+        "",
+        f"- backend: {config['backend']}; cost model: {config['sim']['model_profile']} on {config['sim']['gpu']} "
+        f"({config['sim']['runtime']} runtime)" + (" - simulated backend" if config["backend"] == "sim" else ""),
+        f"- cells already cached: {int(frame['cached'].sum())} of {len(rows)}" +
+        ("" if known else " (environment not probed yet: run `snakemake results/env/"
+         f"{config['backend']}.json` to check the cache)"),
+        f"- GPU-hours: {hours:.2f} (sum over servers of TP x predicted duration)",
+        f"- GPUs: {gpus}" + (" (all servers serialised: gpu_pool.exclusive)" if config["gpu_pool"]["exclusive"] else ""),
+        f"- predicted makespan: {packing['makespan_s'] / 3600:.2f} h ({packing['makespan_s']:.0f} s), order: "
+        f"{packing['heuristic']}; "
+        f"lower bound {packing['lower_bound_s'] / 3600:.2f} h "
+        f"(ratio {packing['makespan_s'] / packing['lower_bound_s'] if packing['lower_bound_s'] else 1:.3f})",
+        "",
+        "| start order | server | TP | predicted duration (s) | predicted start (s) | cells cached |",
+        "|---|---|---|---|---|---|",
+    ]
+    for i, server in enumerate(packing["order"], start=1):
+        tp, seconds = durations[server]
+        cached = frame[frame["server"] == server]["cached"]
+        lines.append(f"| {i} | {server} | {tp} | {seconds:.0f} | {packing['starts'][server]:.0f} | "
+                     f"{int(cached.sum())}/{len(cached)} |")
+    lines += ["", "Assumptions: " + " ".join(__doc__.split("Assumptions (stated in plan.md): ")[1].split())]
+    atomic_write_text(out_md, "\n".join(lines) + "\n")
+    return {"servers": len(durations), "cells": len(rows), "gpu_hours": hours, **packing}

@@ -1,0 +1,53 @@
+"""The plan: cost of a configuration before it runs, packing, cached cells."""
+
+from __future__ import annotations
+
+import pandas as pd
+import yaml
+
+from conftest import REPO, load_default_config, server_processes_under, snakemake, write_config
+from specsweep.plan import pack
+
+
+def test_full_plan_is_priced_without_starting_anything(workflow):
+    proc = snakemake(workflow, "plan", "--configfile", str(workflow / "config" / "plan-full.yaml"))
+    md = (workflow / "results" / "plan" / "plan.md").read_text()
+    assert "# Plan: 24 servers, 840 cells" in md
+    assert "GPU-hours:" in md and "predicted makespan:" in md and "lower bound" in md
+    plan = pd.read_csv(workflow / "results" / "plan" / "plan.csv")
+    assert len(plan) == 840 and plan["server"].nunique() == 24
+    assert (plan["measure_s"] > 0).all() and not plan["cached"].any()
+    assert sorted(p.name for p in (workflow / "results").iterdir()) == ["plan"]  # no environment, no cell
+    assert server_processes_under(workflow) == [] and "bench_server" not in proc.stdout
+    # the packing stays close to its lower bound
+    ratio = float(md.split("(ratio ")[1].split(")")[0])
+    assert 1.0 <= ratio <= 1.15
+
+
+def test_plan_counts_cached_cells_as_free(workflow):
+    config = load_default_config()
+    config["methods"] = [{"name": "ar", "algorithm": "ar"}, {"name": "dflash", "algorithm": "dflash"}]
+    config["workloads"] = [{"name": "short", "family": "short", "requests": 3, "max_new_tokens": 32}]
+    config["concurrency"] = [1, 2]
+    config["warmup"] = 0
+    config["sim"] = {"startup_seconds": 0.1}
+    write_config(workflow, config)
+    snakemake(workflow, "results/cells/tp1/ar/short/c1.json", "results/cells/tp1/ar/short/c2.json")
+    snakemake(workflow, "plan")
+    plan = pd.read_csv(workflow / "results" / "plan" / "plan.csv")
+    assert plan.set_index("server")["cached"].groupby(level=0).all().to_dict() == {"tp1/ar": True, "tp1/dflash": False}
+    md = (workflow / "results" / "plan" / "plan.md").read_text()
+    assert "cells already cached: 2 of 4" in md
+    assert "| tp1/ar | 1 | 0 |" in md  # an all-cached server costs nothing
+
+
+def test_packing_respects_gpus_and_its_lower_bound():
+    durations = {"a8": (8, 100.0), "b1": (1, 400.0), "c4": (4, 200.0), "d4": (4, 200.0), "e1": (1, 50.0)}
+    result = pack(durations, 8)
+    assert result["lower_bound_s"] == max((800 + 400 + 800 + 800 + 50) / 8, 400)
+    assert result["lower_bound_s"] <= result["makespan_s"] <= 1.15 * result["lower_bound_s"] + 100
+    # never more GPUs in use than exist
+    events = sorted({t for s, t in result["starts"].items()} | {result["starts"][s] + durations[s][1] for s in durations})
+    for t in events:
+        busy = sum(durations[s][0] for s in durations if result["starts"][s] <= t < result["starts"][s] + durations[s][1])
+        assert busy <= 8
