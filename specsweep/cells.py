@@ -30,7 +30,7 @@ from . import CELL_SCHEMA_VERSION, HARNESS_VERSION, __version__
 from .canon import atomic_write_json, atomic_write_text, canonical_json, digest
 from .client import LoadModel, measure
 from .config import cells_of_server
-from .metrics import acceptance_agreement, cell_metrics
+from .metrics import acceptance_agreement, cell_metrics, relative_precision
 from .environment import check_methods
 from .gpus import GpuPool, gpu_memory_used, visible_devices, wait_until_released
 from .server import Server, ServerError, api_key_config, free_port, launch_command, redact
@@ -178,7 +178,9 @@ def bench_server(params: dict, outputs: list[str], environment: dict, log_dir: s
     if len(cells) != len(outputs):
         raise CellError(f"server {server_name}: {len(outputs)} outputs for {len(cells)} cells")
     model_path, context = params["model"].get("path"), params["model"]["context_length"]
-    sessions = {w["name"]: build(w, params["seed"], thinking, model_path, context) for w in params["workloads"]}
+    adaptive = params.get("adaptive")
+    sessions = {w["name"]: build(dict(w, requests=max(w["requests"], adaptive["max_requests"])) if adaptive else w,
+                                 params["seed"], thinking, model_path, context) for w in params["workloads"]}
     digests = {name: workload_digest(s) for name, s in sessions.items()}
     for cell, out in zip(cells, outputs):
         cell["output"] = out
@@ -303,6 +305,35 @@ def _raise_interrupt(signum, frame):
     raise KeyboardInterrupt(f"signal {signum}")
 
 
+def measure_adaptive(server, sessions: list, first: int, adaptive: dict, concurrency: int, sampling: dict,
+                     timeout: float, thinking: bool, load, seed: int) -> tuple[list[dict], dict]:
+    """Send batches (first the workload's requests, then ``batch`` more each time) until the relative 95% CI
+    half-width of the metric is at most ``target`` or ``max_requests`` were sent; returns records and the precision."""
+    records: list[dict] = []
+    started = time.monotonic()
+    used, size = 0, first
+    while True:
+        batch_start = time.monotonic() - started
+        chunk = sessions[used: used + size]
+        for r in measure(server.url, chunk, concurrency, sampling, timeout, thinking, server.alive, load):
+            row = r.as_dict()
+            row["t_sched"] += batch_start
+            row["t0"] += batch_start
+            row["chunk_times"] = [t + batch_start for t in row["chunk_times"]]
+            records.append(row)
+        used += len(chunk)
+        achieved = relative_precision(records, adaptive["metric"], seed)
+        if achieved is not None and achieved <= adaptive["target"]:
+            reason = "target reached"
+            break
+        if used >= min(adaptive["max_requests"], len(sessions)):
+            reason = "request cap"
+            break
+        size = min(adaptive["batch"], adaptive["max_requests"] - used)
+    return records, {"metric": adaptive["metric"], "adaptive": True, "target": adaptive["target"],
+                     "achieved": achieved, "requests": used, "stopped": reason}
+
+
 def measure_cell(server: Server, params: dict, cell: dict, sessions: list, prompts_digest: str,
                  environment: dict, argv: list[str], env: dict) -> dict:
     """Measure one cell on a running server and return its JSON (validated)."""
@@ -327,12 +358,18 @@ def measure_cell(server: Server, params: dict, cell: dict, sessions: list, promp
                 LoadModel(protocol=load.protocol, headers=server.headers))
         server.check_alive(f"after warm-up of {where}")
     before = scrape(server.url, server.headers)
-    records = measure(server.url, sessions, cell["concurrency"], sampling, timeout, thinking, server.alive, load)
+    adaptive = params.get("adaptive")
+    if adaptive:
+        records, precision = measure_adaptive(server, sessions, workload["requests"], adaptive, cell["concurrency"],
+                                              sampling, timeout, thinking, load, params["seed"])
+    else:
+        records, precision = measure(server.url, sessions, cell["concurrency"], sampling, timeout, thinking,
+                                     server.alive, load), None
     after = scrape(server.url, server.headers)
     cumulative = server_cumulative_acceptance(server.url, server.headers)
     ended = datetime.now(timezone.utc)
     server.check_alive(f"after {where}")
-    records = [r.as_dict() for r in records]
+    records = [r if isinstance(r, dict) else r.as_dict() for r in records]
     deltas = counter_deltas(before, after)
     metrics = cell_metrics(records, params["tp"], seed=params["seed"])
     verify = deltas.get("sglang:spec_verify_calls_total", 0.0)
@@ -376,6 +413,8 @@ def measure_cell(server: Server, params: dict, cell: dict, sessions: list, promp
         },
         "server_counters": deltas,
         "metrics": metrics,
+        "precision": precision or {"metric": "output_throughput", "adaptive": False,
+                                   "achieved": relative_precision(records, "output_throughput", params["seed"])},
         "requests": records,
     }
     result = json.loads(json.dumps(result, allow_nan=False))

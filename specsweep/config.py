@@ -225,6 +225,12 @@ def normalise(config: dict) -> dict:
             raise ConfigError(
                 "model.drafter: required on the sglang backend when a dflash or ddtree method is configured"
             )
+    config["adaptive"]["target"] = float(config["adaptive"]["target"])
+    if config["adaptive"]["enabled"]:
+        metric = config["adaptive"]["metric"]
+        if metric != "output_throughput" and not re.match(r"^(ttft|tpot|itl|e2e|interactivity)\.(mean|p50|p90|p95|p99)$", metric):
+            raise ConfigError(f"adaptive.metric: '{metric}' is not output_throughput or <metric>.<stat> "
+                              "(metric: ttft, tpot, itl, e2e, interactivity; stat: mean, p50, p90, p95, p99)")
     if config["load"]["model"] == "poisson" and not config["load"].get("rate"):
         raise ConfigError("load.rate: required when load.model is poisson (sessions per second)")
     config["load"]["think_time"] = float(config["load"]["think_time"])
@@ -368,5 +374,6 @@ def server_params(config: dict, tp: int, method_name: str, repetition: int | Non
         "seed": config["seed"],
         "sampling": dict(config["sampling"]),
         "load": dict(config["load"]),
+        "adaptive": dict(config["adaptive"]) if config["adaptive"]["enabled"] else None,
         "cache_dir": config["cache_dir"],
     }

@@ -296,3 +296,19 @@ def losslessness(method_records: list[dict], ar_records: list[dict]) -> dict:
         "first_divergence_median": float(np.median(positions)) if positions else None,
         "first_divergence_min": int(min(positions)) if positions else None,
     }
+
+
+def relative_precision(records: list[dict], metric: str = "output_throughput", seed: int = 0) -> float | None:
+    """Relative precision = half-width of the metric's 95% CI / its value (metric: output_throughput or name.stat)."""
+    if metric == "output_throughput":
+        point, ci = output_throughput(records), throughput_ci(records, seed)
+    else:
+        name, stat = metric.split(".")
+        ok = [r for r in records if r["error"] is None]
+        per_request = {"ttft": ttft, "tpot": tpot, "e2e": e2e, "interactivity": interactivity}
+        values = [v for r in ok for v in itl_per_token(r)] if name == "itl" else [per_request[name](r) for r in ok]
+        summary = summarise(values, seed)
+        point, ci = summary.get(stat), summary.get(f"{stat}_ci")
+    if not point or not ci:
+        return None
+    return (ci[1] - ci[0]) / 2 / abs(point)

@@ -257,9 +257,9 @@ def prepare(tables_dir: str | Path, environment: dict, view: dict, report_dir: s
                                           "acceptance_length_server", "tokens_per_chunk"]]
     has_spec = _table(spec, data / "acceptance.csv", ["method", "workload"])
     cells = summary.assign(ttft_p50_ms=summary["ttft_p50"] * 1000, tpot_p50_ms=summary["tpot_p50"] * 1000,
-                           itl_p99_ms=summary["itl_p99"] * 1000)
+                           itl_p99_ms=summary["itl_p99"] * 1000, precision_pct=summary["precision"] * 100)
     _table(cells[["tp", "method", "workload", "concurrency", "requests_completed", "requests_failed",
-                  "output_throughput", "speedup", "ttft_p50_ms", "tpot_p50_ms", "itl_p99_ms"]],
+                  "output_throughput", "precision_pct", "speedup", "ttft_p50_ms", "tpot_p50_ms", "itl_p99_ms"]],
            data / "cells.csv", ["method", "workload"])
     lossless = summary.dropna(subset=["lossless_compared"])[
         ["tp", "method", "workload", "concurrency", "lossless_compared", "lossless_exact_rate",

@@ -175,3 +175,28 @@ def test_first_divergence():
     assert m.first_divergence(list("abc"), list("abc")) is None
     assert m.first_divergence(list("abx"), list("abc")) == 2
     assert m.first_divergence(list("ab"), list("abc")) == 2
+
+
+def test_adaptive_cells_stop_at_the_requested_precision(workflow):
+    from conftest import Journal
+    import json as _json
+
+    def run(target):
+        config = load_default_config()
+        config["methods"] = [{"name": "dflash", "algorithm": "dflash"}]
+        config["workloads"] = [{"name": "short", "family": "short", "requests": 8, "max_new_tokens": 48}]
+        config["concurrency"] = [4]
+        config["warmup"] = 0
+        config["sim"] = {"startup_seconds": 0.1}
+        config["adaptive"] = {"enabled": True, "target": target, "batch": 8, "max_requests": 200}
+        write_config(workflow, config)
+        snakemake(workflow, "results/cells/tp1/dflash/short/c4.json")
+        return _json.loads((workflow / "results" / "cells" / "tp1" / "dflash" / "short" / "c4.json").read_text())
+
+    loose, tight = run(0.2), run(0.08)
+    for cell, target in ((loose, 0.2), (tight, 0.08)):
+        p = cell["precision"]
+        assert p["adaptive"] and p["target"] == target
+        assert p["stopped"] == "target reached" and p["achieved"] <= target
+        assert len(cell["requests"]) == p["requests"] == cell["metrics"]["requests_sent"]
+    assert tight["precision"]["requests"] > loose["precision"]["requests"]
