@@ -57,7 +57,10 @@ def server_job_priority(wildcards):
 
 
 def server_gpus(wildcards):
-    return int(wildcards.tp) if CONFIG["backend"] == "sglang" else 0
+    """GPUs a server job holds: its TP size on GPU hosts and on a simulated GPU host (gpu_pool.devices)."""
+    if CONFIG["backend"] == "sglang" or CONFIG["gpu_pool"]["devices"]:
+        return CONFIG["gpu_pool"]["devices"] if CONFIG["gpu_pool"]["exclusive"] else int(wildcards.tp)
+    return 0
 
 
 def environment_params_json():

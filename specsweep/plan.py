@@ -10,7 +10,8 @@ max(total GPU-seconds / GPUs, longest server).
 
 Assumptions (stated in plan.md): outputs stop at 60% of max_new_tokens on
 average; SGLang start-up = weights read at 2 GB/s + 60 s of initialisation
-and CUDA-graph capture; no overlap between a server's cells.
+and CUDA-graph capture; 3 s per server job for its own start; no overlap
+between a server's cells.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from .text import chat_prompt
 
 OUTPUT_SHARE = 0.6
 SGLANG_INIT_SECONDS = 60.0
+JOB_OVERHEAD_SECONDS = 3.0  # a server job's own start: interpreter, imports, server process, readiness polls
 DISK_BYTES_PER_SECOND = 2e9
 
 
@@ -69,9 +71,9 @@ def _tau(prompts: tuple, decoding: Decoding, acceptance_json: str) -> float:
 def startup_seconds(config: dict, tp: int) -> float:
     """Predicted server start-up: the simulator's configured delay, or weights read from disk + initialisation."""
     if config["backend"] == "sim":
-        return config["sim"]["startup_seconds"]
+        return config["sim"]["startup_seconds"] + JOB_OVERHEAD_SECONDS
     model = profiles(config["sim"]["profiles"])["models"][config["sim"]["model_profile"]]
-    return model["weight_bytes"] / DISK_BYTES_PER_SECOND + SGLANG_INIT_SECONDS
+    return model["weight_bytes"] / DISK_BYTES_PER_SECOND + SGLANG_INIT_SECONDS + JOB_OVERHEAD_SECONDS
 
 
 def cell_seconds(config: dict, tp: int, method, workload: dict, concurrency: int, requests: int) -> float:
