@@ -217,16 +217,18 @@ def test_shell_metacharacters_in_flags_and_env_reach_the_server_unchanged(tmp_pa
     port = free_port()
     argv = [sys.executable, "-m", "specsweep.sim", "--model-path", "m", "--port", str(port), "--served-model-name",
             name, "--sim-startup-seconds", "0"]
-    server = Server(argv, {"SGLANG_DDTREE_MAX_TOPK": "8; touch pwned3"}, "127.0.0.1", port, tmp_path / "s.log")
+    note = "8; touch pwned3 $(touch pwned4)"
+    server = Server(argv, {"SPECSWEEP_TEST_NOTE": note}, "127.0.0.1", port, tmp_path / "s.log")
     server.start(30)
     try:
         import requests
 
         assert requests.get(server.url + "/v1/models", timeout=10).json()["data"][0]["id"] == name
+        assert psutil.Process(server.process.pid).environ()["SPECSWEEP_TEST_NOTE"] == note
     finally:
         server.stop()
-    assert not any((tmp_path / n).exists() for n in ("pwned", "pwned2", "pwned3"))
-    assert not any(os.path.exists(n) for n in ("pwned", "pwned2", "pwned3"))
+    assert not any((tmp_path / n).exists() for n in ("pwned", "pwned2", "pwned3", "pwned4"))
+    assert not any(os.path.exists(n) for n in ("pwned", "pwned2", "pwned3", "pwned4"))
 
 
 def test_endurance_at_concurrency_256_is_clean_and_bounded(tmp_path):
