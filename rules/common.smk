@@ -42,6 +42,16 @@ def plan_gpus():
 
 
 _PACKING = {}
+_PREDICTED = {}
+
+
+def predicted_server_seconds():
+    """Predicted duration of every server (the plan's cost model), for the report's prediction-error table."""
+    if not _PREDICTED:
+        from specsweep.plan import predict, server_durations
+
+        _PREDICTED.update({s: round(d, 1) for s, (_, d) in server_durations(predict(CONFIG)).items()})
+    return dict(_PREDICTED)
 
 
 def server_job_priority(wildcards):
@@ -71,13 +81,6 @@ def environment_params_json():
     return canonical_json(settings)
 
 
-def method_params_json(wildcards):
-    method = next((m for m in ss_config.expand_methods(CONFIG) if m.name == wildcards.method), None)
-    if method is None:
-        raise WorkflowError(f"no configured method named '{wildcards.method}'")
-    return canonical_json(method.as_dict())
-
-
 REPORT_SECTIONS = {
     "setup": "1 Setup",
     "single": "2 Single-stream speed",
@@ -99,6 +102,7 @@ def report_params_json():
         f"thinking {'on' if CONFIG['sampling']['thinking'] else 'off'}, load {CONFIG['load']['model']}, "
         f"protocol {CONFIG['load']['protocol']}",
         "sim_profile": f"{CONFIG['sim']['model_profile']} on {CONFIG['sim']['gpu']}" if CONFIG["backend"] == "sim" else "",
+        "predicted_seconds": predicted_server_seconds(),
     }
     return canonical_json(view)
 

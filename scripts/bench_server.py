@@ -7,6 +7,10 @@ import sys
 from pathlib import Path
 
 from specsweep.cells import bench_server
+from specsweep.config import expand_methods, normalise
+
+# every configured method, for the capability check (read from the config, not a rerun trigger)
+all_methods = [m.as_dict() for m in expand_methods(normalise(snakemake.config))]
 
 result = bench_server(
     params=json.loads(snakemake.params.server),
@@ -14,5 +18,6 @@ result = bench_server(
     environment=json.loads(Path(snakemake.input.environment).read_text()),
     log_dir=Path(snakemake.log[0]).parent,
     journal_path=snakemake.params.journal,
+    all_methods=all_methods,
 )
 print(f"cells from cache: {result['hits']}, measured: {result['measured']}", file=sys.stderr)

@@ -163,12 +163,14 @@ def _max_context(params: dict, sessions_by_workload: dict) -> int:
 
 
 def bench_server(params: dict, outputs: list[str], environment: dict, log_dir: str | Path,
-                 journal_path: str | Path) -> dict:
+                 journal_path: str | Path, all_methods: list[dict] | None = None) -> dict:
     """Produce every cell output of one server, measuring only what the cache lacks.
 
-    Returns counts: {"hits": n, "measured": n, "server_started": bool}.
+    ``all_methods`` (every configured method) are checked against the server's capabilities first, so that
+    any job stops the workflow before a server starts. Returns {"hits": n, "measured": n, "server_started": bool}.
     """
     tp, method = params["tp"], params["method"]
+    check_methods(all_methods or [method], environment)
     server_name = f"tp{tp}/{method['name']}" + ("" if params["repetition"] is None else f"/r{params['repetition']}")
     journal = Journal(journal_path)
     cache = CellCache(params["cache_dir"])
@@ -191,7 +193,6 @@ def bench_server(params: dict, outputs: list[str], environment: dict, log_dir: s
             journal.write("cache_hit", server=server_name, cell=c["output"], key=c["key"])
     started = False
     if missing:
-        check_methods([method], environment)
         _check_writable(cache.root, "cache_dir")
         pool_config = params["gpu_pool"]
         devices = visible_devices(pool_config["devices"]) if params["backend"] == "sglang" or pool_config["devices"] else []

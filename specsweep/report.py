@@ -269,6 +269,14 @@ def prepare(tables_dir: str | Path, environment: dict, view: dict, report_dir: s
                                                       "requests_failed", "failures"]]
     has_failures = _table(failed, data / "failures.csv", ["method", "workload", "failures"])
 
+    # plan predictions against measured server durations (latest start/stop of each server in the journal)
+    measured = server_runs(tables_dir / "journal.jsonl")
+    predicted = view.get("predicted_seconds") or {}
+    rows = [{"server": s, "predicted_s": predicted[s], "measured_s": measured[s],
+             "error_pct": (predicted[s] - measured[s]) / measured[s] * 100} for s in predicted if s in measured]
+    has_prediction = _table(pd.DataFrame(rows, columns=["server", "predicted_s", "measured_s", "error_pct"]),
+                            data / "prediction.csv", ["server"])
+
     by_section = {key: [s for s in figs.specs if s["section"] == key] for key in SECTIONS}
     return {
         "simulated": simulated, "methods": methods, "sections": SECTIONS, "figures": by_section,
@@ -283,8 +291,25 @@ def prepare(tables_dir: str | Path, environment: dict, view: dict, report_dir: s
         "definitions": [(tex_escape(n), tex_escape(d)) for n, d in definitions()],
         "has_spec": has_spec, "has_tp": has_tp, "has_break_even": has_break_even, "has_best": has_best,
         "has_sessions": has_sessions, "has_lossless": has_lossless, "has_failures": has_failures,
+        "has_prediction": has_prediction,
         "has_ar": bool(summary["speedup"].notna().any()),
     }
+
+
+def server_runs(journal: Path) -> dict[str, float]:
+    """Seconds from the latest server_start to its server_stop, per server, from the bench journal."""
+    import json as _json
+
+    if not journal.exists():
+        return {}
+    starts, runs = {}, {}
+    for line in journal.read_text().splitlines():
+        event = _json.loads(line)
+        if event["event"] == "server_start":
+            starts[event["server"]] = event["time"]
+        elif event["event"] == "server_stop" and event["server"] in starts:
+            runs[event["server"]] = event["time"] - starts.pop(event["server"])
+    return runs
 
 
 def render_tex(ctx: dict) -> str:

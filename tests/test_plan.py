@@ -51,3 +51,38 @@ def test_packing_respects_gpus_and_its_lower_bound():
     for t in events:
         busy = sum(durations[s][0] for s in durations if result["starts"][s] <= t < result["starts"][s] + durations[s][1])
         assert busy <= 8
+
+
+def test_measured_makespan_on_a_simulated_gpu_host_matches_the_plan(workflow):
+    """Eight TP-1 servers on a simulated 4-GPU host: servers take GPUs from the pool, start in the plan's order;
+    the measured makespan is within 15% of the prediction and of the packing lower bound."""
+    import json
+
+    config = load_default_config()
+    config["methods"] = [{"name": "ar-a", "algorithm": "ar"}, {"name": "ar-b", "algorithm": "ar"},
+                         {"name": "dflash-a", "algorithm": "dflash"}, {"name": "dflash-b", "algorithm": "dflash"},
+                         {"name": "ddtree", "algorithm": "ddtree", "budget": [8, 16, 32, 64]}]
+    config["workloads"] = [{"name": "short", "family": "short", "requests": 24, "max_new_tokens": 256}]
+    config["concurrency"] = [1]
+    config["warmup"] = 0
+    config["sim"] = {"startup_seconds": 0.5}
+    config["gpu_pool"] = {"devices": 4, "lock_dir": str(workflow / "locks")}
+    write_config(workflow, config)
+    snakemake(workflow, "plan")
+    md = (workflow / "results" / "plan" / "plan.md").read_text()
+    predicted = float(md.split("predicted makespan: ")[1].split("(")[1].split(" s)")[0])
+    snakemake(workflow, "--cores", "8", "--resources", "gpu=4", timeout=600)
+    events = [json.loads(line) for line in (workflow / "results" / "journal.jsonl").read_text().splitlines()]
+    spans = {}
+    for e in events:
+        if e["event"] in ("server_start", "server_stop"):
+            spans.setdefault(e["server"], {})[e["event"]] = e["time"]
+            if e["event"] == "server_start":
+                assert len(e["gpus"]) == 1
+    start = min(s["server_start"] for s in spans.values())
+    measured = max(s["server_stop"] for s in spans.values()) - start
+    durations = [s["server_stop"] - s["server_start"] for s in spans.values()]
+    bound = max(sum(durations) / 4, max(durations))
+    assert len(spans) == 8
+    assert abs(measured - predicted) / predicted <= 0.15, (measured, predicted)
+    assert measured <= 1.15 * bound, (measured, bound)
