@@ -8,7 +8,7 @@ GPUs longest first (the order the workflow uses, through job priorities);
 the plan reports the predicted makespan against the lower bound
 max(total GPU-seconds / GPUs, longest server).
 
-Assumptions (stated in plan.md): outputs stop at 60% of max_new_tokens on
+Assumptions (stated in plan.md): outputs stop at 65% of max_new_tokens on
 average; SGLang start-up = weights read at 2 GB/s + 60 s of initialisation
 and CUDA-graph capture; 3 s per server job for its own start; no overlap
 between a server's cells.
@@ -23,7 +23,7 @@ from .config import cells_of_server, expand_methods, servers
 from .sim.model import CostModel, Decoding, profiles
 from .text import chat_prompt
 
-OUTPUT_SHARE = 0.6
+OUTPUT_SHARE = 0.65
 SGLANG_INIT_SECONDS = 60.0
 JOB_OVERHEAD_SECONDS = 3.0  # a server job's own start: interpreter, imports, server process, readiness polls
 DISK_BYTES_PER_SECOND = 2e9
