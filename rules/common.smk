@@ -41,17 +41,19 @@ def plan_gpus():
     return CONFIG["gpu_pool"]["devices"] or len(visible_devices()) or 8
 
 
-_PACKING = {}
 _PREDICTED = {}
 
 
-def predicted_server_seconds():
-    """Predicted duration of every server (the plan's cost model), for the report's prediction-error table."""
+def predicted_durations():
+    """{server: (tp, seconds)} from the plan's cost model, computed once and only when a job needs it."""
     if not _PREDICTED:
         from specsweep.plan import predict, server_durations
 
-        _PREDICTED.update({s: round(d, 1) for s, (_, d) in server_durations(predict(CONFIG)).items()})
-    return dict(_PREDICTED)
+        _PREDICTED.update(server_durations(predict(CONFIG)))
+    return _PREDICTED
+
+
+_PACKING = {}
 
 
 def server_job_priority(wildcards):
@@ -62,7 +64,7 @@ def server_job_priority(wildcards):
     if not _PACKING:
         from specsweep.plan import priorities
 
-        _PACKING.update(priorities(CONFIG, plan_gpus()))
+        _PACKING.update(priorities(predicted_durations(), plan_gpus(), CONFIG["gpu_pool"]["exclusive"]))
     return _PACKING.get(f"tp{wildcards.tp}/{wildcards.method}", 0)
 
 
@@ -91,7 +93,9 @@ REPORT_SECTIONS = {
 }
 
 
-def report_params_json():
+def report_params_json(wildcards=None):
+    """What the report rules depend on (a params function: the plan's predictions are computed only when a
+    report job is in the DAG)."""
     view = {
         "title": CONFIG["report"]["title"],
         "author": CONFIG["report"]["author"],
@@ -102,7 +106,7 @@ def report_params_json():
         f"thinking {'on' if CONFIG['sampling']['thinking'] else 'off'}, load {CONFIG['load']['model']}, "
         f"protocol {CONFIG['load']['protocol']}",
         "sim_profile": f"{CONFIG['sim']['model_profile']} on {CONFIG['sim']['gpu']}" if CONFIG["backend"] == "sim" else "",
-        "predicted_seconds": predicted_server_seconds(),
+        "predicted_seconds": {s: round(d, 1) for s, (_, d) in predicted_durations().items()},
     }
     return canonical_json(view)
 

@@ -14,7 +14,7 @@ rule report_pdf:
             category="Report",
         ),
     params:
-        view=report_params_json(),
+        view=report_params_json,
         code=REPORT_CODE,
     log:
         "logs/report_pdf.log",
@@ -36,7 +36,7 @@ rule report_figures:
             for section, title in REPORT_SECTIONS.items()
         },
     params:
-        view=report_params_json(),
+        view=report_params_json,
         code=REPORT_CODE,
     log:
         "logs/report_figures.log",

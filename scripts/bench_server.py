@@ -7,10 +7,10 @@ import sys
 from pathlib import Path
 
 from specsweep.cells import bench_server
-from specsweep.config import expand_methods, normalise
+from specsweep.config import expand_methods
 
-# every configured method, for the capability check (read from the config, not a rerun trigger)
-all_methods = [m.as_dict() for m in expand_methods(normalise(snakemake.config))]
+# every configured method, for the capability check (from the validated config, not a rerun trigger)
+all_methods = [m.as_dict() for m in expand_methods(snakemake.config)]
 
 result = bench_server(
     params=json.loads(snakemake.params.server),

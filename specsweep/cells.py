@@ -239,9 +239,8 @@ def bench_server(params: dict, outputs: list[str], environment: dict, log_dir: s
                         wait_until_released(gpus)
                 journal.write("server_stop", server=server_name)
                 signal.signal(signal.SIGTERM, previous)
-    for cell in cells:
-        stored = cache.get(cell["key"])
-        atomic_write_text(cell["output"], json.dumps(stored, indent=2, sort_keys=True) + "\n")
+    for cell in cells:  # the cache holds each cell exactly as an output must be: copy it
+        atomic_write_text(cell["output"], cache.path(cell["key"]).read_text())
     return {"hits": len(cells) - len(missing), "measured": len(missing), "server_started": started}
 
 
@@ -260,9 +259,10 @@ def start_server(params: dict, sessions: dict, environment: dict, log_path: Path
                  headers: dict, attempts: int = 3, first_port: int | None = None):
     """Start the server on a free port; if the port was taken meanwhile, try another (up to ``attempts``)."""
     host = params["server"]["host"]
+    context = _max_context(params, sessions)
     for attempt in range(attempts):
         port = first_port if (first_port and attempt == 0) else free_port(host)
-        argv, env = launch_command(params, port, _max_context(params, sessions), environment.get("python"))
+        argv, env = launch_command(params, port, context, environment.get("python"))
         argv += extra_args
         server = Server(argv, env, host, port, log_path, devices=gpus, headers=headers)
         try:

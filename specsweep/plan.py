@@ -115,16 +115,16 @@ def predict(config: dict) -> list[dict]:
 
 
 def server_durations(rows: list[dict]) -> dict[str, tuple[int, float]]:
-    """{server: (tp, predicted seconds)} from cell rows (cached cells cost nothing)."""
-    out: dict = {}
+    """{server: (tp, predicted seconds)} from cell rows: start-up plus the cells not cached; a server whose
+    cells are all cached is never started and costs nothing."""
+    groups: dict[str, list[dict]] = {}
     for r in rows:
-        cost = 0.0 if r.get("cached") else r["startup_s"] + r["warmup_s"] + r["measure_s"]
-        tp, seconds = out.get(r["server"], (r["tp"], 0.0))
-        out[r["server"]] = (tp, seconds + cost)
-    # a server whose cells are all cached is never started
-    for server in out:
-        if all(r.get("cached") for r in rows if r["server"] == server):
-            out[server] = (out[server][0], 0.0)
+        groups.setdefault(r["server"], []).append(r)
+    out = {}
+    for server, cells in groups.items():
+        todo = [r for r in cells if not r.get("cached")]
+        startup = sum(r["startup_s"] for r in cells) if todo else 0.0
+        out[server] = (cells[0]["tp"], startup + sum(r["warmup_s"] + r["measure_s"] for r in todo))
     return out
 
 
@@ -169,10 +169,9 @@ def _schedule(durations: dict, order: list[str], gpus: int, exclusive: bool) -> 
             "gpu_seconds": sum(tp * s for tp, s in durations.values())}
 
 
-def priorities(config: dict, gpus: int) -> dict[str, int]:
+def priorities(durations: dict[str, tuple[int, float]], gpus: int, exclusive: bool = False) -> dict[str, int]:
     """Snakemake priorities that start servers in the plan's packing order."""
-    durations = server_durations(predict(config))
-    order = pack(durations, gpus, config["gpu_pool"]["exclusive"])["order"]
+    order = pack(durations, gpus, exclusive)["order"]
     return {server: len(order) - i for i, server in enumerate(order)}
 
 
