@@ -37,6 +37,17 @@ def load_default_config() -> dict:
     return yaml.safe_load((REPO / "config" / "config.yaml").read_text())
 
 
+def fast_config(requests: int = 4, max_new_tokens: int = 48, startup: float = 0.1, **sim_faults) -> dict:
+    """A quick plan on the simulated backend: AR and DFlash, one short workload, concurrency 1 and 2, no warm-up."""
+    config = load_default_config()
+    config["methods"] = [{"name": "ar", "algorithm": "ar"}, {"name": "dflash", "algorithm": "dflash"}]
+    config["workloads"] = [{"name": "short", "family": "short", "requests": requests, "max_new_tokens": max_new_tokens}]
+    config["concurrency"] = [1, 2]
+    config["warmup"] = 0
+    config["sim"] = {"startup_seconds": startup, "faults": sim_faults}
+    return config
+
+
 def snakemake(workdir: Path, *args: str, timeout: float = 900, check: bool = True) -> subprocess.CompletedProcess:
     """Run real Snakemake in ``workdir`` (bounded in time); its whole output is in ``.stdout``."""
     proc = subprocess.run([sys.executable, "-m", "snakemake", "--cores", "2", *args], cwd=workdir,

@@ -13,20 +13,10 @@ import pandas as pd
 import psutil
 import pytest
 
-from conftest import Journal, load_default_config, server_processes_under, snakemake, write_config
+from conftest import Journal, fast_config, server_processes_under, snakemake, write_config
 from specsweep.cells import start_server
 from specsweep.config import server_params
 from test_config import validated
-
-
-def fast(**sim_faults) -> dict:
-    config = load_default_config()
-    config["methods"] = [{"name": "ar", "algorithm": "ar"}, {"name": "dflash", "algorithm": "dflash"}]
-    config["workloads"] = [{"name": "short", "family": "short", "requests": 4, "max_new_tokens": 48}]
-    config["concurrency"] = [1, 2]
-    config["warmup"] = 0
-    config["sim"] = {"startup_seconds": 0.1, "faults": sim_faults}
-    return config
 
 
 def no_partial_files(workflow):
@@ -40,7 +30,7 @@ def failure_records(workflow):
 
 
 def test_server_fails_to_start(workflow):
-    write_config(workflow, fast(crash_at_start=True))
+    write_config(workflow, fast_config(crash_at_start=True))
     proc = snakemake(workflow, "--keep-going", check=False)
     assert proc.returncode != 0
     records = failure_records(workflow)
@@ -53,7 +43,7 @@ def test_server_fails_to_start(workflow):
 
 
 def test_server_never_becomes_ready(workflow):
-    config = fast(never_ready=True)
+    config = fast_config(never_ready=True)
     config["server"] = {"startup_timeout": 2}
     write_config(workflow, config)
     proc = snakemake(workflow, check=False)
@@ -64,7 +54,7 @@ def test_server_never_becomes_ready(workflow):
 
 
 def test_crash_mid_cell_with_keep_going_lets_the_other_server_finish(workflow):
-    config = fast()
+    config = fast_config()
     config["methods"][1]["env"] = {"SPECSWEEP_SIM_CRASH_AFTER": "6"}  # only dflash's server crashes
     write_config(workflow, config)
     proc = snakemake(workflow, "--keep-going", check=False)
@@ -92,7 +82,7 @@ def test_crash_mid_cell_with_keep_going_lets_the_other_server_finish(workflow):
     ({"hang_after_tokens": 5}, "timeout"),
 ])
 def test_request_faults_are_counted_never_dropped(workflow, fault, category):
-    config = fast(**fault)
+    config = fast_config(**fault)
     config["methods"] = [{"name": "ar", "algorithm": "ar"}]
     config["server"] = {"request_timeout": 2}
     write_config(workflow, config)
@@ -109,7 +99,7 @@ def test_request_faults_are_counted_never_dropped(workflow, fault, category):
 
 
 def test_port_taken_is_retried_on_another_port(tmp_path):
-    config = validated(fast())
+    config = validated(fast_config())
     params = server_params(config, 1, "ar")
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
@@ -125,7 +115,7 @@ def test_port_taken_is_retried_on_another_port(tmp_path):
 
 
 def test_gpu_lock_held_by_a_dead_process_is_recovered(workflow):
-    config = fast()
+    config = fast_config()
     config["methods"] = [{"name": "ar", "algorithm": "ar"}]
     config["gpu_pool"] = {"devices": 1, "lock_dir": str(workflow / "locks")}
     write_config(workflow, config)
@@ -142,7 +132,7 @@ def test_gpu_lock_held_by_a_dead_process_is_recovered(workflow):
 
 
 def test_unwritable_cache_fails_before_any_server_starts(workflow):
-    config = fast()
+    config = fast_config()
     blocker = workflow / "not-a-folder"
     blocker.write_text("a file where the cache folder should be")
     config["cache_dir"] = str(blocker / "cache")
@@ -155,7 +145,7 @@ def test_unwritable_cache_fails_before_any_server_starts(workflow):
 
 
 def test_two_runs_on_the_same_results_folder(workflow):
-    config = fast()
+    config = fast_config()
     config["workloads"][0]["requests"] = 40
     write_config(workflow, config)
     first = subprocess.Popen([sys.executable, "-m", "snakemake", "--cores", "2"], cwd=workflow,
@@ -172,7 +162,7 @@ def test_two_runs_on_the_same_results_folder(workflow):
 
 def test_api_key_reaches_server_and_client_but_never_argv_logs_or_results(workflow):
     secret = "sk-specsweep-test-7f3a9c"
-    config = fast()
+    config = fast_config()
     config["methods"] = [{"name": "ar", "algorithm": "ar"}]
     config["server"] = {"api_key_env": "SPECSWEEP_TEST_KEY"}
     write_config(workflow, config)
@@ -201,7 +191,7 @@ def test_api_key_reaches_server_and_client_but_never_argv_logs_or_results(workfl
 
 
 def test_missing_api_key_variable_is_named(workflow):
-    config = fast()
+    config = fast_config()
     config["methods"] = [{"name": "ar", "algorithm": "ar"}]
     config["server"] = {"api_key_env": "SPECSWEEP_UNSET_KEY"}
     write_config(workflow, config)

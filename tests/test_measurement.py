@@ -7,11 +7,10 @@ import sys
 
 import pandas as pd
 import pytest
-import requests
 
-from conftest import Journal, load_default_config, snakemake, write_config
+from conftest import load_default_config, snakemake, write_config
 from specsweep import metrics as m
-from specsweep.cells import counter_deltas, measure_cell, scrape
+from specsweep.cells import measure_cell, scrape
 from specsweep.client import LoadModel, measure
 from specsweep.config import server_params
 from specsweep.environment import probe
@@ -178,7 +177,6 @@ def test_first_divergence():
 
 
 def test_adaptive_cells_stop_at_the_requested_precision(workflow):
-    from conftest import Journal
     import json as _json
 
     def run(target):

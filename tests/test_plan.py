@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import pandas as pd
-import yaml
 
-from conftest import REPO, load_default_config, server_processes_under, snakemake, write_config
+from conftest import fast_config, load_default_config, server_processes_under, snakemake, write_config
 from specsweep.plan import pack
 
 
@@ -25,13 +24,7 @@ def test_full_plan_is_priced_without_starting_anything(workflow):
 
 
 def test_plan_counts_cached_cells_as_free(workflow):
-    config = load_default_config()
-    config["methods"] = [{"name": "ar", "algorithm": "ar"}, {"name": "dflash", "algorithm": "dflash"}]
-    config["workloads"] = [{"name": "short", "family": "short", "requests": 3, "max_new_tokens": 32}]
-    config["concurrency"] = [1, 2]
-    config["warmup"] = 0
-    config["sim"] = {"startup_seconds": 0.1}
-    write_config(workflow, config)
+    write_config(workflow, fast_config(requests=3, max_new_tokens=32))
     snakemake(workflow, "results/cells/tp1/ar/short/c1.json", "results/cells/tp1/ar/short/c2.json")
     snakemake(workflow, "plan")
     plan = pd.read_csv(workflow / "results" / "plan" / "plan.csv")

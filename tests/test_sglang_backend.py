@@ -14,11 +14,11 @@ import psutil
 import pytest
 import yaml
 
-from conftest import REPO, Journal, load_default_config, server_processes_under, snakemake, write_config
+from conftest import REPO, Journal, fast_config, load_default_config, server_processes_under, snakemake, write_config
 from specsweep import config as cfg
 from specsweep.environment import EnvironmentError_, check_methods, probe
 from specsweep.gpus import GpuPool, GpuPoolError, visible_devices
-from specsweep.server import Server, ServerError, free_port, launch_command, redact, server_arguments
+from specsweep.server import Server, free_port, launch_command, redact
 from specsweep.sglang_options import FlagError, check_argv
 from test_config import validated
 
@@ -226,20 +226,9 @@ def test_server_killed_with_its_job(tmp_path):
     assert _group_members([server_pid]) == []
 
 
-def fast_config() -> dict:
-    config = load_default_config()
-    config["methods"] = [{"name": "ar", "algorithm": "ar"}, {"name": "dflash", "algorithm": "dflash"}]
-    config["workloads"] = [{"name": "short", "family": "short", "requests": 4, "max_new_tokens": 48}]
-    config["concurrency"] = [1, 2]
-    config["warmup"] = 0
-    config["sim"] = {"startup_seconds": 0.2}
-    return config
-
-
 def test_crash_mid_cell_keeps_finished_cells_and_leaves_no_process(workflow):
-    config = fast_config()
-    config["methods"] = [{"name": "ar", "algorithm": "ar"}]
-    config["sim"]["faults"] = {"crash_after": 6}  # 4 requests of c1 pass, c2 crashes
+    config = fast_config(startup=0.2, crash_after=6)
+    config["methods"] = [{"name": "ar", "algorithm": "ar"}]  # 4 requests of c1 pass, c2 crashes
     write_config(workflow, config)
     proc = snakemake(workflow, check=False)
     assert proc.returncode != 0
@@ -264,7 +253,7 @@ def test_crash_mid_cell_keeps_finished_cells_and_leaves_no_process(workflow):
     (signal.SIGTERM, False, 12),  # snakemake alone: it lets running jobs finish, then exits
 ], ids=["SIGINT-group", "SIGTERM-group", "SIGTERM-snakemake"])
 def test_signal_to_snakemake_leaves_no_server(workflow, sig, to_group, requests):
-    config = fast_config()
+    config = fast_config(startup=0.2)
     config["workloads"][0]["requests"] = requests
     config["workloads"][0]["max_new_tokens"] = 256
     write_config(workflow, config)

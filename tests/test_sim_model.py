@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import sys
 
 import pytest
 import requests
 
-from specsweep.client import LoadModel, measure
+from specsweep.client import measure
 from specsweep.metrics import output_throughput
-from specsweep.server import Server, ServerError, free_port
+from specsweep.server import ServerError
 from specsweep.sim.calibration import PUBLISHED_QWEN3_8B, calibration_prompts, predict
 from specsweep.sim.model import CostModel, Decoding
 from specsweep.workloads import Session, build

@@ -6,7 +6,6 @@ import json
 import time
 
 import pandas as pd
-import pytest
 
 from conftest import Journal, load_default_config, snakemake, write_config
 from specsweep.cells import validate_cell
