@@ -8,16 +8,25 @@ from pathlib import Path
 
 from specsweep.cells import bench_server
 from specsweep.config import expand_methods
+from specsweep.plan import predict_server
 
 # every configured method, for the capability check (from the validated config, not a rerun trigger)
 all_methods = [m.as_dict() for m in expand_methods(snakemake.config)]
+params = json.loads(snakemake.params.server)
+try:  # the plan's seconds per cell, for the time left in the progress lines (not a rerun trigger either)
+    planned = {row["path"]: row["warmup_s"] + row["measure_s"]
+               for row in predict_server(snakemake.config, params["tp"], params["method"]["name"], params["repetition"])}
+except Exception as exc:  # progress lines then go without a time estimate
+    print(f"no time estimate from the plan ({type(exc).__name__}: {exc})", file=sys.stderr)
+    planned = None
 
 result = bench_server(
-    params=json.loads(snakemake.params.server),
+    params=params,
     outputs=list(snakemake.output),
     environment=json.loads(Path(snakemake.input.environment).read_text()),
     log_dir=Path(snakemake.log[0]).parent,
     journal_path=snakemake.params.journal,
     all_methods=all_methods,
+    planned=planned,
 )
 print(f"cells from cache: {result['hits']}, measured: {result['measured']}", file=sys.stderr)

@@ -17,6 +17,7 @@ import signal
 import socket
 import sys
 import tempfile
+import threading
 import time
 from contextlib import ExitStack
 from datetime import datetime, timezone
@@ -33,7 +34,7 @@ from .config import cells_of_server
 from .metrics import acceptance_agreement, cell_metrics, relative_precision
 from .environment import check_methods
 from .gpus import GpuPool, gpu_memory_used, visible_devices, wait_until_released
-from .server import Server, ServerError, api_key_config, free_port, launch_command, redact
+from .server import Server, ServerError, api_key_config, free_port, launch_command, redact, stream_mode
 from .text import chat_prompt, count_tokens
 from .workloads import build, content_mix, workload_digest
 
@@ -131,17 +132,125 @@ def scrape(url: str, headers: dict | None = None) -> dict[str, float]:
         return {}
 
 
-def server_cumulative_acceptance(url: str, headers: dict | None = None) -> float | None:
-    """internal_states[0].avg_spec_accept_length from server info (cumulative since launch)."""
+def server_info(url: str, headers: dict | None = None) -> dict:
+    """The server's /get_server_info (or /server_info) answer; {} when it has none."""
     for path in ("/get_server_info", "/server_info"):
         try:
             resp = requests.get(url + path, timeout=10, headers=headers)
             if resp.status_code == 200:
-                states = resp.json().get("internal_states") or [{}]
-                return states[0].get("avg_spec_accept_length")
+                return resp.json()
         except (requests.RequestException, ValueError):
             continue
-    return None
+    return {}
+
+
+def server_cumulative_acceptance(info: dict) -> float | None:
+    """internal_states[0].avg_spec_accept_length from server info (cumulative since launch)."""
+    states = info.get("internal_states") or [{}]
+    return states[0].get("avg_spec_accept_length")
+
+
+# What the report and provenance keep of the server's own account of its settings.
+SERVER_INFO_KEYS = ("version", "attention_backend", "prefill_attention_backend", "decode_attention_backend",
+                    "sampling_backend", "page_size", "disable_overlap_schedule", "max_running_requests",
+                    "min_free_slots_delay", "incremental_streaming_output", "load_format", "speculative_algorithm",
+                    "speculative_num_draft_tokens", "cuda_graph_max_bs", "context_length", "mem_fraction_static")
+
+
+class LoadSampler:
+    """Samples the server's running and queued requests (Prometheus gauges) while a cell is measured.
+
+    Server running requests = time-weighted mean (over samples every ``interval`` s) and peak of
+    sglang:num_running_reqs; queued likewise from sglang:num_queue_reqs.
+    """
+
+    def __init__(self, url: str, headers: dict | None = None, interval: float = 0.5):
+        self.url, self.headers, self.interval = url, headers, interval
+        self.samples: list[tuple[float, float]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self):
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join(timeout=15)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            values = scrape(self.url, self.headers)
+            if "sglang:num_running_reqs" in values:
+                self.samples.append((values["sglang:num_running_reqs"], values.get("sglang:num_queue_reqs", 0.0)))
+            self._stop.wait(self.interval)
+
+    def summary(self) -> dict:
+        if not self.samples:
+            return {"samples": 0}
+        running = [r for r, _ in self.samples]
+        queued = [q for _, q in self.samples]
+        return {"samples": len(self.samples), "interval_s": self.interval,
+                "running_mean": sum(running) / len(running), "running_peak": max(running),
+                "queued_mean": sum(queued) / len(queued), "queued_peak": max(queued)}
+
+
+class Progress:
+    """Progress lines in a server job's log: cell i of N, requests done, time left estimated from the plan.
+
+    Time left = (the plan's seconds for the rest of this cell and the cells after it) x (measured / planned
+    seconds of the cells finished so far, 1 before the first), printed at most every ``every`` seconds.
+    """
+
+    def __init__(self, server: str, cells: list[dict], planned: dict[str, float] | None = None,
+                 every: float = 10.0, out=None):
+        self.server, self.cells, self.planned = server, cells, planned or {}
+        self.every, self.out = every, out or sys.stderr
+        self.index, self.done, self.total = 0, 0, 0
+        self.measured = self.planned_done = 0.0
+        self.cell_started = self.last = 0.0
+
+    def start(self, index: int, total_requests: int) -> None:
+        self.index, self.done, self.total = index, 0, total_requests
+        self.cell_started = self.last = time.monotonic()
+        self._print("started")
+
+    def request_done(self, *_) -> None:
+        self.done += 1
+        if time.monotonic() - self.last >= self.every or self.done == self.total:
+            self._print("")
+
+    def finish(self) -> None:
+        seconds = time.monotonic() - self.cell_started
+        planned = self.planned.get(self.cells[self.index]["output"])
+        if planned:
+            self.measured += seconds
+            self.planned_done += planned
+        self._print(f"finished in {seconds:.0f} s")
+
+    def time_left(self) -> float | None:
+        cell = self.cells[self.index]["output"]
+        if cell not in self.planned:
+            return None
+        share = 1 - self.done / self.total if self.total else 1
+        later = sum(self.planned.get(c["output"], 0.0) for c in self.cells[self.index + 1:])
+        scale = self.measured / self.planned_done if self.planned_done else 1.0
+        return scale * (self.planned[cell] * share + later)
+
+    def _print(self, note: str) -> None:
+        self.last = time.monotonic()
+        cell = self.cells[self.index]
+        left = self.time_left()
+        eta = f"; about {_duration(left)} left for this server (plan)" if left is not None else ""
+        print(f"[{self.server}] cell {self.index + 1} of {len(self.cells)} ({cell['workload']}, concurrency "
+              f"{cell['concurrency']}): {self.done}/{self.total} requests done{eta}" + (f"; {note}" if note else ""),
+              file=self.out, flush=True)
+
+
+def _duration(seconds: float) -> str:
+    seconds = max(0, int(round(seconds)))
+    return f"{seconds // 3600} h {seconds % 3600 // 60} min" if seconds >= 3600 else (
+        f"{seconds // 60} min {seconds % 60} s" if seconds >= 60 else f"{seconds} s")
 
 
 def counter_deltas(before: dict, after: dict) -> dict:
@@ -163,11 +272,13 @@ def _max_context(params: dict, sessions_by_workload: dict) -> int:
 
 
 def bench_server(params: dict, outputs: list[str], environment: dict, log_dir: str | Path,
-                 journal_path: str | Path, all_methods: list[dict] | None = None) -> dict:
+                 journal_path: str | Path, all_methods: list[dict] | None = None,
+                 planned: dict[str, float] | None = None) -> dict:
     """Produce every cell output of one server, measuring only what the cache lacks.
 
     ``all_methods`` (every configured method) are checked against the server's capabilities first, so that
-    any job stops the workflow before a server starts. Returns {"hits": n, "measured": n, "server_started": bool}.
+    any job stops the workflow before a server starts. ``planned`` ({cell output: predicted seconds}) feeds
+    the progress lines' time left. Returns {"hits": n, "measured": n, "server_started": bool}.
     """
     tp, method = params["tp"], params["method"]
     check_methods(all_methods or [method], environment)
@@ -217,10 +328,12 @@ def bench_server(params: dict, outputs: list[str], environment: dict, log_dir: s
                     for cell in missing:
                         record_failure(cell, exc, None, journal, server_name)
                     raise
-                for cell in missing:
+                progress = Progress(server_name, missing, planned)
+                for index, cell in enumerate(missing):
                     try:
                         result = measure_cell(server, params, cell, sessions[cell["workload"]],
-                                              digests[cell["workload"]], environment, argv, env)
+                                              digests[cell["workload"]], environment, argv, env,
+                                              progress=progress, index=index)
                     except Exception as exc:
                         record_failure(cell, exc, server, journal, server_name)
                         raise
@@ -260,9 +373,18 @@ def start_server(params: dict, sessions: dict, environment: dict, log_path: Path
     """Start the server on a free port; if the port was taken meanwhile, try another (up to ``attempts``)."""
     host = params["server"]["host"]
     context = _max_context(params, sessions)
+    offered = set(environment["capabilities"]["flags"]) or None  # the probed build's flags, else the recorded table
+    if offered and environment["backend"] == "sim":  # the simulator accepts every flag a config declares
+        offered |= {extra["flag"] for extra in params["sglang"]["extra_flags"]}
     for attempt in range(attempts):
         port = first_port if (first_port and attempt == 0) else free_port(host)
-        argv, env = launch_command(params, port, context, environment.get("python"))
+        argv, env = launch_command(params, port, context, environment.get("python"), offered)
+        if offered:
+            unknown = [a for a in argv if a.startswith("--") and a.split("=")[0] not in offered]
+            if unknown:
+                raise ServerError(f"the installed {environment['backend']} build does not offer {', '.join(unknown)} "
+                                  f"(checked against its --help); fix the flags (server.flags, the method's flags or "
+                                  "the algorithms spelling) or install a build that has them")
         argv += extra_args
         server = Server(argv, env, host, port, log_path, devices=gpus, headers=headers)
         try:
@@ -307,7 +429,7 @@ def _raise_interrupt(signum, frame):
 
 
 def measure_adaptive(server, sessions: list, first: int, adaptive: dict, concurrency: int, sampling: dict,
-                     timeout: float, thinking: bool, load, seed: int) -> tuple[list[dict], dict]:
+                     timeout: float, thinking: bool, load, seed: int, on_record=None) -> tuple[list[dict], dict]:
     """Send batches (first the workload's requests, then ``batch`` more each time) until the relative 95% CI
     half-width of the metric is at most ``target`` or ``max_requests`` were sent; returns records and the precision."""
     records: list[dict] = []
@@ -316,7 +438,8 @@ def measure_adaptive(server, sessions: list, first: int, adaptive: dict, concurr
     while True:
         batch_start = time.monotonic() - started
         chunk = sessions[used: used + size]
-        for r in measure(server.url, chunk, concurrency, sampling, timeout, thinking, server.alive, load):
+        for r in measure(server.url, chunk, concurrency, sampling, timeout, thinking, server.alive, load,
+                         on_record=on_record):
             row = r.as_dict()
             row["t_sched"] += batch_start
             row["t0"] += batch_start
@@ -336,7 +459,8 @@ def measure_adaptive(server, sessions: list, first: int, adaptive: dict, concurr
 
 
 def measure_cell(server: Server, params: dict, cell: dict, sessions: list, prompts_digest: str,
-                 environment: dict, argv: list[str], env: dict) -> dict:
+                 environment: dict, argv: list[str], env: dict, progress: Progress | None = None,
+                 index: int = 0) -> dict:
     """Measure one cell on a running server and return its JSON (validated)."""
     where = f"cell {cell['output']}"
     server.check_alive(f"before {where}")
@@ -350,24 +474,37 @@ def measure_cell(server: Server, params: dict, cell: dict, sessions: list, promp
         pass
     began = datetime.now(timezone.utc)
     load_config = params["load"]
+    stream = stream_mode(argv, load_config["protocol"])
+    ignore_eos = bool(params["sampling"].get("ignore_eos"))
     load = LoadModel(load_config["model"], load_config.get("rate", 0.0), load_config["think_time"],
-                     load_config["protocol"], params["seed"] + cell["repetition"], server.headers)
+                     load_config["protocol"], params["seed"] + cell["repetition"], server.headers,
+                     incremental=stream == "incremental", ignore_eos=ignore_eos)
     if params["warmup"]:
         warm = build(dict(workload, name=workload["name"] + "-warmup", requests=params["warmup"]), params["seed"],
                      thinking, params["model"].get("path"), params["model"]["context_length"])
         measure(server.url, warm, cell["concurrency"], sampling, timeout, thinking, server.alive,
-                LoadModel(protocol=load.protocol, headers=server.headers))
+                LoadModel(protocol=load.protocol, headers=server.headers, incremental=load.incremental,
+                          ignore_eos=ignore_eos))
         server.check_alive(f"after warm-up of {where}")
     before = scrape(server.url, server.headers)
     adaptive = params.get("adaptive")
-    if adaptive:
-        records, precision = measure_adaptive(server, sessions, workload["requests"], adaptive, cell["concurrency"],
-                                              sampling, timeout, thinking, load, params["seed"])
-    else:
-        records, precision = measure(server.url, sessions, cell["concurrency"], sampling, timeout, thinking,
-                                     server.alive, load), None
+    if progress is not None:
+        progress.start(index, adaptive["max_requests"] if adaptive else
+                       sum(1 + len(s.followups) for s in sessions[:workload["requests"]]))
+    on_record = progress.request_done if progress is not None else None
+    with LoadSampler(server.url, server.headers) as sampler:
+        if adaptive:
+            records, precision = measure_adaptive(server, sessions, workload["requests"], adaptive,
+                                                  cell["concurrency"], sampling, timeout, thinking, load,
+                                                  params["seed"], on_record)
+        else:
+            records, precision = measure(server.url, sessions, cell["concurrency"], sampling, timeout, thinking,
+                                         server.alive, load, on_record=on_record), None
+    if progress is not None:
+        progress.finish()
     after = scrape(server.url, server.headers)
-    cumulative = server_cumulative_acceptance(server.url, server.headers)
+    info = server_info(server.url, server.headers)
+    cumulative = server_cumulative_acceptance(info)
     ended = datetime.now(timezone.utc)
     server.check_alive(f"after {where}")
     records = [r if isinstance(r, dict) else r.as_dict() for r in records]
@@ -395,7 +532,7 @@ def measure_cell(server: Server, params: dict, cell: dict, sessions: list, promp
                      "sessions": len(sessions), "warmup": params["warmup"], "content_mix": kinds,
                      "max_new_tokens": workload["max_new_tokens"]},
         "sampling": dict(params["sampling"]),
-        "load": dict(params["load"]),
+        "load": {**params["load"], "stream": stream},
         "seed": params["seed"],
         "provenance": {
             "specsweep": __version__,
@@ -411,8 +548,13 @@ def measure_cell(server: Server, params: dict, cell: dict, sessions: list, promp
             "started_at": began.isoformat(),
             "finished_at": ended.isoformat(),
             "sim_profile": params.get("sim"),
+            "load_format": params["model"].get("load_format", "auto"),
+            "attention_backend": params["method"].get("attention_backend"),
+            "min_free_slots_delay": params["server"].get("min_free_slots_delay", "sglang"),
+            "server_info": {k: info[k] for k in SERVER_INFO_KEYS if k in info},
         },
         "server_counters": deltas,
+        "server_load": sampler.summary(),
         "metrics": metrics,
         "precision": precision or {"metric": "output_throughput", "adaptive": False,
                                    "achieved": relative_precision(records, "output_throughput", params["seed"])},

@@ -13,6 +13,15 @@ Protocols: SGLang's native ``/generate`` (default) or the OpenAI-compatible
 ``/v1/chat/completions`` and ``/v1/completions`` (streaming with usage). Each
 content chunk's arrival time and token count (from the server's cumulative
 completion tokens) is recorded; nothing is re-tokenised on the client.
+
+A request fails (and is recorded with its category, never dropped) when the
+connection fails, the status is not 200, it times out, the stream ends without
+``[DONE]``, the server reports an error inside the stream (SGLang sends
+``data: {"error": ...}`` then ``[DONE]`` over HTTP 200), the server aborts it
+(finish reason ``abort``), or reading its stream raises anything else. The
+stream is split into lines here, so no line is too long to read (SGLang's
+native stream without ``--incremental-streaming-output`` repeats the whole
+text in every chunk).
 """
 
 from __future__ import annotations
@@ -31,6 +40,8 @@ from .workloads import Session
 
 # Failure categories (METRICS.md): a failed request is recorded, never dropped.
 CONNECT, HTTP_STATUS, TIMEOUT, TRUNCATED, SERVER_DIED = "connect", "http_status", "timeout", "truncated", "server_died"
+SERVER_ERROR, ABORTED, CLIENT_ERROR = "server_error", "aborted", "client_error"
+FAILURES = (CONNECT, HTTP_STATUS, TIMEOUT, TRUNCATED, SERVER_DIED, SERVER_ERROR, ABORTED, CLIENT_ERROR)
 PROTOCOLS = ("native", "openai-chat", "openai-completions")
 
 
@@ -44,6 +55,8 @@ class LoadModel:
     protocol: str = "native"
     seed: int = 0
     headers: dict = field(default_factory=dict)  # e.g. Authorization, from the environment (never logged)
+    incremental: bool = False  # native stream sends disjoint text segments (--incremental-streaming-output)
+    ignore_eos: bool = False  # ask for exactly max_new_tokens tokens; a different length is counted as a mismatch
 
 
 @dataclass
@@ -58,9 +71,12 @@ class RequestRecord:
     chunk_times: list = field(default_factory=list)  # arrival of each content chunk
     chunk_tokens: list = field(default_factory=list)  # tokens carried by each content chunk
     output_tokens: int = 0  # server-reported completion tokens
+    expected_tokens: int | None = None  # max_new_tokens when ignore_eos asked for exactly that many
     prompt_tokens: int = 0
     cached_tokens: int = 0
     verify_ct: int | None = None
+    server_accept_length: float | None = None  # SGLang's own spec_accept_length (completion_tokens / verify_ct)
+    server_queue_time: float | None = None  # seconds the server held the request before scheduling it (meta_info)
     finish_reason: str | None = None
     output_text: str = ""
     error: str | None = None  # failure category, None when successful
@@ -80,24 +96,53 @@ def _payload(protocol: str, messages: list[dict], thinking: bool, sampling: dict
     common = {"model": "default", "stream": True, "temperature": sampling.get("temperature", 0.0),
               "top_p": sampling.get("top_p", 1.0), "max_tokens": sampling.get("max_new_tokens"),
               "stream_options": {"include_usage": True, "continuous_usage_stats": True}}
+    if sampling.get("ignore_eos"):
+        common["ignore_eos"] = True  # SGLang's OpenAI server takes its sampling extensions in the body
     if protocol == "openai-chat":
         return "/v1/chat/completions", {**common, "messages": messages,
                                         "chat_template_kwargs": {"enable_thinking": thinking}}
     return "/v1/completions", {**common, "prompt": chat_prompt(messages, thinking)}
 
 
-def _parse_chunk(protocol: str, chunk: dict, record: RequestRecord, last_tokens: int) -> tuple[int, str]:
-    """Cumulative completion tokens and text delta-applied output of one stream chunk."""
+class StreamError(Exception):
+    """The server reported a failure inside an HTTP 200 stream (an error object or an aborted request)."""
+
+    def __init__(self, category: str, detail: str):
+        super().__init__(detail)
+        self.category = category
+
+
+def _in_band_failure(chunk: dict) -> None:
+    """Raise StreamError for SGLang's in-band error chunk ({"error": ...} or an OpenAI error object)."""
+    if "error" in chunk or chunk.get("object") == "error":
+        error = chunk.get("error", chunk)
+        message = error.get("message", error) if isinstance(error, dict) else error
+        raise StreamError(SERVER_ERROR, f"error in the stream: {str(message)[:300]}")
+
+
+def _parse_chunk(protocol: str, chunk: dict, record: RequestRecord, last_tokens: int,
+                 incremental: bool = False) -> tuple[int, str]:
+    """Cumulative completion tokens and the output text so far, after one stream chunk."""
+    _in_band_failure(chunk)
     if protocol == "native":
         meta = chunk.get("meta_info", {})
         record.prompt_tokens = int(meta.get("prompt_tokens", record.prompt_tokens))
         record.cached_tokens = int(meta.get("cached_tokens", 0) or 0)
         if "spec_verify_ct" in meta:
             record.verify_ct = int(meta["spec_verify_ct"])
+        if meta.get("spec_accept_length") is not None:
+            record.server_accept_length = float(meta["spec_accept_length"])
+        if meta.get("queue_time") is not None:
+            record.server_queue_time = float(meta["queue_time"])
         reason = meta.get("finish_reason")
         if reason:
             record.finish_reason = reason.get("type") if isinstance(reason, dict) else str(reason)
-        return int(meta.get("completion_tokens", last_tokens)), chunk.get("text", record.output_text)
+        text = chunk.get("text")
+        if text is None:  # SGLang may leave intermediate text out; the last chunk carries it
+            text = record.output_text
+        elif incremental:
+            text = record.output_text + text
+        return int(meta.get("completion_tokens", last_tokens)), text
     usage = chunk.get("usage") or {}
     text = record.output_text
     for choice in chunk.get("choices", []):
@@ -112,13 +157,35 @@ def _parse_chunk(protocol: str, chunk: dict, record: RequestRecord, last_tokens:
     return int(usage.get("completion_tokens", last_tokens)), text
 
 
+async def _sse_lines(resp: aiohttp.ClientResponse):
+    """Yield (arrival time, line) for every line of a response body, however long the line."""
+    buffer = bytearray()
+    async for data in resp.content.iter_any():
+        now = time.monotonic()
+        buffer += data
+        while True:
+            end = buffer.find(b"\n")
+            if end < 0:
+                break
+            line = bytes(buffer[:end])
+            del buffer[:end + 1]
+            yield now, line
+    if buffer:
+        yield time.monotonic(), bytes(buffer)
+
+
 async def send(http: aiohttp.ClientSession, url: str, messages: list[dict], sampling: dict, record: RequestRecord,
-               timeout: float, protocol: str = "native", thinking: bool = False, alive=None, on_chunk=None) -> None:
+               timeout: float, protocol: str = "native", thinking: bool = False, alive=None, on_chunk=None,
+               incremental: bool = False) -> None:
     """Send one streaming request and fill ``record`` with what arrived and when.
 
-    ``on_chunk(arrival_time, chunk)``, if given, sees every parsed chunk (used to measure the client's own timing error).
+    Whatever goes wrong with this request becomes its failure (record.error, with a category); nothing raised
+    while reading one stream escapes to the cell. ``on_chunk(arrival_time, chunk)``, if given, sees every parsed
+    chunk (used to measure the client's own timing error).
     """
     path, payload = _payload(protocol, messages, thinking, sampling)
+    if sampling.get("ignore_eos"):
+        record.expected_tokens = int(sampling["max_new_tokens"])
     last_tokens = 0
     done = False
     record.t0 = time.monotonic()
@@ -129,8 +196,7 @@ async def send(http: aiohttp.ClientSession, url: str, messages: list[dict], samp
                     body = (await resp.text())[:300]
                     record.error, record.error_detail = HTTP_STATUS, f"HTTP {resp.status}: {body}"
                     return
-                async for raw in resp.content:
-                    now = time.monotonic()
+                async for now, raw in _sse_lines(resp):
                     line = raw.strip()
                     if not line.startswith(b"data:"):
                         continue
@@ -141,15 +207,19 @@ async def send(http: aiohttp.ClientSession, url: str, messages: list[dict], samp
                     chunk = json.loads(data)
                     if on_chunk is not None:
                         on_chunk(now, chunk)
-                    tokens, text = _parse_chunk(protocol, chunk, record, last_tokens)
+                    tokens, text = _parse_chunk(protocol, chunk, record, last_tokens, incremental)
                     if tokens > last_tokens:  # a chunk carrying content (role-only and empty chunks are not)
                         record.chunk_times.append(now)
                         record.chunk_tokens.append(tokens - last_tokens)
                         last_tokens = tokens
                     record.output_text = text
                     record.output_tokens = last_tokens
-        if not done:
+        if record.finish_reason == "abort":
+            record.error, record.error_detail = ABORTED, f"the server aborted the request after {last_tokens} tokens"
+        elif not done:
             record.error, record.error_detail = TRUNCATED, "stream ended without [DONE]"
+    except StreamError as exc:
+        record.error, record.error_detail = exc.category, f"{exc} (after {last_tokens} tokens)"
     except TimeoutError:
         record.error, record.error_detail = TIMEOUT, f"no complete answer within {timeout:g} s"
     except (aiohttp.ClientConnectorError, ConnectionRefusedError) as exc:
@@ -158,6 +228,8 @@ async def send(http: aiohttp.ClientSession, url: str, messages: list[dict], samp
         record.error, record.error_detail = TRUNCATED, f"{type(exc).__name__}: {exc}"
     except json.JSONDecodeError as exc:
         record.error, record.error_detail = TRUNCATED, f"malformed stream chunk: {exc}"
+    except Exception as exc:  # anything else while reading this stream fails this request only
+        record.error, record.error_detail = CLIENT_ERROR, f"{type(exc).__name__}: {exc}"[:500]
     if record.error in (CONNECT, TRUNCATED, TIMEOUT) and alive is not None and await _died(alive):
         record.error = SERVER_DIED
 
@@ -182,8 +254,11 @@ class _SessionState:
 
 async def run_sessions(url: str, sessions: list[Session], concurrency: int, sampling: dict, timeout: float,
                        thinking: bool = False, alive=None, load: LoadModel | None = None,
-                       on_chunk=None) -> list[RequestRecord]:
-    """Run the sessions under a load model; returns one record per turn sent, in send order."""
+                       on_chunk=None, on_record=None) -> list[RequestRecord]:
+    """Run the sessions under a load model; returns one record per turn sent, in the order they finished.
+
+    ``on_record(record)``, if given, is called as each request finishes (progress reports).
+    """
     load = load or LoadModel()
     records: list[RequestRecord] = []
     start = time.monotonic()
@@ -235,8 +310,13 @@ async def run_sessions(url: str, sessions: list[Session], concurrency: int, samp
                 session = state.session
                 record = RequestRecord(session.id, state.turn, session.kind, t_sched=state.t_ready)
                 params = dict(sampling, max_new_tokens=session.max_new_tokens)
-                await send(http, url, state.messages, params, record, timeout, load.protocol, thinking, alive, on_chunk)
+                if load.ignore_eos:
+                    params["ignore_eos"] = True
+                await send(http, url, state.messages, params, record, timeout, load.protocol, thinking, alive, on_chunk,
+                           load.incremental)
                 records.append(record)
+                if on_record is not None:
+                    on_record(record)
                 if not record.ok or state.turn == len(session.followups):
                     break
                 state.messages = state.messages + [{"role": "assistant", "content": record.output_text},
@@ -258,6 +338,8 @@ async def run_sessions(url: str, sessions: list[Session], concurrency: int, samp
 
 
 def measure(url: str, sessions: list[Session], concurrency: int, sampling: dict, timeout: float,
-            thinking: bool = False, alive=None, load: LoadModel | None = None, on_chunk=None) -> list[RequestRecord]:
+            thinking: bool = False, alive=None, load: LoadModel | None = None, on_chunk=None,
+            on_record=None) -> list[RequestRecord]:
     """Synchronous wrapper around run_sessions."""
-    return asyncio.run(run_sessions(url, sessions, concurrency, sampling, timeout, thinking, alive, load, on_chunk))
+    return asyncio.run(run_sessions(url, sessions, concurrency, sampling, timeout, thinking, alive, load, on_chunk,
+                                    on_record))

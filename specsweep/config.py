@@ -113,8 +113,9 @@ class Method:
     name: str
     algorithm: str
     params: dict  # block_size, budget, topk where they apply
-    flags: tuple  # server flags (argument list), substituted
+    flags: tuple  # server flags (argument list), substituted; --attention-backend included when set
     env: dict  # environment variables, substituted
+    attention_backend: str | None = None  # None: the server's own default (fa3 on Hopper for SGLang)
 
     def as_dict(self) -> dict:
         return {
@@ -123,6 +124,7 @@ class Method:
             "params": dict(self.params),
             "flags": list(self.flags),
             "env": dict(self.env),
+            "attention_backend": self.attention_backend,
         }
 
 
@@ -179,9 +181,10 @@ def expand_methods(config: dict) -> list[Method]:
             flags += [_substitute(str(f), values, where + ".flags") for f in entry.get("flags", [])]
             if algorithm == "dflash" and config.get("match_ddtree_scheduling") and "--disable-overlap-schedule" not in flags:
                 flags.append("--disable-overlap-schedule")
+            backend = _attention_backend(config, entry, algorithm, params, flags, where)
             env = {k: _substitute(str(v), values, mwhere + ".env") for k, v in spelling.get("env", {}).items()}
             env.update({k: _substitute(str(v), values, where + ".env") for k, v in entry.get("env", {}).items()})
-            methods.append(Method(name, algorithm, params, tuple(flags), env))
+            methods.append(Method(name, algorithm, params, tuple(flags), env, backend))
     seen: dict[str, int] = {}
     for method in methods:
         if method.name in seen:
@@ -191,6 +194,37 @@ def expand_methods(config: dict) -> list[Method]:
             )
         seen[method.name] = 1
     return methods
+
+
+def _attention_backend(config: dict, entry: dict, algorithm: str, params: dict, flags: list, where: str) -> str | None:
+    """The method's attention backend, appended to ``flags`` as --attention-backend when one is set.
+
+    The method's own ``attention_backend`` (or an --attention-backend in its flags) wins; then, with
+    ``match_ddtree_attention``, the DDTree spelling's backend for every method; then the algorithm's spelling;
+    else None (the server's default). A DDTree tree budget (budget > block_size - 1) on another backend than
+    its spelling requires is refused: the pull request's build does not start so.
+    """
+    spellings = config["algorithms"]
+    if "--attention-backend" in flags:
+        given = flags[flags.index("--attention-backend") + 1] if flags.index("--attention-backend") + 1 < len(flags) else None
+        if entry.get("attention_backend") and entry["attention_backend"] != given:
+            raise ConfigError(f"{where}: attention_backend '{entry['attention_backend']}' disagrees with "
+                              f"--attention-backend {given} in its flags; keep one")
+        backend = given
+    else:
+        backend = (entry.get("attention_backend")
+                   or (spellings.get("ddtree", {}).get("attention_backend") if config.get("match_ddtree_attention") else None)
+                   or spellings.get(algorithm, {}).get("attention_backend"))
+        if backend:
+            flags += ["--attention-backend", backend]
+    required = spellings.get("ddtree", {}).get("attention_backend")
+    if (algorithm == "ddtree" and required and backend != required
+            and params.get("budget", 0) > params.get("block_size", 16) - 1):
+        raise ConfigError(
+            f"{where}: DDTree budget {params['budget']} builds a tree (budget > block_size - 1 = "
+            f"{params['block_size'] - 1}), which this build verifies only with {required} attention "
+            f"(algorithms.ddtree.attention_backend); remove attention_backend '{backend}' from the method")
+    return backend
 
 
 # --------------------------------------------------------------------------
@@ -280,7 +314,7 @@ def check_workload_files(config: dict) -> None:
 
 def check_launch_flags(config: dict) -> None:
     """Parse every server's launch arguments with SGLang's recorded option table (plus declared extra flags)."""
-    from .server import server_arguments
+    from .server import ServerError, server_arguments
     from .sglang_options import FlagError, check_argv
 
     table, extra = config["sglang"]["options_table"], config["sglang"]["extra_flags"]
@@ -292,6 +326,8 @@ def check_launch_flags(config: dict) -> None:
         params = server_params(config, server["tp"], server["method"])
         try:
             check_argv(server_arguments(params, port=30000, max_context=32768), table, extra)
+        except ServerError as exc:
+            raise ConfigError(f"methods: method '{server['method']}': {exc}") from None
         except FlagError as exc:
             raise ConfigError(f"methods: method '{server['method']}': {exc}; fix its flags (or the "
                               f"algorithms spelling), or declare the flag in sglang.extra_flags") from None

@@ -88,6 +88,24 @@ def acceptance_length_per_request(records: list[dict]) -> float | None:
     return float(np.mean(values)) if values else None
 
 
+def acceptance_length_sglang(records: list[dict]) -> float | None:
+    """SGLang's acceptance length = sum(N) / sum(verify_ct): SGLang's spec_accept_length, prefill token included (shown beside ours, not used)."""
+    ok = [r for r in records if r["error"] is None and r.get("verify_ct")]
+    verify = sum(r["verify_ct"] for r in ok)
+    return sum(r["output_tokens"] for r in ok) / verify if verify else None
+
+
+def length_mismatches(records: list[dict]) -> int:
+    """Length mismatches = successful requests sent with ignore_eos whose output length N differs from max_new_tokens."""
+    return sum(1 for r in records if r["error"] is None and r.get("expected_tokens") is not None
+               and r["output_tokens"] != r["expected_tokens"])
+
+
+def server_queue_time(r: dict) -> float | None:
+    """Server queue time = the server's meta_info queue_time: seconds between its receipt of the request and its scheduling."""
+    return r.get("server_queue_time")
+
+
 def tokens_per_chunk(records: list[dict]) -> float | None:
     """Tokens per chunk = sum of tokens in later chunks / number of later chunks (client-side acceptance estimate)."""
     tokens = sum(sum(r["chunk_tokens"][1:]) for r in records if r["error"] is None)
@@ -182,7 +200,7 @@ def throughput_ci(records: list[dict], seed: int = 0) -> list[float] | None:
 
 
 def failures(records: list[dict]) -> dict:
-    """Failed requests by category (connect, http_status, timeout, truncated, server_died)."""
+    """Failed requests by category (connect, http_status, timeout, truncated, server_died, server_error, aborted, client_error)."""
     out: dict = {}
     for r in records:
         if r["error"]:
@@ -200,6 +218,7 @@ def cell_metrics(records: list[dict], tp: int, seed: int = 0) -> dict:
         "requests_completed": len(ok),
         "requests_failed": len(records) - len(ok),
         "failures": failures(records),
+        "length_mismatches": length_mismatches(records),
         "output_tokens": int(sum(r["output_tokens"] for r in ok)),
         "output_throughput": throughput,
         "output_throughput_ci": throughput_ci(records, seed),
@@ -210,6 +229,7 @@ def cell_metrics(records: list[dict], tp: int, seed: int = 0) -> dict:
         "e2e": summarise([e2e(r) for r in ok], seed),
         "interactivity": summarise([interactivity(r) for r in ok], seed),
         "queue_delay": summarise([queue_delay(r) for r in records], seed),
+        "server_queue_time": summarise([server_queue_time(r) for r in ok], seed),
         "chunk_gap": summarise([g for r in ok for g in chunk_gaps(r)], seed),
         "ttft_with_failures": summarise_with_failures([ttft(r) for r in ok], len(records) - len(ok)),
         "e2e_with_failures": summarise_with_failures([e2e(r) for r in ok], len(records) - len(ok)),
@@ -217,14 +237,16 @@ def cell_metrics(records: list[dict], tp: int, seed: int = 0) -> dict:
         "per_turn": per_turn(records, seed) if any(r["turn"] for r in records) else {},
         "acceptance_length": acceptance_length(records),
         "acceptance_length_per_request": acceptance_length_per_request(records),
+        "acceptance_length_sglang": acceptance_length_sglang(records),
         "tokens_per_chunk": tokens_per_chunk(records),
     }
 
 
 def definitions() -> list[tuple[str, str]]:
     """(name, definition) for every metric, from the first line of each docstring."""
-    funcs = [ttft, e2e, tpot, interactivity, itl_per_token, chunk_gaps, queue_delay, output_throughput,
-             throughput_ci, acceptance_length, acceptance_length_per_request, tokens_per_chunk,
+    funcs = [ttft, e2e, tpot, interactivity, itl_per_token, chunk_gaps, queue_delay, server_queue_time,
+             output_throughput, throughput_ci, acceptance_length, acceptance_length_per_request,
+             acceptance_length_sglang, tokens_per_chunk, length_mismatches,
              acceptance_agreement, summarise, summarise_with_failures, session_completion, per_turn, failures,
              speedup, first_divergence, losslessness]
     return [(f.__name__, f.__doc__.strip().splitlines()[0]) for f in funcs]

@@ -96,21 +96,24 @@ def cell_seconds(config: dict, tp: int, method, workload: dict, concurrency: int
 
 def predict(config: dict) -> list[dict]:
     """One row per cell with its predicted seconds (warm-up + measurement), and per server its start-up."""
-    methods = {m.name: m for m in expand_methods(config)}
+    return [row for server in servers(config)
+            for row in predict_server(config, server["tp"], server["method"], server["repetition"])]
+
+
+def predict_server(config: dict, tp: int, method_name: str, repetition: int | None = None) -> list[dict]:
+    """The predicted rows of one server's cells (see predict); its first row carries the start-up."""
+    method = next(m for m in expand_methods(config) if m.name == method_name)
     workloads = {w["name"]: w for w in config["workloads"]}
+    start = startup_seconds(config, tp)
     rows = []
-    for server in servers(config):
-        tp, method = server["tp"], methods[server["method"]]
-        start = startup_seconds(config, tp)
-        for i, cell in enumerate(cells_of_server(config, tp, method.name, server["repetition"])):
-            w = workloads[cell["workload"]]
-            warm = cell_seconds(config, tp, method, w, cell["concurrency"], config["warmup"]) if config["warmup"] else 0.0
-            measure = cell_seconds(config, tp, method, w, cell["concurrency"], w["requests"])
-            rows.append({"server": f"tp{tp}/{method.name}" + ("" if server["repetition"] is None else
-                                                           f"/r{server['repetition']}"),
-                         "tp": tp, "method": method.name, "repetition": server["repetition"],
-                         "workload": cell["workload"], "concurrency": cell["concurrency"], "path": cell["path"],
-                         "startup_s": start if i == 0 else 0.0, "warmup_s": warm, "measure_s": measure})
+    for i, cell in enumerate(cells_of_server(config, tp, method.name, repetition)):
+        w = workloads[cell["workload"]]
+        warm = cell_seconds(config, tp, method, w, cell["concurrency"], config["warmup"]) if config["warmup"] else 0.0
+        measure = cell_seconds(config, tp, method, w, cell["concurrency"], w["requests"])
+        rows.append({"server": f"tp{tp}/{method.name}" + ("" if repetition is None else f"/r{repetition}"),
+                     "tp": tp, "method": method.name, "repetition": repetition,
+                     "workload": cell["workload"], "concurrency": cell["concurrency"], "path": cell["path"],
+                     "startup_s": start if i == 0 else 0.0, "warmup_s": warm, "measure_s": measure})
     return rows
 
 

@@ -36,31 +36,72 @@ def free_port(host: str = "127.0.0.1") -> int:
         return s.getsockname()[1]
 
 
-def server_arguments(params: dict, port: int, max_context: int) -> list[str]:
+def _offered(flags: set[str], *names: str) -> str | None:
+    """The first of ``names`` (newest spelling first) that the build offers, or None."""
+    return next((name for name in names if name in flags), None)
+
+
+def server_arguments(params: dict, port: int, max_context: int, offered: set[str] | None = None) -> list[str]:
     """SGLang launch arguments for one server (both backends take them), sized for its cells.
 
-    --max-running-requests and --cuda-graph-max-bs are at least the highest
-    concurrency of the server's cells, --context-length at least the longest
-    prompt plus output; metrics are on; then the method's and the global flags.
+    Flag names are chosen from ``offered``, the flags of the build that will run (its probed ``--help``),
+    or from the recorded option table when no build is at hand. --max-running-requests and the CUDA-graph
+    batch limit are at least the highest concurrency of the server's cells, --context-length at least the
+    longest prompt plus output; metrics are on; the native stream is incremental where the build offers it;
+    OpenAI protocols get --enable-cache-report (else SGLang reports no cached tokens); dummy weights load for
+    target and drafter; the min-free-slots delay follows server.min_free_slots_delay; then the method's and
+    the global flags.
     """
     from .sglang_options import known_flags
 
     method, server, model = params["method"], params["server"], params["model"]
+    if offered is None:
+        offered = known_flags(params["sglang"]["options_table"], params["sglang"]["extra_flags"])
     concurrency = max(params["concurrency"])
-    graph_bs = "--cuda-graph-max-bs"  # renamed --cuda-graph-max-bs-decode in newer releases
-    if "--cuda-graph-max-bs-decode" in known_flags(params["sglang"]["options_table"]):
-        graph_bs = "--cuda-graph-max-bs-decode"
     argv = ["--model-path", model.get("path") or model["name"], "--tp-size", str(params["tp"]),
-            "--host", server["host"], "--port", str(port),
-            "--max-running-requests", str(concurrency), graph_bs, str(concurrency),
-            "--context-length", str(max_context), "--enable-metrics", "--random-seed", str(params["seed"])]
+            "--host", server["host"], "--port", str(port), "--max-running-requests", str(concurrency)]
+    graph_bs = _offered(offered, "--cuda-graph-max-bs-decode", "--cuda-graph-max-bs")
+    if graph_bs:
+        argv += [graph_bs, str(concurrency)]
+    argv += ["--context-length", str(max_context), "--enable-metrics", "--random-seed", str(params["seed"])]
+    if model.get("load_format") == "dummy":
+        argv += ["--load-format", "dummy"]
+        if method["algorithm"] != "ar":
+            argv += [_required(offered, "--speculative-draft-load-format", "model.load_format: dummy"), "dummy"]
+    protocol = params["load"]["protocol"]
+    if protocol == "native":
+        incremental = _offered(offered, "--incremental-streaming-output", "--stream-output")
+        if incremental:
+            argv.append(incremental)
+    elif "--enable-cache-report" in offered:
+        argv.append("--enable-cache-report")
+    delay = server.get("min_free_slots_delay", "sglang")
+    if delay != "sglang":
+        if "--min-free-slots-delay" in offered:
+            argv += ["--min-free-slots-delay", "0" if delay == "disabled" else str(delay)]
+        elif delay != "disabled":  # a build without the delay has nothing to disable
+            _required(offered, "--min-free-slots-delay", "server.min_free_slots_delay")
     return argv + list(method["flags"]) + list(server["flags"])
 
 
-def launch_command(params: dict, port: int, max_context: int, python: str | None = None) -> tuple[list[str], dict]:
+def _required(offered: set[str], flag: str, key: str) -> str:
+    if flag not in offered:
+        raise ServerError(f"{key} needs {flag}, which this SGLang build does not offer; change {key} or the build")
+    return flag
+
+
+def stream_mode(argv: list[str], protocol: str) -> str:
+    """How the stream carries text: OpenAI deltas, SGLang's incremental segments, or the cumulative text."""
+    if protocol != "native":
+        return "deltas"
+    return "incremental" if {"--incremental-streaming-output", "--stream-output"} & set(argv) else "cumulative"
+
+
+def launch_command(params: dict, port: int, max_context: int, python: str | None = None,
+                   offered: set[str] | None = None) -> tuple[list[str], dict]:
     """(argv, extra environment) for one server from its job parameters (config.server_params)."""
     python = python or sys.executable
-    args = server_arguments(params, port, max_context)
+    args = server_arguments(params, port, max_context, offered)
     if params["backend"] == "sglang":
         argv = [python, "-m", "sglang.launch_server", *args]
     else:

@@ -50,6 +50,9 @@ def _merge_config_file(argv: list[str]) -> list[str]:
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     argv = _merge_config_file(list(sys.argv[1:] if argv is None else argv))
+    pre = argparse.ArgumentParser(add_help=False)
+    pre.add_argument("--sim-accept-flag", action="append", default=[])
+    accepted = pre.parse_known_args(argv)[0].sim_accept_flag
     p = argparse.ArgumentParser(prog="python -m specsweep.sim", description=__doc__)
     p.add_argument("--api-key", help="require this key as a bearer token on every endpoint but /health")
     p.add_argument("--model-path", required=True)
@@ -89,8 +92,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="fault: cut a share P of streams mid-way, without [DONE] (seeded)")
     p.add_argument("--sim-corrupt-tree-from", type=int, default=0, metavar="K",
                    help="fault: DDTree outputs go wrong from tree depth K on, as when state leaks between branches")
-    pre, _ = p.parse_known_args(argv)
-    _accept_sglang_flags(p, pre.sim_accept_flag)
+    _accept_sglang_flags(p, accepted)
     args = p.parse_args(argv)
     if args.speculative_algorithm and not args.speculative_draft_model_path:
         p.error("--speculative-draft-model-path is required with --speculative-algorithm")
@@ -137,6 +139,7 @@ class Request:
     prefilled: bool = False
     corrupted: bool = False
     started: float = field(default_factory=time.monotonic)
+    admitted: float | None = None  # when the engine took it from the queue
 
 
 class Engine:
@@ -213,6 +216,7 @@ class Engine:
             admitted = []
             while self.waiting and len(self.running) + len(admitted) < limit:
                 admitted.append(self.waiting.pop(0))
+                admitted[-1].admitted = time.monotonic()
             step = 0.0
             if admitted:  # prefill batch: each admitted request gets its first token
                 new = 0
@@ -268,11 +272,13 @@ class Engine:
             "finish_reason": ({"type": "stop", "matched": 151645} if req.natural_stop else
                               {"type": "length", "length": len(req.reply)}) if finished else None,
             "e2e_latency": time.monotonic() - req.started,
+            "queue_time": (req.admitted - req.started) if req.admitted is not None else None,
             "simulated": True,
         }
         if self.decoding.algorithm != "ar":
             info["spec_verify_ct"] = req.verify_ct
-            info["spec_accept_length"] = (req.produced - 1) / req.verify_ct if req.verify_ct else 0.0
+            # SGLang's definition: completion tokens (the prefill token included) per verify round
+            info["spec_accept_length"] = req.produced / req.verify_ct if req.verify_ct else 0.0
         return info
 
 
@@ -388,7 +394,8 @@ def build_app(args: argparse.Namespace) -> web.Application:
             return web.json_response({"text": "".join(req.reply), "meta_info": engine.meta_info(req, rid)})
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
         await resp.prepare(request)
-        done = False
+        done, sent = False, 0
+        incremental = bool(getattr(args, "incremental_streaming_output", False))
         while not done:
             _, done = await req.queue.get()
             if args.sim_hang_after_tokens and req.produced >= args.sim_hang_after_tokens:
@@ -396,7 +403,10 @@ def build_app(args: argparse.Namespace) -> web.Application:
             if truncate and req.produced * 2 >= len(req.reply):
                 request.transport.close()  # fault: the stream is cut mid-way
                 return resp
-            chunk = {"text": "".join(req.reply[: req.produced]), "meta_info": engine.meta_info(req, rid)}
+            # as SGLang: the whole text so far, or with --incremental-streaming-output only the new segment
+            text = "".join(req.reply[sent if incremental else 0: req.produced])
+            sent = req.produced
+            chunk = {"text": text, "meta_info": engine.meta_info(req, rid)}
             await resp.write(b"data: " + json.dumps(chunk).encode() + b"\n\n")
         await resp.write(b"data: [DONE]\n\n")
         await resp.write_eof()
@@ -407,9 +417,10 @@ def build_app(args: argparse.Namespace) -> web.Application:
             pass
 
     def usage(req):
+        # as SGLang: cached prompt tokens are reported only with --enable-cache-report
+        details = {"cached_tokens": req.cached_tokens} if getattr(args, "enable_cache_report", False) else None
         return {"prompt_tokens": len(req.prompt_tokens), "completion_tokens": req.produced,
-                "total_tokens": len(req.prompt_tokens) + req.produced,
-                "prompt_tokens_details": {"cached_tokens": req.cached_tokens}}
+                "total_tokens": len(req.prompt_tokens) + req.produced, "prompt_tokens_details": details}
 
     async def openai(request, chat: bool):
         try:
@@ -424,7 +435,7 @@ def build_app(args: argparse.Namespace) -> web.Application:
             if not isinstance(prompt, str):
                 raise web.HTTPBadRequest(text="the simulated server accepts one string prompt")
         sampling = {"max_new_tokens": body.get("max_tokens") or body.get("max_completion_tokens") or 128,
-                    "temperature": body.get("temperature", 1.0)}
+                    "temperature": body.get("temperature", 1.0), "ignore_eos": body.get("ignore_eos", False)}
         try:
             req = engine.submit(prompt, sampling)
         except ValueError as exc:
