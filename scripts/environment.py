@@ -9,8 +9,9 @@ from specsweep.canon import atomic_write_json
 from specsweep.environment import prepare_python, probe
 
 settings = json.loads(snakemake.params.settings)
-python = prepare_python(settings["sglang"]) if settings["backend"] == "sglang" else sys.executable
-environment = probe(settings["backend"], python)
 if settings["backend"] == "sglang":
-    environment["server"]["build"] = settings["sglang"].get("build")
+    python, pins = prepare_python(settings["sglang"])
+    environment = probe("sglang", python, pins=pins, build=settings["sglang"].get("build"))
+else:
+    environment = probe("sim", sys.executable)
 atomic_write_json(snakemake.output[0], environment)

@@ -16,8 +16,9 @@ SUMMARY_COLUMNS = [
     "speedup", "speedup_lo", "speedup_hi",
     "ttft_p50", "ttft_p50_lo", "ttft_p50_hi", "ttft_p99", "ttft_p99_lo", "ttft_p99_hi",
     "tpot_mean", "tpot_p50", "tpot_p50_lo", "tpot_p50_hi", "tpot_p99", "itl_p50", "itl_p99", "e2e_p50", "e2e_p99",
-    "acceptance_length", "acceptance_length_server", "tokens_per_chunk", "acceptance_disagree",
-    "failures", "content_mix", "sessions", "precision", "precision_target", "precision_stop",
+    "acceptance_length", "acceptance_length_server", "acceptance_length_sglang", "tokens_per_chunk",
+    "acceptance_disagree", "failures", "length_mismatches", "server_queue_time_p50", "server_running_mean",
+    "server_running_peak", "attention_backend", "load_format", "stream", "min_free_slots_delay", "content_mix", "sessions", "precision", "precision_target", "precision_stop",
     "ttft_p99_with_failures", "e2e_p99_with_failures", "session_completion_p50",
     "lossless_compared", "lossless_exact_rate", "lossless_first_divergence_median", "lossless_first_divergence_min",
     "cell_file",
@@ -55,8 +56,17 @@ def cell_row(cell: dict, path: str) -> dict:
         "acceptance_length": m.get("acceptance_length"),
         "acceptance_length_server": m.get("acceptance_length_server"),
         "tokens_per_chunk": m.get("tokens_per_chunk"),
+        "acceptance_length_sglang": m.get("acceptance_length_sglang"),
         "acceptance_disagree": (m.get("acceptance_agreement") or {}).get("disagree"),
         "failures": "; ".join(f"{k}: {v}" for k, v in sorted(m["failures"].items())),
+        "length_mismatches": m.get("length_mismatches", 0),
+        "server_queue_time_p50": _get(m, "server_queue_time", "p50"),
+        "server_running_mean": (cell.get("server_load") or {}).get("running_mean"),
+        "server_running_peak": (cell.get("server_load") or {}).get("running_peak"),
+        "attention_backend": attention_backend(cell),
+        "load_format": cell["provenance"].get("load_format", "auto"),
+        "stream": (cell.get("load") or {}).get("stream"),
+        "min_free_slots_delay": str(cell["provenance"].get("min_free_slots_delay", "sglang")),
         "content_mix": ", ".join(f"{k} {v:.0%}" for k, v in sorted(cell["workload"]["content_mix"].items())),
         "sessions": cell["workload"]["sessions"],
         "precision": (cell.get("precision") or {}).get("achieved"),
@@ -67,6 +77,13 @@ def cell_row(cell: dict, path: str) -> dict:
         "session_completion_p50": _get(m, "session_completion", "p50"),
         "cell_file": path,
     }
+
+
+def attention_backend(cell: dict) -> str:
+    """The attention backend a cell ran with: the server's own answer where it gave one, else the configured one."""
+    info = cell["provenance"].get("server_info") or {}
+    configured = cell["method"].get("attention_backend")
+    return info.get("attention_backend") or configured or "server default"
 
 
 def summarise_cells(paths: list[str]) -> pd.DataFrame:

@@ -34,7 +34,8 @@ from .config import cells_of_server
 from .metrics import acceptance_agreement, cell_metrics, relative_precision
 from .environment import check_methods
 from .gpus import GpuPool, gpu_memory_used, visible_devices, wait_until_released
-from .server import Server, ServerError, api_key_config, free_port, launch_command, redact, stream_mode
+from .server import (Server, ServerError, api_key_config, free_port, launch_command, min_free_slots_delay, redact,
+                     stream_mode)
 from .text import chat_prompt, count_tokens
 from .workloads import build, content_mix, workload_digest
 
@@ -134,7 +135,7 @@ def scrape(url: str, headers: dict | None = None) -> dict[str, float]:
 
 def server_info(url: str, headers: dict | None = None) -> dict:
     """The server's /get_server_info (or /server_info) answer; {} when it has none."""
-    for path in ("/get_server_info", "/server_info"):
+    for path in ("/server_info", "/get_server_info"):  # the second is SGLang's deprecated spelling
         try:
             resp = requests.get(url + path, timeout=10, headers=headers)
             if resp.status_code == 200:
@@ -179,11 +180,10 @@ class LoadSampler:
         self._thread.join(timeout=15)
 
     def _run(self) -> None:
-        while not self._stop.is_set():
+        while not self._stop.wait(self.interval):  # the first sample one interval in, once requests are out
             values = scrape(self.url, self.headers)
             if "sglang:num_running_reqs" in values:
                 self.samples.append((values["sglang:num_running_reqs"], values.get("sglang:num_queue_reqs", 0.0)))
-            self._stop.wait(self.interval)
 
     def summary(self) -> dict:
         if not self.samples:
@@ -217,7 +217,7 @@ class Progress:
 
     def request_done(self, *_) -> None:
         self.done += 1
-        if time.monotonic() - self.last >= self.every or self.done == self.total:
+        if time.monotonic() - self.last >= self.every and self.done < self.total:
             self._print("")
 
     def finish(self) -> None:
@@ -550,7 +550,7 @@ def measure_cell(server: Server, params: dict, cell: dict, sessions: list, promp
             "sim_profile": params.get("sim"),
             "load_format": params["model"].get("load_format", "auto"),
             "attention_backend": params["method"].get("attention_backend"),
-            "min_free_slots_delay": params["server"].get("min_free_slots_delay", "sglang"),
+            "min_free_slots_delay": min_free_slots_delay(params),
             "server_info": {k: info[k] for k in SERVER_INFO_KEYS if k in info},
         },
         "server_counters": deltas,

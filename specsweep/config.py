@@ -116,6 +116,7 @@ class Method:
     flags: tuple  # server flags (argument list), substituted; --attention-backend included when set
     env: dict  # environment variables, substituted
     attention_backend: str | None = None  # None: the server's own default (fa3 on Hopper for SGLang)
+    min_free_slots_delay: str | int | None = None  # None: server.min_free_slots_delay
 
     def as_dict(self) -> dict:
         return {
@@ -125,6 +126,7 @@ class Method:
             "flags": list(self.flags),
             "env": dict(self.env),
             "attention_backend": self.attention_backend,
+            "min_free_slots_delay": self.min_free_slots_delay,
         }
 
 
@@ -184,7 +186,8 @@ def expand_methods(config: dict) -> list[Method]:
             backend = _attention_backend(config, entry, algorithm, params, flags, where)
             env = {k: _substitute(str(v), values, mwhere + ".env") for k, v in spelling.get("env", {}).items()}
             env.update({k: _substitute(str(v), values, where + ".env") for k, v in entry.get("env", {}).items()})
-            methods.append(Method(name, algorithm, params, tuple(flags), env, backend))
+            methods.append(Method(name, algorithm, params, tuple(flags), env, backend,
+                                  entry.get("min_free_slots_delay")))
     seen: dict[str, int] = {}
     for method in methods:
         if method.name in seen:

@@ -2,7 +2,10 @@
 
 ``prepare_python`` builds or verifies the interpreter that runs the server
 (a virtual environment from a pip requirement or git URL, or a given
-interpreter). ``probe`` returns versions, the GPU inventory and the
+interpreter). A git requirement with a moving ref (a branch, or
+``refs/pull/N/head``) is resolved to a commit first and built at that commit;
+the commit is recorded and is part of the environment's identity, so two
+hosts that resolved different heads never share cached cells. ``probe`` returns versions, the GPU inventory and the
 backend's capabilities (the speculative algorithms and flags its launcher's
 ``--help`` lists). Its ``identity`` part (what changes results: server build,
 versions, GPUs) is digested into every cell key, so a new server build makes
@@ -68,19 +71,56 @@ def capabilities_from_help(help_text: str) -> dict:
     return {"algorithms": algorithms, "flags": flags}
 
 
-def prepare_python(sglang: dict, log=sys.stderr) -> str:
-    """The interpreter that runs SGLang: given, or a virtual environment built from ``install``, or this one."""
+_GIT_REQUIREMENT = re.compile(r"git\+(?P<url>[^#\s]+)@(?P<ref>[^@#\s]+)")  # the ref follows the URL's last @
+_COMMIT = re.compile(r"^[0-9a-f]{40}$")
+
+
+def git_ls_remote(url: str, ref: str) -> str | None:
+    """The commit a ref of a remote git repository points to now (``git ls-remote``), or None."""
+    out = _run(["git", "ls-remote", url, ref], timeout=120)
+    candidates = {ref, f"refs/heads/{ref}", f"refs/tags/{ref}^{{}}", f"refs/tags/{ref}"}
+    for line in (out or "").splitlines():
+        sha, _, name = line.partition("\t")
+        if name.strip() in candidates:
+            return sha.strip()
+    return None
+
+
+def resolve_git_refs(requirements: list[str], ls_remote=git_ls_remote) -> tuple[list[str], list[dict]]:
+    """Pin every git requirement to the commit its ref names now: (pinned requirements, [{requirement, url,
+    ref, commit}]). A commit given in full is kept; a ref that does not resolve stops with a clear error."""
+    pinned, pins = [], []
+    for requirement in requirements:
+        match = _GIT_REQUIREMENT.search(requirement)
+        if not match or "/" not in match.group("url").split("://", 1)[-1]:  # git+ssh://git@host/x.git: no ref
+            pinned.append(requirement)
+            continue
+        url, ref = match.group("url"), match.group("ref")
+        commit = ref if _COMMIT.match(ref) else ls_remote(url, ref)
+        if not commit:
+            raise EnvironmentError_(f"sglang.install: cannot resolve {ref!r} of {url} to a commit (git ls-remote); "
+                                    "check the URL and ref, or give a commit")
+        pinned.append(requirement[:match.start("ref")] + commit + requirement[match.end("ref"):])
+        pins.append({"requirement": requirement, "url": url, "ref": ref, "commit": commit})
+    return pinned, pins
+
+
+def prepare_python(sglang: dict, log=sys.stderr, ls_remote=git_ls_remote) -> tuple[str, list[dict]]:
+    """(interpreter that runs SGLang, git pins): given, or a virtual environment built from ``install`` at the
+    resolved commits, or this one."""
     if sglang.get("python"):
-        return sglang["python"]
+        return sglang["python"], []
     install = sglang.get("install")
     if not install:
-        return sys.executable
-    requirements = install if isinstance(install, list) else [install]
+        return sys.executable, []
+    requirements, pins = resolve_git_refs(install if isinstance(install, list) else [install], ls_remote)
+    for pin in pins:
+        print(f"{pin['ref']} of {pin['url']} is commit {pin['commit']}; building at that commit", file=log, flush=True)
     venv = Path(sglang["env_dir"]) / digest(requirements)[:16]
     python = venv / "bin" / "python"
     done = venv / ".specsweep-installed"
     if done.exists() and done.read_text() == "\n".join(requirements):
-        return str(python)
+        return str(python), pins
     print(f"building the server environment {venv}: pip install {' '.join(requirements)}", file=log, flush=True)
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
     proc = subprocess.run([str(python), "-m", "pip", "install", *requirements], stdout=log, stderr=subprocess.STDOUT)
@@ -88,13 +128,13 @@ def prepare_python(sglang: dict, log=sys.stderr) -> str:
         raise EnvironmentError_(f"installing the server environment failed (sglang.install = {install!r}); "
                                 f"see the environment log")
     atomic_write_text(done, "\n".join(requirements))
-    return str(python)
+    return str(python), pins
 
 
 _VERSIONS_SCRIPT = """
 import importlib.metadata as m, json, sys
 out = {}
-for p in ("sglang", "torch", "flashinfer-python", "sgl-kernel", "transformers"):
+for p in ("sglang", "sglang-kernel", "sgl-kernel", "flashinfer-python", "torch", "triton", "transformers"):
     try: out[p] = m.version(p)
     except m.PackageNotFoundError: out[p] = None
 try:
@@ -108,10 +148,13 @@ print(json.dumps(out))
 """
 
 
-def probe(backend: str, python: str | None = None, help_text: str | None = None) -> dict:
+def probe(backend: str, python: str | None = None, help_text: str | None = None, pins: list[dict] = (),
+          build: str | None = None) -> dict:
     """Versions, hardware and capabilities of a backend on this host.
 
-    ``help_text`` replaces running the launcher's ``--help`` (for tests with a recorded text).
+    ``help_text`` replaces running the launcher's ``--help`` (for tests with a recorded text). ``pins`` (the
+    commits git requirements were built at) and ``build`` (the configured label) are recorded with the server
+    and are part of its identity.
     """
     import json
 
@@ -140,7 +183,8 @@ def probe(backend: str, python: str | None = None, help_text: str | None = None)
         software["server_python"] = server_versions.pop("python", None)
         software.update({k: v for k, v in server_versions.items()})
         server = {"name": "sglang", "version": server_versions.get("sglang"),
-                  "source": server_versions.get("sglang_source"), "simulated": False, "python": python}
+                  "source": server_versions.get("sglang_source"), "commit": _source_commit(server_versions, pins),
+                  "pins": list(pins), "build": build, "simulated": False, "python": python}
     caps = capabilities_from_help(help_text)
     identity = {"backend": backend, "server": {k: v for k, v in server.items() if k != "python"},
                 "gpus": [g["name"] for g in gpus], "python": software["python"],
@@ -157,6 +201,12 @@ def probe(backend: str, python: str | None = None, help_text: str | None = None)
         "identity": identity,
         "identity_digest": digest(identity),
     }
+
+
+def _source_commit(versions: dict, pins: list[dict]) -> str | None:
+    """The commit SGLang was built from: pip's record of a VCS install, else the resolved pin."""
+    vcs = (versions.get("sglang_source") or {}).get("vcs_info") or {}
+    return vcs.get("commit_id") or next((p["commit"] for p in pins), None)
 
 
 def check_methods(methods: list[dict], environment: dict) -> None:

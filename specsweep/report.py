@@ -247,6 +247,16 @@ def prepare(tables_dir: str | Path, environment: dict, view: dict, report_dir: s
             ("Snakemake", environment["software"].get("snakemake")),
             ("GPUs", ", ".join(g["name"] for g in environment["hardware"]["gpus"]) or "none"),
             ("Model", view["model"]), ("Sampling", view.get("sampling", ""))]
+    for label, column in (("Attention backend", "attention_backend"), ("Weights", "load_format"),
+                          ("Stream", "stream"), ("Min-free-slots delay", "min_free_slots_delay")):
+        if column in summary and summary[column].notna().any():
+            per_method = summary.dropna(subset=[column]).groupby("method", sort=False)[column].first()
+            values = {str(v) for v in per_method}
+            text = (values.pop() if len(values) == 1 else
+                    "; ".join(f"{m}: {v}" for m, v in per_method.items()))
+            if column == "load_format" and "dummy" in set(per_method):
+                text += " (dummy: random weights; acceptance about 1, speedups meaningless)"
+            prov.append((label, text))
     if simulated:
         prov.append(("Simulated profile", view.get("sim_profile", "")))
     _table(pd.DataFrame(prov, columns=["item", "value"]), data / "provenance.csv", ["item", "value"])
@@ -254,7 +264,7 @@ def prepare(tables_dir: str | Path, environment: dict, view: dict, report_dir: s
                                                             content_mix=("content_mix", "first")).reset_index()
     _table(workloads, data / "workloads.csv", ["workload", "family", "content_mix"])
     spec = low[low["algorithm"] != "ar"][["tp", "method", "workload", "acceptance_length",
-                                          "acceptance_length_server", "tokens_per_chunk"]]
+                                          "acceptance_length_server", "tokens_per_chunk", "acceptance_length_sglang"]]
     has_spec = _table(spec, data / "acceptance.csv", ["method", "workload"])
     cells = summary.assign(ttft_p50_ms=summary["ttft_p50"] * 1000, tpot_p50_ms=summary["tpot_p50"] * 1000,
                            itl_p99_ms=summary["itl_p99"] * 1000, precision_pct=summary["precision"] * 100)
@@ -292,6 +302,7 @@ def prepare(tables_dir: str | Path, environment: dict, view: dict, report_dir: s
         "has_spec": has_spec, "has_tp": has_tp, "has_break_even": has_break_even, "has_best": has_best,
         "has_sessions": has_sessions, "has_lossless": has_lossless, "has_failures": has_failures,
         "has_prediction": has_prediction,
+        "dummy_weights": bool(len(summary)) and bool((summary["load_format"] == "dummy").any()),
         "has_ar": bool(summary["speedup"].notna().any()),
     }
 

@@ -75,13 +75,18 @@ def server_arguments(params: dict, port: int, max_context: int, offered: set[str
             argv.append(incremental)
     elif "--enable-cache-report" in offered:
         argv.append("--enable-cache-report")
-    delay = server.get("min_free_slots_delay", "sglang")
+    delay = min_free_slots_delay(params)
     if delay != "sglang":
         if "--min-free-slots-delay" in offered:
             argv += ["--min-free-slots-delay", "0" if delay == "disabled" else str(delay)]
         elif delay != "disabled":  # a build without the delay has nothing to disable
             _required(offered, "--min-free-slots-delay", "server.min_free_slots_delay")
     return argv + list(method["flags"]) + list(server["flags"])
+
+
+def min_free_slots_delay(params: dict) -> str | int:
+    """The method's min-free-slots delay setting, else the server's (disabled, sglang or a slot count)."""
+    return params["method"].get("min_free_slots_delay") or params["server"].get("min_free_slots_delay", "sglang")
 
 
 def _required(offered: set[str], flag: str, key: str) -> str:

@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# The GPU record's steps, run on the lent GPU machine from the repository root (see README.md here):
+#   bash benchmarks/gpu/device.sh install-a|install-b|check|fault|compare|tp2
+# install-a/-b/check install SGLang 0.5.16 from the staged payload (.gpu-payload, .gpu-tools: the GPU recipe)
+# and specsweep's own wheels (.whl); `check` then records SGLang's option table and runs the workflow on
+# config/gpu-check.yaml (AR and DFlash side by side through the GPU pool); `fault` kills a server mid-cell
+# (SIGKILL) and reruns; `compare` runs SGLang's own client beside specsweep's; `tp2` one TP-2 server.
+# Everything each step produces goes to $OUT (results as tarballs).
+set -u
+step=$1
+here=$(pwd)
+export PYTHONPATH=/tmp/site:$here/.gpu-tools/stubs:$here PYTHONUNBUFFERED=1
+OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
+GPUS=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
+# targets first: --configfile takes every word after it
+snake() { python3 -m snakemake "$@" --cores 8 --resources gpu="$GPUS" --configfile config/gpu-check.yaml $OVERLAY; }
+OVERLAY=""
+TABLE=specsweep/data/sglang-0.5.16-options.json
+restore_table() { [ -f $TABLE ] || cp .specsweep/sglang-0.5.16-options.json $TABLE; }
+cells() { for w in short long; do for c in 1 4 16; do echo "results/cells/tp1/$1/$w/c$c.json"; done; done; }
+pack() { tar czf "$OUT/$1.tgz" results/env results/cells results/failed results/journal.jsonl results/summary.csv \
+           logs .snakemake/log 2>/dev/null; ls -la "$OUT"; }
+gpu_apps() { nvidia-smi --query-compute-apps=pid,process_name,used_memory --format=csv,noheader; }
+case $step in
+  install-a|install-b)
+    bash .gpu-tools/install.sh "${step#install-}" .gpu-payload ;;
+  check)
+    bash .gpu-tools/install.sh c .gpu-payload || exit 3
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 4
+    mkdir -p .specsweep
+    python3 tools/record_sglang_options.py $TABLE "$OUT/sglang-0.5.16-help.txt" && cp $TABLE "$OUT/" && cp $TABLE .specsweep/
+    nvidia-smi > "$OUT/nvidia-smi.txt"; date -u +%FT%TZ > "$OUT/started"
+    snake $(cells ar) $(cells dflash) results/env/sglang.json > "$OUT/check.log" 2>&1
+    echo "snakemake exit $?" >> "$OUT/check.log"; tail -5 "$OUT/check.log"
+    gpu_apps > "$OUT/gpu-apps-after.txt"; pack check ;;
+  fault)
+    restore_table
+    targets="$(cells dflash-sglang-delay)"
+    snake $targets > "$OUT/fault-run.log" 2>&1 &
+    sm=$!
+    # SIGKILL the server once two of its cells are measured, mid-way through the third
+    for i in $(seq 1 600); do
+      n=$(grep -c '"event":"measured".*dflash-sglang-delay' results/journal.jsonl 2>/dev/null)
+      [ "${n:-0}" -ge 2 ] && break; sleep 1
+    done
+    sleep 4
+    pgrep -af "sglang.launch_server" > "$OUT/killed.txt"; pkill -KILL -f "sglang.launch_server"
+    date -u +%FT%TZ >> "$OUT/killed.txt"
+    wait $sm; echo "snakemake exit $?" >> "$OUT/fault-run.log"
+    sleep 3
+    { echo "compute apps on the GPUs after the failed job:"; gpu_apps; echo "sglang processes:";
+      pgrep -af "sglang" || echo none; } > "$OUT/after-kill.txt"
+    cp -r results/failed "$OUT/failed" 2>/dev/null
+    snake $targets results/summary.csv > "$OUT/fault-rerun.log" 2>&1
+    echo "snakemake exit $?" >> "$OUT/fault-rerun.log"; tail -3 "$OUT/fault-rerun.log"
+    gpu_apps > "$OUT/gpu-apps-after.txt"; pack fault ;;
+  compare)
+    restore_table
+    python3 benchmarks/gpu/compare_bench_serving.py "$OUT/compare" > "$OUT/compare.log" 2>&1
+    echo "exit $?" >> "$OUT/compare.log"; tail -8 "$OUT/compare.log"
+    tar czf "$OUT/compare.tgz" -C "$OUT" compare && rm -rf "$OUT/compare" ;;
+  tp2)
+    restore_table
+    OVERLAY=benchmarks/gpu/tp2.yaml
+    snake results/cells/tp2/ar/short/c1.json results/cells/tp2/ar/short/c16.json > "$OUT/tp2.log" 2>&1
+    echo "snakemake exit $?" >> "$OUT/tp2.log"; tail -5 "$OUT/tp2.log"
+    gpu_apps > "$OUT/gpu-apps-after.txt"; pack tp2 ;;
+esac

@@ -1,0 +1,284 @@
+"""What a real SGLang server does that the client and the launch commands must match (SGLang 0.5.16 on a GPU).
+
+In-band failures, aborts, long stream lines, incremental streams, fixed output lengths, SGLang's own
+acceptance length, the attention backend per method, the DDTree spelling, flags chosen from the probed build,
+the cache report for OpenAI protocols, the min-free-slots delay, dummy weights and git pins.
+"""
+
+from __future__ import annotations
+
+import subprocess
+
+import pytest
+import yaml
+
+from conftest import REPO, load_default_config
+from specsweep import config as cfg
+from specsweep import metrics as m
+from specsweep.cells import Progress, start_server
+from specsweep.client import LoadModel, measure
+from specsweep.environment import EnvironmentError_, probe, resolve_git_refs
+from specsweep.server import ServerError, launch_command, server_arguments, stream_mode
+from test_config import validated
+from test_measurement import one, start_stub
+from test_sim import start_sim
+
+SCHEDULE = "0.01:1,0.01:1,0.01:1,0.01:1,0.01:1,0.01:1"  # six chunks of one token
+
+
+def _records(url, protocol, n, concurrency=1, **load):
+    sessions = [one(f"prompt {i}", 6) for i in range(n)]
+    return [r.as_dict() for r in measure(url, sessions, concurrency, {"temperature": 0.0}, timeout=20,
+                                         load=LoadModel(protocol=protocol, **load))]
+
+
+@pytest.mark.parametrize("protocol", ["native", "openai-chat", "openai-completions"])
+def test_in_band_errors_and_aborts_are_failed_requests(tmp_path, protocol):
+    server = start_stub(tmp_path, "--schedule", SCHEDULE, "--behaviours", "ok,error@0,error@3,abort@2")
+    try:
+        records = _records(server.url, protocol, 4)
+    finally:
+        server.stop()
+    assert [r["error"] for r in records] == [None, "server_error", "server_error", "aborted"]
+    failed_after = [len(r["chunk_times"]) for r in records]
+    assert failed_after == [6, 0, 3, 2]  # what arrived before the failure is kept in the record
+    cell = m.cell_metrics(records, tp=1)
+    assert cell["requests_completed"] == 1 and cell["requests_failed"] == 3
+    assert cell["failures"] == {"server_error": 2, "aborted": 1}
+    assert cell["output_tokens"] == 6  # partial outputs of failed requests never enter throughput
+    assert cell["ttft"]["n"] == 1  # nor latency statistics
+    assert cell["ttft_with_failures"]["n"] == 4
+
+
+def test_a_huge_stream_line_is_read_and_a_broken_chunk_fails_only_its_request(tmp_path):
+    server = start_stub(tmp_path, "--schedule", SCHEDULE, "--behaviours", "ok,longline,garbage,ok")
+    try:
+        records = _records(server.url, "native", 4, concurrency=2)
+    finally:
+        server.stop()
+    errors = sorted(str(r["error"]) for r in records)
+    assert errors == ["None", "None", "None", "client_error"]
+    long = [r for r in records if len(r["output_text"]) > 600 * 1024]
+    assert len(long) == 1 and long[0]["output_tokens"] == 6  # a 600 KiB line (aiohttp's limit is 512 KiB)
+    broken = next(r for r in records if r["error"])
+    assert "AttributeError" in broken["error_detail"]
+    assert m.cell_metrics(records, tp=1)["requests_sent"] == 4  # the cell keeps every record
+
+
+def test_incremental_and_cumulative_streams_give_the_same_text_and_tokens(tmp_path):
+    prompts = [one("Write a haiku about the sea.", 40), one("def f(x):\n    return x * 2\n" * 4, 40)]
+    results = {}
+    for mode, flags in (("cumulative", ()), ("incremental", ("--incremental-streaming-output",))):
+        server = start_sim(tmp_path, *flags)
+        try:
+            records = measure(server.url, prompts, 1, {"temperature": 0.0}, 30,
+                              load=LoadModel(incremental=mode == "incremental"))
+        finally:
+            server.stop()
+        results[mode] = [(r.output_text, r.chunk_tokens, r.error) for r in records]
+    assert results["incremental"] == results["cumulative"]
+    assert all(text for text, _, _ in results["cumulative"])
+
+
+def test_ignore_eos_asks_for_exact_lengths_and_counts_mismatches(tmp_path):
+    server = start_stub(tmp_path, "--schedule", SCHEDULE)  # always six tokens
+    try:
+        asked_six = _records(server.url, "native", 2, ignore_eos=True)
+        asked_more = [r.as_dict() for r in measure(server.url, [one("x", 10)] * 3, 1, {}, 20,
+                                                   load=LoadModel(ignore_eos=True))]
+        natural = [r.as_dict() for r in measure(server.url, [one("x", 10)] * 3, 1, {}, 20)]
+    finally:
+        server.stop()
+    assert m.length_mismatches(asked_six) == 0
+    assert m.length_mismatches(asked_more) == 3
+    assert m.length_mismatches(natural) == 0  # without ignore_eos a shorter reply is a natural stop
+
+
+def test_sglang_acceptance_length_is_recorded_beside_ours(tmp_path):
+    server = start_sim(tmp_path, "--speculative-algorithm", "DFLASH", "--speculative-draft-model-path", "d")
+    try:
+        records = [r.as_dict() for r in measure(server.url, [one("1, 2, 3, 4, 5, 6, 7, 8, 9", 64)] * 3, 1,
+                                                {"temperature": 0.0}, 30)]
+    finally:
+        server.stop()
+    verify = sum(r["verify_ct"] for r in records)
+    tokens = sum(r["output_tokens"] for r in records)
+    assert m.acceptance_length(records) == pytest.approx((tokens - 3) / verify)  # ours: the prefill token excluded
+    assert m.acceptance_length_sglang(records) == pytest.approx(tokens / verify)  # SGLang's spec_accept_length
+    assert all(r["server_accept_length"] == pytest.approx(r["output_tokens"] / r["verify_ct"]) for r in records)
+
+
+# ------------------------------------------------------------------ launch commands
+
+def _params(config, method, protocol="native"):
+    config.setdefault("load", {})["protocol"] = protocol
+    c = validated(config)
+    return c, cfg.server_params(c, 1, method)
+
+
+def test_ddtree_spelling_follows_the_pull_request_and_records_the_attention_backend():
+    config = load_default_config()
+    config["methods"] = [{"name": "ar", "algorithm": "ar"}, {"name": "dflash", "algorithm": "dflash"},
+                         {"name": "t", "algorithm": "ddtree", "budget": [8, 32]}]
+    methods = {x.name: x for x in cfg.expand_methods(validated(config))}
+    for name in ("t-b8", "t-b32"):
+        flags = list(methods[name].flags)
+        assert flags[flags.index("--page-size") + 1] == "1"
+        assert flags[flags.index("--attention-backend") + 1] == "triton"
+        assert methods[name].attention_backend == "triton"
+    assert methods["ar"].attention_backend is None and "--attention-backend" not in methods["ar"].flags
+    assert methods["dflash"].as_dict()["attention_backend"] is None  # the server's default (fa3 on Hopper)
+
+    config["match_ddtree_attention"] = True
+    matched = {x.name: x for x in cfg.expand_methods(validated(config))}
+    assert {x.attention_backend for x in matched.values()} == {"triton"}
+    assert "--attention-backend" in matched["ar"].flags
+
+
+def test_a_tree_budget_on_another_attention_backend_is_refused_naming_the_method():
+    config = load_default_config()
+    config["methods"] = [{"name": "t", "algorithm": "ddtree", "budget": 32, "attention_backend": "fa3"}]
+    with pytest.raises(cfg.ConfigError, match=r"methods\[0\] \(t\).*budget 32 builds a tree.*triton"):
+        validated(config)
+    config["methods"][0]["budget"] = 15  # budget <= block_size - 1: a chain (spine mode), any backend
+    assert cfg.expand_methods(validated(config))[0].attention_backend == "fa3"
+
+
+def test_launch_flags_come_from_the_build_that_will_run():
+    config = load_default_config()
+    config["methods"] = [{"name": "dflash", "algorithm": "dflash"}]
+    c, params = _params(config, "dflash")
+    newer = server_arguments(params, 30000, 8192)  # no build at hand: the recorded table
+    assert "--cuda-graph-max-bs-decode" in newer and "--cuda-graph-max-bs" not in newer
+    older_build = {"--cuda-graph-max-bs", "--stream-output"}
+    older = server_arguments(params, 30000, 8192, offered=older_build)
+    assert older[older.index("--cuda-graph-max-bs") + 1] == "16"  # the highest concurrency
+    assert "--stream-output" in older and stream_mode(older, "native") == "incremental"
+    assert "--cuda-graph-max-bs-decode" not in older and "--min-free-slots-delay" not in older
+
+
+def test_openai_protocols_ask_for_the_cache_report_and_native_for_incremental_streams():
+    _, native = _params(load_default_config(), "ar")
+    _, chat = _params(load_default_config(), "ar", "openai-chat")
+    native_argv, chat_argv = server_arguments(native, 1, 8192), server_arguments(chat, 1, 8192)
+    assert "--incremental-streaming-output" in native_argv and "--enable-cache-report" not in native_argv
+    assert "--enable-cache-report" in chat_argv and stream_mode(chat_argv, "openai-chat") == "deltas"
+
+
+def test_simulated_openai_usage_reports_cached_tokens_only_with_the_cache_report(tmp_path):
+    import requests
+
+    body = {"messages": [{"role": "user", "content": "hello " * 100}], "max_tokens": 4, "stream": False}
+    details = {}
+    for flags in ((), ("--enable-cache-report",)):
+        server = start_sim(tmp_path, *flags)
+        try:
+            for _ in range(2):
+                usage = requests.post(server.url + "/v1/chat/completions", json=body, timeout=30).json()["usage"]
+        finally:
+            server.stop()
+        details[flags] = usage["prompt_tokens_details"]
+    assert details[()] is None
+    assert details[("--enable-cache-report",)]["cached_tokens"] > 0
+
+
+def test_min_free_slots_delay_is_a_setting_per_server_and_method():
+    config = load_default_config()
+    config["methods"] = [{"name": "dflash", "algorithm": "dflash"},
+                         {"name": "dflash-sglang", "algorithm": "dflash", "min_free_slots_delay": "sglang"},
+                         {"name": "dflash-4", "algorithm": "dflash", "min_free_slots_delay": 4}]
+    c = validated(config)
+    argv = {name: server_arguments(cfg.server_params(c, 1, name), 1, 8192) for name in ("dflash", "dflash-sglang",
+                                                                                        "dflash-4")}
+    assert argv["dflash"][argv["dflash"].index("--min-free-slots-delay") + 1] == "0"  # default: disabled
+    assert "--min-free-slots-delay" not in argv["dflash-sglang"]  # SGLang's own rule
+    assert argv["dflash-4"][argv["dflash-4"].index("--min-free-slots-delay") + 1] == "4"
+    config["server"] = {"min_free_slots_delay": "sglang"}
+    c = validated(config)
+    assert "--min-free-slots-delay" not in server_arguments(cfg.server_params(c, 1, "dflash"), 1, 8192)
+
+
+def test_dummy_weights_load_for_target_and_drafter():
+    config = load_default_config()
+    config["model"]["load_format"] = "dummy"
+    config["methods"] = [{"name": "ar", "algorithm": "ar"}, {"name": "dflash", "algorithm": "dflash"}]
+    c = validated(config)
+    ar = server_arguments(cfg.server_params(c, 1, "ar"), 1, 8192)
+    dflash = server_arguments(cfg.server_params(c, 1, "dflash"), 1, 8192)
+    assert ar[ar.index("--load-format") + 1] == "dummy" and "--speculative-draft-load-format" not in ar
+    assert dflash[dflash.index("--speculative-draft-load-format") + 1] == "dummy"
+    with pytest.raises(ServerError, match="model.load_format: dummy needs --speculative-draft-load-format"):
+        server_arguments(cfg.server_params(c, 1, "dflash"), 1, 8192, offered={"--load-format"})
+
+
+def test_a_flag_the_probed_build_lacks_stops_before_any_server_starts(tmp_path):
+    config = load_default_config()
+    config["methods"] = [{"name": "ar", "algorithm": "ar"}]
+    config["server"] = {"flags": ["--sampling-backend", "pytorch"]}
+    c = validated(config)
+    params = cfg.server_params(c, 1, "ar")
+    environment = probe("sim")
+    environment["capabilities"]["flags"] = [f for f in environment["capabilities"]["flags"]
+                                            if f != "--sampling-backend"]
+    with pytest.raises(ServerError, match="does not offer --sampling-backend"):
+        start_server(params, {"short": []}, environment, tmp_path / "server.log", None, [], {})
+    assert not (tmp_path / "server.log").exists()  # nothing was started
+
+
+def test_gpu_check_config_is_valid_and_sized_for_its_concurrency():
+    config = yaml.safe_load((REPO / "config" / "gpu-check.yaml").read_text())
+    assert config["model"]["load_format"] == "dummy" and config["tp"] == [1]
+    assert {m["algorithm"] for m in config["methods"]} == {"ar", "dflash"}
+    assert {w["family"] for w in config["workloads"]} == {"short", "long"}
+    assert config["concurrency"] == [1, 4, 16]
+    assert all(w["requests"] >= 3 * max(config["concurrency"]) for w in config["workloads"])
+    config["sglang"]["options_table"] = "0.5.23" if not (REPO / "specsweep/data/sglang-0.5.16-options.json").exists() \
+        else "0.5.16"
+    c = validated(config)
+    for server in cfg.servers(c):
+        argv, _ = launch_command(cfg.server_params(c, 1, server["method"]), 30000, 16384, "python3")
+        assert argv[argv.index("--attention-backend") + 1] == "triton"
+        assert argv[argv.index("--load-format") + 1] == "dummy"
+
+
+# ------------------------------------------------------------------ provenance
+
+def _git(*args, cwd):
+    subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True)
+
+
+def test_a_moving_git_ref_is_pinned_to_a_commit_that_is_part_of_the_identity(tmp_path):
+    repo = tmp_path / "sglang"
+    repo.mkdir()
+    _git("init", "-q", "-b", "main", cwd=repo)
+    _git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "--allow-empty", "-m", "one", cwd=repo)
+    requirement = f"sglang[all] @ git+file://{repo}@main#subdirectory=python"
+    pinned, pins = resolve_git_refs([requirement, "numpy==2.0"])
+    first = pins[0]["commit"]
+    assert len(first) == 40 and pinned[0] == requirement.replace("@main#", f"@{first}#") and pinned[1] == "numpy==2.0"
+    _git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "--allow-empty", "-m", "two", cwd=repo)
+    second = resolve_git_refs([requirement])[1][0]["commit"]
+    assert second != first
+    fake = str(REPO / "tests" / "fixtures" / "fake_sglang_python.sh")
+    help_text = (REPO / "tests" / "fixtures" / "sglang-0.5.23-help.txt").read_text()
+    a = probe("sglang", fake, help_text, pins=[{**pins[0]}])
+    b = probe("sglang", fake, help_text, pins=[{**pins[0], "commit": second}])
+    assert a["server"]["commit"] == first and b["server"]["commit"] == second
+    assert a["identity_digest"] != b["identity_digest"]  # two hosts that built different heads share no cells
+    assert a["software"]["sglang-kernel"] == "0.4.5"
+    with pytest.raises(EnvironmentError_, match="cannot resolve 'no-such-branch'"):
+        resolve_git_refs([f"x @ git+file://{repo}@no-such-branch"])
+
+
+def test_progress_lines_say_cell_requests_and_time_left(capsys):
+    import io
+
+    out = io.StringIO()
+    cells = [{"output": f"c{i}.json", "workload": "short", "concurrency": c} for i, c in enumerate((1, 4))]
+    progress = Progress("tp1/ar", cells, {"c0.json": 100.0, "c1.json": 50.0}, every=0.0, out=out)
+    progress.start(0, 4)
+    progress.request_done()
+    progress.request_done()
+    lines = out.getvalue().splitlines()
+    assert lines[0].startswith("[tp1/ar] cell 1 of 2 (short, concurrency 1): 0/4 requests done; about 2 min 30 s left")
+    assert "2/4 requests done; about 1 min 40 s left" in lines[-1]  # half of cell 1 (50 s) + cell 2 (50 s)
