@@ -38,7 +38,7 @@ def _decoding(method) -> Decoding:
 
 
 @lru_cache(maxsize=256)
-def _workload_sample(workload_json: str, seed: int) -> tuple:
+def _workload_sample(workload_json: str, seed: int, model_path: str | None = None) -> tuple:
     """(sample prompts, mean first-turn tokens, turns per session) from a few sessions of a workload."""
     import json
 
@@ -48,7 +48,7 @@ def _workload_sample(workload_json: str, seed: int) -> tuple:
     sample = dict(workload, requests=min(4, workload["requests"]))
     if workload["family"] in ("long", "very_long"):  # the content is what matters; size it small to be quick
         sample["context_tokens"] = 1500
-    sessions = build(sample, seed)
+    sessions = build(sample, seed, model_path=model_path)
     prompts = tuple(chat_prompt(s.messages + s.followups) for s in sessions)
     turns = sum(1 + len(s.followups) for s in sessions) / len(sessions)
     tokens = sum(s.tokens for s in sessions) / len(sessions)
@@ -82,7 +82,8 @@ def cell_seconds(config: dict, tp: int, method, workload: dict, concurrency: int
 
     sim = config["sim"]
     cost = CostModel.named(sim["gpu"], sim["model_profile"], sim["runtime"], tp, sim["profiles"])
-    prompts, prompt_tokens, turns = _workload_sample(json.dumps(workload, sort_keys=True), config["seed"])
+    prompts, prompt_tokens, turns = _workload_sample(json.dumps(workload, sort_keys=True), config["seed"],
+                                                     config["model"].get("path"))
     decoding = _decoding(method)
     tau = _tau(prompts, decoding, json.dumps(sim.get("acceptance") or {}, sort_keys=True))
     output = OUTPUT_SHARE * workload["max_new_tokens"]

@@ -50,7 +50,7 @@ case $step in
     sleep 3
     { echo "compute apps on the GPUs after the failed job:"; gpu_apps; echo "sglang processes:";
       pgrep -af "sglang" || echo none; } > "$OUT/after-kill.txt"
-    cp -r results/failed "$OUT/failed" 2>/dev/null
+    find results/failed -name '*.json' -exec cp {} "$OUT/failed-cell.json" \;
     snake $targets results/summary.csv > "$OUT/fault-rerun.log" 2>&1
     echo "snakemake exit $?" >> "$OUT/fault-rerun.log"; tail -3 "$OUT/fault-rerun.log"
     gpu_apps > "$OUT/gpu-apps-after.txt"; pack fault ;;
