@@ -373,7 +373,8 @@ def start_server(params: dict, sessions: dict, environment: dict, log_path: Path
     """Start the server on a free port; if the port was taken meanwhile, try another (up to ``attempts``)."""
     host = params["server"]["host"]
     context = _max_context(params, sessions)
-    offered = set(environment["capabilities"]["flags"]) or None  # the probed build's flags, else the recorded table
+    # the probed build's flags, else (no probe) the recorded table
+    offered = set(environment.get("capabilities", {}).get("flags") or ()) or None
     if offered and environment["backend"] == "sim":  # the simulator accepts every flag a config declares
         offered |= {extra["flag"] for extra in params["sglang"]["extra_flags"]}
     for attempt in range(attempts):

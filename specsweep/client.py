@@ -76,7 +76,7 @@ class RequestRecord:
     cached_tokens: int = 0
     verify_ct: int | None = None
     server_accept_length: float | None = None  # SGLang's own spec_accept_length (completion_tokens / verify_ct)
-    server_queue_time: float | None = None  # seconds the server held the request before scheduling it (meta_info)
+    server_queue_time: float | None = None  # meta_info queue_time as the server reports it (0.0 in SGLang 0.5.16 streams)
     finish_reason: str | None = None
     output_text: str = ""
     error: str | None = None  # failure category, None when successful

@@ -101,11 +101,6 @@ def length_mismatches(records: list[dict]) -> int:
                and r["output_tokens"] != r["expected_tokens"])
 
 
-def server_queue_time(r: dict) -> float | None:
-    """Server queue time = the server's meta_info queue_time: seconds between its receipt of the request and its scheduling."""
-    return r.get("server_queue_time")
-
-
 def tokens_per_chunk(records: list[dict]) -> float | None:
     """Tokens per chunk = sum of tokens in later chunks / number of later chunks (client-side acceptance estimate)."""
     tokens = sum(sum(r["chunk_tokens"][1:]) for r in records if r["error"] is None)
@@ -229,7 +224,6 @@ def cell_metrics(records: list[dict], tp: int, seed: int = 0) -> dict:
         "e2e": summarise([e2e(r) for r in ok], seed),
         "interactivity": summarise([interactivity(r) for r in ok], seed),
         "queue_delay": summarise([queue_delay(r) for r in records], seed),
-        "server_queue_time": summarise([server_queue_time(r) for r in ok], seed),
         "chunk_gap": summarise([g for r in ok for g in chunk_gaps(r)], seed),
         "ttft_with_failures": summarise_with_failures([ttft(r) for r in ok], len(records) - len(ok)),
         "e2e_with_failures": summarise_with_failures([e2e(r) for r in ok], len(records) - len(ok)),
@@ -244,7 +238,7 @@ def cell_metrics(records: list[dict], tp: int, seed: int = 0) -> dict:
 
 def definitions() -> list[tuple[str, str]]:
     """(name, definition) for every metric, from the first line of each docstring."""
-    funcs = [ttft, e2e, tpot, interactivity, itl_per_token, chunk_gaps, queue_delay, server_queue_time,
+    funcs = [ttft, e2e, tpot, interactivity, itl_per_token, chunk_gaps, queue_delay,
              output_throughput, throughput_ci, acceptance_length, acceptance_length_per_request,
              acceptance_length_sglang, tokens_per_chunk, length_mismatches,
              acceptance_agreement, summarise, summarise_with_failures, session_completion, per_turn, failures,

@@ -232,9 +232,7 @@ def test_gpu_check_config_is_valid_and_sized_for_its_concurrency():
     assert {w["family"] for w in config["workloads"]} == {"short", "long"}
     assert config["concurrency"] == [1, 4, 16]
     assert all(w["requests"] >= 3 * max(config["concurrency"]) for w in config["workloads"])
-    config["sglang"]["options_table"] = "0.5.23" if not (REPO / "specsweep/data/sglang-0.5.16-options.json").exists() \
-        else "0.5.16"
-    c = validated(config)
+    c = validated(config)  # its launch commands parse with SGLang 0.5.16's recorded option table
     for server in cfg.servers(c):
         argv, _ = launch_command(cfg.server_params(c, 1, server["method"]), 30000, 16384, "python3")
         assert argv[argv.index("--attention-backend") + 1] == "triton"
@@ -282,3 +280,36 @@ def test_progress_lines_say_cell_requests_and_time_left(capsys):
     lines = out.getvalue().splitlines()
     assert lines[0].startswith("[tp1/ar] cell 1 of 2 (short, concurrency 1): 0/4 requests done; about 2 min 30 s left")
     assert "2/4 requests done; about 1 min 40 s left" in lines[-1]  # half of cell 1 (50 s) + cell 2 (50 s)
+
+
+def test_the_recorded_0516_build_offers_what_the_gpu_check_needs():
+    help_text = (REPO / "tests" / "fixtures" / "sglang-0.5.16-help.txt").read_text()
+    environment = probe("sglang", str(REPO / "tests" / "fixtures" / "fake_sglang_python.sh"), help_text)
+    assert "DFLASH" in environment["capabilities"]["algorithms"]
+    assert "DDTREE" not in environment["capabilities"]["algorithms"]
+    config = validated(yaml.safe_load((REPO / "config" / "gpu-check.yaml").read_text()))
+    offered = set(environment["capabilities"]["flags"])
+    for server in cfg.servers(config):
+        argv, _ = launch_command(cfg.server_params(config, 1, server["method"]), 30000, 16384, "python3", offered)
+        assert not [a for a in argv if a.startswith("--") and a not in offered]
+        assert "--cuda-graph-max-bs-decode" in argv and "--incremental-streaming-output" in argv
+
+
+def test_the_committed_gpu_record_is_valid_and_complete():
+    """The cells measured on the H200 (benchmarks/gpu/record-*) follow the cell schema and say what they are."""
+    import json
+
+    from specsweep.cells import validate_cell
+
+    record = sorted((REPO / "benchmarks" / "gpu").glob("record-*"))[-1]
+    cells = [json.loads(p.read_text()) for p in sorted((record / "cells").rglob("*.json"))]
+    assert len(cells) == 20
+    for cell in cells:
+        validate_cell(cell)
+        assert cell["simulated"] is False and cell["provenance"]["load_format"] == "dummy"
+        assert cell["metrics"]["requests_failed"] == 0 and cell["metrics"]["length_mismatches"] == 0
+        assert cell["provenance"]["server_info"]["attention_backend"] == "triton"
+        assert len(cell["provenance"]["gpus_assigned"]) == cell["cell"]["tp"]
+    environment = json.loads((record / "environment.json").read_text())
+    assert environment["server"]["version"] == "0.5.16" and environment["software"]["sglang-kernel"] == "0.4.5"
+    assert [g["name"] for g in environment["hardware"]["gpus"]] == ["NVIDIA H200", "NVIDIA H200"]

@@ -5,7 +5,9 @@
 
 Starts one server of the configuration (GPU host, SGLang installed) and, at each concurrency, sends the same
 prompts with the same output lengths (ignore_eos) twice: with specsweep's client (native /generate) and with
-``python -m sglang.bench_serving`` (custom dataset, --sharegpt-output-len, --max-concurrency). Writes
+``python -m sglang.bench_serving`` (custom dataset, --sharegpt-output-len, --max-concurrency). Both warm up,
+then the prefix cache is flushed and both wait a second (bench_serving's --flush-cache), so that neither
+client finds the other's prompts cached. Writes
 OUT_DIR/compare.json and OUT_DIR/compare.md: output throughput, median TTFT and median TPOT from each client,
 and specsweep's relative difference to SGLang's.
 """
@@ -21,6 +23,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+import requests
 import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
@@ -45,12 +48,12 @@ def load_config(path: str) -> dict:
 
 
 def bench_serving(url: str, dataset: Path, tokenizer: str, n: int, output_len: int, concurrency: int,
-                  out: Path, log: Path) -> dict:
-    argv = [sys.executable, "-m", "sglang.bench_serving", "--backend", "sglang", "--base-url", url,
+                  out: Path, log: Path, python: str) -> dict:
+    argv = [python, "-m", "sglang.bench_serving", "--backend", "sglang", "--base-url", url,
             "--dataset-name", "custom", "--dataset-path", str(dataset), "--num-prompts", str(n),
             "--sharegpt-output-len", str(output_len), "--max-concurrency", str(concurrency),
             "--request-rate", "inf", "--tokenizer", tokenizer, "--output-file", str(out), "--disable-tqdm",
-            "--warmup-requests", "4", "--seed", "0"]
+            "--warmup-requests", "4", "--flush-cache", "--seed", "0"]
     with open(log, "a") as handle:
         handle.write(f"\n$ {' '.join(argv)}\n")
         handle.flush()
@@ -65,6 +68,7 @@ def main() -> None:
     parser.add_argument("--method", default="ar")
     parser.add_argument("--workload", default="short")
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 4, 16])
+    parser.add_argument("--bench-python", default=None, help="the interpreter with SGLang (default: sglang.python)")
     args = parser.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -94,6 +98,8 @@ def main() -> None:
         sampling = {"temperature": 0.0, "top_p": 1.0}
         for concurrency in args.concurrency:
             measure(server.url, sessions[:4], concurrency, sampling, 600, False, server.alive, load)  # warm-up
+            requests.post(server.url + "/flush_cache", timeout=30)  # as bench_serving --flush-cache does
+            time.sleep(1.0)
             started = time.monotonic()
             records = [r.as_dict() for r in measure(server.url, sessions, concurrency, sampling, 600, False,
                                                     server.alive, load)]
@@ -104,7 +110,8 @@ def main() -> None:
                     "length_mismatches": metrics.length_mismatches(records),
                     "seconds": time.monotonic() - started}
             theirs = bench_serving(server.url, dataset, model_path, n, output_len, concurrency,
-                                   out / f"bench_serving_c{concurrency}.jsonl", out / "bench_serving.log")
+                                   out / f"bench_serving_c{concurrency}.jsonl", out / "bench_serving.log",
+                                   args.bench_python or config["sglang"]["python"] or sys.executable)
             theirs = {k: theirs.get(k) for k in ("output_throughput", "median_ttft_ms", "median_tpot_ms", "completed")}
             diff = {k: (ours[k] - theirs[k]) / theirs[k] for k in ("output_throughput", "median_ttft_ms", "median_tpot_ms")
                     if theirs.get(k)}
