@@ -198,20 +198,21 @@ class LoadSampler:
 class Progress:
     """Progress lines in a server job's log: cell i of N, requests done, time left estimated from the plan.
 
-    Time left = (the plan's seconds for the rest of this cell and the cells after it) x (measured / planned
-    seconds of the cells finished so far, 1 before the first), printed at most every ``every`` seconds.
+    Time left = (the plan's seconds for the rest of this cell and the cells still to measure after it) x
+    (measured / planned seconds of the cells finished so far, 1 before the first), printed when a cell starts
+    and ends and at most every ``every`` seconds in between. Cells taken from the cache cost nothing.
     """
 
-    def __init__(self, server: str, cells: list[dict], planned: dict[str, float] | None = None,
+    def __init__(self, server: str, cells: list[dict], todo: list[dict], planned: dict[str, float] | None = None,
                  every: float = 10.0, out=None):
-        self.server, self.cells, self.planned = server, cells, planned or {}
+        self.server, self.cells, self.todo, self.planned = server, cells, todo, planned or {}
         self.every, self.out = every, out or sys.stderr
-        self.index, self.done, self.total = 0, 0, 0
+        self.cell, self.done, self.total = todo[0] if todo else None, 0, 0
         self.measured = self.planned_done = 0.0
         self.cell_started = self.last = 0.0
 
-    def start(self, index: int, total_requests: int) -> None:
-        self.index, self.done, self.total = index, 0, total_requests
+    def start(self, cell: dict, total_requests: int) -> None:
+        self.cell, self.done, self.total = cell, 0, total_requests
         self.cell_started = self.last = time.monotonic()
         self._print("started")
 
@@ -222,28 +223,28 @@ class Progress:
 
     def finish(self) -> None:
         seconds = time.monotonic() - self.cell_started
-        planned = self.planned.get(self.cells[self.index]["output"])
+        planned = self.planned.get(self.cell["output"])
         if planned:
             self.measured += seconds
             self.planned_done += planned
         self._print(f"finished in {seconds:.0f} s")
 
     def time_left(self) -> float | None:
-        cell = self.cells[self.index]["output"]
-        if cell not in self.planned:
+        if self.cell["output"] not in self.planned:
             return None
         share = 1 - self.done / self.total if self.total else 1
-        later = sum(self.planned.get(c["output"], 0.0) for c in self.cells[self.index + 1:])
+        later = self.todo[self.todo.index(self.cell) + 1:]
         scale = self.measured / self.planned_done if self.planned_done else 1.0
-        return scale * (self.planned[cell] * share + later)
+        return scale * (self.planned[self.cell["output"]] * share +
+                        sum(self.planned.get(c["output"], 0.0) for c in later))
 
     def _print(self, note: str) -> None:
         self.last = time.monotonic()
-        cell = self.cells[self.index]
-        left = self.time_left()
+        cell, left = self.cell, self.time_left()
         eta = f"; about {_duration(left)} left for this server (plan)" if left is not None else ""
-        print(f"[{self.server}] cell {self.index + 1} of {len(self.cells)} ({cell['workload']}, concurrency "
-              f"{cell['concurrency']}): {self.done}/{self.total} requests done{eta}" + (f"; {note}" if note else ""),
+        print(f"[{self.server}] cell {self.cells.index(cell) + 1} of {len(self.cells)} ({cell['workload']}, "
+              f"concurrency {cell['concurrency']}; {self.todo.index(cell) + 1} of {len(self.todo)} to measure): "
+              f"{self.done}/{self.total} requests done{eta}" + (f"; {note}" if note else ""),
               file=self.out, flush=True)
 
 
@@ -328,12 +329,11 @@ def bench_server(params: dict, outputs: list[str], environment: dict, log_dir: s
                     for cell in missing:
                         record_failure(cell, exc, None, journal, server_name)
                     raise
-                progress = Progress(server_name, missing, planned)
-                for index, cell in enumerate(missing):
+                progress = Progress(server_name, cells, missing, planned)
+                for cell in missing:
                     try:
                         result = measure_cell(server, params, cell, sessions[cell["workload"]],
-                                              digests[cell["workload"]], environment, argv, env,
-                                              progress=progress, index=index)
+                                              digests[cell["workload"]], environment, argv, env, progress)
                     except Exception as exc:
                         record_failure(cell, exc, server, journal, server_name)
                         raise
@@ -460,8 +460,7 @@ def measure_adaptive(server, sessions: list, first: int, adaptive: dict, concurr
 
 
 def measure_cell(server: Server, params: dict, cell: dict, sessions: list, prompts_digest: str,
-                 environment: dict, argv: list[str], env: dict, progress: Progress | None = None,
-                 index: int = 0) -> dict:
+                 environment: dict, argv: list[str], env: dict, progress: Progress | None = None) -> dict:
     """Measure one cell on a running server and return its JSON (validated)."""
     where = f"cell {cell['output']}"
     server.check_alive(f"before {where}")
@@ -490,7 +489,7 @@ def measure_cell(server: Server, params: dict, cell: dict, sessions: list, promp
     before = scrape(server.url, server.headers)
     adaptive = params.get("adaptive")
     if progress is not None:
-        progress.start(index, adaptive["max_requests"] if adaptive else
+        progress.start(cell, adaptive["max_requests"] if adaptive else
                        sum(1 + len(s.followups) for s in sessions[:workload["requests"]]))
     on_record = progress.request_done if progress is not None else None
     with LoadSampler(server.url, server.headers) as sampler:

@@ -255,7 +255,7 @@ def prepare(tables_dir: str | Path, environment: dict, view: dict, report_dir: s
             text = (values.pop() if len(values) == 1 else
                     "; ".join(f"{m}: {v}" for m, v in per_method.items()))
             if column == "load_format" and "dummy" in set(per_method):
-                text += " (dummy: random weights; acceptance about 1, speedups meaningless)"
+                text += " (random weights of the model's shape: acceptance about 1, speedups meaningless)"
             prov.append((label, text))
     if simulated:
         prov.append(("Simulated profile", view.get("sim_profile", "")))

@@ -268,18 +268,19 @@ def test_a_moving_git_ref_is_pinned_to_a_commit_that_is_part_of_the_identity(tmp
         resolve_git_refs([f"x @ git+file://{repo}@no-such-branch"])
 
 
-def test_progress_lines_say_cell_requests_and_time_left(capsys):
+def test_progress_lines_say_cell_requests_and_time_left():
     import io
 
     out = io.StringIO()
-    cells = [{"output": f"c{i}.json", "workload": "short", "concurrency": c} for i, c in enumerate((1, 4))]
-    progress = Progress("tp1/ar", cells, {"c0.json": 100.0, "c1.json": 50.0}, every=0.0, out=out)
-    progress.start(0, 4)
+    cells = [{"output": f"c{i}.json", "workload": "short", "concurrency": c} for i, c in enumerate((1, 4, 16))]
+    progress = Progress("tp1/ar", cells, cells[1:], {"c1.json": 100.0, "c2.json": 50.0}, every=0.0, out=out)
+    progress.start(cells[1], 4)  # the first cell came from the cache
     progress.request_done()
     progress.request_done()
     lines = out.getvalue().splitlines()
-    assert lines[0].startswith("[tp1/ar] cell 1 of 2 (short, concurrency 1): 0/4 requests done; about 2 min 30 s left")
-    assert "2/4 requests done; about 1 min 40 s left" in lines[-1]  # half of cell 1 (50 s) + cell 2 (50 s)
+    assert lines[0].startswith("[tp1/ar] cell 2 of 3 (short, concurrency 4; 1 of 2 to measure): 0/4 requests done; "
+                               "about 2 min 30 s left")
+    assert "2/4 requests done; about 1 min 40 s left" in lines[-1]  # half of this cell (50 s) + the last (50 s)
 
 
 def test_the_recorded_0516_build_offers_what_the_gpu_check_needs():
