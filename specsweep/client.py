@@ -56,6 +56,7 @@ class LoadModel:
     seed: int = 0
     headers: dict = field(default_factory=dict)  # e.g. Authorization, from the environment (never logged)
     incremental: bool = False  # native stream sends disjoint text segments (--incremental-streaming-output)
+    connections: str = "keep-alive"  # or "per-request": a new TCP connection for every request, set-up in TTFT
     ignore_eos: bool = False  # ask for exactly max_new_tokens tokens; a different length is counted as a mismatch
 
 
@@ -272,7 +273,7 @@ async def run_sessions(url: str, sessions: list[Session], concurrency: int, samp
     continuing: deque[_SessionState] = deque()  # sessions whose think time is over
     thinking_sessions = 0
     wake = asyncio.Event()
-    connector = aiohttp.TCPConnector(limit=0)
+    connector = aiohttp.TCPConnector(limit=0, force_close=load.connections == "per-request")
     client_timeout = aiohttp.ClientTimeout(total=None, sock_connect=30)
 
     async def think(state: _SessionState):

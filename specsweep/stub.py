@@ -105,6 +105,7 @@ def build_app(schedule: list[tuple[float, int]], empty_first: bool,
             reason = ({"type": "abort", "message": "stub: aborted"} if name == "abort" else {"type": "length"})
             await resp.write(_sse({"text": LONG_TEXT + text if name == "longline" else text, "meta_info": {
                 "completion_tokens": produced, "prompt_tokens": 8, "id": rid, "emitted_at": time.monotonic(),
+                "client_port": request.transport.get_extra_info("peername")[1],
                 "finish_reason": reason if stop else None}}))
             chunks += 1
             if stop:

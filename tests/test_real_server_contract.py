@@ -94,6 +94,20 @@ def test_ignore_eos_asks_for_exact_lengths_and_counts_mismatches(tmp_path):
     assert m.length_mismatches(natural) == 0  # without ignore_eos a shorter reply is a natural stop
 
 
+def test_per_request_connections_open_a_new_connection_for_every_request(tmp_path):
+    server = start_stub(tmp_path, "--schedule", "0.01:1,0.01:1")
+    ports = {}
+    try:
+        for mode in ("per-request", "keep-alive"):
+            seen = []
+            measure(server.url, [one("x", 2)] * 6, 1, {}, 20, load=LoadModel(connections=mode),
+                    on_chunk=lambda now, chunk: seen.append(chunk["meta_info"]["client_port"]))
+            ports[mode] = len(set(seen))
+    finally:
+        server.stop()
+    assert ports == {"per-request": 6, "keep-alive": 1}
+
+
 def test_sglang_acceptance_length_is_recorded_beside_ours(tmp_path):
     server = start_sim(tmp_path, "--speculative-algorithm", "DFLASH", "--speculative-draft-model-path", "d")
     try:

@@ -7,7 +7,8 @@ Starts one server of the configuration (GPU host, SGLang installed) and, at each
 prompts with the same output lengths (ignore_eos) twice: with specsweep's client (native /generate) and with
 ``python -m sglang.bench_serving`` (custom dataset, --sharegpt-output-len, --max-concurrency). Both warm up,
 then the prefix cache is flushed and both wait a second (bench_serving's --flush-cache), so that neither
-client finds the other's prompts cached. Writes
+client finds the other's prompts cached; specsweep's client opens a new connection per request, as SGLang's
+does (``--connections keep-alive`` to compare the default). Writes
 OUT_DIR/compare.json and OUT_DIR/compare.md: output throughput, median TTFT and median TPOT from each client,
 and specsweep's relative difference to SGLang's.
 """
@@ -69,6 +70,8 @@ def main() -> None:
     parser.add_argument("--workload", default="short")
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 4, 16])
     parser.add_argument("--bench-python", default=None, help="the interpreter with SGLang (default: sglang.python)")
+    parser.add_argument("--connections", default="per-request", choices=["per-request", "keep-alive"],
+                        help="specsweep's connection use (SGLang's client opens one per request)")
     args = parser.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -94,7 +97,9 @@ def main() -> None:
     try:
         server.start(config["server"]["startup_timeout"])
         print(f"server ready after {server.startup_seconds:.0f} s", flush=True)
-        load = LoadModel(incremental=stream_mode(argv, "native") == "incremental", ignore_eos=True)
+        # a new connection per request, as SGLang's client opens a new HTTP session for each one
+        load = LoadModel(incremental=stream_mode(argv, "native") == "incremental", ignore_eos=True,
+                         connections=args.connections)
         sampling = {"temperature": 0.0, "top_p": 1.0}
         for concurrency in args.concurrency:
             measure(server.url, sessions[:4], concurrency, sampling, 600, False, server.alive, load)  # warm-up
