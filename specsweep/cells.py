@@ -134,7 +134,7 @@ def scrape(url: str, headers: dict | None = None) -> dict[str, float]:
 
 
 def server_info(url: str, headers: dict | None = None) -> dict:
-    """The server's /get_server_info (or /server_info) answer; {} when it has none."""
+    """The server's /server_info (or /get_server_info) answer; {} when it has none."""
     for path in ("/server_info", "/get_server_info"):  # the second is SGLang's deprecated spelling
         try:
             resp = requests.get(url + path, timeout=10, headers=headers)
