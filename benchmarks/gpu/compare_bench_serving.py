@@ -70,6 +70,7 @@ def main() -> None:
     parser.add_argument("--workload", default="short")
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 4, 16])
     parser.add_argument("--bench-python", default=None, help="the interpreter with SGLang (default: sglang.python)")
+    parser.add_argument("--probe", action="store_true", help="choose flags from the installed build's --help")
     parser.add_argument("--connections", default="per-request", choices=["per-request", "keep-alive"],
                         help="specsweep's connection use (SGLang's client opens one per request)")
     args = parser.parse_args()
@@ -87,10 +88,12 @@ def main() -> None:
         for s in sessions:
             handle.write(json.dumps({"conversations": [{"content": chat_prompt(s.messages)},
                                                        {"content": "x"}]}) + "\n")
-    environment = probe("sglang", config["sglang"]["python"] or sys.executable)
+    # the flags of the recorded option table (sglang.options_table), or of the installed build with --probe
+    offered = None
+    if args.probe:
+        offered = set(probe("sglang", config["sglang"]["python"] or sys.executable)["capabilities"]["flags"])
     port = free_port()
-    argv, env = launch_command(params, port, config["model"]["context_length"], config["sglang"]["python"],
-                               set(environment["capabilities"]["flags"]))
+    argv, env = launch_command(params, port, config["model"]["context_length"], config["sglang"]["python"], offered)
     server = Server(argv, env, "127.0.0.1", port, out / "server.log", devices=os.environ.get(
         "CUDA_VISIBLE_DEVICES", "0").split(","))
     rows = []

@@ -5,7 +5,8 @@
 # and specsweep's own wheels (.whl); `check` then records SGLang's option table and runs the workflow on
 # config/gpu-check.yaml (AR and DFlash side by side through the GPU pool); `fault` kills a server mid-cell
 # (SIGKILL) and reruns; `compare` runs SGLang's own client beside specsweep's; `tp2` one TP-2 server.
-# Everything each step produces goes to $OUT (results as tarballs).
+# Everything each step produces goes to $OUT (results as tarballs). On a fresh machine `install-c` stands in
+# for `check` when only `compare` or `tp2` is to run.
 set -u
 step=$1
 here=$(pwd)
@@ -24,6 +25,10 @@ gpu_apps() { nvidia-smi --query-compute-apps=pid,process_name,used_memory --form
 case $step in
   install-a|install-b)
     bash .gpu-tools/install.sh "${step#install-}" .gpu-payload ;;
+  install-c)  # c and specsweep's wheels only (check does the same, then runs the workflow)
+    bash .gpu-tools/install.sh c .gpu-payload || exit 3
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 4
+    mkdir -p .specsweep && cp $TABLE .specsweep/ ;;
   check)
     bash .gpu-tools/install.sh c .gpu-payload || exit 3
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 4
