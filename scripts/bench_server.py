@@ -13,12 +13,17 @@ from specsweep.plan import predict_server
 # every configured method, for the capability check (from the validated config, not a rerun trigger)
 all_methods = [m.as_dict() for m in expand_methods(snakemake.config)]
 params = json.loads(snakemake.params.server)
-try:  # the plan's seconds per cell, for the time left in the progress lines (not a rerun trigger either)
-    planned = {row["path"]: row["warmup_s"] + row["measure_s"]
-               for row in predict_server(snakemake.config, params["tp"], params["method"]["name"], params["repetition"])}
-except Exception as exc:  # progress lines then go without a time estimate
-    print(f"no time estimate from the plan ({type(exc).__name__}: {exc})", file=sys.stderr)
-    planned = None
+
+
+def planned(sessions: dict) -> dict | None:
+    """The plan's seconds per cell, for the progress lines' time left (from the config, not a rerun trigger)."""
+    try:
+        rows = predict_server(snakemake.config, params["tp"], params["method"]["name"], params["repetition"], sessions)
+    except Exception as exc:  # progress lines then go without a time estimate
+        print(f"no time estimate from the plan ({type(exc).__name__}: {exc})", file=sys.stderr)
+        return None
+    return {row["path"]: row["warmup_s"] + row["measure_s"] for row in rows}
+
 
 result = bench_server(
     params=params,

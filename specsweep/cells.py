@@ -274,12 +274,13 @@ def _max_context(params: dict, sessions_by_workload: dict) -> int:
 
 def bench_server(params: dict, outputs: list[str], environment: dict, log_dir: str | Path,
                  journal_path: str | Path, all_methods: list[dict] | None = None,
-                 planned: dict[str, float] | None = None) -> dict:
+                 planned=None) -> dict:
     """Produce every cell output of one server, measuring only what the cache lacks.
 
     ``all_methods`` (every configured method) are checked against the server's capabilities first, so that
-    any job stops the workflow before a server starts. ``planned`` ({cell output: predicted seconds}) feeds
-    the progress lines' time left. Returns {"hits": n, "measured": n, "server_started": bool}.
+    any job stops the workflow before a server starts. ``planned(sessions)`` returns {cell output: predicted
+    seconds} for the progress lines' time left; it is asked only when a cell is to be measured, once the
+    workloads are built. Returns {"hits": n, "measured": n, "server_started": bool}.
     """
     tp, method = params["tp"], params["method"]
     check_methods(all_methods or [method], environment)
@@ -329,7 +330,7 @@ def bench_server(params: dict, outputs: list[str], environment: dict, log_dir: s
                     for cell in missing:
                         record_failure(cell, exc, None, journal, server_name)
                     raise
-                progress = Progress(server_name, cells, missing, planned)
+                progress = Progress(server_name, cells, missing, planned(sessions) if planned else None)
                 for cell in missing:
                     try:
                         result = measure_cell(server, params, cell, sessions[cell["workload"]],

@@ -48,7 +48,12 @@ def _workload_sample(workload_json: str, seed: int, model_path: str | None = Non
     sample = dict(workload, requests=min(4, workload["requests"]))
     if workload["family"] in ("long", "very_long"):  # the content is what matters; size it small to be quick
         sample["context_tokens"] = 1500
-    sessions = build(sample, seed, model_path=model_path)
+    return _sample_of(workload, build(sample, seed, model_path=model_path))
+
+
+def _sample_of(workload: dict, sessions: list) -> tuple:
+    """(prompts of the first four sessions, mean first-turn tokens, turns per session) of built sessions."""
+    sessions = sessions[:4]
     prompts = tuple(chat_prompt(s.messages + s.followups) for s in sessions)
     turns = sum(1 + len(s.followups) for s in sessions) / len(sessions)
     tokens = sum(s.tokens for s in sessions) / len(sessions)
@@ -76,14 +81,19 @@ def startup_seconds(config: dict, tp: int) -> float:
     return model["weight_bytes"] / DISK_BYTES_PER_SECOND + SGLANG_INIT_SECONDS + JOB_OVERHEAD_SECONDS
 
 
-def cell_seconds(config: dict, tp: int, method, workload: dict, concurrency: int, requests: int) -> float:
-    """Predicted time of ``requests`` sessions of a workload at a concurrency: rounds of (prefill + decode steps)."""
+def cell_seconds(config: dict, tp: int, method, workload: dict, concurrency: int, requests: int,
+                 sessions: list | None = None) -> float:
+    """Predicted time of ``requests`` sessions of a workload at a concurrency: rounds of (prefill + decode steps).
+
+    ``sessions``, the workload's sessions where they are built already (a server job), spare building a sample.
+    """
     import json
 
     sim = config["sim"]
     cost = CostModel.named(sim["gpu"], sim["model_profile"], sim["runtime"], tp, sim["profiles"])
-    prompts, prompt_tokens, turns = _workload_sample(json.dumps(workload, sort_keys=True), config["seed"],
-                                                     config["model"].get("path"))
+    prompts, prompt_tokens, turns = (_sample_of(workload, sessions) if sessions else
+                                     _workload_sample(json.dumps(workload, sort_keys=True), config["seed"],
+                                                      config["model"].get("path")))
     decoding = _decoding(method)
     tau = _tau(prompts, decoding, json.dumps(sim.get("acceptance") or {}, sort_keys=True))
     output = OUTPUT_SHARE * workload["max_new_tokens"]
@@ -101,16 +111,20 @@ def predict(config: dict) -> list[dict]:
             for row in predict_server(config, server["tp"], server["method"], server["repetition"])]
 
 
-def predict_server(config: dict, tp: int, method_name: str, repetition: int | None = None) -> list[dict]:
-    """The predicted rows of one server's cells (see predict); its first row carries the start-up."""
+def predict_server(config: dict, tp: int, method_name: str, repetition: int | None = None,
+                   sessions: dict | None = None) -> list[dict]:
+    """The predicted rows of one server's cells (see predict); its first row carries the start-up.
+    ``sessions`` ({workload name: built sessions}) where a server job has them already."""
     method = next(m for m in expand_methods(config) if m.name == method_name)
     workloads = {w["name"]: w for w in config["workloads"]}
     start = startup_seconds(config, tp)
     rows = []
     for i, cell in enumerate(cells_of_server(config, tp, method.name, repetition)):
         w = workloads[cell["workload"]]
-        warm = cell_seconds(config, tp, method, w, cell["concurrency"], config["warmup"]) if config["warmup"] else 0.0
-        measure = cell_seconds(config, tp, method, w, cell["concurrency"], w["requests"])
+        built = (sessions or {}).get(w["name"])
+        warm = (cell_seconds(config, tp, method, w, cell["concurrency"], config["warmup"], built)
+                if config["warmup"] else 0.0)
+        measure = cell_seconds(config, tp, method, w, cell["concurrency"], w["requests"], built)
         rows.append({"server": f"tp{tp}/{method.name}" + ("" if repetition is None else f"/r{repetition}"),
                      "tp": tp, "method": method.name, "repetition": repetition,
                      "workload": cell["workload"], "concurrency": cell["concurrency"], "path": cell["path"],
