@@ -215,6 +215,12 @@ async def send(http: aiohttp.ClientSession, url: str, messages: list[dict], samp
                         last_tokens = tokens
                     record.output_text = text
                     record.output_tokens = last_tokens
+                if done:  # read the body's end too, so that a kept-alive connection goes back to the pool
+                    try:
+                        async with asyncio.timeout(1.0):
+                            await resp.content.read()
+                    except (TimeoutError, aiohttp.ClientError):
+                        pass
         if record.finish_reason == "abort":
             record.error, record.error_detail = ABORTED, f"the server aborted the request after {last_tokens} tokens"
         elif not done:

@@ -257,8 +257,11 @@ def test_signal_to_snakemake_leaves_no_server(workflow, sig, to_group, requests)
     config["workloads"][0]["requests"] = requests
     config["workloads"][0]["max_new_tokens"] = 256
     write_config(workflow, config)
+    # a terminal's Ctrl-C reaches processes whose SIGINT is not ignored; a test run started in the background
+    # of a non-interactive shell inherits SIGINT ignored, so give the run the terminal's default back
     proc = subprocess.Popen([sys.executable, "-m", "snakemake", "--cores", "2"], cwd=workflow,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     journal = Journal(workflow)
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
