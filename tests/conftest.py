@@ -48,6 +48,21 @@ def fast_config(requests: int = 4, max_new_tokens: int = 48, startup: float = 0.
     return config
 
 
+def eight_gpu_host_config(workdir: Path) -> dict:
+    """Twelve TP-1 servers (4 AR, 4 DFlash, 4 DDTree budgets) on a simulated 8-GPU host, one short cell each."""
+    config = load_default_config()
+    config["methods"] = ([{"name": f"ar-{x}", "algorithm": "ar"} for x in "abcd"]
+                         + [{"name": f"dflash-{x}", "algorithm": "dflash"} for x in "abcd"]
+                         + [{"name": "ddtree", "algorithm": "ddtree", "budget": [8, 16, 32, 64]}])
+    config["workloads"] = [{"name": "short", "family": "short", "requests": 12, "max_new_tokens": 256}]
+    config["concurrency"] = [1]
+    config["warmup"] = 0
+    # a slower GPU profile: fewer, longer steps keep eight simulated servers light on two CPU cores
+    config["sim"] = {"startup_seconds": 0.5, "gpu": "RTX-PRO-6000"}
+    config["gpu_pool"] = {"devices": 8, "lock_dir": str(workdir / "locks")}
+    return config
+
+
 def snakemake(workdir: Path, *args: str, timeout: float = 900, check: bool = True) -> subprocess.CompletedProcess:
     """Run real Snakemake in ``workdir`` (bounded in time); its whole output is in ``.stdout``."""
     proc = subprocess.run([sys.executable, "-m", "snakemake", "--cores", "2", *args], cwd=workdir,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from conftest import fast_config, load_default_config, server_processes_under, snakemake, write_config
+from conftest import eight_gpu_host_config, fast_config, server_processes_under, snakemake, write_config
 from specsweep.plan import pack
 
 
@@ -46,37 +46,23 @@ def test_packing_respects_gpus_and_its_lower_bound():
         assert busy <= 8
 
 
-def test_measured_makespan_on_a_simulated_gpu_host_matches_the_plan(workflow):
-    """Twelve TP-1 servers (4 long, 8 short) on a simulated 8-GPU host: servers take GPUs from the pool and start
-    in the plan's order; the measured makespan is within 15% of the prediction and of the packing lower bound."""
+def test_servers_on_a_simulated_gpu_host_take_disjoint_gpus_from_the_pool(workflow):
+    """Twelve TP-1 servers (4 long, 8 short) on a simulated 8-GPU host: each takes one GPU from the pool, at most
+    eight hold GPUs at once and no GPU is held by two at a time. (How the measured makespan compares with the
+    plan's prediction is a timing figure: benchmarks/plan_makespan.py, figures in benchmarks/README.md.)"""
     import json
 
-    config = load_default_config()
-    config["methods"] = ([{"name": f"ar-{x}", "algorithm": "ar"} for x in "abcd"]
-                         + [{"name": f"dflash-{x}", "algorithm": "dflash"} for x in "abcd"]
-                         + [{"name": "ddtree", "algorithm": "ddtree", "budget": [8, 16, 32, 64]}])
-    config["workloads"] = [{"name": "short", "family": "short", "requests": 12, "max_new_tokens": 256}]
-    config["concurrency"] = [1]
-    config["warmup"] = 0
-    # a slower GPU profile: fewer, longer steps keep eight simulated servers light on two CPU cores
-    config["sim"] = {"startup_seconds": 0.5, "gpu": "RTX-PRO-6000"}
-    config["gpu_pool"] = {"devices": 8, "lock_dir": str(workflow / "locks")}
-    write_config(workflow, config)
-    snakemake(workflow, "plan")
-    md = (workflow / "results" / "plan" / "plan.md").read_text()
-    predicted = float(md.split("predicted makespan: ")[1].split("(")[1].split(" s)")[0])
+    write_config(workflow, eight_gpu_host_config(workflow))
     snakemake(workflow, "--cores", "12", "--resources", "gpu=8", timeout=600)
     events = [json.loads(line) for line in (workflow / "results" / "journal.jsonl").read_text().splitlines()]
     spans = {}
     for e in events:
-        if e["event"] in ("server_start", "server_stop"):
-            spans.setdefault(e["server"], {})[e["event"]] = e["time"]
-            if e["event"] == "server_start":
-                assert len(e["gpus"]) == 1
-    start = min(s["server_start"] for s in spans.values())
-    measured = max(s["server_stop"] for s in spans.values()) - start
-    durations = [s["server_stop"] - s["server_start"] for s in spans.values()]
-    bound = max(sum(durations) / 8, max(durations))
+        if e["event"] == "server_start":
+            assert len(e["gpus"]) == 1
+            spans[e["server"]] = {"gpu": e["gpus"][0], "start": e["time"]}
+        elif e["event"] == "server_stop":
+            spans[e["server"]]["stop"] = e["time"]
     assert len(spans) == 12
-    assert abs(measured - predicted) / predicted <= 0.15, (measured, predicted)
-    assert measured <= 1.15 * bound, (measured, bound)
+    for t in sorted(s["start"] for s in spans.values()):
+        holding = [s["gpu"] for s in spans.values() if s["start"] <= t < s["stop"]]
+        assert len(holding) == len(set(holding)) <= 8
