@@ -20,6 +20,7 @@ import tempfile
 import threading
 import time
 from contextlib import ExitStack
+from dataclasses import replace
 from datetime import datetime, timezone
 from importlib import resources
 from pathlib import Path
@@ -476,17 +477,16 @@ def measure_cell(server: Server, params: dict, cell: dict, sessions: list, promp
     began = datetime.now(timezone.utc)
     load_config = params["load"]
     stream = stream_mode(argv, load_config["protocol"])
-    ignore_eos = bool(params["sampling"].get("ignore_eos"))
     load = LoadModel(load_config["model"], load_config.get("rate", 0.0), load_config["think_time"],
                      load_config["protocol"], params["seed"] + cell["repetition"], server.headers,
-                     incremental=stream == "incremental", ignore_eos=ignore_eos,
+                     incremental=stream == "incremental", ignore_eos=bool(params["sampling"].get("ignore_eos")),
                      connections=load_config.get("connections", "keep-alive"))
     if params["warmup"]:
         warm = build(dict(workload, name=workload["name"] + "-warmup", requests=params["warmup"]), params["seed"],
                      thinking, params["model"].get("path"), params["model"]["context_length"])
+        # the cell's protocol, stream and connections, as a closed loop without think time
         measure(server.url, warm, cell["concurrency"], sampling, timeout, thinking, server.alive,
-                LoadModel(protocol=load.protocol, headers=server.headers, incremental=load.incremental,
-                          ignore_eos=ignore_eos, connections=load.connections))
+                replace(load, model="closed", rate=0.0, think_time=0.0, seed=0))
         server.check_alive(f"after warm-up of {where}")
     before = scrape(server.url, server.headers)
     adaptive = params.get("adaptive")

@@ -41,7 +41,6 @@ from .workloads import Session
 # Failure categories (METRICS.md): a failed request is recorded, never dropped.
 CONNECT, HTTP_STATUS, TIMEOUT, TRUNCATED, SERVER_DIED = "connect", "http_status", "timeout", "truncated", "server_died"
 SERVER_ERROR, ABORTED, CLIENT_ERROR = "server_error", "aborted", "client_error"
-FAILURES = (CONNECT, HTTP_STATUS, TIMEOUT, TRUNCATED, SERVER_DIED, SERVER_ERROR, ABORTED, CLIENT_ERROR)
 PROTOCOLS = ("native", "openai-chat", "openai-completions")
 
 
@@ -106,11 +105,7 @@ def _payload(protocol: str, messages: list[dict], thinking: bool, sampling: dict
 
 
 class StreamError(Exception):
-    """The server reported a failure inside an HTTP 200 stream (an error object or an aborted request)."""
-
-    def __init__(self, category: str, detail: str):
-        super().__init__(detail)
-        self.category = category
+    """The server reported an error inside an HTTP 200 stream (SGLang's in-band error object)."""
 
 
 def _in_band_failure(chunk: dict) -> None:
@@ -118,7 +113,7 @@ def _in_band_failure(chunk: dict) -> None:
     if "error" in chunk or chunk.get("object") == "error":
         error = chunk.get("error", chunk)
         message = error.get("message", error) if isinstance(error, dict) else error
-        raise StreamError(SERVER_ERROR, f"error in the stream: {str(message)[:300]}")
+        raise StreamError(f"error in the stream: {str(message)[:300]}")
 
 
 def _parse_chunk(protocol: str, chunk: dict, record: RequestRecord, last_tokens: int,
@@ -226,7 +221,7 @@ async def send(http: aiohttp.ClientSession, url: str, messages: list[dict], samp
         elif not done:
             record.error, record.error_detail = TRUNCATED, "stream ended without [DONE]"
     except StreamError as exc:
-        record.error, record.error_detail = exc.category, f"{exc} (after {last_tokens} tokens)"
+        record.error, record.error_detail = SERVER_ERROR, f"{exc} (after {last_tokens} tokens)"
     except TimeoutError:
         record.error, record.error_detail = TIMEOUT, f"no complete answer within {timeout:g} s"
     except (aiohttp.ClientConnectorError, ConnectionRefusedError) as exc:

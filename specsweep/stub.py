@@ -79,7 +79,7 @@ def build_app(schedule: list[tuple[float, int]], empty_first: bool,
         rid = counter["requests"]
         return (rid, *behaviours[(rid - 1) % len(behaviours)])
 
-    async def fail_in_band(resp, name: str, chat: bool) -> None:
+    async def fail_in_band(resp, name: str) -> None:
         if name == "error":
             await resp.write(_sse({"error": {"message": "stub: injected in-band error", "type": "internal_error"}}))
         elif name == "garbage":
@@ -98,7 +98,7 @@ def build_app(schedule: list[tuple[float, int]], empty_first: bool,
         chunks = 0
         async for tokens, produced, last in on_schedule(schedule):
             if name in ("error", "garbage") and chunks == after:
-                await fail_in_band(resp, name, chat=False)
+                await fail_in_band(resp, name)
                 return resp
             text += " tok" * tokens
             stop = last or (name == "abort" and chunks + 1 == after)
@@ -125,7 +125,7 @@ def build_app(schedule: list[tuple[float, int]], empty_first: bool,
         produced, chunks = 0, 0
         async for tokens, produced, last in on_schedule(schedule):
             if name in ("error", "garbage") and chunks == after:
-                await fail_in_band(resp, name, chat)
+                await fail_in_band(resp, name)
                 return resp
             text = " tok" * tokens
             stop = last or (name == "abort" and chunks + 1 == after)
