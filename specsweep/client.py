@@ -68,6 +68,7 @@ class RequestRecord:
     kind: str
     t_sched: float = 0.0  # when the load model intended to send it
     t0: float = 0.0  # when it was sent
+    t_end: float | None = None  # when it finished: its last chunk, [DONE] or its failure
     chunk_times: list = field(default_factory=list)  # arrival of each content chunk
     chunk_tokens: list = field(default_factory=list)  # tokens carried by each content chunk
     output_tokens: int = 0  # server-reported completion tokens
@@ -191,6 +192,7 @@ async def send(http: aiohttp.ClientSession, url: str, messages: list[dict], samp
                 if resp.status != 200:
                     body = (await resp.text())[:300]
                     record.error, record.error_detail = HTTP_STATUS, f"HTTP {resp.status}: {body}"
+                    record.t_end = time.monotonic()
                     return
                 async for now, raw in _sse_lines(resp):
                     line = raw.strip()
@@ -232,6 +234,7 @@ async def send(http: aiohttp.ClientSession, url: str, messages: list[dict], samp
         record.error, record.error_detail = TRUNCATED, f"malformed stream chunk: {exc}"
     except Exception as exc:  # anything else while reading this stream fails this request only
         record.error, record.error_detail = CLIENT_ERROR, f"{type(exc).__name__}: {exc}"[:500]
+    record.t_end = time.monotonic()
     if record.error in (CONNECT, TRUNCATED, TIMEOUT) and alive is not None and await _died(alive):
         record.error = SERVER_DIED
 
@@ -335,6 +338,7 @@ async def run_sessions(url: str, sessions: list[Session], concurrency: int, samp
     for r in records:  # times relative to the start of the run
         r.t_sched -= start
         r.t0 -= start
+        r.t_end = r.t_end - start if r.t_end is not None else None
         r.chunk_times = [t - start for t in r.chunk_times]
     return records
 

@@ -13,6 +13,11 @@ import numpy as np
 
 PERCENTILES = (50, 90, 95, 99)
 BOOTSTRAP_RESAMPLES = 1000
+MIN_SESSIONS = 10  # independent units (sessions) below which no interval is claimed
+TAIL_VALUES = 5  # values needed beyond a percentile (n x min(p, 1 - p)) for its interval
+# Student t quantiles t(0.975, df) for df = 1..30 (df above 30: the last one, 2.04, is within 2% of 1.96)
+T_975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145, 2.131,
+         2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042)
 
 
 # ---------------------------------------------------------------- per request
@@ -64,15 +69,162 @@ def queue_delay(r: dict) -> float:
     return r["t0"] - r["t_sched"]
 
 
+# ---------------------------------------------------------------- load actually held
+
+def end_time(r: dict) -> float:
+    """t_end: when a request finished (its last chunk, [DONE] or its failure); older records: last chunk or t0."""
+    if r.get("t_end") is not None:
+        return r["t_end"]
+    return r["chunk_times"][-1] if r["chunk_times"] else r["t0"]
+
+
+def in_flight(records: list[dict]) -> list[tuple[float, float, int]]:
+    """Requests in flight over time: (from, to, count) pieces, a request counting from t0 until t_end."""
+    events = sorted([(r["t0"], 1) for r in records] + [(end_time(r), -1) for r in records],
+                    key=lambda e: (e[0], e[1]))  # at one instant an end comes before a send
+    pieces, count = [], 0
+    for (t, step), (t_next, _) in zip(events, events[1:] + [(events[-1][0], 0)] if events else []):
+        count += step
+        if t_next > t:
+            pieces.append((t, t_next, count))
+    return pieces
+
+
+def steady_window(records: list[dict], concurrency: int, load_model: str = "closed") -> list[float] | None:
+    """Steady-state window = from the first to the last moment the cell's concurrency was in flight (closed loop;
+    open loop: from the first to the last send); None when the concurrency was never reached."""
+    if not records:
+        return None
+    if load_model != "closed":
+        sends = [r["t0"] for r in records]
+        return [min(sends), max(sends)] if max(sends) > min(sends) else None
+    held = [(a, b) for a, b, n in in_flight(records) if n >= concurrency]
+    return [held[0][0], held[-1][1]] if held else None
+
+
+def achieved_concurrency(records: list[dict], window: list[float] | None = None) -> dict:
+    """Achieved concurrency = time-weighted mean and peak of requests in flight (t0 <= t < t_end), over the
+    measurement (first send to last end) or over a window."""
+    pieces = in_flight(records)
+    if window is not None:
+        pieces = [(max(a, window[0]), min(b, window[1]), n) for a, b, n in pieces if b > window[0] and a < window[1]]
+    span = sum(b - a for a, b, _ in pieces)
+    if not pieces or span <= 0:
+        return {"mean": None, "peak": None}
+    return {"mean": sum((b - a) * n for a, b, n in pieces) / span, "peak": max(n for _, _, n in pieces)}
+
+
+def concurrency_report(records: list[dict], concurrency: int, load_model: str = "closed") -> dict:
+    """The cell's label beside what it held: mean and peak in flight over the measurement and over the
+    steady-state window, the window ([from, to], seconds since the first send) and its share of the measurement."""
+    window = steady_window(records, concurrency, load_model)
+    whole = achieved_concurrency(records)
+    steady = achieved_concurrency(records, window) if window else {"mean": None, "peak": None}
+    span = (max(end_time(r) for r in records) - min(r["t0"] for r in records)) if records else 0.0
+    return {"label": concurrency, "load_model": load_model, "mean": whole["mean"], "peak": whole["peak"],
+            "steady_mean": steady["mean"], "window": window,
+            "window_share": (window[1] - window[0]) / span if window and span > 0 else None,
+            "held": window is not None}
+
+
 # ---------------------------------------------------------------- per cell
 
-def output_throughput(records: list[dict]) -> float | None:
-    """Output throughput = sum of N over successful requests / (last t_last - first t0), tokens/s."""
+def engine_steps(records: list[dict], window: list[float]) -> list[dict]:
+    """Engine steps seen by the client inside a window: chunk arrivals grouped by instant (within a quarter of the
+    median gap between a request's chunks), each with its duration since the previous step, the requests it served
+    and those it brought a first token (their prefill)."""
+    arrivals = sorted((t, i, k == 0) for i, r in enumerate(records) for k, t in enumerate(r["chunk_times"])
+                      if window[0] < t <= window[1])
+    gaps = [g for r in records for g in chunk_gaps(r)]
+    tolerance = 0.25 * float(np.median(gaps)) if gaps else 0.0
+    steps: list[dict] = []
+    for t, i, first in arrivals:
+        if not steps or t - steps[-1]["last"] > tolerance:
+            steps.append({"time": t, "last": t, "served": [], "first": []})
+        step = steps[-1]
+        step["last"] = t
+        step["served"].append(i)
+        if first:
+            step["first"].append(i)
+    previous = window[0]
+    for step in steps:
+        step["seconds"], previous = step["last"] - previous, step["last"]
+    return steps
+
+
+def _session_shares(records: list[dict], window: list[float] | None) -> dict:
+    """Per session: (output tokens of its successful requests that arrived inside the window, engine seconds
+    charged to it there, its content kind).
+
+    Charging: a step's time is shared by the requests it served, except the excess over the median plain step of
+    a step that brought first tokens (prefill), charged to the requests it admitted: a request that joins the
+    batch stalls everyone, and that stall is its own cost.
+    """
+    a, b = window if window else (min(r["t0"] for r in records), max(end_time(r) for r in records))
+    steps = engine_steps(records, [a, b])
+    plain = [s["seconds"] for s in steps if not s["first"]]
+    typical = float(np.median(plain)) if plain else 0.0
+    charged = [0.0] * len(records)
+    for step in steps:
+        stall = max(0.0, step["seconds"] - typical) if step["first"] else 0.0
+        for i in step["served"]:
+            charged[i] += (step["seconds"] - stall) / len(step["served"])
+        for i in step["first"]:
+            charged[i] += stall / len(step["first"])
+    out: dict = {}
+    for r, seconds in zip(records, charged):
+        tokens = sum(n for t, n in zip(r["chunk_times"], r["chunk_tokens"]) if a < t <= b) if r["error"] is None else 0
+        n, d, _ = out.get(r["session"], (0, 0.0, None))
+        out[r["session"]] = (n + tokens, d + seconds, r["kind"])
+    return out
+
+
+def output_throughput(records: list[dict], window: list[float] | None = None) -> float | None:
+    """Output throughput = output tokens of successful requests arriving inside the steady-state window / its
+    length (tokens/s); without a window, sum of N over successful requests / (last t_last - first t0)."""
     ok = [r for r in records if r["error"] is None and r["chunk_times"]]
     if not ok:
         return None
-    window = max(r["chunk_times"][-1] for r in ok) - min(r["t0"] for r in records)
-    return sum(r["output_tokens"] for r in ok) / window if window > 0 else None
+    if window is None:
+        span = max(r["chunk_times"][-1] for r in ok) - min(r["t0"] for r in records)
+        return sum(r["output_tokens"] for r in ok) / span if span > 0 else None
+    span = window[1] - window[0]
+    tokens = sum(v[0] for v in _session_shares(records, window).values())
+    return tokens / span if span > 0 else None
+
+
+def _resample(strata: list, seed: int) -> np.ndarray:
+    """How often each independent unit is drawn in each bootstrap resample (resamples x units), resampling within
+    each unit's stratum (its content kind: a workload's mix of kinds is fixed, not drawn)."""
+    rng = np.random.default_rng(seed)
+    counts = np.zeros((BOOTSTRAP_RESAMPLES, len(strata)))
+    for label in dict.fromkeys(strata):
+        columns = [i for i, s in enumerate(strata) if s == label]
+        counts[:, columns] = rng.multinomial(len(columns), [1.0 / len(columns)] * len(columns),
+                                             size=BOOTSTRAP_RESAMPLES)
+    return counts
+
+
+def _interval(boot: np.ndarray) -> list[float] | None:
+    lo, hi = np.percentile(boot[np.isfinite(boot)], [2.5, 97.5])
+    return [float(lo), float(hi)] if hi > lo else None  # a zero-width interval is no interval
+
+
+def throughput_ci(records: list[dict], window: list[float] | None = None, seed: int = 0) -> list[float] | None:
+    """95% CI of output throughput: bootstrap over sessions of sum(tokens*)/sum(seconds*) x sum(seconds)/window,
+    with each session's tokens and the engine seconds charged to it inside the steady-state window (a session's
+    prefill stalls the whole batch and is charged to it); none below MIN_SESSIONS sessions."""
+    if not records:
+        return None
+    shares = [v for v in _session_shares(records, window).values() if v[1] > 0]
+    point = output_throughput(records, window)
+    if point is None or len(shares) < MIN_SESSIONS:
+        return None
+    n = np.array([v[0] for v in shares], dtype=float)
+    d = np.array([v[1] for v in shares], dtype=float)
+    scale = point * d.sum() / n.sum() if n.sum() > 0 else 0.0  # = charged seconds / window (about 1)
+    w = _resample([v[2] for v in shares], seed)
+    return _interval(w @ n / (w @ d) * scale)
 
 
 def acceptance_length(records: list[dict]) -> float | None:
@@ -108,22 +260,51 @@ def tokens_per_chunk(records: list[dict]) -> float | None:
     return tokens / chunks if chunks else None
 
 
-def summarise(values: list[float], seed: int = 0) -> dict:
-    """Mean and percentiles of a sample, each with a 95% bootstrap confidence interval (resampling values)."""
-    data = np.asarray([v for v in values if v is not None and math.isfinite(v)], dtype=float)
-    out: dict = {"n": int(data.size)}
-    if data.size == 0:
+def _weighted_percentile(sorted_values: np.ndarray, weights: np.ndarray, p: float) -> np.ndarray:
+    """Per row of integer weights (copies of each sorted value): the p-th percentile with numpy's linear rule."""
+    total = weights.sum(axis=1)
+    h = (total - 1) * p / 100.0
+    low = np.floor(h)
+    cum = np.cumsum(weights, axis=1)
+    i = (cum < (low + 1)[:, None]).sum(axis=1)
+    j = (cum < np.minimum(low + 2, total)[:, None]).sum(axis=1)
+    last = len(sorted_values) - 1
+    lo_v, hi_v = sorted_values[np.minimum(i, last)], sorted_values[np.minimum(j, last)]
+    return lo_v + (h - low) * (hi_v - lo_v)
+
+
+def summarise(values: list, sessions: list | None = None, seed: int = 0, kinds: list | None = None) -> dict:
+    """Mean and percentiles with their n, each with a 95% bootstrap CI resampling whole sessions (never single
+    tokens); no CI below MIN_SESSIONS sessions, nor for percentile p with fewer than TAIL_VALUES values beyond it."""
+    pairs = [(v, s, k) for v, s, k in zip(values, sessions if sessions is not None else range(len(values)),
+                                          kinds if kinds is not None else [None] * len(values))
+             if v is not None and math.isfinite(v)]
+    out: dict = {"n": len(pairs)}
+    if not pairs:
         return out
-    rng = np.random.default_rng(seed)
-    idx = rng.integers(0, data.size, size=(BOOTSTRAP_RESAMPLES, data.size))
-    samples = data[idx]
-    stats = {"mean": (data.mean(), samples.mean(axis=1))}
+    data = np.array([v for v, _, _ in pairs], dtype=float)
+    groups = {s: i for i, s in enumerate(dict.fromkeys(s for _, s, _ in pairs))}
+    stratum = {s: k for _, s, k in pairs}
+    out["sessions"] = len(groups)
+    order = np.argsort(data, kind="stable")
+    data_sorted = data[order]
+    cluster = np.array([groups[s] for _, s, _ in pairs])[order]
+    stats = {"mean": None, **{f"p{p}": p for p in PERCENTILES}}
+    out["mean"] = float(data.mean())
     for p in PERCENTILES:
-        stats[f"p{p}"] = (np.percentile(data, p), np.percentile(samples, p, axis=1))
-    for name, (point, boot) in stats.items():
-        lo, hi = np.percentile(boot, [2.5, 97.5])
-        out[name] = float(point)
-        out[f"{name}_ci"] = [float(lo), float(hi)]
+        out[f"p{p}"] = float(np.percentile(data, p))
+    claimed = {name: len(groups) >= MIN_SESSIONS and (p is None or data.size * min(p, 100 - p) / 100 >= TAIL_VALUES)
+               for name, p in stats.items()}
+    boot = {name: [] for name, ok in claimed.items() if ok}
+    if boot:
+        counts = _resample([stratum[s] for s in groups], seed)
+        for rows in np.array_split(np.arange(BOOTSTRAP_RESAMPLES), max(1, data.size * BOOTSTRAP_RESAMPLES // 2_000_000)):
+            weights = counts[rows][:, cluster]  # copies of each value in each resample
+            for name in boot:
+                boot[name].append(weights @ data_sorted / weights.sum(axis=1) if stats[name] is None
+                                  else _weighted_percentile(data_sorted, weights, stats[name]))
+    for name in stats:
+        out[f"{name}_ci"] = _interval(np.concatenate(boot[name])) if name in boot else None
     return out
 
 
@@ -157,9 +338,11 @@ def per_turn(records: list[dict], seed: int = 0) -> dict:
     for turn in sorted({r["turn"] for r in records}):
         rows = [r for r in records if r["turn"] == turn]
         ok = [r for r in rows if r["error"] is None]
+        sessions = [r["session"] for r in ok]
         out[str(turn)] = {
             "requests": len(rows), "failed": len(rows) - len(ok),
-            "ttft": summarise([ttft(r) for r in ok], seed), "e2e": summarise([e2e(r) for r in ok], seed),
+            "ttft": summarise([ttft(r) for r in ok], sessions, seed, [r["kind"] for r in ok]),
+            "e2e": summarise([e2e(r) for r in ok], sessions, seed, [r["kind"] for r in ok]),
             "prompt_tokens_mean": float(np.mean([r["prompt_tokens"] for r in ok])) if ok else None,
             "cached_tokens_mean": float(np.mean([r["cached_tokens"] for r in ok])) if ok else None,
         }
@@ -176,24 +359,6 @@ def acceptance_agreement(estimates: dict, tolerance: float = 0.02) -> dict:
     return {"max_relative_difference": diff, "disagree": bool(diff > tolerance)}
 
 
-def throughput_ci(records: list[dict], seed: int = 0) -> list[float] | None:
-    """95% CI of output throughput: bootstrap over requests of sum(N*)/sum(E2E*) x (sum(E2E)/window)."""
-    ok = [r for r in records if r["error"] is None and r["chunk_times"]]
-    point = output_throughput(records)
-    if not ok or point is None:
-        return None
-    n = np.array([r["output_tokens"] for r in ok], dtype=float)
-    d = np.array([e2e(r) for r in ok], dtype=float)
-    if d.sum() <= 0:
-        return None
-    occupancy = point * d.sum() / n.sum()  # = sum(E2E) / window
-    rng = np.random.default_rng(seed)
-    idx = rng.integers(0, len(ok), size=(BOOTSTRAP_RESAMPLES, len(ok)))
-    boot = n[idx].sum(axis=1) / d[idx].sum(axis=1) * occupancy
-    lo, hi = np.percentile(boot, [2.5, 97.5])
-    return [float(lo), float(hi)]
-
-
 def failures(records: list[dict]) -> dict:
     """Failed requests by category (connect, http_status, timeout, truncated, server_died, server_error, aborted, client_error)."""
     out: dict = {}
@@ -203,11 +368,27 @@ def failures(records: list[dict]) -> dict:
     return out
 
 
-def cell_metrics(records: list[dict], tp: int, seed: int = 0) -> dict:
+def user_ttft(r: dict) -> float | None:
+    """User TTFT = t_first - t_sched: TTFT plus the queue delay (the wait for a free slot under open-loop load)."""
+    return r["chunk_times"][0] - r["t_sched"] if r["chunk_times"] else None
+
+
+def cell_metrics(records: list[dict], tp: int, concurrency: int, load_model: str = "closed", seed: int = 0) -> dict:
     """All per-cell aggregates of METRICS.md from the measured (non-warm-up) request records."""
     ok = [r for r in records if r["error"] is None]
-    throughput = output_throughput(records)
-    itl = [v for r in ok for v in itl_per_token(r)]
+    held = concurrency_report(records, concurrency, load_model)
+    window = held["window"]
+    throughput = output_throughput(records, window)
+    by_session = [r["session"] for r in ok]
+
+    def per_request(metric, rows=ok):
+        return summarise([metric(r) for r in rows], [r["session"] for r in rows], seed, [r["kind"] for r in rows])
+
+    def per_token(metric):
+        rows = [(v, r) for r in ok for v in metric(r)]
+        return summarise([v for v, _ in rows], [r["session"] for _, r in rows], seed, [r["kind"] for _, r in rows])
+
+    sessions_done = session_completion(records)
     return {
         "requests_sent": len(records),
         "requests_completed": len(ok),
@@ -215,19 +396,22 @@ def cell_metrics(records: list[dict], tp: int, seed: int = 0) -> dict:
         "failures": failures(records),
         "length_mismatches": length_mismatches(records),
         "output_tokens": int(sum(r["output_tokens"] for r in ok)),
+        "concurrency": held,
         "output_throughput": throughput,
-        "output_throughput_ci": throughput_ci(records, seed),
+        "output_throughput_ci": throughput_ci(records, window, seed),
         "output_throughput_per_gpu": throughput / tp if throughput is not None else None,
-        "ttft": summarise([ttft(r) for r in ok], seed),
-        "tpot": summarise([tpot(r) for r in ok], seed),
-        "itl": summarise(itl, seed),
-        "e2e": summarise([e2e(r) for r in ok], seed),
-        "interactivity": summarise([interactivity(r) for r in ok], seed),
-        "queue_delay": summarise([queue_delay(r) for r in records], seed),
-        "chunk_gap": summarise([g for r in ok for g in chunk_gaps(r)], seed),
+        "output_throughput_run": output_throughput(records),
+        "ttft": per_request(ttft),
+        "user_ttft": per_request(user_ttft),
+        "tpot": per_request(tpot),
+        "itl": per_token(itl_per_token),
+        "e2e": per_request(e2e),
+        "interactivity": per_request(interactivity),
+        "queue_delay": per_request(queue_delay, records),
+        "chunk_gap": per_token(chunk_gaps),
         "ttft_with_failures": summarise_with_failures([ttft(r) for r in ok], len(records) - len(ok)),
         "e2e_with_failures": summarise_with_failures([e2e(r) for r in ok], len(records) - len(ok)),
-        "session_completion": summarise(session_completion(records), seed),
+        "session_completion": summarise(sessions_done, None, seed),
         "per_turn": per_turn(records, seed) if any(r["turn"] for r in records) else {},
         "acceptance_length": acceptance_length(records),
         "acceptance_length_per_request": acceptance_length_per_request(records),
@@ -238,47 +422,67 @@ def cell_metrics(records: list[dict], tp: int, seed: int = 0) -> dict:
 
 def definitions() -> list[tuple[str, str]]:
     """(name, definition) for every metric, from the first line of each docstring."""
-    funcs = [ttft, e2e, tpot, interactivity, itl_per_token, chunk_gaps, queue_delay,
-             output_throughput, throughput_ci, acceptance_length, acceptance_length_per_request,
-             acceptance_length_sglang, tokens_per_chunk, length_mismatches,
-             acceptance_agreement, summarise, summarise_with_failures, session_completion, per_turn, failures,
-             speedup, first_divergence, losslessness]
+    funcs = [ttft, user_ttft, e2e, tpot, interactivity, itl_per_token, chunk_gaps, queue_delay, end_time,
+             achieved_concurrency, steady_window, output_throughput, acceptance_length,
+             acceptance_length_per_request, acceptance_length_sglang, tokens_per_chunk, length_mismatches,
+             acceptance_agreement, summarise_with_failures, session_completion, per_turn, failures,
+             first_divergence, losslessness]
     return [(f.__name__, f.__doc__.strip().splitlines()[0]) for f in funcs]
 
 
-def _throughput_estimator(records: list[dict]) -> tuple[dict, float] | None:
-    """Per-session (tokens, busy seconds) of successful requests and the cell's occupancy."""
-    point = output_throughput(records)
-    ok = [r for r in records if r["error"] is None and r["chunk_times"]]
-    if point is None or not ok:
-        return None
-    per_session: dict = {}
-    for r in ok:
-        n, d = per_session.get(r["session"], (0.0, 0.0))
-        per_session[r["session"]] = (n + r["output_tokens"], d + e2e(r))
-    total_n = sum(v[0] for v in per_session.values())
-    total_d = sum(v[1] for v in per_session.values())
-    return per_session, point * total_d / total_n
+def statistics() -> list[tuple[str, str]]:
+    """(name, explanation) of how intervals are made, from the docstrings of the functions that make them."""
+    funcs = [summarise, throughput_ci, speedup, combine_launches, relative_precision]
+    return [(f.__name__, " ".join(f.__doc__.strip().split("\n\n")[0].split())) for f in funcs]
 
 
-def speedup(method_records: list[dict], ar_records: list[dict], seed: int = 0) -> dict:
-    """Speedup = output throughput of the method / that of AR on the same prompts; 95% CI by paired bootstrap over sessions."""
-    a, b = output_throughput(method_records), output_throughput(ar_records)
-    if not a or not b:
-        return {"speedup": None, "speedup_ci": None}
-    ea, eb = _throughput_estimator(method_records), _throughput_estimator(ar_records)
-    common = sorted(set(ea[0]) & set(eb[0]))
-    out = {"speedup": a / b, "speedup_ci": None}
-    if len(common) < 2:
-        return out
-    na = np.array([ea[0][s][0] for s in common]); da = np.array([ea[0][s][1] for s in common])
-    nb = np.array([eb[0][s][0] for s in common]); db = np.array([eb[0][s][1] for s in common])
-    rng = np.random.default_rng(seed)
-    idx = rng.integers(0, len(common), size=(BOOTSTRAP_RESAMPLES, len(common)))
-    ratio = (na[idx].sum(1) / da[idx].sum(1) * ea[1]) / (nb[idx].sum(1) / db[idx].sum(1) * eb[1])
-    lo, hi = np.percentile(ratio, [2.5, 97.5])
-    out["speedup_ci"] = [float(lo), float(hi)]
+def speedup(method_records: list[dict], ar_records: list[dict], method_window: list[float] | None = None,
+            ar_window: list[float] | None = None, seed: int = 0) -> dict:
+    """Speedup = output throughput of the method / that of AR, both over the sessions the two cells share; 95% CI by
+    paired bootstrap over those sessions (the same pairs as the estimate; none below MIN_SESSIONS pairs).
+
+    Each side is sum(tokens)/sum(charged seconds) over the shared sessions inside its own steady-state window (see
+    throughput_ci); with every session in both cells this is each cell's own throughput.
+    """
+    if not method_records or not ar_records:
+        return {"speedup": None, "speedup_ci": None, "pairs": 0}
+    sides = []
+    for records, window in ((method_records, method_window), (ar_records, ar_window)):
+        shares = _session_shares(records, window)
+        point = output_throughput(records, window)
+        tokens, busy = sum(v[0] for v in shares.values()), sum(v[1] for v in shares.values())
+        if not point or not tokens or not busy:
+            return {"speedup": None, "speedup_ci": None, "pairs": 0}
+        sides.append((shares, point * busy / tokens))  # (per session, achieved concurrency in the window)
+    common = [s for s in sides[0][0] if s in sides[1][0] and (sides[0][0][s][1] > 0 or sides[1][0][s][1] > 0)]
+    arrays = []
+    for shares, scale in sides:
+        n = np.array([shares[s][0] for s in common], dtype=float)
+        d = np.array([shares[s][1] for s in common], dtype=float)
+        arrays.append((n, d, scale))
+    (na, da, ca), (nb, db, cb) = arrays
+    if not common or da.sum() <= 0 or db.sum() <= 0 or nb.sum() <= 0:
+        return {"speedup": None, "speedup_ci": None, "pairs": len(common)}
+    out = {"speedup": float((ca * na.sum() / da.sum()) / (cb * nb.sum() / db.sum())), "speedup_ci": None,
+           "pairs": len(common)}
+    if len(common) >= MIN_SESSIONS:
+        w = _resample([sides[1][0][s][2] for s in common], seed)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            out["speedup_ci"] = _interval((ca * (w @ na) / (w @ da)) / (cb * (w @ nb) / (w @ db)))
     return out
+
+
+def combine_launches(estimates: list[float]) -> dict:
+    """Across repetitions (separate launches): the mean of the launches' estimates with a 95% Student-t interval
+    mean +- t(0.975, r-1) x sd / sqrt(r), so launch-to-launch variation is in it; none from a single launch."""
+    values = np.array([v for v in estimates if v is not None and math.isfinite(v)], dtype=float)
+    if values.size == 0:
+        return {"mean": None, "ci": None, "launches": 0}
+    mean = float(values.mean())
+    if values.size < 2:
+        return {"mean": mean, "ci": None, "launches": int(values.size)}
+    half = T_975[min(values.size - 1, len(T_975)) - 1] * values.std(ddof=1) / math.sqrt(values.size)
+    return {"mean": mean, "ci": [mean - half, mean + half] if half > 0 else None, "launches": int(values.size)}
 
 
 def first_divergence(tokens: list[str], reference: list[str]) -> int | None:
@@ -314,17 +518,17 @@ def losslessness(method_records: list[dict], ar_records: list[dict]) -> dict:
     }
 
 
-def relative_precision(records: list[dict], metric: str = "output_throughput", seed: int = 0) -> float | None:
-    """Relative precision = half-width of the metric's 95% CI / its value (metric: output_throughput or name.stat)."""
+def relative_precision(records: list[dict], metric: str = "output_throughput", concurrency: int = 1,
+                       load_model: str = "closed", seed: int = 0) -> float | None:
+    """Relative precision = half-width of the metric's 95% CI / its value, with the cell's own intervals (None while
+    no interval is claimed: too few sessions, or a zero-width one)."""
     if metric == "output_throughput":
-        point, ci = output_throughput(records), throughput_ci(records, seed)
+        window = steady_window(records, concurrency, load_model)
+        point, ci = output_throughput(records, window), throughput_ci(records, window, seed)
     else:
         name, stat = metric.split(".")
-        ok = [r for r in records if r["error"] is None]
-        per_request = {"ttft": ttft, "tpot": tpot, "e2e": e2e, "interactivity": interactivity}
-        values = [v for r in ok for v in itl_per_token(r)] if name == "itl" else [per_request[name](r) for r in ok]
-        summary = summarise(values, seed)
+        summary = cell_metrics(records, 1, concurrency, load_model, seed)[name]
         point, ci = summary.get(stat), summary.get(f"{stat}_ci")
-    if not point or not ci:
+    if not point or not ci or ci[1] <= ci[0]:
         return None
     return (ci[1] - ci[0]) / 2 / abs(point)

@@ -204,47 +204,60 @@ class Engine:
         self.wakeup.set()
         return req
 
+    def next_step(self) -> tuple[list[Request], list[Request], float]:
+        """Admit waiting requests; return (admitted, decoding batch, modelled seconds) of the next step."""
+        limit = self.args.max_running_requests
+        admitted = []
+        while self.waiting and len(self.running) + len(admitted) < limit:
+            admitted.append(self.waiting.pop(0))
+            admitted[-1].admitted = time.monotonic()
+        step = 0.0
+        if admitted:  # prefill batch: each admitted request gets its first token
+            new = 0
+            for req in admitted:
+                req.cached_tokens = self.cached_prefix(req.prompt_tokens)
+                new += len(req.prompt_tokens) - req.cached_tokens
+            step += self.cost.prefill(new) + self.cost.decode_step(Decoding(), [len(r.prompt_tokens) for r in admitted])
+        batch = list(self.running)
+        step += self.cost.decode_step(self.decoding, [len(r.prompt_tokens) + r.produced for r in batch])
+        return admitted, batch, step
+
+    def commit_step(self, admitted: list[Request], batch: list[Request]) -> None:
+        """Emit what one step produced: the admitted requests' first tokens, each decoding request's accepted ones."""
+        self.counters["steps"] += 1
+        for req in admitted:
+            req.prefilled = True
+            self._emit(req, 1)
+        for req in batch:
+            n = accepted_tokens(self.decoding, req.a, req.rng)
+            if self.decoding.algorithm != "ar":
+                req.verify_ct += 1
+                self.counters["verify_calls"] += 1
+                self.counters["accepted_tokens"] += n
+            self._emit(req, n)
+        self.running = [r for r in self.running + admitted if r.produced < len(r.reply)]
+
+    @property
+    def idle(self) -> bool:
+        return not self.waiting and not self.running
+
     async def run(self) -> None:
+        """Steps in real time: each one sleeps for its modelled seconds (never catching up on lost time)."""
         loop = asyncio.get_running_loop()
         deadline = loop.time()
         while True:
-            if not self.waiting and not self.running:
+            if self.idle:
                 self.wakeup.clear()
                 await self.wakeup.wait()
                 deadline = loop.time()
-            limit = self.args.max_running_requests
-            admitted = []
-            while self.waiting and len(self.running) + len(admitted) < limit:
-                admitted.append(self.waiting.pop(0))
-                admitted[-1].admitted = time.monotonic()
-            step = 0.0
-            if admitted:  # prefill batch: each admitted request gets its first token
-                new = 0
-                for req in admitted:
-                    req.cached_tokens = self.cached_prefix(req.prompt_tokens)
-                    new += len(req.prompt_tokens) - req.cached_tokens
-                step += self.cost.prefill(new) + self.cost.decode_step(Decoding(), [len(r.prompt_tokens) for r in admitted])
-            decoding_batch = [r for r in self.running]
-            contexts = [len(r.prompt_tokens) + r.produced for r in decoding_batch]
-            step += self.cost.decode_step(self.decoding, contexts)
+            admitted, batch, step = self.next_step()
             deadline += step
             delay = deadline - loop.time()
             if delay > 0:
                 await asyncio.sleep(delay)
             else:
                 deadline = loop.time()  # fell behind (host too slow): do not accumulate debt
-            self.counters["steps"] += 1
-            for req in admitted:
-                req.prefilled = True
-                self._emit(req, 1)
-            for req in decoding_batch:
-                n = accepted_tokens(self.decoding, req.a, req.rng)
-                if self.decoding.algorithm != "ar":
-                    req.verify_ct += 1
-                    self.counters["verify_calls"] += 1
-                    self.counters["accepted_tokens"] += n
-                self._emit(req, n)
-            self.running = [r for r in self.running + admitted if r.produced < len(r.reply)]
+            self.commit_step(admitted, batch)
 
     def _emit(self, req: Request, n: int) -> None:
         n = min(n, len(req.reply) - req.produced)

@@ -1,0 +1,62 @@
+"""A closed-loop cell on the simulated engine in virtual time: the engine's own steps, no sleeping, no HTTP.
+
+Used where many independent cells are needed quickly and deterministically (the
+statistical checks of the confidence intervals): the records are those the
+client would write if the host added no delay. Numbers from it are simulated.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+from ..client import RequestRecord
+from ..text import chat_prompt
+from .server import Engine, parse_args
+
+
+def engine(algorithm: str = "ar", block_size: int = 16, budget: int = 0, tp: int = 1, gpu: str = "H200",
+           model_profile: str = "qwen3-8b", max_running: int = 256) -> Engine:
+    """A simulated engine decoding with ``algorithm`` (ar, dflash or ddtree)."""
+    argv = ["--model-path", "sim", "--tp-size", str(tp), "--sim-gpu", gpu, "--sim-model-profile", model_profile,
+            "--max-running-requests", str(max_running)]
+    if algorithm != "ar":
+        argv += ["--speculative-algorithm", algorithm.upper(), "--speculative-draft-model-path", "sim-drafter",
+                 "--speculative-dflash-block-size", str(block_size)]
+    if algorithm == "ddtree":
+        argv += ["--speculative-ddtree-budget", str(budget)]
+    return Engine(parse_args(argv))
+
+
+def closed_loop(sim: Engine, sessions: list, concurrency: int, sampling: dict | None = None) -> list[dict]:
+    """Single-turn sessions through ``concurrency`` closed-loop slots; request records (dicts) in virtual seconds."""
+    sampling = {"temperature": 0.0, **(sampling or {})}
+    pending, flying, records, clock = deque(sessions), {}, [], 0.0
+
+    def send():
+        session = pending.popleft()
+        record = RequestRecord(session.id, 0, session.kind, t_sched=clock, t0=clock)
+        req = sim.submit(chat_prompt(session.messages), dict(sampling, max_new_tokens=session.max_new_tokens))
+        record.prompt_tokens = len(req.prompt_tokens)
+        flying[id(req)] = (req, record)
+
+    while pending and len(flying) < concurrency:
+        send()
+    while flying:
+        admitted, batch, seconds = sim.next_step()
+        clock += seconds
+        sim.commit_step(admitted, batch)
+        for key, (req, record) in list(flying.items()):
+            done = False
+            while not req.queue.empty():
+                n, done = req.queue.get_nowait()
+                record.chunk_times.append(clock)
+                record.chunk_tokens.append(n)
+            record.output_tokens = req.produced
+            record.verify_ct = req.verify_ct or None
+            if done:
+                record.t_end = clock
+                records.append(record.as_dict())
+                del flying[key]
+                if pending:
+                    send()
+    return records
