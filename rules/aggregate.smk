@@ -1,4 +1,4 @@
-TABLES = ["summary", "requests", "turns", "best_budget", "break_even", "pareto"]
+TABLES = ["summary", "combined", "requests", "turns", "best_budget", "break_even", "pareto"]
 
 
 rule aggregate:

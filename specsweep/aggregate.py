@@ -7,15 +7,18 @@ from pathlib import Path
 
 import pandas as pd
 
-from .metrics import losslessness, speedup
+from .metrics import combine_launches, losslessness, speedup
 
 SUMMARY_COLUMNS = [
     "simulated", "tp", "method", "algorithm", "block_size", "budget", "topk", "workload", "family",
-    "concurrency", "repetition", "requests_sent", "requests_completed", "requests_failed", "output_tokens",
+    "concurrency", "concurrency_mean", "concurrency_peak", "concurrency_steady_mean", "concurrency_held",
+    "steady_window_s", "steady_share", "repetition", "launches", "requests_sent", "requests_completed", "requests_failed", "output_tokens",
     "output_throughput", "output_throughput_lo", "output_throughput_hi", "output_throughput_per_gpu",
-    "speedup", "speedup_lo", "speedup_hi",
-    "ttft_p50", "ttft_p50_lo", "ttft_p50_hi", "ttft_p99", "ttft_p99_lo", "ttft_p99_hi",
-    "tpot_mean", "tpot_p50", "tpot_p50_lo", "tpot_p50_hi", "tpot_p99", "itl_p50", "itl_p99", "e2e_p50", "e2e_p99",
+    "output_throughput_run", "speedup", "speedup_lo", "speedup_hi", "speedup_pairs",
+    "ttft_n", "ttft_p50", "ttft_p50_lo", "ttft_p50_hi", "ttft_p99", "ttft_p99_lo", "ttft_p99_hi",
+    "queue_delay_p50", "queue_delay_p99", "user_ttft_p50", "user_ttft_p99",
+    "tpot_n", "tpot_mean", "tpot_p50", "tpot_p50_lo", "tpot_p50_hi", "tpot_p99", "itl_n", "itl_p50", "itl_p99",
+    "e2e_n", "e2e_p50", "e2e_p99",
     "acceptance_length", "acceptance_length_server", "acceptance_length_sglang", "tokens_per_chunk",
     "acceptance_disagree", "failures", "length_mismatches", "server_running_mean", "server_running_peak",
     "attention_backend", "load_format", "stream", "min_free_slots_delay",
@@ -38,15 +41,25 @@ def _ci(metrics: dict, name: str, stat: str, side: int):
 def cell_row(cell: dict, path: str) -> dict:
     m, c, method = cell["metrics"], cell["cell"], cell["method"]
     ci = m.get("output_throughput_ci") or [None, None]
+    held = m.get("concurrency") or {}
+    window = held.get("window")
     return {
         "simulated": cell["simulated"], "tp": c["tp"], "method": c["method"], "algorithm": method["algorithm"],
         "block_size": method["params"].get("block_size"), "budget": method["params"].get("budget"),
         "topk": method["params"].get("topk"), "workload": c["workload"], "family": cell["workload"]["family"],
-        "concurrency": c["concurrency"], "repetition": c["repetition"],
+        "concurrency": c["concurrency"], "concurrency_mean": held.get("mean"), "concurrency_peak": held.get("peak"),
+        "concurrency_steady_mean": held.get("steady_mean"), "concurrency_held": held.get("held"),
+        "steady_window_s": window[1] - window[0] if window else None, "steady_share": held.get("window_share"),
+        "repetition": c["repetition"], "launches": 1,
         "requests_sent": m["requests_sent"], "requests_completed": m["requests_completed"],
         "requests_failed": m["requests_failed"], "output_tokens": m["output_tokens"],
         "output_throughput": m["output_throughput"], "output_throughput_lo": ci[0], "output_throughput_hi": ci[1],
         "output_throughput_per_gpu": m.get("output_throughput_per_gpu"),
+        "output_throughput_run": m.get("output_throughput_run"),
+        "ttft_n": _get(m, "ttft", "n"), "tpot_n": _get(m, "tpot", "n"), "itl_n": _get(m, "itl", "n"),
+        "e2e_n": _get(m, "e2e", "n"),
+        "queue_delay_p50": _get(m, "queue_delay", "p50"), "queue_delay_p99": _get(m, "queue_delay", "p99"),
+        "user_ttft_p50": _get(m, "user_ttft", "p50"), "user_ttft_p99": _get(m, "user_ttft", "p99"),
         "ttft_p50": _get(m, "ttft", "p50"), "ttft_p99": _get(m, "ttft", "p99"),
         "ttft_p50_lo": _ci(m, "ttft", "p50", 0), "ttft_p50_hi": _ci(m, "ttft", "p50", 1),
         "ttft_p99_lo": _ci(m, "ttft", "p99", 0), "ttft_p99_hi": _ci(m, "ttft", "p99", 1),
@@ -86,6 +99,40 @@ def attention_backend(cell: dict) -> str:
     return info.get("attention_backend") or configured or "server default"
 
 
+def _window(cell: dict) -> list[float] | None:
+    return (cell["metrics"].get("concurrency") or {}).get("window")
+
+
+# Estimates combined across launches (a Student-t interval over repetitions) and the interval columns they fill.
+COMBINED = {"output_throughput": ("output_throughput_lo", "output_throughput_hi"), "speedup": ("speedup_lo", "speedup_hi"),
+            "ttft_p50": ("ttft_p50_lo", "ttft_p50_hi"), "ttft_p99": ("ttft_p99_lo", "ttft_p99_hi"),
+            "tpot_p50": ("tpot_p50_lo", "tpot_p50_hi")}
+
+
+def combine_repetitions(summary: pd.DataFrame) -> pd.DataFrame:
+    """One row per (tp, method, workload, concurrency): a single launch as it is; several launches (repetitions)
+    combined, each estimate the mean over launches with a Student-t interval across them (combine_launches), counts
+    summed, other columns averaged or taken from the first launch."""
+    keys = ["tp", "method", "workload", "concurrency"]
+    rows = []
+    for _, group in summary.groupby(keys, sort=False):
+        if len(group) == 1:
+            rows.append(group.iloc[0].to_dict())
+            continue
+        row = group.iloc[0].to_dict()
+        for col in group.columns:
+            if col in keys or not pd.api.types.is_numeric_dtype(group[col]) or pd.api.types.is_bool_dtype(group[col]):
+                continue
+            row[col] = group[col].sum() if col.startswith("requests_") or col == "output_tokens" else group[col].mean()
+        for col, (lo, hi) in COMBINED.items():
+            combined = combine_launches(list(group[col]))
+            ci = combined["ci"] or [None, None]
+            row.update({col: combined["mean"], lo: ci[0], hi: ci[1]})
+        row.update(repetition=None, launches=len(group), cell_file="; ".join(group["cell_file"]))
+        rows.append(row)
+    return pd.DataFrame(rows, columns=summary.columns).reset_index(drop=True)
+
+
 def summarise_cells(paths: list[str]) -> pd.DataFrame:
     """One row per cell, with speedup over AR at the same (tp, workload, concurrency, repetition)."""
     cells = {p: json.loads(Path(p).read_text()) for p in paths}
@@ -94,9 +141,10 @@ def summarise_cells(paths: list[str]) -> pd.DataFrame:
           for c in cells.values() if c["method"]["algorithm"] == "ar"}
     for row, cell in zip(rows, cells.values()):
         base = ar.get((row["tp"], row["workload"], row["concurrency"], row["repetition"]))
-        s = speedup(cell["requests"], base["requests"]) if base else {"speedup": None, "speedup_ci": None}
+        s = (speedup(cell["requests"], base["requests"], _window(cell), _window(base)) if base else
+             {"speedup": None, "speedup_ci": None, "pairs": 0})
         ci = s["speedup_ci"] or [None, None]
-        row.update(speedup=s["speedup"], speedup_lo=ci[0], speedup_hi=ci[1])
+        row.update(speedup=s["speedup"], speedup_lo=ci[0], speedup_hi=ci[1], speedup_pairs=s["pairs"])
         if base is not None and cell["method"]["algorithm"] != "ar" and cell["sampling"]["temperature"] == 0:
             lossless = losslessness(cell["requests"], base["requests"])
             row.update(lossless_compared=lossless["compared"], lossless_exact_rate=lossless["exact_match_rate"],
@@ -116,7 +164,10 @@ def request_rows(paths: list[str]) -> pd.DataFrame:
         c = cell["cell"]
         for r in cell["requests"]:
             rows.append({"simulated": cell["simulated"], "tp": c["tp"], "method": c["method"], "workload": c["workload"],
-                         "concurrency": c["concurrency"], "repetition": c["repetition"], "session": r["session"],
+                         "concurrency": c["concurrency"], "concurrency_mean": held.get("mean"), "concurrency_peak": held.get("peak"),
+        "concurrency_steady_mean": held.get("steady_mean"), "concurrency_held": held.get("held"),
+        "steady_window_s": window[1] - window[0] if window else None, "steady_share": held.get("window_share"),
+        "repetition": c["repetition"], "launches": 1, "session": r["session"],
                          "turn": r["turn"], "kind": r["kind"], "error": r["error"], "prompt_tokens": r["prompt_tokens"],
                          "cached_tokens": r["cached_tokens"], "output_tokens": r["output_tokens"],
                          "verify_ct": r["verify_ct"], "chunks": len(r["chunk_times"]), "ttft": ttft(r),
@@ -181,14 +232,16 @@ def pareto(summary: pd.DataFrame) -> pd.DataFrame:
 
 
 def write_tables(paths: list[str], out_dir: str | Path) -> dict[str, pd.DataFrame]:
-    """All aggregated tables, each as CSV and Parquet in out_dir: summary, requests, turns, best_budget, break_even, pareto."""
+    """All aggregated tables, each as CSV and Parquet in out_dir: summary (one row per launch of a cell), combined
+    (repetitions combined), requests, turns, best_budget, break_even, pareto (the last three from combined)."""
     from .canon import atomic_write_text
 
     out_dir = Path(out_dir)
     summary = summarise_cells(paths)
+    combined = combine_repetitions(summary)
     requests = request_rows(paths)
-    tables = {"summary": summary, "requests": requests, "turns": turn_rows(requests),
-              "best_budget": best_budget(summary), "break_even": break_even(summary), "pareto": pareto(summary)}
+    tables = {"summary": summary, "combined": combined, "requests": requests, "turns": turn_rows(requests),
+              "best_budget": best_budget(combined), "break_even": break_even(combined), "pareto": pareto(combined)}
     for name, frame in tables.items():
         atomic_write_text(out_dir / f"{name}.csv", frame.to_csv(index=False))
         tmp = out_dir / f".{name}.parquet.tmp"

@@ -63,7 +63,7 @@ def cell_key(server: dict, cell: dict, prompts_digest: str, identity_digest: str
         "harness": HARNESS_VERSION,
         "server": relevant_server,
         "cell": {"workload": workload, "concurrency": cell["concurrency"], "repetition": cell["repetition"],
-                 "warmup": server["warmup"]},
+                 "requests": cell["requests"], "warmup": server["warmup"]},
         "prompts": prompts_digest,
         "environment": identity_digest,
     })
@@ -289,18 +289,20 @@ def bench_server(params: dict, outputs: list[str], environment: dict, log_dir: s
     journal = Journal(journal_path)
     cache = CellCache(params["cache_dir"])
     thinking = params["sampling"].get("thinking", False)
-    config_like = {"workloads": params["workloads"], "concurrency": params["concurrency"]}
+    config_like = {"workloads": params["workloads"], "concurrency": params["concurrency"], "load": params["load"]}
     cells = cells_of_server(config_like, tp, method["name"], params["repetition"])
     if len(cells) != len(outputs):
         raise CellError(f"server {server_name}: {len(outputs)} outputs for {len(cells)} cells")
     model_path, context = params["model"].get("path"), params["model"]["context_length"]
     adaptive = params.get("adaptive")
-    sessions = {w["name"]: build(dict(w, requests=max(w["requests"], adaptive["max_requests"])) if adaptive else w,
-                                 params["seed"], thinking, model_path, context) for w in params["workloads"]}
-    digests = {name: workload_digest(s) for name, s in sessions.items()}
-    for cell, out in zip(cells, outputs):
+    needed = {w["name"]: max([c["requests"] for c in cells if c["workload"] == w["name"]] +
+                             [adaptive["max_requests"] if adaptive else 0]) for w in params["workloads"]}
+    sessions = {w["name"]: build(dict(w, requests=needed[w["name"]]), params["seed"], thinking, model_path, context)
+                for w in params["workloads"]}
+    for cell, out in zip(cells, outputs):  # a cell's sessions are the first ones of its workload (a fixed order)
         cell["output"] = out
-        cell["key"] = cell_key(params, cell, digests[cell["workload"]], environment["identity_digest"])
+        cell["digest"] = workload_digest(sessions[cell["workload"]][:cell["requests"]])
+        cell["key"] = cell_key(params, cell, cell["digest"], environment["identity_digest"])
     missing = [c for c in cells if cache.get(c["key"]) is None]
     for c in cells:
         if c not in missing:
@@ -334,8 +336,8 @@ def bench_server(params: dict, outputs: list[str], environment: dict, log_dir: s
                 progress = Progress(server_name, cells, missing, planned(sessions) if planned else None)
                 for cell in missing:
                     try:
-                        result = measure_cell(server, params, cell, sessions[cell["workload"]],
-                                              digests[cell["workload"]], environment, argv, env, progress)
+                        result = measure_cell(server, params, cell, sessions[cell["workload"]], cell["digest"],
+                                              environment, argv, env, progress)
                     except Exception as exc:
                         record_failure(cell, exc, server, journal, server_name)
                         raise
@@ -433,32 +435,31 @@ def _raise_interrupt(signum, frame):
 
 def measure_adaptive(server, sessions: list, first: int, adaptive: dict, concurrency: int, sampling: dict,
                      timeout: float, thinking: bool, load, seed: int, on_record=None) -> tuple[list[dict], dict]:
-    """Send batches (first the workload's requests, then ``batch`` more each time) until the relative 95% CI
-    half-width of the metric is at most ``target`` or ``max_requests`` were sent; returns records and the precision."""
-    records: list[dict] = []
-    started = time.monotonic()
-    used, size = 0, first
-    while True:
-        batch_start = time.monotonic() - started
-        chunk = sessions[used: used + size]
-        for r in measure(server.url, chunk, concurrency, sampling, timeout, thinking, server.alive, load,
-                         on_record=on_record):
-            row = r.as_dict()
-            row["t_sched"] += batch_start
-            row["t0"] += batch_start
-            row["chunk_times"] = [t + batch_start for t in row["chunk_times"]]
-            records.append(row)
-        used += len(chunk)
-        achieved = relative_precision(records, adaptive["metric"], seed)
-        if achieved is not None and achieved <= adaptive["target"]:
-            reason = "target reached"
-            break
-        if used >= min(adaptive["max_requests"], len(sessions)):
-            reason = "request cap"
-            break
-        size = min(adaptive["batch"], adaptive["max_requests"] - used)
+    """One closed loop that keeps starting sessions (first the cell's ``first``, then checks every ``batch``
+    finished requests) until the relative 95% CI half-width of the metric is at most ``target`` or ``max_requests``
+    sessions were started; the sessions under way then finish. A check without an interval (too few sessions, or
+    zero width) never stops it. Returns the records and the precision, recomputed on every record."""
+    cap = min(adaptive["max_requests"], len(sessions))
+    state = {"started": 0, "next_check": first, "reason": "request cap"}
+
+    def stop(records) -> bool:
+        if state["started"] >= cap:
+            return True
+        if state["started"] >= first and len(records) >= state["next_check"]:
+            state["next_check"] = len(records) + adaptive["batch"]
+            achieved = relative_precision([r.as_dict() for r in records], adaptive["metric"], concurrency,
+                                          load.model, seed)
+            if achieved is not None and achieved <= adaptive["target"]:
+                state["reason"] = "target reached"
+                return True
+        state["started"] += 1
+        return False
+
+    records = [r.as_dict() for r in measure(server.url, sessions[:cap], concurrency, sampling, timeout, thinking,
+                                            server.alive, load, on_record=on_record, stop=stop)]
+    achieved = relative_precision(records, adaptive["metric"], concurrency, load.model, seed)
     return records, {"metric": adaptive["metric"], "adaptive": True, "target": adaptive["target"],
-                     "achieved": achieved, "requests": used, "stopped": reason}
+                     "achieved": achieved, "requests": state["started"], "stopped": state["reason"]}
 
 
 def measure_cell(server: Server, params: dict, cell: dict, sessions: list, prompts_digest: str,
@@ -492,16 +493,16 @@ def measure_cell(server: Server, params: dict, cell: dict, sessions: list, promp
     adaptive = params.get("adaptive")
     if progress is not None:
         progress.start(cell, adaptive["max_requests"] if adaptive else
-                       sum(1 + len(s.followups) for s in sessions[:workload["requests"]]))
+                       sum(1 + len(s.followups) for s in sessions[:cell["requests"]]))
     on_record = progress.request_done if progress is not None else None
     with LoadSampler(server.url, server.headers) as sampler:
         if adaptive:
-            records, precision = measure_adaptive(server, sessions, workload["requests"], adaptive,
+            records, precision = measure_adaptive(server, sessions, cell["requests"], adaptive,
                                                   cell["concurrency"], sampling, timeout, thinking, load,
                                                   params["seed"], on_record)
         else:
-            records, precision = measure(server.url, sessions, cell["concurrency"], sampling, timeout, thinking,
-                                         server.alive, load, on_record=on_record), None
+            records, precision = measure(server.url, sessions[:cell["requests"]], cell["concurrency"], sampling,
+                                         timeout, thinking, server.alive, load, on_record=on_record), None
     if progress is not None:
         progress.finish()
     after = scrape(server.url, server.headers)
@@ -511,7 +512,7 @@ def measure_cell(server: Server, params: dict, cell: dict, sessions: list, promp
     server.check_alive(f"after {where}")
     records = [r if isinstance(r, dict) else r.as_dict() for r in records]
     deltas = counter_deltas(before, after)
-    metrics = cell_metrics(records, params["tp"], seed=params["seed"])
+    metrics = cell_metrics(records, params["tp"], cell["concurrency"], load.model, seed=params["seed"])
     verify = deltas.get("sglang:spec_verify_calls_total", 0.0)
     done = metrics["requests_completed"]
     metrics["acceptance_length_server"] = (
@@ -521,7 +522,7 @@ def measure_cell(server: Server, params: dict, cell: dict, sessions: list, promp
     # The server's own average is cumulative since launch (warm-up and earlier cells included):
     # kept for reference only, never used as the cell's value.
     metrics["server_cumulative_accept_length_not_used"] = cumulative
-    kinds = content_mix(sessions)
+    kinds = content_mix(sessions[:cell["requests"]])
     result = {
         "schema_version": CELL_SCHEMA_VERSION,
         "harness_version": HARNESS_VERSION,
@@ -531,7 +532,7 @@ def measure_cell(server: Server, params: dict, cell: dict, sessions: list, promp
         "method": params["method"],
         "model": params["model"],
         "workload": {"name": workload["name"], "family": workload["family"], "digest": prompts_digest,
-                     "sessions": len(sessions), "warmup": params["warmup"], "content_mix": kinds,
+                     "sessions": cell["requests"], "warmup": params["warmup"], "content_mix": kinds,
                      "max_new_tokens": workload["max_new_tokens"]},
         "sampling": dict(params["sampling"]),
         "load": {**params["load"], "stream": stream},
@@ -559,7 +560,8 @@ def measure_cell(server: Server, params: dict, cell: dict, sessions: list, promp
         "server_load": sampler.summary(),
         "metrics": metrics,
         "precision": precision or {"metric": "output_throughput", "adaptive": False,
-                                   "achieved": relative_precision(records, "output_throughput", params["seed"])},
+                                   "achieved": relative_precision(records, "output_throughput", cell["concurrency"],
+                                                                  load.model, params["seed"])},
         "requests": records,
     }
     result = json.loads(json.dumps(result, allow_nan=False))

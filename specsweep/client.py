@@ -259,10 +259,12 @@ class _SessionState:
 
 async def run_sessions(url: str, sessions: list[Session], concurrency: int, sampling: dict, timeout: float,
                        thinking: bool = False, alive=None, load: LoadModel | None = None,
-                       on_chunk=None, on_record=None) -> list[RequestRecord]:
+                       on_chunk=None, on_record=None, stop=None) -> list[RequestRecord]:
     """Run the sessions under a load model; returns one record per turn sent, in the order they finished.
 
-    ``on_record(record)``, if given, is called as each request finishes (progress reports).
+    ``on_record(record)``, if given, is called as each request finishes (progress reports). ``stop(records)``, if
+    given, is asked before each new session starts; once it answers True no new session starts (adaptive cells),
+    and the sessions under way finish.
     """
     load = load or LoadModel()
     records: list[RequestRecord] = []
@@ -288,9 +290,15 @@ async def run_sessions(url: str, sessions: list[Session], concurrency: int, samp
         continuing.append(state)
         wake.set()
 
+    stopped = False
+
     def next_state() -> _SessionState | None:
+        nonlocal stopped
         if continuing:
             return continuing.popleft()
+        if arrivals and not stopped and stop is not None and stop(records):
+            stopped = True
+            arrivals.clear()
         if arrivals:
             return arrivals.popleft()
         return None
@@ -345,7 +353,7 @@ async def run_sessions(url: str, sessions: list[Session], concurrency: int, samp
 
 def measure(url: str, sessions: list[Session], concurrency: int, sampling: dict, timeout: float,
             thinking: bool = False, alive=None, load: LoadModel | None = None, on_chunk=None,
-            on_record=None) -> list[RequestRecord]:
+            on_record=None, stop=None) -> list[RequestRecord]:
     """Synchronous wrapper around run_sessions."""
     return asyncio.run(run_sessions(url, sessions, concurrency, sampling, timeout, thinking, alive, load, on_chunk,
-                                    on_record))
+                                    on_record, stop))

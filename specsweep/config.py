@@ -286,8 +286,12 @@ def normalise(config: dict) -> dict:
     if devices and max(config["tp"]) > devices:
         raise ConfigError(f"tp: {max(config['tp'])} is larger than the {devices} GPUs available (gpu_pool.devices); "
                           "lower tp or use a larger host")
+    for w in config["workloads"]:
+        if w.get("concurrency"):
+            w["concurrency"] = sorted(w["concurrency"])
     check_launch_flags(config)
     check_workload_files(config)
+    check_cells_reach_label(config)
     return config
 
 
@@ -374,12 +378,51 @@ def cell_path(tp, method, workload, concurrency, repetition=None, root: str = "r
     return f"{root}/tp{tp}/{method}/{workload}/c{concurrency}{rep}.json"
 
 
+MIN_WAVES = 2  # a closed-loop cell needs this many sessions per slot to hold its concurrency after the first wave
+
+
+def workload_concurrency(config: dict, workload: dict) -> list[int]:
+    """The concurrency levels a workload is measured at: its own list, else the configuration's."""
+    return sorted(workload.get("concurrency") or config["concurrency"])
+
+
+def cell_requests(workload: dict, concurrency: int, load: dict) -> int:
+    """Sessions a cell sends: the workload's ``requests`` when set, else max(load.min_requests, load.waves x
+    concurrency), so that the concurrency is held for several waves of requests (a steady state) at every level."""
+    if workload.get("requests"):
+        return workload["requests"]
+    return max(load["min_requests"], load["waves"] * concurrency)
+
+
+def check_cells_reach_label(config: dict) -> None:
+    """Every closed-loop cell can hold its concurrency: at least MIN_WAVES sessions per slot, no session replayed."""
+    from .workloads import distinct_sessions
+
+    for index, w in enumerate(config["workloads"]):
+        available = distinct_sessions(w, config["seed"], config["model"].get("path"), config["model"]["context_length"])
+        for c in workload_concurrency(config, w):
+            n = cell_requests(w, c, config["load"])
+            where = f"cell {w['name']} at concurrency {c} (workloads[{index}])"
+            if available is not None and n > available:
+                raise ConfigError(
+                    f"{where}: needs {n} sessions but its source has {available} distinct ones that fit "
+                    f"model.context_length; replaying a session inside a cell would hit the prefix cache. Lower its "
+                    f"concurrency (workloads[{index}].concurrency), set workloads[{index}].requests to at most "
+                    f"{available} (and at least {MIN_WAVES * c}), or use a source with more sessions")
+            if config["load"]["model"] == "closed" and n < MIN_WAVES * c:
+                raise ConfigError(
+                    f"{where}: {n} sessions cannot hold {c} requests in flight after the first wave (at least "
+                    f"{MIN_WAVES * c} needed); remove workloads[{index}].requests to size cells by concurrency "
+                    f"(load.waves x concurrency), raise it to {MIN_WAVES * c}, or leave concurrency {c} out of "
+                    f"workloads[{index}].concurrency")
+
+
 def cells_of_server(config: dict, tp: int, method: str, repetition: int | None = None) -> list[dict]:
-    """Every cell (workload, concurrency) one server job measures, in measurement order."""
+    """Every cell (workload, concurrency) one server job measures, in measurement order, with its session count."""
     return [
         {"tp": tp, "method": method, "workload": w["name"], "concurrency": c, "repetition": repetition or 0,
-         "path": cell_path(tp, method, w["name"], c, repetition)}
-        for w in config["workloads"] for c in config["concurrency"]
+         "requests": cell_requests(w, c, config["load"]), "path": cell_path(tp, method, w["name"], c, repetition)}
+        for w in config["workloads"] for c in workload_concurrency(config, w)
     ]
 
 

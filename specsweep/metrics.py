@@ -432,8 +432,10 @@ def definitions() -> list[tuple[str, str]]:
 
 def statistics() -> list[tuple[str, str]]:
     """(name, explanation) of how intervals are made, from the docstrings of the functions that make them."""
-    funcs = [summarise, throughput_ci, speedup, combine_launches, relative_precision]
-    return [(f.__name__, " ".join(f.__doc__.strip().split("\n\n")[0].split())) for f in funcs]
+    funcs = [steady_window, summarise, throughput_ci, speedup, combine_launches, relative_precision]
+    text = {f.__name__: " ".join(f.__doc__.strip().split("\n\n")[0].split()) for f in funcs}
+    return [(name, line.replace("MIN_SESSIONS", str(MIN_SESSIONS)).replace("TAIL_VALUES", str(TAIL_VALUES)))
+            for name, line in text.items()]
 
 
 def speedup(method_records: list[dict], ar_records: list[dict], method_window: list[float] | None = None,

