@@ -156,7 +156,7 @@ def summarise_cells(paths: list[str]) -> pd.DataFrame:
 
 def request_rows(paths: list[str]) -> pd.DataFrame:
     """One row per measured request: its cell, turn, timings (s), tokens and failure category."""
-    from .metrics import e2e, queue_delay, tpot, ttft
+    from .metrics import e2e, queue_delay, tpot, ttft, user_ttft
 
     rows = []
     for path in paths:
@@ -164,14 +164,12 @@ def request_rows(paths: list[str]) -> pd.DataFrame:
         c = cell["cell"]
         for r in cell["requests"]:
             rows.append({"simulated": cell["simulated"], "tp": c["tp"], "method": c["method"], "workload": c["workload"],
-                         "concurrency": c["concurrency"], "concurrency_mean": held.get("mean"), "concurrency_peak": held.get("peak"),
-        "concurrency_steady_mean": held.get("steady_mean"), "concurrency_held": held.get("held"),
-        "steady_window_s": window[1] - window[0] if window else None, "steady_share": held.get("window_share"),
-        "repetition": c["repetition"], "launches": 1, "session": r["session"],
+                         "concurrency": c["concurrency"], "repetition": c["repetition"], "session": r["session"],
                          "turn": r["turn"], "kind": r["kind"], "error": r["error"], "prompt_tokens": r["prompt_tokens"],
                          "cached_tokens": r["cached_tokens"], "output_tokens": r["output_tokens"],
                          "verify_ct": r["verify_ct"], "chunks": len(r["chunk_times"]), "ttft": ttft(r),
-                         "tpot": tpot(r), "e2e": e2e(r), "queue_delay": queue_delay(r)})
+                         "tpot": tpot(r), "e2e": e2e(r), "queue_delay": queue_delay(r),
+                         "user_ttft": user_ttft(r)})
     return pd.DataFrame(rows)
 
 

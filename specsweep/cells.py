@@ -440,7 +440,7 @@ def measure_adaptive(server, sessions: list, first: int, adaptive: dict, concurr
     sessions were started; the sessions under way then finish. A check without an interval (too few sessions, or
     zero width) never stops it. Returns the records and the precision, recomputed on every record."""
     cap = min(adaptive["max_requests"], len(sessions))
-    state = {"started": 0, "next_check": first, "reason": "request cap"}
+    state = {"started": 0, "next_check": first, "reason": "request cap", "at_stop": None}
 
     def stop(records) -> bool:
         if state["started"] >= cap:
@@ -449,6 +449,7 @@ def measure_adaptive(server, sessions: list, first: int, adaptive: dict, concurr
             state["next_check"] = len(records) + adaptive["batch"]
             achieved = relative_precision([r.as_dict() for r in records], adaptive["metric"], concurrency,
                                           load.model, seed)
+            state["at_stop"] = achieved
             if achieved is not None and achieved <= adaptive["target"]:
                 state["reason"] = "target reached"
                 return True
@@ -459,7 +460,8 @@ def measure_adaptive(server, sessions: list, first: int, adaptive: dict, concurr
                                             server.alive, load, on_record=on_record, stop=stop)]
     achieved = relative_precision(records, adaptive["metric"], concurrency, load.model, seed)
     return records, {"metric": adaptive["metric"], "adaptive": True, "target": adaptive["target"],
-                     "achieved": achieved, "requests": state["started"], "stopped": state["reason"]}
+                     "achieved": achieved, "achieved_at_last_check": state["at_stop"], "requests": state["started"],
+                     "stopped": state["reason"]}
 
 
 def measure_cell(server: Server, params: dict, cell: dict, sessions: list, prompts_digest: str,

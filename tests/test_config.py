@@ -79,11 +79,36 @@ def test_equivalent_configs_give_identical_server_params():
         assert cfg.server_params(ca, server["tp"], server["method"]) == cfg.server_params(cb, server["tp"], server["method"])
 
 
-def test_full_plan_has_24_servers_and_840_cells():
+def test_full_plan_has_24_servers_and_720_cells_that_hold_their_concurrency():
     config = validated(yaml.safe_load((REPO / "config" / "plan-full.yaml").read_text()))
     assert len(cfg.servers(config)) == 24
-    assert len(cfg.all_cells(config)) == 840
-    assert len({c["path"] for c in cfg.all_cells(config)}) == 840
+    cells = cfg.all_cells(config)
+    assert len(cells) == 720 and len({c["path"] for c in cells}) == 720
+    assert all(c["requests"] >= 4 * c["concurrency"] or c["workload"] == "agentic-1" for c in cells)
+    assert all(c["requests"] >= cfg.MIN_WAVES * c["concurrency"] for c in cells)
+    assert max(c["requests"] for c in cells) == 256  # 4 x 64
+
+
+def test_default_sizing_scales_with_concurrency():
+    config = validated(yaml.safe_load((REPO / "config" / "config.yaml").read_text()))
+    sizes = {(c["workload"], c["concurrency"]): c["requests"] for c in cfg.all_cells(config)}
+    assert sizes[("short", 1)] == 32 and sizes[("short", 4)] == 32 and sizes[("short", 16)] == 64
+    assert sizes[("agent", 1)] == 16 and ("agent", 16) not in sizes  # its own levels: too few recorded sessions
+
+
+@pytest.mark.parametrize("change, words", [
+    (lambda c: c["workloads"].__setitem__(0, {"name": "short", "family": "short", "requests": 16}),
+     ["short at concurrency 16", "16 sessions", "at least 32", "workloads[0].requests", "workloads[0].concurrency"]),
+    (lambda c: c["workloads"][2].update(concurrency=[1, 4, 16], requests=40),
+     ["agent at concurrency 1", "24 distinct", "replaying", "workloads[2].concurrency"]),
+])
+def test_cells_that_cannot_hold_their_label_are_rejected_naming_cell_and_fix(change, words):
+    config = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
+    change(config)
+    with pytest.raises(cfg.ConfigError) as info:
+        validated(config)
+    for word in words:
+        assert word in str(info.value)
 
 
 INVALID = [

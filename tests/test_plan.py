@@ -11,10 +11,10 @@ from specsweep.plan import pack
 def test_full_plan_is_priced_without_starting_anything(workflow):
     proc = snakemake(workflow, "plan", "--configfile", str(workflow / "config" / "plan-full.yaml"))
     md = (workflow / "results" / "plan" / "plan.md").read_text()
-    assert "# Plan: 24 servers, 840 cells" in md
+    assert "# Plan: 24 servers, 720 cells" in md
     assert "GPU-hours:" in md and "predicted makespan:" in md and "lower bound" in md
     plan = pd.read_csv(workflow / "results" / "plan" / "plan.csv")
-    assert len(plan) == 840 and plan["server"].nunique() == 24
+    assert len(plan) == 720 and plan["server"].nunique() == 24
     assert (plan["measure_s"] > 0).all() and not plan["cached"].any()
     assert sorted(p.name for p in (workflow / "results").iterdir()) == ["plan"]  # no environment, no cell
     assert server_processes_under(workflow) == [] and "bench_server" not in proc.stdout
@@ -24,7 +24,7 @@ def test_full_plan_is_priced_without_starting_anything(workflow):
 
 
 def test_plan_counts_cached_cells_as_free(workflow):
-    write_config(workflow, fast_config(requests=3, max_new_tokens=32))
+    write_config(workflow, fast_config(requests=4, max_new_tokens=32))
     snakemake(workflow, "results/cells/tp1/ar/short/c1.json", "results/cells/tp1/ar/short/c2.json")
     snakemake(workflow, "plan")
     plan = pd.read_csv(workflow / "results" / "plan" / "plan.csv")

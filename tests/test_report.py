@@ -14,7 +14,7 @@ def tiny(config: dict) -> dict:
     config.setdefault("warmup", 0)
     config["sim"] = {"startup_seconds": 0.1}
     for w in config["workloads"]:
-        w.setdefault("requests", 3)
+        w.setdefault("requests", 4)  # two waves at concurrency 2
         w.setdefault("max_new_tokens", 48)
     return config
 

@@ -61,7 +61,7 @@ def test_ddtree_advantage_over_dflash_shrinks_as_concurrency_grows(tmp_path):
         server = start_sim(tmp_path, *flags, "--max-running-requests", "32")
         try:
             for c in (1, 32):
-                rows = [r.as_dict() for r in measure(server.url, sessions[: 8 if c == 1 else 32], c,
+                rows = [r.as_dict() for r in measure(server.url, sessions[: 16 if c == 1 else 32], c,
                                                      {"temperature": 0.0}, 60)]
                 throughput[name, c] = output_throughput(rows)
         finally:

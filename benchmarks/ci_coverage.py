@@ -1,0 +1,87 @@
+"""Coverage of specsweep's 95% intervals, checked by repeated independent prompt draws.
+
+Each draw builds the short workload with another seed (independent prompts),
+measures one cell per method at a concurrency on the simulated engine, and
+computes every estimate with its interval exactly as a cell does. The truth is
+the mean of the draws' estimates; an interval covers when it contains it.
+Targets: coverage between 90% and 99%, and mean half-width within 1.5x of 1.96
+times the standard deviation of the draws.
+
+The cells run on the simulated engine in virtual time (specsweep.sim.replay:
+the engine's own steps without sleeping, the records the client would write
+on an idle host), so that hundreds of cells take minutes. Numbers are simulated.
+
+    .venv/bin/python benchmarks/ci_coverage.py [--draws 60] [--concurrency 1 16]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+import numpy as np
+
+from specsweep import metrics
+from specsweep.sim.replay import closed_loop, engine
+from specsweep.workloads import build
+
+METHODS = ("ar", "dflash")
+
+
+def draw(seed: int, concurrency: int, requests: int, max_new_tokens: int) -> dict:
+    """One independent draw: {estimate name: (value, interval)} for both methods and the speedup."""
+    sessions = build({"name": "short", "family": "short", "requests": requests, "max_new_tokens": max_new_tokens},
+                     seed=seed)
+    out, cells = {}, {}
+    for method in METHODS:
+        records = closed_loop(engine(method), sessions, concurrency)
+        cell = metrics.cell_metrics(records, 1, concurrency, seed=seed)
+        cells[method] = (records, cell["concurrency"]["window"])
+        out[f"{method} output throughput"] = (cell["output_throughput"], cell["output_throughput_ci"])
+        out[f"{method} TPOT p50"] = (cell["tpot"]["p50"], cell["tpot"]["p50_ci"])
+    s = metrics.speedup(cells["dflash"][0], cells["ar"][0], cells["dflash"][1], cells["ar"][1], seed=seed)
+    out["dflash speedup"] = (s["speedup"], s["speedup_ci"])
+    return out
+
+
+def coverage(draws: list[dict]) -> dict:
+    """Per estimate: coverage of the mean of the draws, mean half-width / (1.96 x sd of the draws), relative sd."""
+    table = {}
+    for name in draws[0]:
+        values = np.array([d[name][0] for d in draws], dtype=float)
+        intervals = [d[name][1] for d in draws]
+        truth, sd = values.mean(), values.std(ddof=1)
+        claimed = [ci for ci in intervals if ci is not None]
+        table[name] = {
+            "coverage": sum(ci[0] <= truth <= ci[1] for ci in claimed) / len(intervals),
+            "width_ratio": float(np.mean([(ci[1] - ci[0]) / 2 for ci in claimed]) / (1.96 * sd)) if claimed and sd > 0
+            else None,
+            "relative_sd": float(sd / truth), "intervals": len(claimed), "draws": len(intervals),
+        }
+    return table
+
+
+def check(draws: int, concurrency: int, first_seed: int = 1000, max_new_tokens: int = 256) -> dict:
+    requests = max(32, 4 * concurrency)  # the default sizing of a cell (load.min_requests, load.waves)
+    return coverage([draw(first_seed + i, concurrency, requests, max_new_tokens) for i in range(draws)])
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--draws", type=int, default=60)
+    parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 16])
+    args = parser.parse_args()
+    failed = False
+    print("| concurrency | estimate | coverage | half-width / (1.96 sd) | sd / mean | draws |")
+    print("|---|---|---|---|---|---|")
+    for c in args.concurrency:
+        for name, row in check(args.draws, c).items():
+            ok = 0.90 <= row["coverage"] <= 0.99 and row["width_ratio"] is not None and 1 / 1.5 <= row["width_ratio"] <= 1.5
+            failed |= not ok
+            print(f"| {c} | {name} | {row['coverage']:.0%} | {row['width_ratio']:.2f} | {row['relative_sd']:.2%} | "
+                  f"{row['draws']} |" + ("" if ok else " **off target**"), flush=True)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
