@@ -71,8 +71,13 @@ def test_acceptance_length_undefined_for_ar():
     assert m.acceptance_length([record(0.0, [0.1, 0.2], [1, 1])]) is None
 
 
-def test_queue_delay():
-    assert m.queue_delay(record(2.0, [2.1], [1], t_sched=1.5)) == pytest.approx(0.5)
+def test_queue_delay_and_ttft_as_the_user_sees_it():
+    r = record(2.0, [2.1], [1], t_sched=1.5)  # due at 1.5 s, a slot free at 2.0 s, first token at 2.1 s
+    assert m.queue_delay(r) == pytest.approx(0.5)
+    assert m.ttft(r) == pytest.approx(0.1)
+    assert m.user_ttft(r) == pytest.approx(0.6)
+    cell = m.cell_metrics([r], tp=1, concurrency=1, load_model="poisson")
+    assert cell["user_ttft"]["p50"] == pytest.approx(0.6) and cell["queue_delay"]["p50"] == pytest.approx(0.5)
 
 
 def test_summary_confidence_interval_brackets_the_estimate():
