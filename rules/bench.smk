@@ -12,7 +12,7 @@ rule bench_server:
         [
             f"results/cells/tp{{tp}}/{{method}}/{w['name']}/c{c}{REP}.json"
             for w in CONFIG["workloads"]
-            for c in CONFIG["concurrency"]
+            for c in ss_config.workload_concurrency(CONFIG, w)
         ],
     params:
         server=server_params_json,
