@@ -42,7 +42,7 @@ def test_in_band_errors_and_aborts_are_failed_requests(tmp_path, protocol):
     assert [r["error"] for r in records] == [None, "server_error", "server_error", "aborted"]
     failed_after = [len(r["chunk_times"]) for r in records]
     assert failed_after == [6, 0, 3, 2]  # what arrived before the failure is kept in the record
-    cell = m.cell_metrics(records, tp=1)
+    cell = m.cell_metrics(records, tp=1, concurrency=1)
     assert cell["requests_completed"] == 1 and cell["requests_failed"] == 3
     assert cell["failures"] == {"server_error": 2, "aborted": 1}
     assert cell["output_tokens"] == 6  # partial outputs of failed requests never enter throughput
@@ -62,7 +62,7 @@ def test_a_huge_stream_line_is_read_and_a_broken_chunk_fails_only_its_request(tm
     assert len(long) == 1 and long[0]["output_tokens"] == 6  # a 600 KiB line (aiohttp's limit is 512 KiB)
     broken = next(r for r in records if r["error"])
     assert "AttributeError" in broken["error_detail"]
-    assert m.cell_metrics(records, tp=1)["requests_sent"] == 4  # the cell keeps every record
+    assert m.cell_metrics(records, tp=1, concurrency=1)["requests_sent"] == 4  # the cell keeps every record
 
 
 def test_incremental_and_cumulative_streams_give_the_same_text_and_tokens(tmp_path):
