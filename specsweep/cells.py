@@ -69,6 +69,20 @@ def cell_key(server: dict, cell: dict, prompts_digest: str, identity_digest: str
     })
 
 
+def cell_sessions(workloads: list[dict], cells: list[dict], seed: int, thinking: bool, model_path: str | None,
+                  context_length: int, at_least: int = 0) -> dict:
+    """{workload: sessions} built once for the largest of its cells (or ``at_least``); a cell's sessions are the
+    first ``requests`` of them, the same for every count (build keeps a fixed order)."""
+    return {w["name"]: build(dict(w, requests=max([c["requests"] for c in cells if c["workload"] == w["name"]]
+                                                  + [at_least])), seed, thinking, model_path, context_length)
+            for w in workloads if any(c["workload"] == w["name"] for c in cells)}
+
+
+def cell_digest(sessions: dict, cell: dict) -> str:
+    """Digest of exactly the sessions a cell sends."""
+    return workload_digest(sessions[cell["workload"]][:cell["requests"]])
+
+
 class CellCache:
     """Finished cells stored under their key, written atomically (temp file + rename)."""
 
@@ -293,15 +307,12 @@ def bench_server(params: dict, outputs: list[str], environment: dict, log_dir: s
     cells = cells_of_server(config_like, tp, method["name"], params["repetition"])
     if len(cells) != len(outputs):
         raise CellError(f"server {server_name}: {len(outputs)} outputs for {len(cells)} cells")
-    model_path, context = params["model"].get("path"), params["model"]["context_length"]
     adaptive = params.get("adaptive")
-    needed = {w["name"]: max([c["requests"] for c in cells if c["workload"] == w["name"]] +
-                             [adaptive["max_requests"] if adaptive else 0]) for w in params["workloads"]}
-    sessions = {w["name"]: build(dict(w, requests=needed[w["name"]]), params["seed"], thinking, model_path, context)
-                for w in params["workloads"]}
-    for cell, out in zip(cells, outputs):  # a cell's sessions are the first ones of its workload (a fixed order)
+    sessions = cell_sessions(params["workloads"], cells, params["seed"], thinking, params["model"].get("path"),
+                             params["model"]["context_length"], adaptive["max_requests"] if adaptive else 0)
+    for cell, out in zip(cells, outputs):
         cell["output"] = out
-        cell["digest"] = workload_digest(sessions[cell["workload"]][:cell["requests"]])
+        cell["digest"] = cell_digest(sessions, cell)
         cell["key"] = cell_key(params, cell, cell["digest"], environment["identity_digest"])
     missing = [c for c in cells if cache.get(c["key"]) is None]
     for c in cells:
@@ -493,9 +504,9 @@ def measure_cell(server: Server, params: dict, cell: dict, sessions: list, promp
         server.check_alive(f"after warm-up of {where}")
     before = scrape(server.url, server.headers)
     adaptive = params.get("adaptive")
+    measured = sessions[:cell["requests"]]  # the cell's own sessions (an adaptive cell may go on past them)
     if progress is not None:
-        progress.start(cell, adaptive["max_requests"] if adaptive else
-                       sum(1 + len(s.followups) for s in sessions[:cell["requests"]]))
+        progress.start(cell, adaptive["max_requests"] if adaptive else sum(1 + len(s.followups) for s in measured))
     on_record = progress.request_done if progress is not None else None
     with LoadSampler(server.url, server.headers) as sampler:
         if adaptive:
@@ -503,8 +514,8 @@ def measure_cell(server: Server, params: dict, cell: dict, sessions: list, promp
                                                   cell["concurrency"], sampling, timeout, thinking, load,
                                                   params["seed"], on_record)
         else:
-            records, precision = measure(server.url, sessions[:cell["requests"]], cell["concurrency"], sampling,
-                                         timeout, thinking, server.alive, load, on_record=on_record), None
+            records, precision = measure(server.url, measured, cell["concurrency"], sampling, timeout, thinking,
+                                         server.alive, load, on_record=on_record), None
     if progress is not None:
         progress.finish()
     after = scrape(server.url, server.headers)
@@ -524,7 +535,7 @@ def measure_cell(server: Server, params: dict, cell: dict, sessions: list, promp
     # The server's own average is cumulative since launch (warm-up and earlier cells included):
     # kept for reference only, never used as the cell's value.
     metrics["server_cumulative_accept_length_not_used"] = cumulative
-    kinds = content_mix(sessions[:cell["requests"]])
+    kinds = content_mix(measured)
     result = {
         "schema_version": CELL_SCHEMA_VERSION,
         "harness_version": HARNESS_VERSION,

@@ -290,15 +290,11 @@ async def run_sessions(url: str, sessions: list[Session], concurrency: int, samp
         continuing.append(state)
         wake.set()
 
-    stopped = False
-
     def next_state() -> _SessionState | None:
-        nonlocal stopped
         if continuing:
             return continuing.popleft()
-        if arrivals and not stopped and stop is not None and stop(records):
-            stopped = True
-            arrivals.clear()
+        if arrivals and stop is not None and stop(records):
+            arrivals.clear()  # no new session from now on
         if arrivals:
             return arrivals.popleft()
         return None

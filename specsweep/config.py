@@ -382,8 +382,9 @@ MIN_WAVES = 2  # a closed-loop cell needs this many sessions per slot to hold it
 
 
 def workload_concurrency(config: dict, workload: dict) -> list[int]:
-    """The concurrency levels a workload is measured at: its own list, else the configuration's."""
-    return sorted(workload.get("concurrency") or config["concurrency"])
+    """The concurrency levels a workload is measured at: its own list, else the configuration's (both sorted by
+    normalise)."""
+    return workload.get("concurrency") or config["concurrency"]
 
 
 def cell_requests(workload: dict, concurrency: int, load: dict) -> int:
@@ -399,7 +400,7 @@ def check_cells_reach_label(config: dict) -> None:
     from .workloads import distinct_sessions
 
     for index, w in enumerate(config["workloads"]):
-        available = distinct_sessions(w, config["seed"], config["model"].get("path"), config["model"]["context_length"])
+        available = distinct_sessions(w, config["model"]["context_length"])
         for c in workload_concurrency(config, w):
             n = cell_requests(w, c, config["load"])
             where = f"cell {w['name']} at concurrency {c} (workloads[{index}])"

@@ -83,7 +83,7 @@ def in_flight(records: list[dict]) -> list[tuple[float, float, int]]:
     events = sorted([(r["t0"], 1) for r in records] + [(end_time(r), -1) for r in records],
                     key=lambda e: (e[0], e[1]))  # at one instant an end comes before a send
     pieces, count = [], 0
-    for (t, step), (t_next, _) in zip(events, events[1:] + [(events[-1][0], 0)] if events else []):
+    for (t, step), (t_next, _) in zip(events, events[1:]):  # after the last event nothing is in flight
         count += step
         if t_next > t:
             pieces.append((t, t_next, count))
@@ -152,7 +152,18 @@ def engine_steps(records: list[dict], window: list[float]) -> list[dict]:
     return steps
 
 
-def _session_shares(records: list[dict], window: list[float] | None) -> dict:
+def measurement_window(records: list[dict]) -> list[float] | None:
+    """The whole measurement: from the first send to the last content chunk of a successful request."""
+    ends = [r["chunk_times"][-1] for r in records if r["error"] is None and r["chunk_times"]]
+    return [min(r["t0"] for r in records), max(ends)] if ends else None
+
+
+def _tokens_in(r: dict, a: float, b: float) -> int:
+    """Output tokens of a successful request whose chunks arrived in (a, b]."""
+    return sum(n for t, n in zip(r["chunk_times"], r["chunk_tokens"]) if a < t <= b) if r["error"] is None else 0
+
+
+def _session_shares(records: list[dict], window: list[float]) -> dict:
     """Per session: (output tokens of its successful requests that arrived inside the window, engine seconds
     charged to it there, its content kind).
 
@@ -160,8 +171,8 @@ def _session_shares(records: list[dict], window: list[float] | None) -> dict:
     a step that brought first tokens (prefill), charged to the requests it admitted: a request that joins the
     batch stalls everyone, and that stall is its own cost.
     """
-    a, b = window if window else (min(r["t0"] for r in records), max(end_time(r) for r in records))
-    steps = engine_steps(records, [a, b])
+    a, b = window
+    steps = engine_steps(records, window)
     plain = [s["seconds"] for s in steps if not s["first"]]
     typical = float(np.median(plain)) if plain else 0.0
     charged = [0.0] * len(records)
@@ -173,24 +184,32 @@ def _session_shares(records: list[dict], window: list[float] | None) -> dict:
             charged[i] += stall / len(step["first"])
     out: dict = {}
     for r, seconds in zip(records, charged):
-        tokens = sum(n for t, n in zip(r["chunk_times"], r["chunk_tokens"]) if a < t <= b) if r["error"] is None else 0
         n, d, _ = out.get(r["session"], (0, 0.0, None))
-        out[r["session"]] = (n + tokens, d + seconds, r["kind"])
+        out[r["session"]] = (n + _tokens_in(r, a, b), d + seconds, r["kind"])
     return out
 
 
 def output_throughput(records: list[dict], window: list[float] | None = None) -> float | None:
     """Output throughput = output tokens of successful requests arriving inside the steady-state window / its
     length (tokens/s); without a window, sum of N over successful requests / (last t_last - first t0)."""
-    ok = [r for r in records if r["error"] is None and r["chunk_times"]]
-    if not ok:
+    window = window or measurement_window(records)
+    if window is None or window[1] <= window[0] or not any(r["error"] is None and r["chunk_times"] for r in records):
         return None
-    if window is None:
-        span = max(r["chunk_times"][-1] for r in ok) - min(r["t0"] for r in records)
-        return sum(r["output_tokens"] for r in ok) / span if span > 0 else None
-    span = window[1] - window[0]
-    tokens = sum(v[0] for v in _session_shares(records, window).values())
-    return tokens / span if span > 0 else None
+    return sum(_tokens_in(r, *window) for r in records) / (window[1] - window[0])
+
+
+def _shares_and_scale(records: list[dict], window: list[float] | None) -> tuple[dict, float] | None:
+    """The parts of the throughput estimator: per-session shares inside the window (the measurement without one)
+    and the engine seconds charged in all per second of window (about 1); None when no tokens arrived in it.
+
+    Throughput = sum(tokens) / sum(seconds) x scale, for every set of sessions the bootstrap draws."""
+    window = window or measurement_window(records)
+    if window is None or window[1] <= window[0]:
+        return None
+    shares = _session_shares(records, window)
+    if not sum(v[0] for v in shares.values()):
+        return None
+    return shares, sum(v[1] for v in shares.values()) / (window[1] - window[0])
 
 
 def _resample(strata: list, seed: int) -> np.ndarray:
@@ -214,15 +233,15 @@ def throughput_ci(records: list[dict], window: list[float] | None = None, seed: 
     """95% CI of output throughput: bootstrap over sessions of sum(tokens*)/sum(seconds*) x sum(seconds)/window,
     with each session's tokens and the engine seconds charged to it inside the steady-state window (a session's
     prefill stalls the whole batch and is charged to it); none below MIN_SESSIONS sessions."""
-    if not records:
+    parts = _shares_and_scale(records, window) if records else None
+    if parts is None:
         return None
-    shares = [v for v in _session_shares(records, window).values() if v[1] > 0]
-    point = output_throughput(records, window)
-    if point is None or len(shares) < MIN_SESSIONS:
+    shares = [v for v in parts[0].values() if v[1] > 0]
+    if len(shares) < MIN_SESSIONS:
         return None
     n = np.array([v[0] for v in shares], dtype=float)
     d = np.array([v[1] for v in shares], dtype=float)
-    scale = point * d.sum() / n.sum() if n.sum() > 0 else 0.0  # = charged seconds / window (about 1)
+    scale = parts[1]
     w = _resample([v[2] for v in shares], seed)
     return _interval(w @ n / (w @ d) * scale)
 
@@ -338,11 +357,9 @@ def per_turn(records: list[dict], seed: int = 0) -> dict:
     for turn in sorted({r["turn"] for r in records}):
         rows = [r for r in records if r["turn"] == turn]
         ok = [r for r in rows if r["error"] is None]
-        sessions = [r["session"] for r in ok]
         out[str(turn)] = {
             "requests": len(rows), "failed": len(rows) - len(ok),
-            "ttft": summarise([ttft(r) for r in ok], sessions, seed, [r["kind"] for r in ok]),
-            "e2e": summarise([e2e(r) for r in ok], sessions, seed, [r["kind"] for r in ok]),
+            "ttft": _summary(ok, ttft, seed), "e2e": _summary(ok, e2e, seed),
             "prompt_tokens_mean": float(np.mean([r["prompt_tokens"] for r in ok])) if ok else None,
             "cached_tokens_mean": float(np.mean([r["cached_tokens"] for r in ok])) if ok else None,
         }
@@ -368,6 +385,19 @@ def failures(records: list[dict]) -> dict:
     return out
 
 
+def _summary(rows: list[dict], metric, seed: int = 0) -> dict:
+    """summarise() of a per-request metric (one value) or a per-token one (a list) over rows, each value
+    labelled with its request's session and content kind."""
+    values, sessions, kinds = [], [], []
+    for r in rows:
+        value = metric(r)
+        for v in value if isinstance(value, list) else [value]:
+            values.append(v)
+            sessions.append(r["session"])
+            kinds.append(r["kind"])
+    return summarise(values, sessions, seed, kinds)
+
+
 def user_ttft(r: dict) -> float | None:
     """User TTFT = t_first - t_sched: TTFT plus the queue delay (the wait for a free slot under open-loop load)."""
     return r["chunk_times"][0] - r["t_sched"] if r["chunk_times"] else None
@@ -379,16 +409,6 @@ def cell_metrics(records: list[dict], tp: int, concurrency: int, load_model: str
     held = concurrency_report(records, concurrency, load_model)
     window = held["window"]
     throughput = output_throughput(records, window)
-    by_session = [r["session"] for r in ok]
-
-    def per_request(metric, rows=ok):
-        return summarise([metric(r) for r in rows], [r["session"] for r in rows], seed, [r["kind"] for r in rows])
-
-    def per_token(metric):
-        rows = [(v, r) for r in ok for v in metric(r)]
-        return summarise([v for v, _ in rows], [r["session"] for _, r in rows], seed, [r["kind"] for _, r in rows])
-
-    sessions_done = session_completion(records)
     return {
         "requests_sent": len(records),
         "requests_completed": len(ok),
@@ -401,17 +421,17 @@ def cell_metrics(records: list[dict], tp: int, concurrency: int, load_model: str
         "output_throughput_ci": throughput_ci(records, window, seed),
         "output_throughput_per_gpu": throughput / tp if throughput is not None else None,
         "output_throughput_run": output_throughput(records),
-        "ttft": per_request(ttft),
-        "user_ttft": per_request(user_ttft),
-        "tpot": per_request(tpot),
-        "itl": per_token(itl_per_token),
-        "e2e": per_request(e2e),
-        "interactivity": per_request(interactivity),
-        "queue_delay": per_request(queue_delay, records),
-        "chunk_gap": per_token(chunk_gaps),
+        "ttft": _summary(ok, ttft, seed),
+        "user_ttft": _summary(ok, user_ttft, seed),
+        "tpot": _summary(ok, tpot, seed),
+        "itl": _summary(ok, itl_per_token, seed),
+        "e2e": _summary(ok, e2e, seed),
+        "interactivity": _summary(ok, interactivity, seed),
+        "queue_delay": _summary(records, queue_delay, seed),
+        "chunk_gap": _summary(ok, chunk_gaps, seed),
         "ttft_with_failures": summarise_with_failures([ttft(r) for r in ok], len(records) - len(ok)),
         "e2e_with_failures": summarise_with_failures([e2e(r) for r in ok], len(records) - len(ok)),
-        "session_completion": summarise(sessions_done, None, seed),
+        "session_completion": summarise(session_completion(records), None, seed),
         "per_turn": per_turn(records, seed) if any(r["turn"] for r in records) else {},
         "acceptance_length": acceptance_length(records),
         "acceptance_length_per_request": acceptance_length_per_request(records),
@@ -448,14 +468,9 @@ def speedup(method_records: list[dict], ar_records: list[dict], method_window: l
     """
     if not method_records or not ar_records:
         return {"speedup": None, "speedup_ci": None, "pairs": 0}
-    sides = []
-    for records, window in ((method_records, method_window), (ar_records, ar_window)):
-        shares = _session_shares(records, window)
-        point = output_throughput(records, window)
-        tokens, busy = sum(v[0] for v in shares.values()), sum(v[1] for v in shares.values())
-        if not point or not tokens or not busy:
-            return {"speedup": None, "speedup_ci": None, "pairs": 0}
-        sides.append((shares, point * busy / tokens))  # (per session, achieved concurrency in the window)
+    sides = [_shares_and_scale(method_records, method_window), _shares_and_scale(ar_records, ar_window)]
+    if None in sides:
+        return {"speedup": None, "speedup_ci": None, "pairs": 0}
     common = [s for s in sides[0][0] if s in sides[1][0] and (sides[0][0][s][1] > 0 or sides[1][0][s][1] > 0)]
     arrays = []
     for shares, scale in sides:
@@ -529,7 +544,8 @@ def relative_precision(records: list[dict], metric: str = "output_throughput", c
         point, ci = output_throughput(records, window), throughput_ci(records, window, seed)
     else:
         name, stat = metric.split(".")
-        summary = cell_metrics(records, 1, concurrency, load_model, seed)[name]
+        per_request = {"ttft": ttft, "tpot": tpot, "itl": itl_per_token, "e2e": e2e, "interactivity": interactivity}
+        summary = _summary([r for r in records if r["error"] is None], per_request[name], seed)
         point, ci = summary.get(stat), summary.get(f"{stat}_ci")
     if not point or not ci or ci[1] <= ci[0]:
         return None

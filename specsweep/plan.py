@@ -200,21 +200,18 @@ def mark_cached(config: dict, rows: list[dict], environment: dict | None) -> boo
 
     if environment is None or not Path(config["cache_dir"]).is_dir() or not any(Path(config["cache_dir"]).iterdir()):
         return environment is not None
-    from .cells import CellCache, cell_key
+    from .cells import CellCache, cell_digest, cell_key, cell_sessions
     from .config import server_params
-    from .workloads import build, workload_digest
 
     cache = CellCache(config["cache_dir"])
-    sessions = {w["name"]: build(dict(w, requests=max(r["requests"] for r in rows if r["workload"] == w["name"])),
-                                 config["seed"], config["sampling"]["thinking"], config["model"].get("path"),
-                                 config["model"]["context_length"])
-                for w in config["workloads"] if any(r["workload"] == w["name"] for r in rows)}
+    sessions = cell_sessions(config["workloads"], rows, config["seed"], config["sampling"]["thinking"],
+                             config["model"].get("path"), config["model"]["context_length"])
     for r in rows:
         params = server_params(config, r["tp"], r["method"], r["repetition"])
         cell = {"workload": r["workload"], "concurrency": r["concurrency"], "repetition": r["repetition"] or 0,
                 "requests": r["requests"]}
-        digest = workload_digest(sessions[r["workload"]][:r["requests"]])
-        r["cached"] = cache.get(cell_key(params, cell, digest, environment["identity_digest"])) is not None
+        r["cached"] = cache.get(cell_key(params, cell, cell_digest(sessions, cell), environment["identity_digest"])) \
+            is not None
     return True
 
 

