@@ -6,10 +6,12 @@ import json
 import time
 
 import pandas as pd
+import pytest
 
 from conftest import Journal, load_default_config, snakemake, write_config
 from specsweep.cells import validate_cell
 from specsweep.config import all_cells
+from specsweep.metrics import combine_launches
 
 
 def small_config() -> dict:
@@ -21,7 +23,7 @@ def small_config() -> dict:
     ]
     config["workloads"] = [
         {"name": "short", "family": "short", "requests": 4, "max_new_tokens": 64},
-        {"name": "long", "family": "long", "requests": 2, "context_tokens": 2000, "max_new_tokens": 64},
+        {"name": "long", "family": "long", "requests": 4, "context_tokens": 2000, "max_new_tokens": 64},
     ]
     config["concurrency"] = [1, 2]
     config["warmup"] = 1
@@ -44,8 +46,11 @@ def test_default_config_end_to_end(workflow):
     assert "SIMULATED BACKEND" in tex and "Warning: simulated results" in tex
     summary = pd.read_csv(workflow / "results" / "summary.csv")
     config = load_default_config()
-    expected = len(config["tp"]) * 4 * len(config["workloads"]) * len(config["concurrency"])
+    levels = sum(len(w.get("concurrency") or config["concurrency"]) for w in config["workloads"])
+    expected = len(config["tp"]) * 4 * levels
     assert len(summary) == expected == len(cell_files(workflow))
+    # every cell held its label: its peak in flight reached it and a steady-state window exists
+    assert (summary["concurrency_peak"] == summary["concurrency"]).all() and summary["concurrency_held"].all()
     assert summary["simulated"].all()
     assert (summary["requests_failed"] == 0).all()
     for path in cell_files(workflow):
@@ -80,7 +85,7 @@ def test_partial_reruns_measure_only_stale_cells(workflow):
     assert len(measured) == 4 and all("/ddtree-b32/" in c for c in measured)
 
     # (b) change one workload's request count: only that workload's cells are measured
-    config["workloads"][1]["requests"] = 3
+    config["workloads"][1]["requests"] = 5
     write_config(workflow, config)
     snakemake(workflow)
     events = journal.new_events()
@@ -133,8 +138,9 @@ def test_interrupted_run_resumes_where_it_stopped(workflow):
         "results/cells/tp1/ar/short/c1.json", "results/cells/tp1/ar/short/c2.json"]
     assert sorted(e["cell"] for e in events if e["event"] == "measured") == [
         "results/cells/tp1/ar/long/c1.json", "results/cells/tp1/ar/long/c2.json"]
-    expected = {c["path"] for c in all_cells({**config, "repetitions": 1, "methods": config["methods"],
-                                              "algorithms": {}, "defaults": {}})}
+    from test_config import validated
+
+    expected = {c["path"] for c in all_cells(validated(config))}
     assert set(cell_files(workflow)) == expected
 
 
@@ -158,3 +164,12 @@ def test_repetitions_run_methods_in_a_seeded_random_order(workflow):
     assert method_order(full, 1, 0) != method_order(full, 1, 1)
     summary = pd.read_csv(workflow / "results" / "summary.csv")
     assert sorted(summary["repetition"].unique()) == [0, 1] and len(summary) == 8
+    # each cell once in combined.csv: the launches' mean with a Student-t interval across the two launches
+    combined = pd.read_csv(workflow / "results" / "combined.csv").set_index("method")
+    assert len(combined) == 4 and (combined["launches"] == 2).all()
+    for method, launches in summary.groupby("method"):
+        values = list(launches["output_throughput"])
+        across = combine_launches(values)
+        assert combined.loc[method, "output_throughput"] == pytest.approx(sum(values) / 2)
+        assert [combined.loc[method, "output_throughput_lo"], combined.loc[method, "output_throughput_hi"]] == \
+            pytest.approx(across["ci"])
