@@ -8,10 +8,13 @@
    --guidellm, GuideLLM runs against the same stub with the same counts as the
    reference (its tokens/s = total output tokens / benchmark duration).
 2. Timing error: the stub emits 64 chunks 10 ms apart per request (native
-   /generate) at concurrency 64; each chunk carries the stub's CLOCK_MONOTONIC
-   at sending. Error per chunk = client-measured gap - stub's emission gap
-   (the client's own contribution), and client-measured gap - 10 ms (against
-   the nominal schedule, stub jitter included). p50 and p99 in ms.
+   /generate) at concurrency 64 and 256 (2 x concurrency requests); each chunk
+   carries the stub's CLOCK_MONOTONIC when the request arrived and when the
+   chunk was sent. ITL error per chunk = client-measured gap - stub's emission
+   gap (the client's own contribution); TTFT error per request = client TTFT -
+   the stub's (first emission - request arrival); and client-measured gap -
+   10 ms (against the nominal schedule, stub jitter included). p50 and p99 of
+   the absolute errors in ms.
 
 Every run is bounded in requests and time and talks only to 127.0.0.1.
 """
@@ -85,30 +88,44 @@ def guidellm(url: str, concurrency: int, exe: str, tokenizer: str) -> dict:
             "wall_s": wall}
 
 
-def timing_error(log_dir: Path) -> dict:
+def timing_error(log_dir: Path, concurrency: int) -> dict:
+    """The client's own timing error at a concurrency: requests of 64 chunks 10 ms apart, 2 x concurrency of them.
+
+    ITL error per chunk = client-measured gap - the stub's emission gap; TTFT error per request = client TTFT -
+    the stub's (first emission - arrival of the request). Both processes read CLOCK_MONOTONIC, one clock."""
     schedule = ",".join(["0.01:1"] * 64)
-    server = stub("--schedule", schedule, log=log_dir / "stub-timing.log")
+    server = stub("--schedule", schedule, log=log_dir / f"stub-timing-c{concurrency}.log")
     sequences: dict[int, list] = {}
 
     def on_chunk(arrival, chunk):
         meta = chunk.get("meta_info", {})
-        sequences.setdefault(meta["id"], []).append((arrival, meta["emitted_at"]))
+        sequences.setdefault(meta["id"], []).append((arrival, meta["emitted_at"], meta["received_at"]))
 
     try:
-        sessions = [Session(f"r{i}", "chat", [{"role": "user", "content": "hi"}], [], 64) for i in range(128)]
-        records = measure(server.url, sessions, 64, {}, timeout=120, on_chunk=on_chunk)
+        sessions = [Session(f"r{i}", "chat", [{"role": "user", "content": "hi"}], [], 64)
+                    for i in range(2 * concurrency)]
+        records = measure(server.url, sessions, concurrency, {}, timeout=120, on_chunk=on_chunk)
     finally:
         server.stop()
-    own, nominal = [], []
+    itl, nominal, ttft = [], [], []
     for seq in sequences.values():
-        for (a0, s0), (a1, s1) in zip(seq, seq[1:]):
-            own.append((a1 - a0) - (s1 - s0))
+        for (a0, s0, _), (a1, s1, _) in zip(seq, seq[1:]):
+            itl.append((a1 - a0) - (s1 - s0))
     for r in records:
         nominal += [g - 0.01 for g in np.diff(r.chunk_times)]
-    own_ms, nominal_ms = np.abs(own) * 1000, np.abs(nominal) * 1000
-    return {"client_p50_ms": float(np.percentile(own_ms, 50)), "client_p99_ms": float(np.percentile(own_ms, 99)),
-            "vs_schedule_p50_ms": float(np.percentile(nominal_ms, 50)),
-            "vs_schedule_p99_ms": float(np.percentile(nominal_ms, 99)), "chunks": len(own)}
+    # records' times count from the run's start, the stub's are absolute: the earliest first chunk links the two
+    firsts = [r for r in records if r.chunk_times]
+    start = min(seq[0][0] for seq in sequences.values()) - min(r.chunk_times[0] for r in firsts)
+    by_arrival: dict = {}
+    for seq in sequences.values():
+        by_arrival.setdefault(round(seq[0][0] - start, 7), []).append(seq)
+    for r in firsts:
+        seq = by_arrival[round(r.chunk_times[0], 7)].pop()
+        ttft.append((r.chunk_times[0] - r.t0) - (seq[0][1] - seq[0][2]))
+    ms = lambda values, p: float(np.percentile(np.abs(values), p) * 1000)
+    return {"concurrency": concurrency, "itl_p50_ms": ms(itl, 50), "itl_p99_ms": ms(itl, 99),
+            "ttft_p50_ms": ms(ttft, 50), "ttft_p99_ms": ms(ttft, 99), "vs_schedule_p99_ms": ms(nominal, 99),
+            "gaps": len(itl), "requests": len(ttft)}
 
 
 def main() -> None:
@@ -126,7 +143,7 @@ def main() -> None:
                 results["guidellm"][c] = guidellm(server.url, c, args.guidellm, args.tokenizer)
     finally:
         server.stop()
-    results["timing_error_c64"] = timing_error(log_dir)
+    results["timing_error"] = [timing_error(log_dir, c) for c in (64, 256)]
     print(json.dumps(results, indent=1))
     print()
     print("| concurrency | specsweep tokens/s | specsweep requests/s | GuideLLM tokens/s | GuideLLM requests/s |")
@@ -135,10 +152,11 @@ def main() -> None:
         a, b = results["ceiling"][c], results["guidellm"].get(c, {})
         print(f"| {c} | {a['tokens_per_s']:.0f} | {a['requests_per_s']:.1f} | "
               f"{b.get('tokens_per_s', float('nan')):.0f} | {b.get('requests_per_s', float('nan')):.1f} |")
-    t = results["timing_error_c64"]
-    print(f"\ntiming error at concurrency 64 ({t['chunks']} chunks): client's own p50 {t['client_p50_ms']:.3f} ms, "
-          f"p99 {t['client_p99_ms']:.3f} ms; against the nominal 10 ms schedule p50 {t['vs_schedule_p50_ms']:.3f} ms, "
-          f"p99 {t['vs_schedule_p99_ms']:.3f} ms")
+    print("\n| concurrency | ITL error p50 | p99 | TTFT error p50 | p99 | gap vs 10 ms schedule p99 | gaps | requests |")
+    print("|---|---|---|---|---|---|---|---|")
+    for t in results["timing_error"]:
+        print(f"| {t['concurrency']} | {t['itl_p50_ms']:.2f} ms | {t['itl_p99_ms']:.2f} ms | {t['ttft_p50_ms']:.2f} ms | "
+              f"{t['ttft_p99_ms']:.2f} ms | {t['vs_schedule_p99_ms']:.2f} ms | {t['gaps']} | {t['requests']} |")
 
 
 if __name__ == "__main__":

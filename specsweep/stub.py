@@ -88,6 +88,7 @@ def build_app(schedule: list[tuple[float, int]], empty_first: bool,
         await resp.write_eof()
 
     async def generate(request):
+        received = time.monotonic()  # the server side of TTFT starts here
         await request.read()
         rid, name, after = next_behaviour()
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
@@ -105,6 +106,7 @@ def build_app(schedule: list[tuple[float, int]], empty_first: bool,
             reason = ({"type": "abort", "message": "stub: aborted"} if name == "abort" else {"type": "length"})
             await resp.write(_sse({"text": LONG_TEXT + text if name == "longline" else text, "meta_info": {
                 "completion_tokens": produced, "prompt_tokens": 8, "id": rid, "emitted_at": time.monotonic(),
+                "received_at": received,
                 "client_port": request.transport.get_extra_info("peername")[1],
                 "finish_reason": reason if stop else None}}))
             chunks += 1
