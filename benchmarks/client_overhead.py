@@ -8,13 +8,14 @@
    --guidellm, GuideLLM runs against the same stub with the same counts as the
    reference (its tokens/s = total output tokens / benchmark duration).
 2. Timing error: the stub emits 64 chunks 10 ms apart per request (native
-   /generate) at concurrency 64 and 256 (2 x concurrency requests); each chunk
-   carries the stub's CLOCK_MONOTONIC when the request arrived and when the
-   chunk was sent. ITL error per chunk = client-measured gap - stub's emission
-   gap (the client's own contribution); TTFT error per request = client TTFT -
-   the stub's (first emission - request arrival); and client-measured gap -
-   10 ms (against the nominal schedule, stub jitter included). p50 and p99 of
-   the absolute errors in ms.
+   /generate) at concurrency 64 and 256 (2 x concurrency requests, so the
+   second wave starts while the first one ends); each chunk carries the stub's
+   CLOCK_MONOTONIC when the request reached its socket (the kernel's stamp)
+   and when the chunk was sent. ITL error per chunk = client-measured gap -
+   stub's emission gap (the client's own contribution); TTFT error per request
+   = client TTFT - the stub's (first emission - request arrival); and
+   client-measured gap - 10 ms (against the nominal schedule, stub jitter
+   included). p50 and p99 of the absolute errors in ms.
 
 Every run is bounded in requests and time and talks only to 127.0.0.1.
 """
@@ -92,7 +93,8 @@ def timing_error(log_dir: Path, concurrency: int) -> dict:
     """The client's own timing error at a concurrency: requests of 64 chunks 10 ms apart, 2 x concurrency of them.
 
     ITL error per chunk = client-measured gap - the stub's emission gap; TTFT error per request = client TTFT -
-    the stub's (first emission - arrival of the request). Both processes read CLOCK_MONOTONIC, one clock."""
+    the stub's (first emission - arrival of the request at its socket). Both processes read CLOCK_MONOTONIC, one
+    clock."""
     schedule = ",".join(["0.01:1"] * 64)
     server = stub("--schedule", schedule, log=log_dir / f"stub-timing-c{concurrency}.log")
     sequences: dict[int, list] = {}

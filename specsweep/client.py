@@ -27,9 +27,13 @@ text in every chunk).
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 import random
+import socket
+import struct
 import time
+import weakref
 from collections import deque
 from dataclasses import asdict, dataclass, field
 
@@ -154,11 +158,84 @@ def _parse_chunk(protocol: str, chunk: dict, record: RequestRecord, last_tokens:
     return int(usage.get("completion_tokens", last_tokens)), text
 
 
-async def _sse_lines(resp: aiohttp.ClientResponse):
-    """Yield (arrival time, line) for every line of a response body, however long the line."""
+_SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35)  # Linux
+
+
+class StampedSocket(socket.socket):
+    """A TCP socket that times its own traffic where it crosses into the kernel.
+
+    - ``last_arrival``: when the kernel received the last packet of the latest read (SO_TIMESTAMPNS).
+    - ``last_send``: read just before the request's bytes are handed to the kernel.
+    - ``opened``: when the connection's set-up began.
+
+    Times taken there leave out the client's own work (building requests, waiting for the event loop to get round
+    to a stream), so a busy client adds almost nothing to TTFT and ITL. Two chunks of one stream that wait in the
+    socket together are merged by the kernel and share the later stamp. Where the kernel gives no stamp, none is
+    kept and the reader falls back to the time it sees the bytes. All times are time.monotonic() seconds.
+    """
+
+    opened: float = 0.0
+    last_arrival: float | None = None
+    last_send: float | None = None
+
+    def start_stamping(self) -> "StampedSocket":
+        """Ask the kernel for arrival stamps and register the socket (see ``stamped``); returns it."""
+        self.opened = time.monotonic()
+        try:
+            self.setsockopt(socket.SOL_SOCKET, _SO_TIMESTAMPNS, 1)
+        except OSError:
+            pass  # no kernel stamps here: arrival is when the reader sees the bytes
+        STAMPED[self.fileno()] = self
+        return self
+
+    def recv(self, bufsize: int, flags: int = 0) -> bytes:
+        data, ancillary, _, _ = self.recvmsg(bufsize, 64, flags)
+        self.last_arrival = None
+        for level, kind, payload in ancillary:
+            if level == socket.SOL_SOCKET and kind == _SO_TIMESTAMPNS and len(payload) >= 16:
+                seconds, nanoseconds = struct.unpack("qq", payload[:16])  # CLOCK_REALTIME
+                self.last_arrival = time.monotonic() - (time.time() - (seconds + nanoseconds * 1e-9))
+        return data
+
+    def recv_into(self, buffer, nbytes: int = 0, flags: int = 0) -> int:
+        data = self.recv(nbytes or len(buffer), flags)
+        buffer[:len(data)] = data
+        return len(data)
+
+    def send(self, data, flags: int = 0) -> int:
+        self.last_send = time.monotonic()
+        return super().send(data, flags)
+
+    def sendmsg(self, buffers, *args) -> int:
+        self.last_send = time.monotonic()
+        return super().sendmsg(buffers, *args)
+
+
+STAMPED: weakref.WeakValueDictionary = weakref.WeakValueDictionary()  # file descriptor -> StampedSocket
+
+
+def _stamped_socket(addr_info) -> socket.socket:
+    """aiohttp's socket factory: every connection the client opens times its traffic at the kernel."""
+    family, type_, proto, _, _ = addr_info
+    return StampedSocket(family, type_, proto).start_stamping()
+
+
+def stamped(transport) -> StampedSocket | None:
+    """The stamped socket under an asyncio transport, if it has one."""
+    raw = transport.get_extra_info("socket") if transport is not None else None
+    return STAMPED.get(raw.fileno()) if raw is not None else None
+
+
+async def _sse_lines(resp: aiohttp.ClientResponse, sock: StampedSocket | None):
+    """Yield (arrival time, line) for every line of a response body, however long the line.
+
+    Arrival is the kernel's stamp of the latest bytes read from ``sock`` (never later than now), else now.
+    """
     buffer = bytearray()
     async for data in resp.content.iter_any():
         now = time.monotonic()
+        if sock is not None and sock.last_arrival is not None and sock.last_arrival <= now:
+            now = sock.last_arrival
         buffer += data
         while True:
             end = buffer.find(b"\n")
@@ -173,8 +250,11 @@ async def _sse_lines(resp: aiohttp.ClientResponse):
 
 async def send(http: aiohttp.ClientSession, url: str, messages: list[dict], sampling: dict, record: RequestRecord,
                timeout: float, protocol: str = "native", thinking: bool = False, alive=None, on_chunk=None,
-               incremental: bool = False) -> None:
+               incremental: bool = False, setup_in_ttft: bool = False) -> None:
     """Send one streaming request and fill ``record`` with what arrived and when.
+
+    ``record.t0`` is when the request's bytes went to the kernel (or, with ``setup_in_ttft``, when its connection's
+    set-up began), as the connection's socket saw it; chunks arrive when the kernel received them.
 
     Whatever goes wrong with this request becomes its failure (record.error, with a category); nothing raised
     while reading one stream escapes to the cell. ``on_chunk(arrival_time, chunk)``, if given, sees every parsed
@@ -189,12 +269,16 @@ async def send(http: aiohttp.ClientSession, url: str, messages: list[dict], samp
     try:
         async with asyncio.timeout(timeout):
             async with http.post(url + path, json=payload) as resp:
+                sock = stamped(resp.connection.transport if resp.connection is not None else None)
+                sent = (sock.opened if setup_in_ttft else sock.last_send) if sock is not None else None
+                if sent is not None and sent >= record.t0:
+                    record.t0 = sent
                 if resp.status != 200:
                     body = (await resp.text())[:300]
                     record.error, record.error_detail = HTTP_STATUS, f"HTTP {resp.status}: {body}"
                     record.t_end = time.monotonic()
                     return
-                async for now, raw in _sse_lines(resp):
+                async for now, raw in _sse_lines(resp, sock):
                     line = raw.strip()
                     if not line.startswith(b"data:"):
                         continue
@@ -279,7 +363,8 @@ async def run_sessions(url: str, sessions: list[Session], concurrency: int, samp
     continuing: deque[_SessionState] = deque()  # sessions whose think time is over
     thinking_sessions = 0
     wake = asyncio.Event()
-    connector = aiohttp.TCPConnector(limit=0, force_close=load.connections == "per-request")
+    connector = aiohttp.TCPConnector(limit=0, force_close=load.connections == "per-request",
+                                     socket_factory=_stamped_socket)
     client_timeout = aiohttp.ClientTimeout(total=None, sock_connect=30)
 
     async def think(state: _SessionState):
@@ -322,7 +407,7 @@ async def run_sessions(url: str, sessions: list[Session], concurrency: int, samp
                 if load.ignore_eos:
                     params["ignore_eos"] = True
                 await send(http, url, state.messages, params, record, timeout, load.protocol, thinking, alive, on_chunk,
-                           load.incremental)
+                           load.incremental, load.connections == "per-request")
                 records.append(record)
                 if on_record is not None:
                     on_record(record)
@@ -337,8 +422,12 @@ async def run_sessions(url: str, sessions: list[Session], concurrency: int, samp
                     break
                 state.t_ready = time.monotonic()
 
-    async with aiohttp.ClientSession(connector=connector, timeout=client_timeout, headers=load.headers) as http:
-        await asyncio.gather(*(slot(http) for _ in range(max(1, min(concurrency, len(sessions))))))
+    gc.freeze()  # a full collection would otherwise walk every object of the process and stall the loop for tens of ms
+    try:
+        async with aiohttp.ClientSession(connector=connector, timeout=client_timeout, headers=load.headers) as http:
+            await asyncio.gather(*(slot(http) for _ in range(max(1, min(concurrency, len(sessions))))))
+    finally:
+        gc.unfreeze()
     for r in records:  # times relative to the start of the run
         r.t_sched -= start
         r.t0 -= start

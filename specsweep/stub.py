@@ -10,6 +10,10 @@ seconds after the previous one and carries ``tokens_i`` tokens; each chunk's
 on the same host can measure its own timing error. Not a model: no text
 meaning, no batching.
 
+A request's ``meta_info.received_at`` is when its bytes reached the stub's
+socket (the kernel's stamp), so the stub's own delay in getting round to a
+request is not counted against the client.
+
 ``--behaviours`` makes request i (counted from 1, cycling through the list)
 misbehave the way SGLang does in band, over HTTP 200: ``error@K`` sends K
 chunks then ``data: {"error": ...}`` and ``[DONE]``; ``abort@K`` ends after K
@@ -23,9 +27,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import socket
 import time
 
 from aiohttp import web
+
+from .client import StampedSocket, stamped
 
 
 def parse_schedule(text: str) -> list[tuple[float, int]]:
@@ -88,7 +95,10 @@ def build_app(schedule: list[tuple[float, int]], empty_first: bool,
         await resp.write_eof()
 
     async def generate(request):
-        received = time.monotonic()  # the server side of TTFT starts here
+        received = time.monotonic()  # the server side of TTFT starts here: when the request reached the socket
+        sock = stamped(request.transport)
+        if sock is not None and sock.last_arrival is not None and sock.last_arrival <= received:
+            received = sock.last_arrival
         await request.read()
         rid, name, after = next_behaviour()
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
@@ -160,6 +170,14 @@ def build_app(schedule: list[tuple[float, int]], empty_first: bool,
     return app
 
 
+class _Listener(socket.socket):
+    """A listening socket whose connections are StampedSockets (each request's arrival stamped by the kernel)."""
+
+    def accept(self):
+        fd, address = self._accept()
+        return StampedSocket(self.family, self.type, self.proto, fileno=fd).start_stamping(), address
+
+
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(prog="python -m specsweep.stub", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -176,8 +194,10 @@ def main(argv: list[str] | None = None) -> None:
     else:
         schedule = [(0.0, args.tokens_per_chunk)] * (args.tokens // args.tokens_per_chunk)
     behaviours = [parse_behaviour(b) for b in args.behaviours.split(",")]
-    web.run_app(build_app(schedule, args.empty_first_chunk, behaviours), host=args.host, port=args.port, print=None,
-                access_log=None)
+    listener = _Listener(socket.AF_INET, socket.SOCK_STREAM)
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    listener.bind((args.host, args.port))
+    web.run_app(build_app(schedule, args.empty_first_chunk, behaviours), sock=listener, print=None, access_log=None)
 
 
 if __name__ == "__main__":
