@@ -406,6 +406,7 @@ async def run_sessions(url: str, sessions: list[Session], concurrency: int, samp
                 params = dict(sampling, max_new_tokens=session.max_new_tokens)
                 if load.ignore_eos:
                     params["ignore_eos"] = True
+                await asyncio.sleep(0)  # a loop pass between one request's end and the next send: reads go first
                 await send(http, url, state.messages, params, record, timeout, load.protocol, thinking, alive, on_chunk,
                            load.incremental, load.connections == "per-request")
                 records.append(record)
