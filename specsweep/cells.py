@@ -336,7 +336,7 @@ def bench_server(params: dict, outputs: list[str], environment: dict, log_dir: s
             previous = signal.signal(signal.SIGTERM, _raise_interrupt)
             server = None
             try:
-                journal.write("server_start", server=server_name, gpus=gpus)
+                journal.write("server_start", server=server_name, gpus=gpus, offered=devices)
                 started = True
                 try:
                     server, argv, env = start_server(params, sessions, environment, log_path, gpus, extra_args, headers)

@@ -4,4 +4,13 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash tools/setup.sh
+# A one-node SLURM cluster for tests/test_slurm.py (Debian packages; skipped, and said so, without root and apt)
+SLURM_PACKAGES="slurmctld slurmd slurm-client munge"
+if [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null \
+   && { ! command -v slurmctld >/dev/null || ! command -v slurmd >/dev/null || ! command -v munged >/dev/null \
+        || ! command -v sbatch >/dev/null; }; then
+    echo "specsweep tests: installing SLURM ($SLURM_PACKAGES)" >&2
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $SLURM_PACKAGES >/dev/null
+fi
 exec .venv/bin/python -m pytest -ra "$@"

@@ -1,0 +1,133 @@
+"""The workflow on a real one-node SLURM cluster through snakemake-executor-plugin-slurm and profiles/slurm.
+
+The cluster (tests/slurm_cluster.py) has no accounting database, so the run
+adds what a user of such a cluster sets: ``--slurm-status-command squeue``
+(the plugin's default asks ``sacct``, which fails there) and a short first
+status check. Everything else comes from the project's profile.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO, Journal, copy_workflow, fast_config, server_processes_under, write_config
+from slurm_cluster import Cluster, missing
+
+pytestmark = pytest.mark.skipif(missing() is not None, reason=str(missing()))
+
+NO_ACCOUNTING = ["--slurm-status-command", "squeue", "--slurm-init-seconds-before-status-checks", "2"]
+
+
+def run(workdir: Path, *args: str, timeout: float = 240) -> subprocess.CompletedProcess:
+    proc = subprocess.run([sys.executable, "-m", "snakemake", "--profile", "profiles/slurm", *NO_ACCOUNTING, *args],
+                          cwd=workdir, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=timeout)
+    assert proc.returncode == 0, proc.stdout[-8000:]
+    return proc
+
+
+def bench_jobs(cluster: Cluster, after: int = 0) -> dict[str, dict]:
+    """The cluster's bench_server jobs with an id above ``after``, by server name (tp1/ar)."""
+    jobs = {}
+    for job in cluster.jobs():
+        match = re.fullmatch(r"rule_bench_server_wildcards_(\d+)_(.+)", job.get("Comment", ""))
+        if match and int(job["JobId"]) > after:
+            jobs[f"tp{match[1]}/{match[2]}"] = job
+    return jobs
+
+
+@pytest.fixture
+def cluster(tmp_path):
+    c = Cluster(tmp_path / "cluster", gpus=4).start()
+    yield c
+    c.stop()
+
+
+def test_workflow_through_slurm(cluster, tmp_path):
+    workdir = copy_workflow(tmp_path / "wf")
+    shutil.copytree(REPO / "profiles", workdir / "profiles")
+    config = fast_config()
+    config["tp"] = [1, 2]
+    config["gpu_pool"] = {"devices": 4}
+    config["cache_dir"] = str(tmp_path / "shared" / "cells")  # a path every node sees
+    write_config(workdir, config)
+    journal = Journal(workdir)
+
+    # 1. the whole run: every cell and the PDF, each server a SLURM job asking for its TP size in GPUs
+    run(workdir)
+    cells = sorted((workdir / "results" / "cells").rglob("*.json"))
+    assert len(cells) == 2 * 2 * 2  # tp x method x concurrency
+    assert (workdir / "results" / "report" / "report.pdf").read_bytes().startswith(b"%PDF")
+    jobs = bench_jobs(cluster)
+    assert sorted(jobs) == ["tp1/ar", "tp1/dflash", "tp2/ar", "tp2/dflash"]
+    for name, job in jobs.items():
+        assert job["JobState"] == "COMPLETED"
+        assert job["TresPerJob"] == f"gres:gpu:{name[2]}", job
+
+    # servers got GPUs among those SLURM granted their job, and servers up at the same time got disjoint ones
+    events = journal.new_events()
+    spans, offered = {}, {}
+    for e in events:
+        if e["event"] == "server_start":
+            spans[e["server"]] = [e["time"], None, set(e["gpus"])]
+            offered[e["server"]] = e["offered"]
+        elif e["event"] == "server_stop":
+            spans[e["server"]][1] = e["time"]
+    assert sorted(spans) == sorted(jobs)
+    for name, (_, _, gpus) in spans.items():
+        # SLURM granted each job exactly its TP size (CUDA_VISIBLE_DEVICES), and the pool took those
+        assert len(offered[name]) == int(name[2]) and gpus == set(offered[name]), (name, gpus, offered[name])
+    overlapping = [(a, b) for a in spans for b in spans
+                   if a < b and spans[a][0] < spans[b][1] and spans[b][0] < spans[a][1]]
+    assert overlapping, f"no two servers ran at the same time: {spans}"
+    for a, b in overlapping:
+        assert not spans[a][2] & spans[b][2], (a, b, spans[a], spans[b])
+    # two concurrent server jobs wrote their cells into the shared cache
+    cached = list((tmp_path / "shared" / "cells").rglob("*.json"))
+    assert len(cached) == len(cells)
+
+    # 2. a rerun after deleting one cell: one bench job, served from the shared cache, no server started
+    last = max(int(j["JobId"]) for j in cluster.jobs())
+    (workdir / "results" / "cells" / "tp1" / "ar" / "short" / "c1.json").unlink()
+    run(workdir)
+    rerun = bench_jobs(cluster, after=last)
+    assert list(rerun) == ["tp1/ar"]
+    events = journal.new_events()
+    assert events and {e["event"] for e in events} == {"cache_hit"}, events
+    assert (workdir / "results" / "cells" / "tp1" / "ar" / "short" / "c1.json").exists()
+
+    # 3. Ctrl-C while servers run: snakemake cancels its SLURM jobs and no server is left
+    last = max(int(j["JobId"]) for j in cluster.jobs())
+    config["workloads"][0]["max_new_tokens"] = 400  # new cells (not cached), long enough to interrupt
+    write_config(workdir, config)
+    proc = subprocess.Popen([sys.executable, "-m", "snakemake", "--profile", "profiles/slurm", *NO_ACCOUNTING],
+                            cwd=workdir, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline = time.monotonic() + 90
+        while not any(e["event"] == "server_start" for e in journal.new_events()):
+            assert time.monotonic() < deadline and proc.poll() is None, "no server started under SLURM"
+            time.sleep(0.5)
+        proc.send_signal(signal.SIGINT)
+        out, _ = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    interrupted = bench_jobs(cluster, after=last)
+    assert interrupted, out[-4000:]
+    deadline = time.monotonic() + 30
+    while True:
+        states = {name: job["JobState"] for name, job in bench_jobs(cluster, after=last).items()}
+        left = server_processes_under(tmp_path)
+        if not left and all(s in ("CANCELLED", "COMPLETED") for s in states.values()):
+            break
+        assert time.monotonic() < deadline, f"after Ctrl-C: jobs {states}, servers {[p.pid for p in left]}"
+        time.sleep(0.5)
+    assert "CANCELLED" in states.values(), (states, out[-4000:])
