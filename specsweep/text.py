@@ -1,7 +1,9 @@
 """Text helpers shared by workloads and the simulated server.
 
 ``split_tokens`` is an approximate tokenizer (words, numbers and punctuation
-marks), used where the served model's tokenizer is not at hand. ``chat_prompt``
+marks; in scripts written without spaces, one token per kana or hangul
+character and per one or two Han characters), used where the served model's
+tokenizer is not at hand. ``chat_prompt``
 renders messages with the ChatML template used by Qwen3 models.
 """
 
@@ -9,7 +11,11 @@ from __future__ import annotations
 
 import re
 
-_TOKEN = re.compile(r"\s*(?:\w+|[^\w\s])", re.UNICODE)
+# Scripts written without spaces: Qwen's tokenizer gives about one token per kana or hangul character and one per
+# one or two Han characters; a whole run taken as one "word" would count a sentence as a single token.
+_HAN = "\u2e80-\u2fdf\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\U00020000-\U0003134f"
+_UNSPACED = _HAN + "\u3040-\u30ff\u3100-\u31ff\ua960-\ua97f\uac00-\ud7ff\uff66-\uff9f"
+_TOKEN = re.compile(rf"\s*(?:[{_HAN}]{{1,2}}|[{_UNSPACED}]|(?:(?![{_UNSPACED}])\w)+|[^\w\s])", re.UNICODE)
 
 
 def split_tokens(text: str) -> list[str]:

@@ -175,3 +175,28 @@ def test_sim_speaks_the_stream_contract_of_sglangs_bench_serving(tmp_path):
     assert counts == sorted(counts) and counts[-1] == 40  # ignore_eos: exactly max_new_tokens
     assert all(c["meta_info"]["prompt_tokens"] > 0 for c in chunks)
     assert chunks[-1]["meta_info"]["spec_accept_length"] > 1
+
+
+UNSPACED_TEXTS = {
+    "zh": "推测解码通过一个小型草稿模型一次提出多个候选词元，再由目标模型在一次前向计算中并行验证，从而在不改变输出分布的前提下降低延迟。",
+    "ja": "投機的デコーディングでは、小さな下書きモデルが複数のトークンを提案し、目標モデルが一度の順伝播でそれらを検証します。",
+    "ko": "추측 디코딩은 작은 초안 모델이 여러 토큰을 제안하고 대상 모델이 한 번의 순전파로 이를 검증하여 지연 시간을 줄입니다.",
+    "en": "Speculative decoding lets a small draft model propose several tokens that the target model verifies in one pass.",
+}
+
+
+@pytest.mark.parametrize("language", sorted(UNSPACED_TEXTS))
+def test_approximate_token_count_follows_qwens_tokenizer_in_every_script(language):
+    from specsweep.text import count_tokens as approximate
+    from specsweep.workloads import count_tokens as qwen
+
+    text = UNSPACED_TEXTS[language] * 8
+    assert 0.7 <= approximate(text) / qwen(text) <= 1.3, (language, approximate(text), qwen(text))
+
+
+def test_reply_to_a_chinese_prompt_has_the_size_of_its_tokens():
+    from specsweep.sim.model import reply_tokens
+
+    reply, _ = reply_tokens(UNSPACED_TEXTS["zh"] * 20, 256, ignore_eos=True)
+    assert len(reply) == 256
+    assert len("".join(reply).encode()) < 256 * 10  # a token is one or two characters, not a whole sentence
