@@ -136,3 +136,61 @@ def test_model_path_with_shell_metacharacters_arrives_unchanged(tmp_path):
     finally:
         server.stop()
     assert not (tmp_path / "pwned").exists()
+
+
+def test_each_engine_step_is_a_chunk_of_its_own_even_when_read_late():
+    from itertools import accumulate
+
+    from specsweep.sim.replay import engine
+    from specsweep.text import chat_prompt
+
+    dflash = engine("dflash")
+    req = dflash.submit(chat_prompt([{"role": "user", "content": "Write a Python function that sorts a list."}]),
+                        {"max_new_tokens": 200, "temperature": 0})
+    for _ in range(6):  # six steps before anyone reads the stream
+        admitted, batch, _ = dflash.next_step()
+        dflash.commit_step(admitted, batch)
+    steps = [req.queue.get_nowait() for _ in range(req.queue.qsize())]
+    assert [s.verify_ct for s in steps] == list(range(6))  # the prefill token, then one verify round per step
+    assert [s.produced for s in steps] == list(accumulate(s.tokens for s in steps))
+    assert max(s.tokens for s in steps[1:]) > 1  # a round's accepted draft tokens arrive together, as one chunk
+    meta = [dflash.meta_info(req, "r", s) for s in steps]
+    assert [m["completion_tokens"] for m in meta] == [s.produced for s in steps]
+    assert [m["spec_verify_ct"] for m in meta] == list(range(6))
+
+
+def test_stream_chunks_match_the_acceptance_counters_under_load(tmp_path):
+    server = start_sim(tmp_path, *DFLASH)
+    try:
+        sessions = build({"name": "short", "family": "short", "requests": 24, "max_new_tokens": 128}, seed=5)
+        records = measure(server.url, sessions, 12, {"temperature": 0.0}, timeout=120)
+    finally:
+        server.stop()
+    assert len(records) == 24 and all(r.ok for r in records)
+    for r in records:
+        assert sum(r.chunk_tokens) == r.output_tokens
+        assert len(r.chunk_tokens) - 1 == r.verify_ct, (r.chunk_tokens, r.verify_ct)  # one chunk per verify round
+
+
+def test_generate_takes_token_ids_and_model_info_answers_as_sglangs_client_expects(tmp_path):
+    from specsweep.workloads import tokenizer
+
+    ids = tokenizer().encode("<|im_start|>user\nSort a list in Python.<|im_end|>\n<|im_start|>assistant\n").ids
+    server = start_sim(tmp_path)
+    try:
+        r = requests.post(server.url + "/generate", json={"input_ids": ids, "stream": False,
+                                                          "sampling_params": {"max_new_tokens": 16, "ignore_eos": True}},
+                          timeout=30)
+        assert r.status_code == 200, r.text
+        assert r.json()["meta_info"]["prompt_tokens"] == len(ids)
+        assert r.json()["meta_info"]["completion_tokens"] == 16
+        bad = requests.post(server.url + "/generate", json={"input_ids": "not ids"}, timeout=30)
+        assert bad.status_code == 400 and "input_ids" in bad.text
+        info = requests.get(server.url + "/model_info", timeout=30)
+        assert info.status_code == 200 and info.json()["model_path"] == "Qwen/Qwen3-8B"
+        for path, body in (("/v1/completions", {"prompt": "Say hi."}),
+                           ("/v1/chat/completions", {"messages": [{"role": "user", "content": "Say hi."}]})):
+            exact = requests.post(server.url + path, json={**body, "max_tokens": 300, "ignore_eos": True}, timeout=60)
+            assert exact.json()["usage"]["completion_tokens"] == 300, path  # the OpenAI API honours ignore_eos too
+    finally:
+        server.stop()

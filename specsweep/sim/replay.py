@@ -48,9 +48,10 @@ def closed_loop(sim: Engine, sessions: list, concurrency: int, sampling: dict | 
         for key, (req, record) in list(flying.items()):
             done = False
             while not req.queue.empty():
-                n, done = req.queue.get_nowait()
+                step = req.queue.get_nowait()
+                done = step.done
                 record.chunk_times.append(clock)
-                record.chunk_tokens.append(n)
+                record.chunk_tokens.append(step.tokens)
             record.output_tokens = req.produced
             record.verify_ct = req.verify_ct or None
             if done:

@@ -24,6 +24,7 @@ from aiohttp import web
 
 from .. import __version__
 from ..text import chat_prompt, split_tokens
+from ..workloads import WorkloadError, tokenizer
 from .model import CostModel, Decoding, accepted_tokens, reply_tokens, top1_probability
 
 PAGE = 64  # prefix-cache granularity in tokens
@@ -124,6 +125,16 @@ def decoding_from_args(args: argparse.Namespace) -> Decoding:
     return Decoding(algorithm, block, args.speculative_ddtree_budget or 0, topk, not args.disable_overlap_schedule)
 
 
+@dataclass(frozen=True)
+class Step:
+    """What one engine step emitted for a request: its tokens, and the request's totals right after it."""
+
+    tokens: int
+    produced: int
+    verify_ct: int
+    done: bool
+
+
 @dataclass
 class Request:
     prompt: str
@@ -187,10 +198,11 @@ class Engine:
         self.prefix_cache.clear()
 
     # requests --------------------------------------------------------------
-    def submit(self, prompt: str, sampling: dict) -> Request:
+    def submit(self, prompt: str, sampling: dict, input_ids: list[int] | None = None) -> Request:
+        """Queue a request; ``input_ids`` (SGLang's pre-tokenised prompt) are its tokens where given."""
         max_new = int(sampling.get("max_new_tokens", 128))
         temperature = float(sampling.get("temperature", 1.0))
-        tokens = split_tokens(prompt)
+        tokens = [str(i) for i in input_ids] if input_ids is not None else split_tokens(prompt)
         if len(tokens) + max_new > self.args.context_length:
             raise ValueError(f"prompt of {len(tokens)} tokens + max_new_tokens {max_new} "
                              f"exceeds the context length {self.args.context_length}")
@@ -273,14 +285,17 @@ class Engine:
             self.counters["prompt_tokens"] += len(req.prompt_tokens)
             self.counters["cached_tokens"] += req.cached_tokens
             self.remember(req.prompt_tokens + req.reply)
-        req.queue.put_nowait((n, done))
+        req.queue.put_nowait(Step(n, req.produced, req.verify_ct, done))
 
-    def meta_info(self, req: Request, rid: str) -> dict:
-        finished = req.produced >= len(req.reply)
+    def meta_info(self, req: Request, rid: str, step: Step | None = None) -> dict:
+        """SGLang's meta_info for a request as it stood after ``step`` (default: now)."""
+        produced = step.produced if step is not None else req.produced
+        verify_ct = step.verify_ct if step is not None else req.verify_ct
+        finished = produced >= len(req.reply)
         info = {
             "id": rid,
             "prompt_tokens": len(req.prompt_tokens),
-            "completion_tokens": req.produced,
+            "completion_tokens": produced,
             "cached_tokens": req.cached_tokens,
             "finish_reason": ({"type": "stop", "matched": 151645} if req.natural_stop else
                               {"type": "length", "length": len(req.reply)}) if finished else None,
@@ -289,9 +304,9 @@ class Engine:
             "simulated": True,
         }
         if self.decoding.algorithm != "ar":
-            info["spec_verify_ct"] = req.verify_ct
+            info["spec_verify_ct"] = verify_ct
             # SGLang's definition: completion tokens (the prefill token included) per verify round
-            info["spec_accept_length"] = req.produced / req.verify_ct if req.verify_ct else 0.0
+            info["spec_accept_length"] = produced / verify_ct if verify_ct else 0.0
         return info
 
 
@@ -318,6 +333,14 @@ def build_app(args: argparse.Namespace) -> web.Application:
     model_name = args.served_model_name or args.model_path
     launched = time.time()
     ids = iter(range(1, 1 << 62))
+
+    def decode(token_ids: list[int]) -> str:
+        """The text of token ids, with the model's tokenizer where it is a local folder, else the Qwen tokenizer
+        shipped with the workload data; placeholder words where neither is installed."""
+        try:
+            return tokenizer(args.model_path).decode(token_ids)
+        except (ImportError, WorkloadError):
+            return " ".join(f"t{i}" for i in token_ids)
     received = {"generate": 0}
 
     async def start_engine(app):
@@ -339,7 +362,7 @@ def build_app(args: argparse.Namespace) -> web.Application:
         if args.sim_never_ready:
             raise web.HTTPServiceUnavailable(text="fault: never ready (--sim-never-ready)")
         req = engine.submit("<|im_start|>user\nhello<|im_end|>\n", {"max_new_tokens": 1, "temperature": 0})
-        while not (await req.queue.get())[1]:
+        while not (await req.queue.get()).done:
             pass
         return web.Response(text="")
 
@@ -384,9 +407,14 @@ def build_app(args: argparse.Namespace) -> web.Application:
             body = await request.json()
         except json.JSONDecodeError:
             raise web.HTTPBadRequest(text="request body is not JSON")
-        text = body.get("text")
-        if not isinstance(text, str):
-            raise web.HTTPBadRequest(text="the simulated server accepts 'text' (one string) only")
+        text, input_ids = body.get("text"), body.get("input_ids")
+        if text is None and isinstance(input_ids, list) and input_ids and all(isinstance(i, int) for i in input_ids):
+            text = decode(input_ids)  # SGLang's own client sends token ids with --tokenize-prompt
+        elif not isinstance(text, str):
+            raise web.HTTPBadRequest(text="the simulated server accepts 'text' (one string) or 'input_ids' (one list "
+                                          "of token ids) only")
+        else:
+            input_ids = None
         sampling = body.get("sampling_params") or {}
         received["generate"] += 1
         if args.sim_crash_after and received["generate"] >= args.sim_crash_after:
@@ -397,43 +425,45 @@ def build_app(args: argparse.Namespace) -> web.Application:
                                      status=500)
         truncate = bool(args.sim_truncate_rate) and fault_rng.random() < args.sim_truncate_rate
         try:
-            req = engine.submit(text, sampling)
+            req = engine.submit(text, sampling, input_ids)
         except ValueError as exc:
             return web.json_response({"error": {"message": str(exc)}}, status=400)
         rid = f"sim-{next(ids)}"
         if not body.get("stream"):
-            while not (await req.queue.get())[1]:
+            while not (await req.queue.get()).done:
                 pass
             return web.json_response({"text": "".join(req.reply), "meta_info": engine.meta_info(req, rid)})
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
         await resp.prepare(request)
         done, sent = False, 0
         incremental = bool(getattr(args, "incremental_streaming_output", False))
-        while not done:
-            _, done = await req.queue.get()
-            if args.sim_hang_after_tokens and req.produced >= args.sim_hang_after_tokens:
+        while not done:  # one chunk per engine step, as SGLang streams
+            step = await req.queue.get()
+            done = step.done
+            if args.sim_hang_after_tokens and step.produced >= args.sim_hang_after_tokens:
                 await asyncio.sleep(3600)  # fault: the stream goes silent, the connection stays open
-            if truncate and req.produced * 2 >= len(req.reply):
+            if truncate and step.produced * 2 >= len(req.reply):
                 request.transport.close()  # fault: the stream is cut mid-way
                 return resp
             # as SGLang: the whole text so far, or with --incremental-streaming-output only the new segment
-            text = "".join(req.reply[sent if incremental else 0: req.produced])
-            sent = req.produced
-            chunk = {"text": text, "meta_info": engine.meta_info(req, rid)}
+            text = "".join(req.reply[sent if incremental else 0: step.produced])
+            sent = step.produced
+            chunk = {"text": text, "meta_info": engine.meta_info(req, rid, step)}
             await resp.write(b"data: " + json.dumps(chunk).encode() + b"\n\n")
         await resp.write(b"data: [DONE]\n\n")
         await resp.write_eof()
         return resp
 
     async def wait_done(req):
-        while not (await req.queue.get())[1]:
+        while not (await req.queue.get()).done:
             pass
 
-    def usage(req):
+    def usage(req, produced: int | None = None):
         # as SGLang: cached prompt tokens are reported only with --enable-cache-report
         details = {"cached_tokens": req.cached_tokens} if getattr(args, "enable_cache_report", False) else None
-        return {"prompt_tokens": len(req.prompt_tokens), "completion_tokens": req.produced,
-                "total_tokens": len(req.prompt_tokens) + req.produced, "prompt_tokens_details": details}
+        produced = req.produced if produced is None else produced
+        return {"prompt_tokens": len(req.prompt_tokens), "completion_tokens": produced,
+                "total_tokens": len(req.prompt_tokens) + produced, "prompt_tokens_details": details}
 
     async def openai(request, chat: bool):
         try:
@@ -482,15 +512,16 @@ def build_app(args: argparse.Namespace) -> web.Application:
             await put({"id": rid, "object": obj, "created": created, "model": model_name,
                        "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}]})
         sent, done = 0, False
-        while not done:
-            _, done = await req.queue.get()
-            text = "".join(req.reply[sent:req.produced])
-            sent = req.produced
+        while not done:  # one chunk per engine step
+            step = await req.queue.get()
+            done = step.done
+            text = "".join(req.reply[sent:step.produced])
+            sent = step.produced
             finish = ("stop" if req.natural_stop else "length") if done else None
             payload = {"id": rid, "object": obj, "created": created, "model": model_name,
                        "choices": [choice(text, finish)]}
             if options.get("continuous_usage_stats"):
-                payload["usage"] = usage(req)
+                payload["usage"] = usage(req, step.produced)
             await put(payload)
         if options.get("include_usage"):
             await put({"id": rid, "object": obj, "created": created, "model": model_name, "choices": [],
@@ -515,6 +546,7 @@ def build_app(args: argparse.Namespace) -> web.Application:
     app.router.add_get("/health", health)
     app.router.add_get("/health_generate", health_generate)
     app.router.add_get("/get_model_info", model_info)
+    app.router.add_get("/model_info", model_info)  # the newer name, which SGLang's bench_serving asks for
     app.router.add_get("/get_server_info", server_info)
     app.router.add_get("/server_info", server_info)
     app.router.add_route("*", "/flush_cache", flush_cache)
