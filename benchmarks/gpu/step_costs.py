@@ -1,0 +1,234 @@
+"""Step costs of the real engine, and the simulator's runtime profile fitted to them.
+
+    # on a GPU host with SGLang (the lent H200: after `device.sh install-a/b/c`, see README.md here)
+    python3 benchmarks/gpu/step_costs.py one-batch OUT_DIR      # AR forward steps, no server
+    python3 benchmarks/gpu/step_costs.py dflash OUT_DIR 16 8 32 # timed DFlash verify rounds on a real server
+    # anywhere, from the measured records
+    .venv/bin/python benchmarks/gpu/step_costs.py fit RECORD_DIR [--write PROFILE.yaml]
+
+one-batch: ``python -m sglang.bench_one_batch`` with dummy Qwen3-8B weights over
+batch sizes 1-64 and contexts 1k-32k: the median decode step (one token per
+request, CUDA graphs) and the prefill of the whole batch. Shapes that do not fit
+the KV cache are skipped by SGLang itself.
+
+dflash: one DFlash server per block size (dummy target and drafter; a random
+drafter is accepted about once per round, so every round commits one token per
+request and the stream's chunk gaps are the verify rounds). Concurrency 1, 4,
+16 and 64 with 1,024-token prompts; the step time is the median gap between a
+request's chunks, the batch its concurrency, the verify width the block size.
+
+fit: least squares (relative error) of the simulator's sglang runtime profile
+to the measured steps: bandwidth efficiency and per-layer overhead from the AR
+decode steps, compute efficiency from the prefills, the drafter's share and the
+per-step scheduling cost from the DFlash rounds. Prints simulated against
+measured for every shape and writes the runtime profile.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+MODEL = "/tmp/qwen3-8b"
+DRAFTER = "/tmp/dflash-b16"
+COMMON = ["--model-path", MODEL, "--load-format", "dummy", "--attention-backend", "triton",
+          "--sampling-backend", "pytorch", "--random-seed", "0"]
+BATCHES = (1, 4, 16, 64)
+CONTEXTS = (1024, 4096, 16384, 32768)
+
+
+def one_batch(out: Path) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    result = out / "one_batch.jsonl"
+    argv = [sys.executable, "-m", "sglang.bench_one_batch", *COMMON, "--mem-fraction-static", "0.85",
+            "--context-length", str(max(CONTEXTS) + 64), "--cuda-graph-max-bs", "64", "--batch-size", *map(str, BATCHES),
+            "--input-len", *map(str, CONTEXTS), "--output-len", "24", "--result-filename", str(result)]
+    with open(out / "one_batch.log", "w") as log:
+        code = subprocess.run(argv, stdout=log, stderr=subprocess.STDOUT, timeout=540).returncode
+    print(f"bench_one_batch exit {code}; {sum(1 for _ in open(result)) if result.exists() else 0} shapes")
+
+
+async def _stream(session, url: str, ids: list[int], new_tokens: int) -> list[float]:
+    body = {"input_ids": ids, "stream": True,
+            "sampling_params": {"max_new_tokens": new_tokens, "ignore_eos": True, "temperature": 0}}
+    times = []
+    async with session.post(url + "/generate", json=body) as resp:
+        async for line in resp.content:
+            if line.startswith(b"data:") and b"[DONE]" not in line:
+                times.append(time.monotonic())
+    return times
+
+
+async def _rounds(url: str, concurrency: int, prompt: int, new_tokens: int, seed: int) -> list[list[float]]:
+    import aiohttp
+
+    rng = random.Random(seed)
+    prompts = [[rng.randrange(1000, 100000) for _ in range(prompt)] for _ in range(concurrency)]
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=300)) as session:
+        return await asyncio.gather(*(_stream(session, url, p, new_tokens) for p in prompts))
+
+
+def dflash(out: Path, blocks: list[int], port: int = 30123) -> None:
+    import requests
+
+    out.mkdir(parents=True, exist_ok=True)
+    url = f"http://127.0.0.1:{port}"
+    for block in blocks:
+        drafter = Path(f"/tmp/dflash-b{block}")
+        if not drafter.exists():
+            drafter.mkdir()
+            config = json.loads((Path(DRAFTER) / "config.json").read_text())
+            config["block_size"] = config["dflash_config"]["block_size"] = block
+            (drafter / "config.json").write_text(json.dumps(config))
+            for f in Path(DRAFTER).glob("tokenizer*"):
+                (drafter / f.name).write_bytes(f.read_bytes())
+        argv = [sys.executable, "-m", "sglang.launch_server", *COMMON, "--host", "127.0.0.1", "--port", str(port),
+                "--mem-fraction-static", "0.8", "--max-running-requests", "64", "--cuda-graph-max-bs", "64",
+                "--context-length", "4096", "--speculative-algorithm", "DFLASH",
+                "--speculative-draft-model-path", str(drafter), "--speculative-dflash-block-size", str(block),
+                "--speculative-draft-load-format", "dummy"]
+        log = open(out / f"server-b{block}.log", "w")
+        server = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        started = time.monotonic()
+        try:
+            while True:
+                if server.poll() is not None:
+                    raise RuntimeError(f"server b{block} exited {server.returncode}")
+                if time.monotonic() - started > 300:
+                    raise RuntimeError(f"server b{block} not ready in 300 s")
+                try:
+                    if requests.get(url + "/health_generate", timeout=5).status_code == 200:
+                        break
+                except requests.RequestException:
+                    pass
+                time.sleep(2)
+            ready = time.monotonic() - started
+            asyncio.run(_rounds(url, 4, 256, 16, 0))  # warm-up
+            for c in BATCHES:
+                streams = asyncio.run(_rounds(url, c, 1024, 96, c))
+                row = {"block": block, "concurrency": c, "prompt": 1024, "new_tokens": 96, "ready_s": ready,
+                       "chunk_times": streams}
+                with open(out / "dflash.jsonl", "a") as f:
+                    f.write(json.dumps(row) + "\n")
+                gaps = sorted(g for s in streams for g in (b - a for a, b in zip(s[1:], s[2:])))
+                print(f"b{block} c{c}: median gap {1000 * gaps[len(gaps) // 2]:.2f} ms over {len(gaps)} gaps",
+                      flush=True)
+        finally:
+            os.killpg(server.pid, signal.SIGTERM)
+            try:
+                server.wait(60)
+            except subprocess.TimeoutExpired:
+                os.killpg(server.pid, signal.SIGKILL)
+                server.wait(30)
+            log.close()
+
+
+# ---------------------------------------------------------------- fit (runs anywhere, from the records)
+
+def measured_steps(record: Path) -> list[dict]:
+    """Every measured shape: kind (decode, prefill, dflash), batch, width, contexts, seconds."""
+    import numpy as np
+
+    rows = []
+    for line in (record / "one_batch.jsonl").read_text().splitlines():
+        r = json.loads(line)
+        bs, il = r["batch_size"], r["input_len"]
+        rows.append({"kind": "decode", "batch": bs, "width": 1, "context": il + r["output_len"] // 2,
+                     "seconds": r["median_decode_latency"]})
+        rows.append({"kind": "prefill", "batch": bs, "width": il, "context": 0, "seconds": r["prefill_latency"]})
+    path = record / "dflash.jsonl"
+    for line in (path.read_text().splitlines() if path.exists() else []):
+        r = json.loads(line)
+        gaps = [b - a for s in r["chunk_times"] for a, b in zip(s[1:], s[2:])]
+        rows.append({"kind": "dflash", "batch": r["concurrency"], "width": r["block"],
+                     "context": r["prompt"] + r["new_tokens"] // 2, "seconds": float(np.median(gaps))})
+    return rows
+
+
+def simulated(cost, row: dict) -> float:
+    from specsweep.sim.model import Decoding
+
+    contexts = [row["context"]] * row["batch"]
+    if row["kind"] == "prefill":
+        return cost.prefill(row["batch"] * row["width"])
+    if row["kind"] == "decode":
+        return cost.verify_seconds(row["batch"], contexts)
+    return cost.decode_step(Decoding("dflash", block_size=row["width"], overlap=False), contexts)
+
+
+def fit(record: Path, write: Path | None) -> None:
+    import numpy as np
+    import yaml
+
+    from specsweep.sim.model import CostModel, profiles
+
+    rows = measured_steps(record)
+    p = profiles()
+    gpu, model = p["gpus"]["H200"], p["models"]["qwen3-8b"]
+    runtime = dict(p["runtimes"]["sglang"])
+
+    def cost(**changes):
+        return CostModel(gpu, model, {**runtime, **changes}, 1)
+
+    # AR decode: t = (weights + sum(ctx) * kv) / (bw * e) + layers * overhead  -> linear in 1/e and overhead
+    decode = [r for r in rows if r["kind"] == "decode"]
+    a = np.array([[(model["weight_bytes"] + r["batch"] * r["context"] * model["kv_bytes_per_token"]) / gpu["bandwidth"],
+                   model["layers"]] for r in decode])
+    t = np.array([r["seconds"] for r in decode])
+    (inv_e, overhead), *_ = np.linalg.lstsq(a / t[:, None], np.ones_like(t), rcond=None)
+    runtime.update(bandwidth_efficiency=float(1 / inv_e), layer_overhead=float(overhead))
+    # prefill (compute-bound): t = 2 * params * tokens / (flops * e), the long ones
+    prefill = [r for r in rows if r["kind"] == "prefill" and r["batch"] * r["width"] >= 4096]
+    ratios = [2 * model["active_params"] * r["batch"] * r["width"] / (gpu["flops"] * r["seconds"]) for r in prefill]
+    runtime["compute_efficiency"] = float(np.median(ratios))
+    # DFlash rounds: t = verify(width x batch) + drafter share x batch-1 decode + per-step cost -> linear
+    rounds = [r for r in rows if r["kind"] == "dflash"]
+    if rounds:
+        base = cost(drafter_fraction=0.0, no_overlap_penalty=0.0)
+        a = np.array([[base.verify_seconds(r["batch"], [0] * r["batch"]), 1.0] for r in rounds])
+        rest = np.array([r["seconds"] - simulated(base, r) for r in rounds])
+        t = np.array([r["seconds"] for r in rounds])
+        (share, per_step), *_ = np.linalg.lstsq(a / t[:, None], rest / t, rcond=None)
+        runtime.update(drafter_fraction=float(max(0.0, share)), no_overlap_penalty=float(max(0.0, per_step)))
+    fitted = cost()
+    print("| kind | batch | width | context | measured | simulated | simulated / measured |")
+    print("|---|---|---|---|---|---|---|")
+    worst = 0.0
+    for r in rows:
+        s = simulated(fitted, r)
+        worst = max(worst, abs(s / r["seconds"] - 1))
+        print(f"| {r['kind']} | {r['batch']} | {r['width']} | {r['context']} | {1000 * r['seconds']:.2f} ms | "
+              f"{1000 * s:.2f} ms | {s / r['seconds']:.2f} |")
+    print(f"\nlargest deviation {worst:.0%}")
+    profile = {"runtimes": {"sglang-0.5.16-h200": {k: float(f"{v:.4g}") if isinstance(v, float) else v
+                                                    for k, v in runtime.items()}}}
+    print(yaml.safe_dump(profile, sort_keys=False))
+    if write:
+        write.write_text(yaml.safe_dump(profile, sort_keys=False))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("step", choices=["one-batch", "dflash", "fit"])
+    parser.add_argument("dir", type=Path)
+    parser.add_argument("blocks", nargs="*", type=int, default=[16])
+    parser.add_argument("--write", type=Path)
+    args = parser.parse_args()
+    if args.step == "one-batch":
+        one_batch(args.dir)
+    elif args.step == "dflash":
+        dflash(args.dir, args.blocks)
+    else:
+        fit(args.dir, args.write)
+
+
+if __name__ == "__main__":
+    main()
