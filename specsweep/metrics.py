@@ -213,20 +213,24 @@ def _shares_and_scale(records: list[dict], window: list[float] | None) -> tuple[
 
 
 def _resample(strata: list, seed: int) -> np.ndarray:
-    """How often each independent unit is drawn in each bootstrap resample (resamples x units), resampling within
-    each unit's stratum (its content kind: a workload's mix of kinds is fixed, not drawn)."""
+    """The weight of each independent unit in each bootstrap resample (resamples x units), resampling within each
+    unit's stratum (its content kind: a workload's mix of kinds is fixed, not drawn). A stratum of n units draws
+    n - 1 of them and weighs each draw n / (n - 1) (the rescaling bootstrap), since drawing all n understates the
+    variance of a small stratum by the factor (n - 1) / n."""
     rng = np.random.default_rng(seed)
     counts = np.zeros((BOOTSTRAP_RESAMPLES, len(strata)))
     for label in dict.fromkeys(strata):
         columns = [i for i, s in enumerate(strata) if s == label]
-        counts[:, columns] = rng.multinomial(len(columns), [1.0 / len(columns)] * len(columns),
-                                             size=BOOTSTRAP_RESAMPLES)
+        draws = max(1, len(columns) - 1)
+        counts[:, columns] = rng.multinomial(draws, [1.0 / len(columns)] * len(columns),
+                                             size=BOOTSTRAP_RESAMPLES) * (len(columns) / draws)
     return counts
 
 
 def _interval(boot: np.ndarray) -> list[float] | None:
     lo, hi = np.percentile(boot[np.isfinite(boot)], [2.5, 97.5])
-    return [float(lo), float(hi)] if hi > lo else None  # a zero-width interval is no interval
+    # a zero-width interval (up to rounding of the weights) is no interval
+    return [float(lo), float(hi)] if hi - lo > 1e-9 * max(abs(lo), abs(hi)) else None
 
 
 def throughput_ci(records: list[dict], window: list[float] | None = None, seed: int = 0) -> list[float] | None:
@@ -280,7 +284,8 @@ def tokens_per_chunk(records: list[dict]) -> float | None:
 
 
 def _weighted_percentile(sorted_values: np.ndarray, weights: np.ndarray, p: float) -> np.ndarray:
-    """Per row of integer weights (copies of each sorted value): the p-th percentile with numpy's linear rule."""
+    """Per row of weights (copies of each sorted value, whole or not): the p-th percentile with numpy's linear
+    rule."""
     total = weights.sum(axis=1)
     h = (total - 1) * p / 100.0
     low = np.floor(h)
