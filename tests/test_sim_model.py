@@ -200,3 +200,33 @@ def test_reply_to_a_chinese_prompt_has_the_size_of_its_tokens():
     reply, _ = reply_tokens(UNSPACED_TEXTS["zh"] * 20, 256, ignore_eos=True)
     assert len(reply) == 256
     assert len("".join(reply).encode()) < 256 * 10  # a token is one or two characters, not a whole sentence
+
+
+def test_measured_h200_profile_reproduces_the_recorded_step_costs():
+    # the shipped runtime profile against the committed H200 record (benchmarks/gpu/step_costs.py): every shape
+    # within 15% (the README's table has the figures; the fit's target is 10%)
+    import sys
+
+    from conftest import REPO
+
+    sys.path.insert(0, str(REPO / "benchmarks" / "gpu"))
+    import step_costs
+
+    cost = CostModel.named("H200", "qwen3-8b", "sglang-0.5.16-h200")
+    rows = step_costs.measured_steps(REPO / "benchmarks" / "gpu" / "record-2026-11-30-step-costs")
+    assert {r["kind"] for r in rows} == {"decode", "prefill", "dflash"} and len(rows) >= 30
+    for row in rows:
+        ratio = step_costs.simulated(cost, row) / row["seconds"]
+        assert 0.85 <= ratio <= 1.15, (row, ratio)
+
+
+def test_overlap_scheduler_hides_cpu_work_up_to_the_gpu_step():
+    base = CostModel.named("H200", "qwen3-8b", "sglang-0.5.16-h200")
+    cost = CostModel(base.gpu, base.model, {**base.runtime, "cpu_step": 0.004}, 1)
+    contexts = [1000] * 8
+    gpu = CostModel(base.gpu, base.model, {**base.runtime, "cpu_step": 0.0}, 1).decode_step(Decoding("ar"), contexts)
+    assert cost.decode_step(Decoding("ar", overlap=False), contexts) == pytest.approx(gpu + 0.004)
+    assert cost.decode_step(Decoding("ar"), contexts) == pytest.approx(max(gpu, 0.004))
+    # a speculative round's per-request bookkeeping grows with the batch
+    spec = Decoding("dflash", overlap=False)
+    assert base.decode_step(spec, [1000] * 32) - base.decode_step(spec, [1000] * 16) > 16 * 0.0005

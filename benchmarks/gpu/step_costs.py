@@ -17,11 +17,12 @@ request and the stream's chunk gaps are the verify rounds). Concurrency 1, 4,
 16 and 64 with 1,024-token prompts; the step time is the median gap between a
 request's chunks, the batch its concurrency, the verify width the block size.
 
-fit: least squares (relative error) of the simulator's sglang runtime profile
-to the measured steps: bandwidth efficiency and per-layer overhead from the AR
-decode steps, compute efficiency from the prefills, the drafter's share and the
-per-step scheduling cost from the DFlash rounds. Prints simulated against
-measured for every shape and writes the runtime profile.
+fit: least squares on log(simulated / measured) over every measured shape, of
+the simulator's runtime parameters (FITTED: bandwidth and compute efficiency,
+per-layer overhead, per-request attention bandwidth, prefill attention
+efficiency and fixed cost, drafter share, CPU work per step and per request of
+a speculative round). Prints simulated against measured for every shape and
+writes the runtime profile.
 """
 
 from __future__ import annotations
@@ -155,14 +156,49 @@ def measured_steps(record: Path) -> list[dict]:
 
 
 def simulated(cost, row: dict) -> float:
+    """The simulator's seconds for a measured shape."""
     from specsweep.sim.model import Decoding
 
     contexts = [row["context"]] * row["batch"]
     if row["kind"] == "prefill":
-        return cost.prefill(row["batch"] * row["width"])
+        return cost.prefill(row["batch"] * row["width"], row["batch"] * row["width"] ** 2 / 2)
     if row["kind"] == "decode":
         return cost.verify_seconds(row["batch"], contexts)
     return cost.decode_step(Decoding("dflash", block_size=row["width"], overlap=False), contexts)
+
+
+FITTED = ("bandwidth_efficiency", "layer_overhead", "attention_request_bandwidth", "compute_efficiency",
+          "attention_compute_efficiency", "prefill_fixed", "drafter_fraction", "cpu_step", "spec_cpu_per_request")
+
+
+def _nelder_mead(f, x0, steps: int = 4000):
+    """Minimise f from x0 (a small Nelder-Mead; the parameters are logs, so every step keeps them positive)."""
+    import numpy as np
+
+    n = len(x0)
+    simplex = [np.array(x0, float)] + [np.array(x0, float) + np.eye(n)[i] * 0.5 for i in range(n)]
+    values = [f(x) for x in simplex]
+    for _ in range(steps):
+        order = np.argsort(values)
+        simplex, values = [simplex[i] for i in order], [values[i] for i in order]
+        centre = np.mean(simplex[:-1], axis=0)
+        reflected = centre + (centre - simplex[-1])
+        fr = f(reflected)
+        if fr < values[0]:
+            expanded = centre + 2 * (centre - simplex[-1])
+            fe = f(expanded)
+            simplex[-1], values[-1] = (expanded, fe) if fe < fr else (reflected, fr)
+        elif fr < values[-2]:
+            simplex[-1], values[-1] = reflected, fr
+        else:
+            contracted = centre + 0.5 * (simplex[-1] - centre)
+            fc = f(contracted)
+            if fc < values[-1]:
+                simplex[-1], values[-1] = contracted, fc
+            else:
+                simplex = [simplex[0] + 0.5 * (x - simplex[0]) for x in simplex]
+                values = [f(x) for x in simplex]
+    return simplex[int(np.argmin(values))]
 
 
 def fit(record: Path, write: Path | None) -> None:
@@ -174,43 +210,32 @@ def fit(record: Path, write: Path | None) -> None:
     rows = measured_steps(record)
     p = profiles()
     gpu, model = p["gpus"]["H200"], p["models"]["qwen3-8b"]
-    runtime = dict(p["runtimes"]["sglang"])
+    start = {**p["runtimes"]["sglang"], "attention_request_bandwidth": 1e12, "attention_compute_efficiency": 0.3,
+             "prefill_fixed": 5e-3, "cpu_step": 1e-3, "spec_cpu_per_request": 1e-4, "drafter_per_token": True}
+    start.pop("no_overlap_penalty")
 
-    def cost(**changes):
-        return CostModel(gpu, model, {**runtime, **changes}, 1)
+    def runtime(x):
+        return {**start, **{name: float(np.exp(v)) for name, v in zip(FITTED, x)}}
 
-    # AR decode: t = (weights + sum(ctx) * kv) / (bw * e) + layers * overhead  -> linear in 1/e and overhead
-    decode = [r for r in rows if r["kind"] == "decode"]
-    a = np.array([[(model["weight_bytes"] + r["batch"] * r["context"] * model["kv_bytes_per_token"]) / gpu["bandwidth"],
-                   model["layers"]] for r in decode])
-    t = np.array([r["seconds"] for r in decode])
-    (inv_e, overhead), *_ = np.linalg.lstsq(a / t[:, None], np.ones_like(t), rcond=None)
-    runtime.update(bandwidth_efficiency=float(1 / inv_e), layer_overhead=float(overhead))
-    # prefill (compute-bound): t = 2 * params * tokens / (flops * e), the long ones
-    prefill = [r for r in rows if r["kind"] == "prefill" and r["batch"] * r["width"] >= 4096]
-    ratios = [2 * model["active_params"] * r["batch"] * r["width"] / (gpu["flops"] * r["seconds"]) for r in prefill]
-    runtime["compute_efficiency"] = float(np.median(ratios))
-    # DFlash rounds: t = verify(width x batch) + drafter share x batch-1 decode + per-step cost -> linear
-    rounds = [r for r in rows if r["kind"] == "dflash"]
-    if rounds:
-        base = cost(drafter_fraction=0.0, no_overlap_penalty=0.0)
-        a = np.array([[base.verify_seconds(r["batch"], [0] * r["batch"]), 1.0] for r in rounds])
-        rest = np.array([r["seconds"] - simulated(base, r) for r in rounds])
-        t = np.array([r["seconds"] for r in rounds])
-        (share, per_step), *_ = np.linalg.lstsq(a / t[:, None], rest / t, rcond=None)
-        runtime.update(drafter_fraction=float(max(0.0, share)), no_overlap_penalty=float(max(0.0, per_step)))
-    fitted = cost()
+    def loss(x):
+        cost = CostModel(gpu, model, runtime(x), 1)
+        return sum(np.log(simulated(cost, r) / r["seconds"]) ** 2 for r in rows)
+
+    best = _nelder_mead(loss, [np.log(start[name]) for name in FITTED])
+    fitted = runtime(best)
+    cost = CostModel(gpu, model, fitted, 1)
     print("| kind | batch | width | context | measured | simulated | simulated / measured |")
     print("|---|---|---|---|---|---|---|")
-    worst = 0.0
+    deviations = []
     for r in rows:
-        s = simulated(fitted, r)
-        worst = max(worst, abs(s / r["seconds"] - 1))
+        s = simulated(cost, r)
+        deviations.append(abs(s / r["seconds"] - 1))
         print(f"| {r['kind']} | {r['batch']} | {r['width']} | {r['context']} | {1000 * r['seconds']:.2f} ms | "
               f"{1000 * s:.2f} ms | {s / r['seconds']:.2f} |")
-    print(f"\nlargest deviation {worst:.0%}")
-    profile = {"runtimes": {"sglang-0.5.16-h200": {k: float(f"{v:.4g}") if isinstance(v, float) else v
-                                                    for k, v in runtime.items()}}}
+    within = sum(d <= 0.10 for d in deviations)
+    print(f"\n{within} of {len(rows)} shapes within 10%; largest deviation {max(deviations):.0%}")
+    rounded = {k: (float(f"{v:.4g}") if v >= 1e-9 else 0.0) if isinstance(v, float) else v for k, v in fitted.items()}
+    profile = {"runtimes": {"sglang-0.5.16-h200": rounded}}
     print(yaml.safe_dump(profile, sort_keys=False))
     if write:
         write.write_text(yaml.safe_dump(profile, sort_keys=False))

@@ -212,7 +212,12 @@ class CostModel:
         return min(m["weight_bytes"], m["active_bytes"] * max(1.0, tokens) ** 0.5)
 
     def verify_seconds(self, tokens: int, contexts: list[int]) -> float:
-        """Target forward over ``tokens`` tokens of a batch with these context lengths (no drafter)."""
+        """Target forward over ``tokens`` tokens of a batch with these context lengths (no drafter).
+
+        roofline(weights read, compute) + attention + layers x per-layer overhead + TP all-reduces; attention
+        reads every request's KV cache at the runtime's bandwidth, and no faster for one request than
+        ``attention_request_bandwidth`` (a lone long request leaves most of the GPU idle), where the runtime sets it.
+        """
         r, m, g = self.runtime, self.model, self.gpu
         if "eager_floor" in r:
             return r["eager_floor"] + r["eager_slope"] * max(0, tokens - r["eager_knee_tokens"])
@@ -220,35 +225,55 @@ class CostModel:
         flops = g["flops"] * r["compute_efficiency"] * self.tp
         roofline = max(self._bytes_read(tokens) / bw, 2 * m["active_params"] * tokens / flops)
         attention = sum(contexts) * m["kv_bytes_per_token"] / bw
+        if r.get("attention_request_bandwidth") and contexts:
+            attention = max(attention, max(contexts) * m["kv_bytes_per_token"] / (r["attention_request_bandwidth"] * self.tp))
         fixed = m["layers"] * r["layer_overhead"]
         comm = 2 * m["layers"] * r["allreduce_latency"] * math.log2(self.tp) if self.tp > 1 else 0.0
         return roofline + attention + fixed + comm
 
+    def cpu_seconds(self, decoding: Decoding, batch: int) -> float:
+        """CPU work of one step: scheduling and sampling (cpu_step), plus, for a speculative round, its
+        per-request bookkeeping (spec_cpu_per_request x batch)."""
+        r = self.runtime
+        seconds = r.get("cpu_step", r.get("no_overlap_penalty", 0.0))
+        return seconds + (r.get("spec_cpu_per_request", 0.0) * batch if decoding.algorithm != "ar" else 0.0)
+
     def decode_step(self, decoding: Decoding, contexts: list[int]) -> float:
         """Seconds for one decode/verify step of a batch with these context lengths.
 
-        step = verify(width x batch tokens) + drafter (fraction of a batch-1 decode)
-               + tree construction + hybrid-model tree penalty + scheduling without overlap
+        step = GPU + exposed CPU, GPU = verify(width x batch tokens) + drafter (its share of a target pass over
+        the same tokens) + tree construction + hybrid-model tree penalty. The overlap scheduler prepares the
+        next step on the CPU while the GPU runs this one, so only CPU work longer than the GPU's shows; without
+        it (and for DDTree, which runs without it) all of it adds.
         """
         if not contexts:
             return 0.0
         r = self.runtime
         width = decoding.verify_width()
-        total = self.verify_seconds(width * len(contexts), contexts)
+        gpu = self.verify_seconds(width * len(contexts), contexts)
         if decoding.algorithm != "ar":
-            total += r["drafter_fraction"] * self.verify_seconds(len(contexts), [0] * len(contexts))
+            drafted = width * len(contexts) if r.get("drafter_per_token") else len(contexts)
+            gpu += r["drafter_fraction"] * self.verify_seconds(drafted, [0] * len(contexts))
             if decoding.algorithm == "ddtree":
-                total += r["tree_build_per_node"] * decoding.budget * len(contexts)
+                gpu += r["tree_build_per_node"] * decoding.budget * len(contexts)
                 if self.model["hybrid"]:
-                    total += r.get("hybrid_tree_per_node", 0.0) * max(0, width - 8) * len(contexts)
-        if not decoding.overlap or decoding.algorithm == "ddtree":
-            total += r["no_overlap_penalty"]
-        return total
+                    gpu += r.get("hybrid_tree_per_node", 0.0) * max(0, width - 8) * len(contexts)
+        cpu = self.cpu_seconds(decoding, len(contexts))
+        if decoding.overlap and decoding.algorithm != "ddtree":
+            return max(gpu, cpu) if "cpu_step" in r else gpu
+        return gpu + cpu
 
-    def prefill(self, new_tokens: int) -> float:
-        """Seconds to prefill ``new_tokens`` prompt tokens (compute-bound)."""
+    def prefill(self, new_tokens: int, attention_pairs: float = 0.0) -> float:
+        """Seconds to prefill ``new_tokens`` prompt tokens (compute-bound): 2 x params x tokens / (flops x e), plus
+        causal attention where the runtime sets attention_compute_efficiency: 4 x layers x q_dim x pairs /
+        (flops x e_attention), pairs = sum over requests of new x cached + new^2 / 2 (query-key pairs), plus the
+        runtime's prefill_fixed per prefill step (kernel launches without CUDA graphs)."""
         if new_tokens <= 0:
             return 0.0
         r, m, g = self.runtime, self.model, self.gpu
         efficiency = r.get("compute_efficiency", 0.4)
-        return 2 * m["active_params"] * new_tokens / (g["flops"] * efficiency * self.tp)
+        seconds = 2 * m["active_params"] * new_tokens / (g["flops"] * efficiency * self.tp) + r.get("prefill_fixed", 0.0)
+        if attention_pairs and r.get("attention_compute_efficiency") and m.get("q_dim"):
+            seconds += (4 * m["layers"] * m["q_dim"] * attention_pairs
+                        / (g["flops"] * r["attention_compute_efficiency"] * self.tp))
+        return seconds

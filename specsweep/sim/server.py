@@ -225,11 +225,13 @@ class Engine:
             admitted[-1].admitted = time.monotonic()
         step = 0.0
         if admitted:  # prefill batch: each admitted request gets its first token
-            new = 0
+            new, pairs = 0, 0.0
             for req in admitted:
                 req.cached_tokens = self.cached_prefix(req.prompt_tokens)
-                new += len(req.prompt_tokens) - req.cached_tokens
-            step += self.cost.prefill(new) + self.cost.decode_step(Decoding(), [len(r.prompt_tokens) for r in admitted])
+                fresh = len(req.prompt_tokens) - req.cached_tokens
+                new += fresh
+                pairs += fresh * req.cached_tokens + fresh * fresh / 2
+            step += self.cost.prefill(new, pairs) + self.cost.decode_step(Decoding(), [len(r.prompt_tokens) for r in admitted])
         batch = list(self.running)
         step += self.cost.decode_step(self.decoding, [len(r.prompt_tokens) + r.produced for r in batch])
         return admitted, batch, step
