@@ -78,7 +78,7 @@ def main() -> int:
         for name, row in check(args.draws, c).items():
             ok = 0.90 <= row["coverage"] <= 0.99 and row["width_ratio"] is not None and 1 / 1.5 <= row["width_ratio"] <= 1.5
             failed |= not ok
-            print(f"| {c} | {name} | {row['coverage']:.0%} | {row['width_ratio']:.2f} | {row['relative_sd']:.2%} | "
+            print(f"| {c} | {name} | {row['coverage']:.1%} | {row['width_ratio']:.2f} | {row['relative_sd']:.2%} | "
                   f"{row['draws']} |" + ("" if ok else " **off target**"), flush=True)
     return 1 if failed else 0
 
