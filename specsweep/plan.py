@@ -9,7 +9,8 @@ the plan reports the predicted makespan against the lower bound
 max(total GPU-seconds / GPUs, longest server).
 
 Assumptions (stated in plan.md): outputs stop at 65% of max_new_tokens on
-average; SGLang start-up = weights read at 2 GB/s + 60 s of initialisation
+average (all of it with sampling.ignore_eos); a drafter with dummy weights
+(model.load_format: dummy) is accepted no further than its bonus token; SGLang start-up = weights read at 2 GB/s + 60 s of initialisation
 and CUDA-graph capture; 3 s per server job for its own start; no overlap
 between a server's cells.
 """
@@ -95,8 +96,11 @@ def cell_seconds(config: dict, tp: int, method, workload: dict, concurrency: int
                                      _workload_sample(json.dumps(workload, sort_keys=True), config["seed"],
                                                       config["model"].get("path")))
     decoding = _decoding(method)
-    tau = _tau(prompts, decoding, json.dumps(sim.get("acceptance") or {}, sort_keys=True))
-    output = OUTPUT_SHARE * workload["max_new_tokens"]
+    if config["model"].get("load_format") == "dummy":
+        tau = 1.0  # random weights: the drafter's proposals are never the target's choice
+    else:
+        tau = _tau(prompts, decoding, json.dumps(sim.get("acceptance") or {}, sort_keys=True))
+    output = workload["max_new_tokens"] * (1.0 if config["sampling"].get("ignore_eos") else OUTPUT_SHARE)
     batch = max(1, min(concurrency, requests))
     context = int(prompt_tokens + output / 2)
     step = cost.decode_step(decoding, [context] * batch)

@@ -2,7 +2,7 @@
 
     # on a GPU host with SGLang (the lent H200: after `device.sh install-a/b/c`, see README.md here)
     python3 benchmarks/gpu/step_costs.py one-batch OUT_DIR      # AR forward steps, no server
-    python3 benchmarks/gpu/step_costs.py dflash OUT_DIR 16 8 32 # timed DFlash verify rounds on a real server
+    python3 benchmarks/gpu/step_costs.py dflash OUT_DIR 16 8 32 [--prompts 1024 4096]  # timed DFlash rounds
     # anywhere, from the measured records
     .venv/bin/python benchmarks/gpu/step_costs.py fit RECORD_DIR [--write PROFILE.yaml]
 
@@ -14,7 +14,8 @@ the KV cache are skipped by SGLang itself.
 dflash: one DFlash server per block size (dummy target and drafter; a random
 drafter is accepted about once per round, so every round commits one token per
 request and the stream's chunk gaps are the verify rounds). Concurrency 1, 4,
-16 and 64 with 1,024-token prompts; the step time is the median gap between a
+16 and 64 (as far as the KV cache holds the batch) with prompts of the given
+lengths (default 1,024 tokens); the step time is the median gap between a
 request's chunks, the batch its concurrency, the verify width the block size.
 
 fit: least squares on log(simulated / measured) over every measured shape, of
@@ -78,7 +79,7 @@ async def _rounds(url: str, concurrency: int, prompt: int, new_tokens: int, seed
         return await asyncio.gather(*(_stream(session, url, p, new_tokens) for p in prompts))
 
 
-def dflash(out: Path, blocks: list[int], port: int = 30123) -> None:
+def dflash(out: Path, blocks: list[int], prompts: list[int], port: int = 30123) -> None:
     import requests
 
     out.mkdir(parents=True, exist_ok=True)
@@ -94,7 +95,7 @@ def dflash(out: Path, blocks: list[int], port: int = 30123) -> None:
                 (drafter / f.name).write_bytes(f.read_bytes())
         argv = [sys.executable, "-m", "sglang.launch_server", *COMMON, "--host", "127.0.0.1", "--port", str(port),
                 "--mem-fraction-static", "0.8", "--max-running-requests", "64", "--cuda-graph-max-bs", "64",
-                "--context-length", "4096", "--speculative-algorithm", "DFLASH",
+                "--context-length", str(max(prompts) + 1024), "--speculative-algorithm", "DFLASH",
                 "--speculative-draft-model-path", str(drafter), "--speculative-dflash-block-size", str(block),
                 "--speculative-draft-load-format", "dummy"]
         log = open(out / f"server-b{block}.log", "w")
@@ -114,15 +115,16 @@ def dflash(out: Path, blocks: list[int], port: int = 30123) -> None:
                 time.sleep(2)
             ready = time.monotonic() - started
             asyncio.run(_rounds(url, 4, 256, 16, 0))  # warm-up
-            for c in BATCHES:
-                streams = asyncio.run(_rounds(url, c, 1024, 96, c))
-                row = {"block": block, "concurrency": c, "prompt": 1024, "new_tokens": 96, "ready_s": ready,
-                       "chunk_times": streams}
-                with open(out / "dflash.jsonl", "a") as f:
-                    f.write(json.dumps(row) + "\n")
-                gaps = sorted(g for s in streams for g in (b - a for a, b in zip(s[1:], s[2:])))
-                print(f"b{block} c{c}: median gap {1000 * gaps[len(gaps) // 2]:.2f} ms over {len(gaps)} gaps",
-                      flush=True)
+            for prompt in prompts:
+                for c in (c for c in BATCHES if c * prompt <= 300_000):  # what the KV cache holds at once
+                    streams = asyncio.run(_rounds(url, c, prompt, 96, c))
+                    row = {"block": block, "concurrency": c, "prompt": prompt, "new_tokens": 96, "ready_s": ready,
+                           "chunk_times": streams}
+                    with open(out / "dflash.jsonl", "a") as f:
+                        f.write(json.dumps(row) + "\n")
+                    gaps = sorted(g for s in streams for g in (b - a for a, b in zip(s[1:], s[2:])))
+                    print(f"b{block} prompt {prompt} c{c}: median gap {1000 * gaps[len(gaps) // 2]:.2f} ms over "
+                          f"{len(gaps)} gaps", flush=True)
         finally:
             os.killpg(server.pid, signal.SIGTERM)
             try:
@@ -246,12 +248,13 @@ def main() -> None:
     parser.add_argument("step", choices=["one-batch", "dflash", "fit"])
     parser.add_argument("dir", type=Path)
     parser.add_argument("blocks", nargs="*", type=int, default=[16])
+    parser.add_argument("--prompts", nargs="+", type=int, default=[1024], help="prompt lengths (dflash)")
     parser.add_argument("--write", type=Path)
     args = parser.parse_args()
     if args.step == "one-batch":
         one_batch(args.dir)
     elif args.step == "dflash":
-        dflash(args.dir, args.blocks)
+        dflash(args.dir, args.blocks, args.prompts)
     else:
         fit(args.dir, args.write)
 
