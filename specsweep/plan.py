@@ -10,8 +10,10 @@ max(total GPU-seconds / GPUs, longest server).
 
 Assumptions (stated in plan.md): outputs stop at 65% of max_new_tokens on
 average (all of it with sampling.ignore_eos); a drafter with dummy weights
-(model.load_format: dummy) is accepted no further than its bonus token; SGLang start-up = weights read at 2 GB/s + 60 s of initialisation
-and CUDA-graph capture; 3 s per server job for its own start; no overlap
+(model.load_format: dummy) is accepted no further than its bonus token;
+SGLang start-up = weights read at 2 GB/s (none with dummy weights) + 60 s of
+initialisation and CUDA-graph capture (the runtime profile's startup_seconds
+where it was measured); 3 s per server job for its own start; no overlap
 between a server's cells.
 """
 
@@ -75,11 +77,14 @@ def _tau(prompts: tuple, decoding: Decoding, acceptance_json: str) -> float:
 
 
 def startup_seconds(config: dict, tp: int) -> float:
-    """Predicted server start-up: the simulator's configured delay, or weights read from disk + initialisation."""
+    """Predicted server start-up: the simulator's configured delay, or weights read from disk (none with dummy
+    weights) + initialisation and CUDA-graph capture (the runtime profile's startup_seconds where measured)."""
     if config["backend"] == "sim":
         return config["sim"]["startup_seconds"] + JOB_OVERHEAD_SECONDS
-    model = profiles(config["sim"]["profiles"])["models"][config["sim"]["model_profile"]]
-    return model["weight_bytes"] / DISK_BYTES_PER_SECOND + SGLANG_INIT_SECONDS + JOB_OVERHEAD_SECONDS
+    p = profiles(config["sim"]["profiles"])
+    model, runtime = p["models"][config["sim"]["model_profile"]], p["runtimes"][config["sim"]["runtime"]]
+    weights = 0.0 if config["model"].get("load_format") == "dummy" else model["weight_bytes"] / DISK_BYTES_PER_SECOND
+    return weights + runtime.get("startup_seconds", SGLANG_INIT_SECONDS) + JOB_OVERHEAD_SECONDS
 
 
 def cell_seconds(config: dict, tp: int, method, workload: dict, concurrency: int, requests: int,

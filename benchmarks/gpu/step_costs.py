@@ -20,9 +20,9 @@ request's chunks, the batch its concurrency, the verify width the block size.
 
 fit: least squares on log(simulated / measured) over every measured shape, of
 the simulator's runtime parameters (FITTED: bandwidth and compute efficiency,
-per-layer overhead, per-request attention bandwidth, prefill attention
-efficiency and fixed cost, drafter share, CPU work per step and per request of
-a speculative round). Prints simulated against measured for every shape and
+per-layer overhead, per-request attention bandwidth, extra KV reads of a
+verify step, prefill attention efficiency and fixed cost, drafter share, CPU work per
+step and per request of a speculative round). Prints simulated against measured for every shape and
 writes the runtime profile.
 """
 
@@ -170,7 +170,7 @@ def simulated(cost, row: dict) -> float:
 
 
 FITTED = ("bandwidth_efficiency", "layer_overhead", "attention_request_bandwidth", "compute_efficiency",
-          "attention_compute_efficiency", "prefill_fixed", "drafter_fraction", "cpu_step", "spec_cpu_per_request")
+          "attention_compute_efficiency", "prefill_fixed", "drafter_fraction", "cpu_step", "spec_cpu_per_request", "verify_attention_reads")
 
 
 def _nelder_mead(f, x0, steps: int = 4000):
@@ -213,7 +213,7 @@ def fit(record: Path, write: Path | None) -> None:
     p = profiles()
     gpu, model = p["gpus"]["H200"], p["models"]["qwen3-8b"]
     start = {**p["runtimes"]["sglang"], "attention_request_bandwidth": 1e12, "attention_compute_efficiency": 0.3,
-             "prefill_fixed": 5e-3, "cpu_step": 1e-3, "spec_cpu_per_request": 1e-4, "drafter_per_token": True}
+             "prefill_fixed": 5e-3, "cpu_step": 1e-3, "spec_cpu_per_request": 1e-4, "verify_attention_reads": 2.0, "drafter_per_token": True}
     start.pop("no_overlap_penalty")
 
     def runtime(x):

@@ -216,7 +216,8 @@ class CostModel:
 
         roofline(weights read, compute) + attention + layers x per-layer overhead + TP all-reduces; attention
         reads every request's KV cache at the runtime's bandwidth, and no faster for one request than
-        ``attention_request_bandwidth`` (a lone long request leaves most of the GPU idle), where the runtime sets it.
+        ``attention_request_bandwidth`` (a lone long request leaves most of the GPU idle), where the runtime sets it;
+        verification may read it more than once (verify_attention_reads).
         """
         r, m, g = self.runtime, self.model, self.gpu
         if "eager_floor" in r:
@@ -224,9 +225,14 @@ class CostModel:
         bw = g["bandwidth"] * r["bandwidth_efficiency"] * self.tp
         flops = g["flops"] * r["compute_efficiency"] * self.tp
         roofline = max(self._bytes_read(tokens) / bw, 2 * m["active_params"] * tokens / flops)
-        attention = sum(contexts) * m["kv_bytes_per_token"] / bw
+        # a verify step (several tokens per request) reads each request's KV cache 1 + verify_attention_reads
+        # times, whatever its width (measured: SGLang's DFlash rounds grow with the context alike at widths 8-32)
+        width = tokens / len(contexts) if contexts else 1.0
+        reads = 1.0 + (r.get("verify_attention_reads", 0.0) if width > 1 else 0.0)
+        attention = reads * sum(contexts) * m["kv_bytes_per_token"] / bw
         if r.get("attention_request_bandwidth") and contexts:
-            attention = max(attention, max(contexts) * m["kv_bytes_per_token"] / (r["attention_request_bandwidth"] * self.tp))
+            attention = max(attention, reads * max(contexts) * m["kv_bytes_per_token"]
+                            / (r["attention_request_bandwidth"] * self.tp))
         fixed = m["layers"] * r["layer_overhead"]
         comm = 2 * m["layers"] * r["allreduce_latency"] * math.log2(self.tp) if self.tp > 1 else 0.0
         return roofline + attention + fixed + comm
