@@ -166,7 +166,7 @@ def simulated(cost, row: dict) -> float:
         return cost.prefill(row["batch"] * row["width"], row["batch"] * row["width"] ** 2 / 2)
     if row["kind"] == "decode":
         return cost.verify_seconds(row["batch"], contexts)
-    return cost.decode_step(Decoding("dflash", block_size=row["width"], overlap=False), contexts)
+    return cost.decode_step(Decoding("dflash", block_size=row["width"]), contexts)  # SGLang 0.5.16: overlap on
 
 
 FITTED = ("bandwidth_efficiency", "layer_overhead", "attention_request_bandwidth", "compute_efficiency",
