@@ -213,7 +213,7 @@ def test_measured_h200_profile_reproduces_the_recorded_step_costs():
     import step_costs
 
     cost = CostModel.named("H200", "qwen3-8b", "sglang-0.5.16-h200")
-    rows = step_costs.measured_steps(REPO / "benchmarks" / "gpu" / "record-2026-11-30-step-costs")
+    rows = step_costs.measured_steps(REPO / "benchmarks" / "gpu" / "step-costs-2026-11-30")
     assert {r["kind"] for r in rows} == {"decode", "prefill", "dflash"} and len(rows) >= 45
     for row in rows:
         ratio = step_costs.simulated(cost, row) / row["seconds"]
