@@ -31,9 +31,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import random
-import signal
 import subprocess
 import sys
 import time
@@ -80,10 +78,9 @@ async def _rounds(url: str, concurrency: int, prompt: int, new_tokens: int, seed
 
 
 def dflash(out: Path, blocks: list[int], prompts: list[int], port: int = 30123) -> None:
-    import requests
+    from specsweep.server import Server
 
     out.mkdir(parents=True, exist_ok=True)
-    url = f"http://127.0.0.1:{port}"
     for block in blocks:
         drafter = Path(f"/tmp/dflash-b{block}")
         if not drafter.exists():
@@ -98,41 +95,27 @@ def dflash(out: Path, blocks: list[int], prompts: list[int], port: int = 30123) 
                 "--context-length", str(max(prompts) + 1024), "--speculative-algorithm", "DFLASH",
                 "--speculative-draft-model-path", str(drafter), "--speculative-dflash-block-size", str(block),
                 "--speculative-draft-load-format", "dummy"]
-        log = open(out / f"server-b{block}.log", "w")
-        server = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-        started = time.monotonic()
+        server = Server(argv, {}, "127.0.0.1", port, out / f"server-b{block}.log")
         try:
-            while True:
-                if server.poll() is not None:
-                    raise RuntimeError(f"server b{block} exited {server.returncode}")
-                if time.monotonic() - started > 300:
-                    raise RuntimeError(f"server b{block} not ready in 300 s")
-                try:
-                    if requests.get(url + "/health_generate", timeout=5).status_code == 200:
-                        break
-                except requests.RequestException:
-                    pass
-                time.sleep(2)
-            ready = time.monotonic() - started
-            asyncio.run(_rounds(url, 4, 256, 16, 0))  # warm-up
+            server.start(300)
+            asyncio.run(_rounds(server.url, 4, 256, 16, 0))  # warm-up
             for prompt in prompts:
                 for c in (c for c in BATCHES if c * prompt <= 300_000):  # what the KV cache holds at once
-                    streams = asyncio.run(_rounds(url, c, prompt, 96, c))
-                    row = {"block": block, "concurrency": c, "prompt": prompt, "new_tokens": 96, "ready_s": ready,
-                           "chunk_times": streams}
+                    streams = asyncio.run(_rounds(server.url, c, prompt, 96, c))
+                    row = {"block": block, "concurrency": c, "prompt": prompt, "new_tokens": 96,
+                           "ready_s": server.startup_seconds, "chunk_times": streams}
                     with open(out / "dflash.jsonl", "a") as f:
                         f.write(json.dumps(row) + "\n")
-                    gaps = sorted(g for s in streams for g in (b - a for a, b in zip(s[1:], s[2:])))
+                    gaps = sorted(round_gaps(streams))
                     print(f"b{block} prompt {prompt} c{c}: median gap {1000 * gaps[len(gaps) // 2]:.2f} ms over "
                           f"{len(gaps)} gaps", flush=True)
         finally:
-            os.killpg(server.pid, signal.SIGTERM)
-            try:
-                server.wait(60)
-            except subprocess.TimeoutExpired:
-                os.killpg(server.pid, signal.SIGKILL)
-                server.wait(30)
-            log.close()
+            server.stop(60)
+
+
+def round_gaps(streams: list[list[float]]) -> list[float]:
+    """The gaps between each stream's chunks after its second (the first gap holds the prefill): one per round."""
+    return [b - a for s in streams for a, b in zip(s[1:], s[2:])]
 
 
 # ---------------------------------------------------------------- fit (runs anywhere, from the records)
@@ -151,9 +134,9 @@ def measured_steps(record: Path) -> list[dict]:
     path = record / "dflash.jsonl"
     for line in (path.read_text().splitlines() if path.exists() else []):
         r = json.loads(line)
-        gaps = [b - a for s in r["chunk_times"] for a, b in zip(s[1:], s[2:])]
         rows.append({"kind": "dflash", "batch": r["concurrency"], "width": r["block"],
-                     "context": r["prompt"] + r["new_tokens"] // 2, "seconds": float(np.median(gaps))})
+                     "context": r["prompt"] + r["new_tokens"] // 2,
+                     "seconds": float(np.median(round_gaps(r["chunk_times"])))})
     return rows
 
 
@@ -170,7 +153,8 @@ def simulated(cost, row: dict) -> float:
 
 
 FITTED = ("bandwidth_efficiency", "layer_overhead", "attention_request_bandwidth", "compute_efficiency",
-          "attention_compute_efficiency", "prefill_fixed", "drafter_fraction", "cpu_step", "spec_cpu_per_request", "verify_attention_reads")
+          "attention_compute_efficiency", "prefill_fixed", "drafter_fraction", "cpu_step", "spec_cpu_per_request",
+          "verify_attention_reads")
 
 
 def _nelder_mead(f, x0, steps: int = 4000):
@@ -213,7 +197,8 @@ def fit(record: Path, write: Path | None) -> None:
     p = profiles()
     gpu, model = p["gpus"]["H200"], p["models"]["qwen3-8b"]
     start = {**p["runtimes"]["sglang"], "attention_request_bandwidth": 1e12, "attention_compute_efficiency": 0.3,
-             "prefill_fixed": 5e-3, "cpu_step": 1e-3, "spec_cpu_per_request": 1e-4, "verify_attention_reads": 2.0, "drafter_per_token": True}
+             "prefill_fixed": 5e-3, "cpu_step": 1e-3, "spec_cpu_per_request": 1e-4, "verify_attention_reads": 2.0,
+             "drafter_per_token": True}
     start.pop("no_overlap_penalty")
 
     def runtime(x):
