@@ -343,7 +343,13 @@ def build_app(args: argparse.Namespace) -> web.Application:
             return tokenizer(args.model_path).decode(token_ids)
         except (ImportError, WorkloadError):
             return " ".join(f"t{i}" for i in token_ids)
+
     received = {"generate": 0}
+
+    async def wait_done(req):
+        """Until the engine's last step for a request (non-streaming answers read the whole reply after it)."""
+        while not (await req.queue.get()).done:
+            pass
 
     async def start_engine(app):
         app["engine_task"] = asyncio.create_task(engine.run())
@@ -364,8 +370,7 @@ def build_app(args: argparse.Namespace) -> web.Application:
         if args.sim_never_ready:
             raise web.HTTPServiceUnavailable(text="fault: never ready (--sim-never-ready)")
         req = engine.submit("<|im_start|>user\nhello<|im_end|>\n", {"max_new_tokens": 1, "temperature": 0})
-        while not (await req.queue.get()).done:
-            pass
+        await wait_done(req)
         return web.Response(text="")
 
     async def model_info(request):
@@ -432,8 +437,7 @@ def build_app(args: argparse.Namespace) -> web.Application:
             return web.json_response({"error": {"message": str(exc)}}, status=400)
         rid = f"sim-{next(ids)}"
         if not body.get("stream"):
-            while not (await req.queue.get()).done:
-                pass
+            await wait_done(req)
             return web.json_response({"text": "".join(req.reply), "meta_info": engine.meta_info(req, rid)})
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
         await resp.prepare(request)
@@ -455,10 +459,6 @@ def build_app(args: argparse.Namespace) -> web.Application:
         await resp.write(b"data: [DONE]\n\n")
         await resp.write_eof()
         return resp
-
-    async def wait_done(req):
-        while not (await req.queue.get()).done:
-            pass
 
     def usage(req, produced: int | None = None):
         # as SGLang: cached prompt tokens are reported only with --enable-cache-report
