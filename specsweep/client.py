@@ -226,16 +226,21 @@ def stamped(transport) -> StampedSocket | None:
     return STAMPED.get(raw.fileno()) if raw is not None else None
 
 
+def arrival(sock: StampedSocket | None, seen: float) -> float:
+    """When the bytes last read from ``sock`` arrived: the kernel's stamp where there is one (never later than
+    ``seen``, when the reader saw them), else ``seen``."""
+    stamp = sock.last_arrival if sock is not None else None
+    return stamp if stamp is not None and stamp <= seen else seen
+
+
 async def _sse_lines(resp: aiohttp.ClientResponse, sock: StampedSocket | None):
     """Yield (arrival time, line) for every line of a response body, however long the line.
 
-    Arrival is the kernel's stamp of the latest bytes read from ``sock`` (never later than now), else now.
+    A line arrives when the bytes last read from ``sock`` did (see arrival).
     """
     buffer = bytearray()
     async for data in resp.content.iter_any():
-        now = time.monotonic()
-        if sock is not None and sock.last_arrival is not None and sock.last_arrival <= now:
-            now = sock.last_arrival
+        now = arrival(sock, time.monotonic())
         buffer += data
         while True:
             end = buffer.find(b"\n")

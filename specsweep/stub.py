@@ -32,7 +32,7 @@ import time
 
 from aiohttp import web
 
-from .client import StampedSocket, stamped
+from .client import StampedSocket, arrival, stamped
 
 
 def parse_schedule(text: str) -> list[tuple[float, int]]:
@@ -95,10 +95,8 @@ def build_app(schedule: list[tuple[float, int]], empty_first: bool,
         await resp.write_eof()
 
     async def generate(request):
-        received = time.monotonic()  # the server side of TTFT starts here: when the request reached the socket
-        sock = stamped(request.transport)
-        if sock is not None and sock.last_arrival is not None and sock.last_arrival <= received:
-            received = sock.last_arrival
+        # the server side of TTFT starts here: when the request reached the socket
+        received = arrival(stamped(request.transport), time.monotonic())
         await request.read()
         rid, name, after = next_behaviour()
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
