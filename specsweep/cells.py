@@ -32,7 +32,7 @@ from . import CELL_SCHEMA_VERSION, HARNESS_VERSION, __version__
 from .canon import atomic_write_json, atomic_write_text, canonical_json, digest
 from .client import LoadModel, measure
 from .config import cells_of_server
-from .metrics import acceptance_agreement, cell_metrics, relative_precision
+from .metrics import acceptance_agreement, cell_metrics, precision_of, relative_precision
 from .environment import check_methods
 from .gpus import GpuPool, gpu_memory_used, visible_devices, wait_until_released
 from .server import (Server, ServerError, api_key_config, free_port, launch_command, min_free_slots_delay, redact,
@@ -573,8 +573,8 @@ def measure_cell(server: Server, params: dict, cell: dict, sessions: list, promp
         "server_load": sampler.summary(),
         "metrics": metrics,
         "precision": precision or {"metric": "output_throughput", "adaptive": False,
-                                   "achieved": relative_precision(records, "output_throughput", cell["concurrency"],
-                                                                  load.model, params["seed"])},
+                                   "achieved": precision_of(metrics["output_throughput"],
+                                                            metrics["output_throughput_ci"])},
         "requests": records,
     }
     result = json.loads(json.dumps(result, allow_nan=False))

@@ -90,22 +90,28 @@ def in_flight(records: list[dict]) -> list[tuple[float, float, int]]:
     return pieces
 
 
-def steady_window(records: list[dict], concurrency: int, load_model: str = "closed") -> list[float] | None:
+def steady_window(records: list[dict], concurrency: int, load_model: str = "closed",
+                  pieces: list | None = None) -> list[float] | None:
     """Steady-state window = from the first to the last moment the cell's concurrency was in flight (closed loop;
-    open loop: from the first to the last send); None when the concurrency was never reached."""
+    open loop: from the first to the last send); None when the concurrency was never reached.
+
+    ``pieces``: in_flight(records), where the caller has them already."""
     if not records:
         return None
     if load_model != "closed":
         sends = [r["t0"] for r in records]
         return [min(sends), max(sends)] if max(sends) > min(sends) else None
-    held = [(a, b) for a, b, n in in_flight(records) if n >= concurrency]
+    held = [(a, b) for a, b, n in (pieces if pieces is not None else in_flight(records)) if n >= concurrency]
     return [held[0][0], held[-1][1]] if held else None
 
 
-def achieved_concurrency(records: list[dict], window: list[float] | None = None) -> dict:
+def achieved_concurrency(records: list[dict], window: list[float] | None = None,
+                         pieces: list | None = None) -> dict:
     """Achieved concurrency = time-weighted mean and peak of requests in flight (t0 <= t < t_end), over the
-    measurement (first send to last end) or over a window."""
-    pieces = in_flight(records)
+    measurement (first send to last end) or over a window.
+
+    ``pieces``: in_flight(records), where the caller has them already."""
+    pieces = pieces if pieces is not None else in_flight(records)
     if window is not None:
         pieces = [(max(a, window[0]), min(b, window[1]), n) for a, b, n in pieces if b > window[0] and a < window[1]]
     span = sum(b - a for a, b, _ in pieces)
@@ -117,9 +123,10 @@ def achieved_concurrency(records: list[dict], window: list[float] | None = None)
 def concurrency_report(records: list[dict], concurrency: int, load_model: str = "closed") -> dict:
     """The cell's label beside what it held: mean and peak in flight over the measurement and over the
     steady-state window, the window ([from, to], seconds since the first send) and its share of the measurement."""
-    window = steady_window(records, concurrency, load_model)
-    whole = achieved_concurrency(records)
-    steady = achieved_concurrency(records, window) if window else {"mean": None, "peak": None}
+    pieces = in_flight(records)
+    window = steady_window(records, concurrency, load_model, pieces)
+    whole = achieved_concurrency(records, None, pieces)
+    steady = achieved_concurrency(records, window, pieces) if window else {"mean": None, "peak": None}
     span = (max(end_time(r) for r in records) - min(r["t0"] for r in records)) if records else 0.0
     return {"label": concurrency, "load_model": load_model, "mean": whole["mean"], "peak": whole["peak"],
             "steady_mean": steady["mean"], "window": window,
@@ -552,6 +559,11 @@ def relative_precision(records: list[dict], metric: str = "output_throughput", c
         per_request = {"ttft": ttft, "tpot": tpot, "itl": itl_per_token, "e2e": e2e, "interactivity": interactivity}
         summary = _summary([r for r in records if r["error"] is None], per_request[name], seed)
         point, ci = summary.get(stat), summary.get(f"{stat}_ci")
+    return precision_of(point, ci)
+
+
+def precision_of(point: float | None, ci: list[float] | None) -> float | None:
+    """Half-width of an interval / its estimate; None without an estimate or a claimed, non-zero-width interval."""
     if not point or not ci or ci[1] <= ci[0]:
         return None
     return (ci[1] - ci[0]) / 2 / abs(point)
