@@ -61,6 +61,7 @@ class Cluster:
         self.processes: dict[str, subprocess.Popen] = {}
         # munged checks every directory above its socket: one of its own under /run, not the test's private tmp
         self.munge_dir = Path(tempfile.mkdtemp(prefix="specsweep-munge-", dir="/run" if Path("/run").is_dir() else None))
+        self.munge_socket = self.munge_dir / "munge.socket.2"
 
     def _write_config(self) -> None:
         for sub in ("state", "spool"):
@@ -74,7 +75,7 @@ SlurmdPort={_free_port()}
 SlurmUser=root
 SlurmdUser=root
 AuthType=auth/munge
-AuthInfo=socket={self.munge_dir}/munge.socket.2
+AuthInfo=socket={self.munge_socket}
 StateSaveLocation={d}/state
 SlurmdSpoolDir={d}/spool
 SlurmctldPidFile={d}/slurmctld.pid
@@ -103,28 +104,28 @@ PartitionName={self.partition} Nodes=ALL Default=YES MaxTime=INFINITE State=UP
         (ETC / "gres.conf").write_text(f"{MARK}AutoDetect=off\nNodeName={self.node} Name=gpu File={files}\n")
 
     def _spawn(self, name: str, argv: list[str], user: str | None = None) -> None:
-        log = open(self.dir / f"{name}.out", "ab")
         def demote():
             os.setsid()
             if user:
                 entry = pwd.getpwnam(user)
                 os.setgid(entry.pw_gid)
                 os.setuid(entry.pw_uid)
-        self.processes[name] = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, preexec_fn=demote)
+
+        with open(self.dir / f"{name}.out", "ab") as log:  # the daemon keeps its own copy of the descriptor
+            self.processes[name] = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, preexec_fn=demote)
 
     def start(self, timeout: float = 60) -> "Cluster":
         if len(FAKE_DEVICES) < self.gpus:
             raise ValueError(f"at most {len(FAKE_DEVICES)} GPUs")
         try:
             self._write_config()
-            socket_dir = self.munge_dir
-            socket_dir.chmod(0o755)
-            shutil.chown(socket_dir, "munge", "munge")
-            munge_socket = socket_dir / "munge.socket.2"
-            self._spawn("munged", ["munged", "-F", "--socket", str(munge_socket),
-                                   "--pid-file", str(socket_dir / "munged.pid"), "--log-file", str(socket_dir / "munged.log"),
-                                   "--seed-file", str(socket_dir / "munged.seed")], user="munge")
-            self._wait(lambda: munge_socket.exists(), timeout, "munged did not create its socket")
+            self.munge_dir.chmod(0o755)
+            shutil.chown(self.munge_dir, "munge", "munge")
+            self._spawn("munged", ["munged", "-F", "--socket", str(self.munge_socket),
+                                   "--pid-file", str(self.munge_dir / "munged.pid"),
+                                   "--log-file", str(self.munge_dir / "munged.log"),
+                                   "--seed-file", str(self.munge_dir / "munged.seed")], user="munge")
+            self._wait(self.munge_socket.exists, timeout, "munged did not create its socket")
             self._spawn("slurmctld", ["slurmctld", "-D", "-i"])
             self._spawn("slurmd", ["slurmd", "-D", "-N", self.node])
             self._wait(self.idle, timeout, "the node did not become idle")
