@@ -338,6 +338,40 @@ async def _died(alive, grace: float = 0.3) -> bool:
     return True
 
 
+class _SendGate:
+    """Requests go out one per pass of the event loop, in the order their slots asked.
+
+    When a wave of requests ends together (a batching server finishes them in one step), their slots would all send
+    the next request in one pass: at 64 slots that holds the loop for 20-35 ms, the first chunks of the earliest new
+    requests wait unread in their sockets, the kernel merges each with the chunk after it, and the first token is
+    dated one chunk late (measured: TTFT error p99 about 10 ms at concurrency 64 in most runs, below 0.3 ms with
+    this gate). Between two sends the loop reads what has arrived. A send waits at least one pass.
+    """
+
+    def __init__(self):
+        self.waiting: deque[asyncio.Future] = deque()
+        self.releasing = False
+
+    async def wait(self) -> None:
+        turn = asyncio.get_running_loop().create_future()
+        self.waiting.append(turn)
+        if not self.releasing:
+            self.releasing = True
+            asyncio.get_running_loop().call_soon(self._release)
+        await turn
+
+    def _release(self) -> None:
+        while self.waiting:
+            turn = self.waiting.popleft()
+            if not turn.done():  # a cancelled slot gives its turn to the next one
+                turn.set_result(None)
+                break
+        if self.waiting:
+            asyncio.get_running_loop().call_soon(self._release)  # the next send in the next pass
+        else:
+            self.releasing = False
+
+
 @dataclass
 class _SessionState:
     session: Session
@@ -368,6 +402,7 @@ async def run_sessions(url: str, sessions: list[Session], concurrency: int, samp
     continuing: deque[_SessionState] = deque()  # sessions whose think time is over
     thinking_sessions = 0
     wake = asyncio.Event()
+    gate = _SendGate()
     connector = aiohttp.TCPConnector(limit=0, force_close=load.connections == "per-request",
                                      socket_factory=_stamped_socket)
     client_timeout = aiohttp.ClientTimeout(total=None, sock_connect=30)
@@ -411,7 +446,7 @@ async def run_sessions(url: str, sessions: list[Session], concurrency: int, samp
                 params = dict(sampling, max_new_tokens=session.max_new_tokens)
                 if load.ignore_eos:
                     params["ignore_eos"] = True
-                await asyncio.sleep(0)  # a loop pass between one request's end and the next send: reads go first
+                await gate.wait()
                 await send(http, url, state.messages, params, record, timeout, load.protocol, thinking, alive, on_chunk,
                            load.incremental, load.connections == "per-request")
                 records.append(record)
