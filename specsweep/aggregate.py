@@ -7,10 +7,12 @@ from pathlib import Path
 
 import pandas as pd
 
+from . import ddtree
 from .metrics import combine_launches, losslessness, speedup
 
 SUMMARY_COLUMNS = [
-    "simulated", "tp", "method", "algorithm", "block_size", "budget", "topk", "workload", "family",
+    "simulated", "tp", "method", "algorithm", "block_size", "budget", "topk", "tree_build", "tree_mode", "tree_width",
+    "workload", "family",
     "concurrency", "concurrency_mean", "concurrency_peak", "concurrency_steady_mean", "concurrency_held",
     "steady_window_s", "steady_share", "repetition", "launches", "requests_sent", "requests_completed", "requests_failed", "output_tokens",
     "output_throughput", "output_throughput_lo", "output_throughput_hi", "output_throughput_per_gpu",
@@ -38,15 +40,27 @@ def _ci(metrics: dict, name: str, stat: str, side: int):
     return ci[side] if ci else None
 
 
+def tree_mode(method: dict) -> tuple[str | None, str | None, int | None]:
+    """(build, mode, width) of a DDTree method as its build runs its budget (specsweep.ddtree); Nones otherwise."""
+    p = method["params"]
+    if method["algorithm"] != "ddtree":
+        return None, None, None
+    tree_build = ddtree.build(p.get("tree_build"))
+    mode, width = ddtree.shape(tree_build, p.get("block_size", 16), p["budget"], p.get("topk"))
+    return tree_build.name, mode, width
+
+
 def cell_row(cell: dict, path: str) -> dict:
     m, c, method = cell["metrics"], cell["cell"], cell["method"]
+    tree_build, mode, width = tree_mode(method)
     ci = m.get("output_throughput_ci") or [None, None]
     held = m.get("concurrency") or {}
     window = held.get("window")
     return {
         "simulated": cell["simulated"], "tp": c["tp"], "method": c["method"], "algorithm": method["algorithm"],
         "block_size": method["params"].get("block_size"), "budget": method["params"].get("budget"),
-        "topk": method["params"].get("topk"), "workload": c["workload"], "family": cell["workload"]["family"],
+        "topk": method["params"].get("topk"), "tree_build": tree_build, "tree_mode": mode, "tree_width": width,
+        "workload": c["workload"], "family": cell["workload"]["family"],
         "concurrency": c["concurrency"], "concurrency_mean": held.get("mean"), "concurrency_peak": held.get("peak"),
         "concurrency_steady_mean": held.get("steady_mean"), "concurrency_held": held.get("held"),
         "steady_window_s": window[1] - window[0] if window else None, "steady_share": held.get("window_share"),
@@ -156,7 +170,8 @@ def summarise_cells(paths: list[str]) -> pd.DataFrame:
 
 def request_rows(paths: list[str]) -> pd.DataFrame:
     """One row per measured request: its cell, turn, timings (s), tokens and failure category."""
-    from .metrics import e2e, queue_delay, tpot, ttft, user_ttft
+    from . import ddtree
+from .metrics import e2e, queue_delay, tpot, ttft, user_ttft
 
     rows = []
     for path in paths:
@@ -194,10 +209,11 @@ def best_budget(summary: pd.DataFrame) -> pd.DataFrame:
     """Per (tp, workload, concurrency): the DDTree budget with the highest output throughput, and its speedup."""
     tree = summary[summary["algorithm"] == "ddtree"].dropna(subset=["output_throughput"])
     if tree.empty:
-        return pd.DataFrame(columns=["tp", "workload", "concurrency", "method", "budget", "output_throughput", "speedup"])
+        return pd.DataFrame(columns=["tp", "workload", "concurrency", "method", "budget", "tree_mode", "tree_width",
+                                     "output_throughput", "speedup"])
     idx = tree.groupby(["tp", "workload", "concurrency"])["output_throughput"].idxmax()
-    return tree.loc[idx, ["tp", "workload", "concurrency", "method", "budget", "output_throughput",
-                          "speedup"]].reset_index(drop=True)
+    return tree.loc[idx, ["tp", "workload", "concurrency", "method", "budget", "tree_mode", "tree_width",
+                          "output_throughput", "speedup"]].reset_index(drop=True)
 
 
 def break_even(summary: pd.DataFrame) -> pd.DataFrame:

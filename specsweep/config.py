@@ -15,6 +15,8 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from . import ddtree
+
 
 class ConfigError(ValueError):
     """A configuration mistake; the message names the key and what to do."""
@@ -150,7 +152,7 @@ def expand_methods(config: dict) -> list[Method]:
         algorithm = entry["algorithm"]
         where = f"methods[{index}] ({entry['name']})"
         if algorithm == "ar":
-            for key in ("block_size", "budget", "topk"):
+            for key in ("block_size", "budget", "topk", "tree_build"):
                 if key in entry:
                     raise ConfigError(f"{where}: '{key}' has no meaning for algorithm 'ar'; remove it")
             grid = [{}]
@@ -164,7 +166,13 @@ def expand_methods(config: dict) -> list[Method]:
                         )
             block = entry.get("block_size", defaults.get("block_size", 16))
             axes: dict[str, list] = {"block_size": [block]}
+            if algorithm != "ddtree" and "tree_build" in entry:
+                raise ConfigError(f"{where}: 'tree_build' has no meaning for algorithm '{algorithm}'; remove it")
             if algorithm == "ddtree":
+                try:
+                    axes["tree_build"] = [ddtree.build(entry.get("tree_build")).name]
+                except ValueError as exc:
+                    raise ConfigError(f"{where}.tree_build: {exc}") from None
                 if "budget" not in entry:
                     raise ConfigError(f"{where}: algorithm 'ddtree' needs 'budget' (an integer or a list to sweep)")
                 for key, default in (("budget", None), ("topk", defaults.get("topk", 8))):

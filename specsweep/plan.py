@@ -23,6 +23,7 @@ import math
 from functools import lru_cache
 
 from .config import cells_of_server, expand_methods, servers
+from .ddtree import DEFAULT_BUILD
 from .sim.model import CostModel, Decoding, profiles
 from .text import chat_prompt
 
@@ -37,7 +38,8 @@ def _decoding(method) -> Decoding:
     if method.algorithm == "ar":
         return Decoding("ar")
     return Decoding(method.algorithm, p.get("block_size", 16), p.get("budget", 0), p.get("topk", 8),
-                    overlap="--disable-overlap-schedule" not in method.flags)
+                    overlap="--disable-overlap-schedule" not in method.flags,
+                    tree_build=p.get("tree_build") or DEFAULT_BUILD)
 
 
 @lru_cache(maxsize=256)

@@ -158,12 +158,17 @@ def prepare(tables_dir: str | Path, environment: dict, view: dict, report_dir: s
                   f"Speedup in output throughput over AR at concurrency {lowest}, TP {tp} (same prompts in the same "
                   "order; error bars: 95\\% paired-bootstrap CI; dashed line: no speedup).", baseline=1)
 
-    # 3. budget sweep: acceptance and throughput against the DDTree budget, DFlash as the reference
+    # 3. budget sweep: acceptance and throughput against the DDTree budget, DFlash as the reference; each point
+    # marked with the mode the build runs at its budget (a chain in spine mode, a tree of some width above)
     tree = low[low["algorithm"] == "ddtree"].dropna(subset=["budget"])
+    tree = tree.assign(series=[f"DDTree, {m}" if isinstance(m, str) else "DDTree" for m in tree["tree_mode"]])
+    modes = (tree.drop_duplicates("method")[["method", "tree_build", "budget", "topk", "tree_mode", "tree_width"]]
+             .sort_values("budget"))
+    has_modes = _table(modes, data / "ddtree_modes.csv", ["method", "tree_build", "tree_mode"])
     chain = low[low["algorithm"] == "dflash"]
     for tp in tps:
         for workload in summary["workload"].unique():
-            t = tree[(tree["tp"] == tp) & (tree["workload"] == workload)].assign(series="DDTree")
+            t = tree[(tree["tp"] == tp) & (tree["workload"] == workload)]
             if t["budget"].nunique() < 2:
                 continue
             c = chain[(chain["tp"] == tp) & (chain["workload"] == workload)]
@@ -174,12 +179,14 @@ def prepare(tables_dir: str | Path, environment: dict, view: dict, report_dir: s
             figs.line("budget", f"budget-acceptance-{workload}-tp{tp}", t, "budget", "acceptance_length", None, None,
                       "DDTree node budget", "Acceptance length (tokens per round)",
                       f"Acceptance length against the DDTree budget, workload {tex_escape(workload)}, TP {tp}, "
-                      f"concurrency {lowest}; horizontal line: DFlash (linear chain).", series_col="series",
+                      f"concurrency {lowest}; marks: the mode the DDTree build runs at each budget (chain or tree, "
+                      "widths in the modes table); horizontal line: DFlash (linear chain).", series_col="series",
                       logx=True, reference=ref_acc)
             figs.line("budget", f"budget-throughput-{workload}-tp{tp}", t, "budget", "output_throughput",
                       "output_throughput_lo", "output_throughput_hi", "DDTree node budget", "Output throughput (tokens/s)",
                       f"Output throughput against the DDTree budget, workload {tex_escape(workload)}, TP {tp}, "
-                      f"concurrency {lowest} (error bars: 95\\% CI); horizontal line: DFlash.", series_col="series",
+                      f"concurrency {lowest} (error bars: 95\\% CI); marks: the build's mode at each budget; "
+                      "horizontal line: DFlash.", series_col="series",
                       logx=True, reference=ref_tput)
 
     # 4. tensor parallelism
@@ -314,7 +321,7 @@ def prepare(tables_dir: str | Path, environment: dict, view: dict, report_dir: s
         "statistics": [(tex_escape(n), tex_escape(d)) for n, d in statistics()], "min_sessions": MIN_SESSIONS,
         "has_below": has_below, "has_queue": has_queue,
         "launches": int(summary["launches"].max()) if len(summary) else 1,
-        "has_spec": has_spec, "has_tp": has_tp, "has_break_even": has_break_even, "has_best": has_best,
+        "has_spec": has_spec, "has_tp": has_tp, "has_break_even": has_break_even, "has_best": has_best, "has_modes": has_modes,
         "has_sessions": has_sessions, "has_lossless": has_lossless, "has_failures": has_failures,
         "has_prediction": has_prediction,
         "dummy_weights": bool(len(summary)) and bool((summary["load_format"] == "dummy").any()),

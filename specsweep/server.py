@@ -120,6 +120,8 @@ def launch_command(params: dict, port: int, max_context: int, python: str | None
             argv += ["--sim-acceptance", json.dumps(sim["acceptance"], sort_keys=True)]
         for extra in params["sglang"]["extra_flags"]:
             argv.append(f"--sim-accept-flag={extra['flag']}:{extra.get('type', 'str')}")
+        if params["method"]["params"].get("tree_build"):
+            argv += ["--sim-ddtree-build", params["method"]["params"]["tree_build"]]
         for fault, value in sorted((sim.get("faults") or {}).items()):
             flag = f"--sim-{fault.replace('_', '-')}"
             if value is True:

@@ -28,7 +28,7 @@ def test_budget_list_expands_into_one_method_per_budget():
     methods = cfg.expand_methods(validated(config))
     assert [m.name for m in methods] == [f"ddtree-b{b}" for b in (4, 8, 15, 16, 32, 64)]
     b16 = methods[3]
-    assert b16.params == {"block_size": 16, "budget": 16, "topk": 8}
+    assert b16.params == {"block_size": 16, "tree_build": "sglang-pr29907", "budget": 16, "topk": 8}
     assert b16.flags[b16.flags.index("--speculative-ddtree-budget") + 1] == "16"
     assert b16.env == {"SGLANG_DDTREE_MAX_TOPK": "8"}
 
@@ -58,6 +58,20 @@ def test_unknown_placeholder_is_named():
         validated(config)
 
 
+def test_tree_build_is_a_known_build_and_only_for_ddtree():
+    config = load_default_config()
+    config["methods"] = [{"name": "t", "algorithm": "ddtree", "budget": 8, "tree_build": "paper"},
+                         {"name": "u", "algorithm": "ddtree", "budget": 8}]
+    paper, default = cfg.expand_methods(validated(config))
+    assert paper.params["tree_build"] == "paper" and default.params["tree_build"] == "sglang-pr29907"
+    config["methods"] = [{"name": "t", "algorithm": "ddtree", "budget": 8, "tree_build": "my-fork"}]
+    with pytest.raises(cfg.ConfigError, match=r"methods\[0\] \(t\)\.tree_build.*my-fork.*known builds: paper, sglang-pr29907"):
+        validated(config)
+    config["methods"] = [{"name": "d", "algorithm": "dflash", "tree_build": "paper"}]
+    with pytest.raises(cfg.ConfigError, match=r"methods\[0\] \(d\): 'tree_build' has no meaning for algorithm 'dflash'"):
+        validated(config)
+
+
 def test_config_strings_are_coerced_to_schema_types():
     # what `snakemake --config tp=[1,4] warmup=2 sampling={temperature: 0}` delivers
     raw = {"tp": ["1", "4"], "warmup": "2", "sampling": {"temperature": "0"}, "model": {"name": "8"},
@@ -79,11 +93,11 @@ def test_equivalent_configs_give_identical_server_params():
         assert cfg.server_params(ca, server["tp"], server["method"]) == cfg.server_params(cb, server["tp"], server["method"])
 
 
-def test_full_plan_has_24_servers_and_720_cells_that_hold_their_concurrency():
+def test_full_plan_has_27_servers_and_810_cells_that_hold_their_concurrency():
     config = validated(yaml.safe_load((REPO / "config" / "plan-full.yaml").read_text()))
-    assert len(cfg.servers(config)) == 24
+    assert len(cfg.servers(config)) == 27
     cells = cfg.all_cells(config)
-    assert len(cells) == 720 and len({c["path"] for c in cells}) == 720
+    assert len(cells) == 810 and len({c["path"] for c in cells}) == 810
     assert all(c["requests"] >= 4 * c["concurrency"] or c["workload"] == "agentic-1" for c in cells)
     assert all(c["requests"] >= cfg.MIN_WAVES * c["concurrency"] for c in cells)
     assert max(c["requests"] for c in cells) == 256  # 4 x 64

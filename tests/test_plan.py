@@ -11,10 +11,10 @@ from specsweep.plan import pack
 def test_full_plan_is_priced_without_starting_anything(workflow):
     proc = snakemake(workflow, "plan", "--configfile", str(workflow / "config" / "plan-full.yaml"))
     md = (workflow / "results" / "plan" / "plan.md").read_text()
-    assert "# Plan: 24 servers, 720 cells" in md
+    assert "# Plan: 27 servers, 810 cells" in md
     assert "GPU-hours:" in md and "predicted makespan:" in md and "lower bound" in md
     plan = pd.read_csv(workflow / "results" / "plan" / "plan.csv")
-    assert len(plan) == 720 and plan["server"].nunique() == 24
+    assert len(plan) == 810 and plan["server"].nunique() == 27
     assert (plan["measure_s"] > 0).all() and not plan["cached"].any()
     assert sorted(p.name for p in (workflow / "results").iterdir()) == ["plan"]  # no environment, no cell
     assert server_processes_under(workflow) == [] and "bench_server" not in proc.stdout

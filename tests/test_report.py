@@ -69,6 +69,12 @@ def test_reduced_plans_compile_and_say_what_has_no_data(workflow, name):
         assert text in tex, text
     figures_have_data(tex, results / "report")
     assert "SIMULATED BACKEND" in tex
+    if name == "two-tp-budgets-agentic":  # budget 8 runs the pull request's chain, 16 its tree of width 2
+        modes = pd.read_csv(results / "report" / "data" / "ddtree_modes.csv").set_index("budget")
+        assert modes.loc[8, "tree_mode"] == "chain" and modes.loc[16, "tree_mode"] == "tree"
+        assert modes.loc[16, "tree_width"] == 2 and "What each DDTree budget runs" in tex
+        sweep = pd.read_csv(next((results / "report" / "data").glob("budget-throughput-*.csv")))
+        assert sweep.filter(like="s").shape[1] >= 2  # the chain and the tree are two marked series
 
 
 def test_every_table_number_comes_from_the_aggregated_csv(workflow):

@@ -39,7 +39,7 @@ def test_every_full_plan_launch_command_parses_with_the_recorded_sglang_table():
         assert argv[:3] == ["/opt/sglang/bin/python", "-m", "sglang.launch_server"]
         check_argv(argv[3:], config["sglang"]["options_table"], config["sglang"]["extra_flags"])
         commands.append((server, argv, env))
-    assert len(commands) == 24
+    assert len(commands) == 27
     for server, argv, env in commands:
         assert argv[argv.index("--tp-size") + 1] == str(server["tp"])
         assert argv[argv.index("--max-running-requests") + 1] == "64"

@@ -34,12 +34,48 @@ DFLASH = ["--speculative-algorithm", "DFLASH", "--speculative-draft-model-path",
 DDTREE = ["--speculative-algorithm", "DDTREE", "--speculative-draft-model-path", "d", "--speculative-ddtree-budget", "32"]
 
 
+def test_pull_request_build_runs_a_chain_up_to_block_minus_one_and_a_widening_tree_above():
+    shapes = {b: sim.Decoding("ddtree", 16, b, 8).tree_shape() for b in (4, 8, 15, 16, 32, 64, 128)}
+    assert shapes == {4: ("chain", 1), 8: ("chain", 1), 15: ("chain", 1), 16: ("tree", 2), 32: ("tree", 3),
+                      64: ("tree", 5), 128: ("tree", 8)}  # min(budget // 15 + 1, topk): the cap binds at 128
+    assert sim.Decoding("ddtree", 16, 128, None).tree_shape() == ("tree", 6)  # the build's own cap when unset
+    assert sim.Decoding("ddtree", 16, 8, 8, tree_build="paper").tree_shape() == ("tree", 8)
+    assert sim.Decoding("dflash", 16).tree_shape() is None
+    # spine mode verifies the top-1 chain of `budget` tokens, where the paper's tree already branches
+    assert sim.build_tree(0.8, 15, 8, 8) == {tuple([0] * d) for d in range(1, 9)}
+    assert max(max(p) for p in sim.build_tree(0.5, 15, 8, 8, "paper")) > 0
+    for a in (0.5, 0.8):
+        tree = sim.build_tree(a, 15, 32, 8)
+        assert len(tree) == 32 and max(max(p) for p in tree) < 3  # width 3 at budget 32
+        assert all(prefix[:-1] in tree or len(prefix) == 1 for prefix in tree)  # closed under parents
+        # the depth bonus grows it deeper than the paper's tree of the same width and size
+        paper = sim.build_tree(a, 15, 32, 3, "paper")
+        assert max(map(len, tree)) >= max(map(len, paper))
+    assert max(map(len, sim.build_tree(0.3, 15, 32, 8))) > max(map(len, sim.build_tree(0.3, 15, 32, 3, "paper")))
+    # early stop: for a weak drafter, unlikely branches are skipped and the tree stays below its budget;
+    # the rank-0 spine still reaches the last depth
+    weak = sim.build_tree(0.3, 15, 128, 8)
+    assert len(weak) < 128 and tuple([0] * 15) in weak
+
+
+def test_spine_mode_accepts_no_more_than_its_chain():
+    def tau(decoding):
+        rng = random.Random(0)
+        return sum(sim.accepted_tokens(decoding, 0.8, rng) for _ in range(3000)) / 3000
+
+    chain15 = tau(sim.Decoding("dflash", 16))
+    assert tau(sim.Decoding("ddtree", 16, 15, 8)) == pytest.approx(chain15, rel=0.03)  # the same chain
+    rng = random.Random(1)
+    assert max(sim.accepted_tokens(sim.Decoding("ddtree", 16, 8, 8), 0.95, rng) for _ in range(500)) == 9  # 8 + bonus
+
+
 def test_tree_has_budget_nodes_and_contains_the_chain():
-    tree = sim.build_tree(0.8, 15, 32, 8)
+    """The paper's build: the budget most probable prefixes at every budget."""
+    tree = sim.build_tree(0.8, 15, 32, 8, "paper")
     assert len(tree) == 32
     assert all(prefix[:-1] in tree or len(prefix) == 1 for prefix in tree)  # closed under parents
     assert max(max(p) for p in tree) < 8  # top-k cap
-    chain = sim.build_tree(0.8, 15, 15, 1)
+    chain = sim.build_tree(0.8, 15, 15, 1, "paper")
     assert chain == {tuple([0] * d) for d in range(1, 16)}
 
 
@@ -49,7 +85,7 @@ def test_tree_acceptance_rises_with_budget_and_saturates():
         return sum(sim.accepted_tokens(decoding, 0.8, rng) for _ in range(3000)) / 3000
 
     chain = tau(sim.Decoding("dflash", 16))
-    values = [tau(sim.Decoding("ddtree", 16, b, 8)) for b in (4, 16, 64, 256)]
+    values = [tau(sim.Decoding("ddtree", 16, b, 8, tree_build="paper")) for b in (4, 16, 64, 256)]
     assert values == sorted(values)
     assert values[1] >= chain * 0.97  # a budget-16 tree roughly matches a 15-token chain...
     assert values[3] > chain * 1.15  # ...larger trees accept more
@@ -64,6 +100,19 @@ def test_predictable_text_is_drafted_better():
     assert sim.top1_probability(code, 0.0, False) > sim.top1_probability(chat, 0.0, False)
     assert sim.top1_probability(chat, 1.0, False) < sim.top1_probability(chat, 0.0, False)
     assert sim.top1_probability(chat, 0.0, True) < sim.top1_probability(chat, 0.0, False)
+
+
+def test_server_info_names_the_ddtree_mode_its_build_runs(tmp_path):
+    chain = [f if f != "32" else "8" for f in DDTREE]
+    for flags, env, expected in ((DDTREE, {}, ("tree", 3)), (chain, {}, ("chain", 1)),
+                                 (DDTREE + ["--sim-ddtree-build", "paper"], {"SGLANG_DDTREE_MAX_TOPK": "4"},
+                                  ("tree", 4))):
+        server = start_sim(tmp_path, *flags, env=env)
+        try:
+            info = requests.get(server.url + "/server_info", timeout=10).json()
+        finally:
+            server.stop()
+        assert (info["ddtree_mode"], info["ddtree_width"]) == expected
 
 
 def test_api_surface_and_streaming(tmp_path):

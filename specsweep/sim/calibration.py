@@ -45,7 +45,7 @@ def predict(prompts: list[str], gpu: str = "H200", model: str = "qwen3-8b", runt
     dflash = tau_chain / cost.decode_step(chain, context) * ar_step
     trees = {}
     for budget in BUDGETS:
-        tree = Decoding("ddtree", block_size, budget, topk, overlap=False)
+        tree = Decoding("ddtree", block_size, budget, topk, overlap=False, tree_build="paper")
         tau = mean_tau(prompts, tree, acceptance=acceptance)
         trees[budget] = (tau, tau / cost.decode_step(tree, context) * ar_step)
     best = max(trees, key=lambda b: trees[b][1])

@@ -9,20 +9,21 @@ tokens) and drops with thinking mode and temperature. Per verify round the
 drafter yields, for each depth of the block, a distribution over ranked
 candidates; the target's token is drawn from that distribution (a calibrated
 drafter). DFlash accepts the longest prefix of rank-0 tokens; DDTree builds
-the best-first tree of the B most probable prefixes (top-k capped per depth)
-and walks it from the root along the target's tokens. Both add the bonus token.
+the chain or tree its build would (specsweep.ddtree: SGLang's pull request
+29907 by default, the paper's best-first tree as another build) and walks it
+from the root along the target's tokens. Both add the bonus token.
 """
 
 from __future__ import annotations
 
 import hashlib
-import heapq
 import math
 import random
 import re
 from dataclasses import dataclass
 from functools import lru_cache
 
+from .. import ddtree
 from ..text import split_tokens
 
 CANDIDATES_PER_DEPTH = 32  # ranked candidates the drafter distribution covers
@@ -87,25 +88,13 @@ def depth_distribution(a: float, depth: int, ratio: float = ACCEPTANCE["second_c
 
 
 @lru_cache(maxsize=4096)
-def build_tree(a_key: float, depths: int, budget: int, topk: int) -> frozenset:
-    """DDTree: the ``budget`` most probable prefixes, best first (a heap of prefixes).
-
-    Pop the best prefix, push its next sibling and its first child; per-depth
-    candidates capped at ``topk``. Returns the set of prefixes (tuples of ranks).
-    """
-    dists = [[math.log(p) for p in depth_distribution(a_key, d)[:topk]] for d in range(depths)]
-    tree: set = set()
-    heap = [(-dists[0][0], (0,))]
-    while heap and len(tree) < budget:
-        neg, prefix = heapq.heappop(heap)
-        tree.add(prefix)
-        depth, rank = len(prefix) - 1, prefix[-1]
-        if rank + 1 < len(dists[depth]):  # next sibling
-            sibling = prefix[:-1] + (rank + 1,)
-            heapq.heappush(heap, (neg + dists[depth][rank] - dists[depth][rank + 1], sibling))
-        if depth + 1 < depths:  # first child
-            heapq.heappush(heap, (neg - dists[depth + 1][0], prefix + (0,)))
-    return frozenset(tree)
+def build_tree(a_key: float, depths: int, budget: int, topk: int, build_name: str = ddtree.DEFAULT_BUILD) -> frozenset:
+    """The drafted nodes a DDTree build verifies for a drafter of top-1 probability ``a_key`` (prefixes of ranks):
+    the build's chain or tree (specsweep.ddtree) over this drafter's per-depth distributions."""
+    tree_build = ddtree.build(build_name)
+    mode, width = ddtree.shape(tree_build, depths + 1, budget, topk)
+    log_probs = tuple(tuple(math.log(p) for p in depth_distribution(a_key, d)[:max(width, 1)]) for d in range(depths))
+    return ddtree.tree_prefixes(tree_build, log_probs, budget, width, mode)
 
 
 @dataclass(frozen=True)
@@ -115,16 +104,23 @@ class Decoding:
     algorithm: str = "ar"  # ar | dflash | ddtree
     block_size: int = 16
     budget: int = 0
-    topk: int = 8
+    topk: int | None = 8  # DDTree width cap (SGLANG_DDTREE_MAX_TOPK); None: the build's default
     overlap: bool = True
+    tree_build: str = ddtree.DEFAULT_BUILD  # DDTree: which build's tree (specsweep/data/ddtree_builds.yaml)
 
     def verify_width(self) -> int:
-        """Tokens verified per request per step: 1 (AR), block (DFlash), budget + 1 (DDTree)."""
+        """Tokens verified per request per step: 1 (AR), block (DFlash), budget + 1 (DDTree, chain or tree)."""
         if self.algorithm == "dflash":
             return self.block_size
         if self.algorithm == "ddtree":
             return self.budget + 1
         return 1
+
+    def tree_shape(self) -> tuple[str, int] | None:
+        """DDTree: ("chain", 1) or ("tree", width) as its build runs this budget; None otherwise."""
+        if self.algorithm != "ddtree":
+            return None
+        return ddtree.shape(ddtree.build(self.tree_build), self.block_size, self.budget, self.topk)
 
 
 def accepted_tokens(decoding: Decoding, a: float, rng: random.Random) -> int:
@@ -145,7 +141,7 @@ def accepted_tokens(decoding: Decoding, a: float, rng: random.Random) -> int:
         while accepted < depths and ranks[accepted] == 0:
             accepted += 1
         return accepted + 1
-    tree = build_tree(round(a, 3), depths, decoding.budget, decoding.topk)
+    tree = build_tree(round(a, 3), depths, decoding.budget, decoding.topk, decoding.tree_build)
     accepted = 0
     while accepted < depths and tuple(ranks[: accepted + 1]) in tree:
         accepted += 1

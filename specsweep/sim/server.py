@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from aiohttp import web
 
 from .. import __version__
+from ..ddtree import DEFAULT_BUILD, builds as ddtree_builds
 from ..text import chat_prompt, split_tokens
 from ..workloads import WorkloadError, tokenizer
 from .model import CostModel, Decoding, accepted_tokens, reply_tokens, top1_probability
@@ -75,6 +76,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--sim-gpu", default="H200")
     p.add_argument("--sim-model-profile", default="qwen3-8b")
     p.add_argument("--sim-startup-seconds", type=float, default=0.5)
+    p.add_argument("--sim-ddtree-build", default=DEFAULT_BUILD, choices=sorted(ddtree_builds()),
+                   help="which build's DDTree to emulate (specsweep/data/ddtree_builds.yaml)")
     p.add_argument("--sim-runtime", default="sglang", help="runtime profile: sglang or hf-eager")
     p.add_argument("--sim-profiles", help="JSON: profile overrides {gpus: {...}, models: {...}, runtimes: {...}}")
     p.add_argument("--sim-acceptance", help="JSON: acceptance-model parameters (see specsweep.sim.model.ACCEPTANCE)")
@@ -121,8 +124,9 @@ def _accept_sglang_flags(parser: argparse.ArgumentParser, extra: list[str]) -> N
 def decoding_from_args(args: argparse.Namespace) -> Decoding:
     algorithm = (args.speculative_algorithm or "ar").lower()
     block = args.speculative_dflash_block_size or args.speculative_num_draft_tokens or 16
-    topk = int(os.environ.get("SGLANG_DDTREE_MAX_TOPK", "8"))
-    return Decoding(algorithm, block, args.speculative_ddtree_budget or 0, topk, not args.disable_overlap_schedule)
+    topk = os.environ.get("SGLANG_DDTREE_MAX_TOPK")
+    return Decoding(algorithm, block, args.speculative_ddtree_budget or 0, int(topk) if topk else None,
+                    not args.disable_overlap_schedule, args.sim_ddtree_build)
 
 
 @dataclass(frozen=True)
@@ -381,6 +385,9 @@ def build_app(args: argparse.Namespace) -> web.Application:
         verify = engine.counters["verify_calls"]
         avg = engine.counters["accepted_tokens"] / verify if verify else None
         info = {k.replace("-", "_"): v for k, v in vars(args).items()}
+        shape = engine.decoding.tree_shape()
+        if shape:  # what the DDTree build runs at this budget
+            info.update({"ddtree_build": engine.decoding.tree_build, "ddtree_mode": shape[0], "ddtree_width": shape[1]})
         info.update({"version": f"specsweep-sim {__version__}", "simulated": True,
                      "internal_states": [{"avg_spec_accept_length": avg, "launched_at": launched}]})
         return web.json_response(info)
