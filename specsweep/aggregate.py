@@ -170,8 +170,7 @@ def summarise_cells(paths: list[str]) -> pd.DataFrame:
 
 def request_rows(paths: list[str]) -> pd.DataFrame:
     """One row per measured request: its cell, turn, timings (s), tokens and failure category."""
-    from . import ddtree
-from .metrics import e2e, queue_delay, tpot, ttft, user_ttft
+    from .metrics import e2e, queue_delay, tpot, ttft, user_ttft
 
     rows = []
     for path in paths:
