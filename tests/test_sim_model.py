@@ -53,6 +53,20 @@ def test_tree_verification_costs_more_on_hybrid_models():
         dense.decode_step(tree, [1000]) / dense.decode_step(chain, [1000]) + 0.1
 
 
+def test_ddtree_step_pays_for_its_mask_and_only_a_tree_for_its_construction():
+    base = CostModel.named("H200", "qwen3-8b")
+    heavy = CostModel(base.gpu, base.model, {**base.runtime, "tree_build_per_node": 1e-3}, 1)
+    chain, tree = Decoding("ddtree", 16, 15, 8), Decoding("ddtree", 16, 16, 8)
+    assert heavy.decode_step(chain, [1000]) == pytest.approx(base.decode_step(chain, [1000]))  # no heap for a chain
+    per_node = 1e-3 - base.runtime["tree_build_per_node"]
+    assert heavy.decode_step(tree, [1000]) == pytest.approx(base.decode_step(tree, [1000]) + 16 * per_node)
+    # the mask (nodes x (context + nodes) bytes per layer) makes a DDTree chain dearer than DFlash's equal chain,
+    # and more so at a longer context
+    dflash = Decoding("dflash", 16, overlap=False)
+    extra = {c: base.decode_step(chain, [c]) - base.decode_step(dflash, [c]) for c in (1000, 32000)}
+    assert 0 < extra[1000] < extra[32000]
+
+
 def test_ddtree_advantage_over_dflash_shrinks_as_concurrency_grows(tmp_path):
     sessions = build({"name": "s", "family": "short", "requests": 32, "max_new_tokens": 96}, 0)
     # the paper's tree (a budget-64 tree at batch 1 beats the chain there); the pull request's narrower tree

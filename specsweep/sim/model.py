@@ -244,7 +244,8 @@ class CostModel:
         """Seconds for one decode/verify step of a batch with these context lengths.
 
         step = GPU + exposed CPU, GPU = verify(width x batch tokens) + drafter (its share of a target pass over
-        the same tokens) + tree construction + hybrid-model tree penalty. The overlap scheduler prepares the
+        the same tokens) + for DDTree its tree mask read per layer (nodes x (context + nodes) bytes) and, in tree
+        mode, tree construction (per node) + hybrid-model tree penalty. The overlap scheduler prepares the
         next step on the CPU while the GPU runs this one, so only CPU work longer than the GPU's shows; without
         it (and for DDTree, which runs without it) all of it adds.
         """
@@ -257,7 +258,13 @@ class CostModel:
             drafted = width * len(contexts) if r.get("drafter_per_token") else len(contexts)
             gpu += r["drafter_fraction"] * self.verify_seconds(drafted, [0] * len(contexts))
             if decoding.algorithm == "ddtree":
-                gpu += r["tree_build_per_node"] * decoding.budget * len(contexts)
+                # the triton kernel reads the request's custom tree mask in every layer (one byte per node and
+                # key: nodes x (context + nodes)); the heap that builds a tree costs per node (a chain has none)
+                if "bandwidth_efficiency" in r:  # a roofline runtime (SGLang's), not the paper's eager one
+                    mask_bytes = sum(width * (c + width) for c in contexts) * self.model["layers"]
+                    gpu += mask_bytes / (self.gpu["bandwidth"] * r["bandwidth_efficiency"] * self.tp)
+                if decoding.tree_shape()[0] == "tree":
+                    gpu += r["tree_build_per_node"] * decoding.budget * len(contexts)
                 if self.model["hybrid"]:
                     gpu += r.get("hybrid_tree_per_node", 0.0) * max(0, width - 8) * len(contexts)
         cpu = self.cpu_seconds(decoding, len(contexts))
