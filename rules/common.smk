@@ -41,16 +41,34 @@ def plan_gpus():
     return CONFIG["gpu_pool"]["devices"] or len(visible_devices()) or 8
 
 
-_PREDICTED = {}
+_PLAN_ROWS = []
+
+
+def plan_rows():
+    """The plan's predicted rows, one per cell (specsweep.plan.predict), computed once and only when a job needs them."""
+    if not _PLAN_ROWS:
+        from specsweep.plan import predict
+
+        _PLAN_ROWS.extend(predict(CONFIG))
+    return _PLAN_ROWS
 
 
 def predicted_durations():
-    """{server: (tp, seconds)} from the plan's cost model, computed once and only when a job needs it."""
-    if not _PREDICTED:
-        from specsweep.plan import predict, server_durations
+    """{server: (tp, seconds)} from the plan's cost model."""
+    from specsweep.plan import server_durations
 
-        _PREDICTED.update(server_durations(predict(CONFIG)))
-    return _PREDICTED
+    return server_durations(plan_rows())
+
+
+def predicted_servers():
+    """{server: {"startup": s, "cells": {cell path: warm-up + measurement s}}}: what the report compares each
+    server's latest run with (the cells that run measured, not the ones it found cached)."""
+    out = {}
+    for r in plan_rows():
+        server = out.setdefault(r["server"], {"startup": 0.0, "cells": {}})
+        server["startup"] = round(server["startup"] + r["startup_s"], 1)
+        server["cells"][r["path"]] = round(r["warmup_s"] + r["measure_s"], 1)
+    return out
 
 
 _PACKING = {}
@@ -106,7 +124,8 @@ def report_params_json(wildcards=None):
         f"thinking {'on' if CONFIG['sampling']['thinking'] else 'off'}, load {CONFIG['load']['model']}, "
         f"protocol {CONFIG['load']['protocol']}",
         "sim_profile": f"{CONFIG['sim']['model_profile']} on {CONFIG['sim']['gpu']}" if CONFIG["backend"] == "sim" else "",
-        "predicted_seconds": {s: round(d, 1) for s, (_, d) in predicted_durations().items()},
+        "predicted_servers": predicted_servers(),
+        "plan_profile": f"{CONFIG['sim']['runtime']} ({CONFIG['sim']['model_profile']} on {CONFIG['sim']['gpu']})",
     }
     return canonical_json(view)
 

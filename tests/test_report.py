@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import re
 
 import pandas as pd
 import pytest
 
 from conftest import load_default_config, snakemake, write_config
+from specsweep.report import server_runs
 
 
 def tiny(config: dict) -> dict:
@@ -69,6 +71,11 @@ def test_reduced_plans_compile_and_say_what_has_no_data(workflow, name):
         assert text in tex, text
     figures_have_data(tex, results / "report")
     assert "SIMULATED BACKEND" in tex
+    # the appendix sets each server's run against the plan's prediction for the cells that run measured
+    prediction = pd.read_csv(results / "report" / "data" / "prediction.csv")
+    cells = pd.read_csv(results / "summary.csv")
+    assert len(prediction) == cells.groupby(["tp", "method"]).ngroups
+    assert (prediction["cells"] == len(cells) // len(prediction)).all() and (prediction["predicted_s"] > 0).all()
     if name == "two-tp-budgets-agentic":  # budget 8 runs the pull request's chain, 16 its tree of width 2
         modes = pd.read_csv(results / "report" / "data" / "ddtree_modes.csv").set_index("budget")
         assert modes.loc[8, "tree_mode"] == "chain" and modes.loc[16, "tree_mode"] == "tree"
@@ -103,3 +110,20 @@ def test_every_table_number_comes_from_the_aggregated_csv(workflow):
         summary[summary["concurrency"] == 1], on=["tp", "method", "workload"], suffixes=("", "_agg"))
     assert (acceptance["acceptance_length"] == acceptance["acceptance_length_agg"]).all()
     assert len(acceptance) > 0
+
+
+def test_a_servers_latest_run_counts_only_the_cells_it_measured(tmp_path):
+    events = [
+        {"event": "server_start", "server": "tp1/a", "time": 0.0},
+        {"event": "measured", "server": "tp1/a", "cell": "c1", "time": 5.0},
+        {"event": "server_stop", "server": "tp1/a", "time": 9.0},  # killed after c1
+        {"event": "cache_hit", "server": "tp1/a", "cell": "c1", "time": 20.0},
+        {"event": "server_start", "server": "tp1/a", "time": 21.0},
+        {"event": "measured", "server": "tp1/a", "cell": "c2", "time": 30.0},
+        {"event": "failed", "server": "tp1/a", "cell": "c3", "time": 35.0},
+        {"event": "server_stop", "server": "tp1/a", "time": 36.0},
+        {"event": "server_start", "server": "tp1/b", "time": 40.0},  # still running: no stop yet
+    ]
+    journal = tmp_path / "journal.jsonl"
+    journal.write_text("".join(json.dumps(e) + "\n" for e in events))
+    assert server_runs(journal) == {"tp1/a": (15.0, ["c2", "c3"])}
