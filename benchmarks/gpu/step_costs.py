@@ -2,7 +2,7 @@
 
     # on a GPU host with SGLang (the lent H200: after `device.sh install-a/b/c`, see README.md here)
     python3 benchmarks/gpu/step_costs.py one-batch OUT_DIR      # AR forward steps, no server
-    python3 benchmarks/gpu/step_costs.py dflash OUT_DIR 16 8 32 [--prompts 1024 4096]  # timed DFlash rounds
+    python3 benchmarks/gpu/step_costs.py dflash OUT_DIR 16 8 32 [--prompts 1024 4096]  # timed DFlash rounds (1: AR)
     # anywhere, from the measured records
     .venv/bin/python benchmarks/gpu/step_costs.py fit RECORD_DIR [--write PROFILE.yaml]
 
@@ -17,6 +17,8 @@ request and the stream's chunk gaps are the verify rounds). Concurrency 1, 4,
 16 and 64 (as far as the KV cache holds the batch) with prompts of the given
 lengths (default 1,024 tokens); the step time is the median gap between a
 request's chunks, the batch its concurrency, the verify width the block size.
+Block size 1 is a plain AR server (no drafter): its gaps are decode steps
+behind the scheduler, overlap on, as a served request sees them.
 
 fit: least squares on log(simulated / measured) over every measured shape, of
 the simulator's runtime parameters (FITTED: bandwidth and compute efficiency,
@@ -83,7 +85,7 @@ def dflash(out: Path, blocks: list[int], prompts: list[int], port: int = 30123) 
     out.mkdir(parents=True, exist_ok=True)
     for block in blocks:
         drafter = Path(f"/tmp/dflash-b{block}")
-        if not drafter.exists():
+        if block > 1 and not drafter.exists():
             drafter.mkdir()
             config = json.loads((Path(DRAFTER) / "config.json").read_text())
             config["block_size"] = config["dflash_config"]["block_size"] = block
@@ -92,9 +94,10 @@ def dflash(out: Path, blocks: list[int], prompts: list[int], port: int = 30123) 
                 (drafter / f.name).write_bytes(f.read_bytes())
         argv = [sys.executable, "-m", "sglang.launch_server", *COMMON, "--host", "127.0.0.1", "--port", str(port),
                 "--mem-fraction-static", "0.8", "--max-running-requests", "64", "--cuda-graph-max-bs", "64",
-                "--context-length", str(max(prompts) + 1024), "--speculative-algorithm", "DFLASH",
-                "--speculative-draft-model-path", str(drafter), "--speculative-dflash-block-size", str(block),
-                "--speculative-draft-load-format", "dummy"]
+                "--context-length", str(max(prompts) + 1024)]
+        if block > 1:
+            argv += ["--speculative-algorithm", "DFLASH", "--speculative-draft-model-path", str(drafter),
+                     "--speculative-dflash-block-size", str(block), "--speculative-draft-load-format", "dummy"]
         server = Server(argv, {}, "127.0.0.1", port, out / f"server-b{block}.log")
         try:
             server.start(300)
@@ -134,7 +137,7 @@ def measured_steps(record: Path) -> list[dict]:
     path = record / "dflash.jsonl"
     for line in (path.read_text().splitlines() if path.exists() else []):
         r = json.loads(line)
-        rows.append({"kind": "dflash", "batch": r["concurrency"], "width": r["block"],
+        rows.append({"kind": "dflash" if r["block"] > 1 else "ar-server", "batch": r["concurrency"], "width": r["block"],
                      "context": r["prompt"] + r["new_tokens"] // 2,
                      "seconds": float(np.median(round_gaps(r["chunk_times"])))})
     return rows
@@ -147,8 +150,10 @@ def simulated(cost, row: dict) -> float:
     contexts = [row["context"]] * row["batch"]
     if row["kind"] == "prefill":
         return cost.prefill(row["batch"] * row["width"], row["batch"] * row["width"] ** 2 / 2)
-    if row["kind"] == "decode":
-        return cost.verify_seconds(row["batch"], contexts)
+    if row["kind"] == "decode":  # bench_one_batch steps one batch at a time: no scheduler overlaps its CPU work
+        return cost.decode_step(Decoding("ar", overlap=False), contexts)
+    if row["kind"] == "ar-server":
+        return cost.decode_step(Decoding("ar"), contexts)  # behind the scheduler: CPU work hidden by overlap
     return cost.decode_step(Decoding("dflash", block_size=row["width"]), contexts)  # SGLang 0.5.16: overlap on
 
 
