@@ -37,7 +37,7 @@ from .environment import check_methods
 from .gpus import GpuPool, gpu_memory_used, visible_devices, wait_until_released
 from .server import (Server, ServerError, api_key_config, free_port, launch_command, min_free_slots_delay, redact,
                      stream_mode)
-from .text import chat_prompt, count_tokens
+from .text import approximate_tokens, chat_prompt
 from .workloads import build, content_mix, workload_digest
 
 class CellError(RuntimeError):
@@ -118,11 +118,6 @@ class Journal:
             os.write(fd, line.encode())
         finally:
             os.close(fd)
-
-    def read(self) -> list[dict]:
-        if not self.path.exists():
-            return []
-        return [json.loads(line) for line in self.path.read_text().splitlines() if line.strip()]
 
 
 def parse_prometheus(text: str) -> dict[str, float]:
@@ -283,7 +278,7 @@ def _max_context(params: dict, sessions_by_workload: dict) -> int:
     for name, sessions in sessions_by_workload.items():
         for s in sessions:
             text = chat_prompt(s.messages + s.followups)
-            longest = max(longest, count_tokens(text) + s.max_new_tokens * (1 + len(s.followups)))
+            longest = max(longest, approximate_tokens(text) + s.max_new_tokens * (1 + len(s.followups)))
     return max(params["model"]["context_length"], int(longest * 1.25))
 
 

@@ -38,7 +38,7 @@ def _version(package: str) -> str | None:
         return None
 
 
-def _run(argv: list[str], timeout: float = 60) -> str | None:
+def command_output(argv: list[str], timeout: float = 60) -> str | None:
     try:
         out = subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
     except (OSError, subprocess.TimeoutExpired):
@@ -50,7 +50,7 @@ def gpu_inventory() -> list[dict]:
     """GPUs reported by nvidia-smi (empty without NVIDIA GPUs)."""
     if not shutil.which("nvidia-smi"):
         return []
-    out = _run(["nvidia-smi", "--query-gpu=index,name,memory.total,driver_version", "--format=csv,noheader"])
+    out = command_output(["nvidia-smi", "--query-gpu=index,name,memory.total,driver_version", "--format=csv,noheader"])
     gpus = []
     for line in (out or "").strip().splitlines():
         index, name, memory, driver = [part.strip() for part in line.split(",")]
@@ -77,7 +77,7 @@ _COMMIT = re.compile(r"^[0-9a-f]{40}$")
 
 def git_ls_remote(url: str, ref: str) -> str | None:
     """The commit a ref of a remote git repository points to now (``git ls-remote``), or None."""
-    out = _run(["git", "ls-remote", url, ref], timeout=120)
+    out = command_output(["git", "ls-remote", url, ref], timeout=120)
     candidates = {ref, f"refs/heads/{ref}", f"refs/tags/{ref}^{{}}", f"refs/tags/{ref}"}
     for line in (out or "").splitlines():
         sha, _, name = line.partition("\t")
@@ -170,16 +170,16 @@ def probe(backend: str, python: str | None = None, help_text: str | None = None,
     gpus = gpu_inventory()
     if backend == "sim":
         if help_text is None:
-            help_text = _run([python, "-m", "specsweep.sim", "--help"]) or ""
+            help_text = command_output([python, "-m", "specsweep.sim", "--help"]) or ""
         server = {"name": "specsweep-sim", "version": __version__, "simulated": True, "python": python}
     else:
-        versions = _run([python, "-c", _VERSIONS_SCRIPT], timeout=300)
+        versions = command_output([python, "-c", _VERSIONS_SCRIPT], timeout=300)
         server_versions = json.loads(versions) if versions else {}
         if help_text is None:
             if not server_versions.get("sglang"):
                 raise EnvironmentError_(f"SGLang is not installed for {python}; set sglang.install (e.g. "
                                         "'sglang==0.5.23' or a git URL of a DDTree branch) or sglang.python")
-            help_text = _run([python, "-m", "sglang.launch_server", "--help"], timeout=600) or ""
+            help_text = command_output([python, "-m", "sglang.launch_server", "--help"], timeout=600) or ""
         software["server_python"] = server_versions.pop("python", None)
         software.update({k: v for k, v in server_versions.items()})
         server = {"name": "sglang", "version": server_versions.get("sglang"),

@@ -92,11 +92,11 @@ class GpuPool:
 
 def wait_until_released(devices: list[str], timeout: float = 60.0) -> bool:
     """Wait until no process of a stopped server still holds memory on its GPUs (nvidia-smi); True when free."""
-    from .environment import _run
+    from .environment import command_output
 
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        out = _run(["nvidia-smi", "--query-compute-apps=pid", "--format=csv,noheader", "-i", ",".join(devices)])
+        out = command_output(["nvidia-smi", "--query-compute-apps=pid", "--format=csv,noheader", "-i", ",".join(devices)])
         if out is None or not out.strip():
             return True
         time.sleep(1.0)
@@ -105,11 +105,11 @@ def wait_until_released(devices: list[str], timeout: float = 60.0) -> bool:
 
 def gpu_memory_used(devices: list[str] | None) -> float | None:
     """Memory in use on these GPUs now, MiB summed (nvidia-smi); None without NVIDIA GPUs."""
-    from .environment import _run
+    from .environment import command_output
 
     if not devices:
         return None
-    out = _run(["nvidia-smi", "--query-gpu=memory.used", "--format=csv,noheader,nounits", "-i", ",".join(devices)])
+    out = command_output(["nvidia-smi", "--query-gpu=memory.used", "--format=csv,noheader,nounits", "-i", ",".join(devices)])
     if not out:
         return None
     return float(sum(float(v) for v in out.split()))

@@ -46,14 +46,14 @@ def build_parser(version: str, extra_flags: list[dict] = ()) -> argparse.Argumen
     """An argparse parser equivalent to SGLang's for the recorded version, plus declared extra flags."""
     parser = _Parser(prog="sglang.launch_server", add_help=False, allow_abbrev=False)
     for option in load_table(version)["options"]:
-        _add(parser, option["flags"], option["nargs"], option["type"], option["choices"])
+        add_option(parser, option["flags"], option["nargs"], option["type"], option["choices"])
     for extra in extra_flags:
         kind = extra.get("type", "str")
-        _add(parser, [extra["flag"]], 0 if kind == "bool" else None, None if kind == "bool" else kind, None)
+        add_option(parser, [extra["flag"]], 0 if kind == "bool" else None, None if kind == "bool" else kind, None)
     return parser
 
 
-def _add(parser, flags, nargs, kind, choices):
+def add_option(parser, flags, nargs, kind, choices):
     try:
         if nargs == 0:
             parser.add_argument(*flags, action="store_true")

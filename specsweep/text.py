@@ -23,7 +23,7 @@ def split_tokens(text: str) -> list[str]:
     return _TOKEN.findall(text)
 
 
-def count_tokens(text: str) -> int:
+def approximate_tokens(text: str) -> int:
     """Approximate token count of a text (see split_tokens)."""
     return len(split_tokens(text))
 

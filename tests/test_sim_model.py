@@ -203,7 +203,7 @@ UNSPACED_TEXTS = {
 
 @pytest.mark.parametrize("language", sorted(UNSPACED_TEXTS))
 def test_approximate_token_count_follows_qwens_tokenizer_in_every_script(language):
-    from specsweep.text import count_tokens as approximate
+    from specsweep.text import approximate_tokens as approximate
     from specsweep.workloads import count_tokens as qwen
 
     text = UNSPACED_TEXTS[language] * 8

@@ -60,10 +60,10 @@ def calibration_prompts(count: int = 40) -> dict[str, list[str]]:
     AIME problems are not shipped in any package here; those rows are not predicted.
     """
     from ..text import chat_prompt
-    from ..workloads import SYSTEM, _chat_prompts, _gsm8k, _humaneval
+    from ..workloads import SYSTEM, chat_prompts, gsm8k_problems, humaneval_problems
 
     def render(texts):
         return [chat_prompt([SYSTEM, {"role": "user", "content": t}]) for t in texts[:count]]
 
-    return {"gsm8k": render(list(_gsm8k())), "humaneval": render(list(_humaneval())),
-            "alpaca": render(list(_chat_prompts()))}
+    return {"gsm8k": render(list(gsm8k_problems())), "humaneval": render(list(humaneval_problems())),
+            "alpaca": render(list(chat_prompts()))}

@@ -110,15 +110,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def _accept_sglang_flags(parser: argparse.ArgumentParser, extra: list[str]) -> None:
     """Accept every flag of the recorded SGLang releases (ignored when not modelled), and declared build flags."""
-    from ..sglang_options import _add, available_tables, load_table
+    from ..sglang_options import add_option, available_tables, load_table
 
     group = parser.add_argument_group("SGLang flags accepted and not modelled")
     for version in available_tables():
         for option in load_table(version)["options"]:
-            _add(group, option["flags"], option["nargs"], option["type"], None)
+            add_option(group, option["flags"], option["nargs"], option["type"], None)
     for item in extra:
         flag, _, kind = item.partition(":")
-        _add(group, [flag], 0 if kind == "bool" else None, None if kind == "bool" else (kind or "str"), None)
+        add_option(group, [flag], 0 if kind == "bool" else None, None if kind == "bool" else (kind or "str"), None)
 
 
 def decoding_from_args(args: argparse.Namespace) -> Decoding:
