@@ -234,12 +234,6 @@ class Server:
                 break
         self.process.poll()
 
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.stop()
-
 
 def _terminate_with_parent() -> None:
     """In the child: ask the kernel for SIGTERM when the job process that started the server dies."""
