@@ -300,13 +300,17 @@ def bench_server(params: dict, outputs: list[str], environment: dict, log_dir: s
     thinking = params["sampling"].get("thinking", False)
     config_like = {"workloads": params["workloads"], "concurrency": params["concurrency"], "load": params["load"]}
     cells = cells_of_server(config_like, tp, method["name"], params["repetition"])
-    if len(cells) != len(outputs):
-        raise CellError(f"server {server_name}: {len(outputs)} outputs for {len(cells)} cells")
+    by_path = {os.path.normpath(out): out for out in outputs}  # outputs matched to cells by path, not position
+    unmatched = [c["path"] for c in cells if os.path.normpath(c["path"]) not in by_path]
+    if unmatched or len(cells) != len(outputs):
+        raise CellError(f"server {server_name}: the job's {len(outputs)} outputs do not match its {len(cells)} cells "
+                        f"(no output for {', '.join(unmatched[:3]) or 'none'}): the rule's outputs and "
+                        "config.cell_path must name the same files")
     adaptive = params.get("adaptive")
     sessions = cell_sessions(params["workloads"], cells, params["seed"], thinking, params["model"].get("path"),
                              params["model"]["context_length"], adaptive["max_requests"] if adaptive else 0)
-    for cell, out in zip(cells, outputs):
-        cell["output"] = out
+    for cell in cells:
+        cell["output"] = by_path[os.path.normpath(cell["path"])]
         cell["digest"] = cell_digest(sessions, cell)
         cell["key"] = cell_key(params, cell, cell["digest"], environment["identity_digest"])
     missing = [c for c in cells if cache.get(c["key"]) is None]
