@@ -233,3 +233,19 @@ def test_endurance_at_concurrency_256_is_clean_and_bounded(tmp_path):
     result = endurance.run(256, 6, tmp_path)
     assert result["requests"] >= 512 and result["client_errors"] == {}
     assert result["server_peak_rss_mb"] < 1024 and result["client_peak_rss_mb"] < 2048
+
+
+def test_bench_outputs_that_do_not_name_the_servers_cells_are_refused_before_any_server(tmp_path):
+    from conftest import load_default_config
+    from specsweep.cells import CellError, bench_server
+    from specsweep.config import cells_of_server
+
+    config = validated(load_default_config())
+    params = json.loads(json.dumps(server_params(config, 1, "ar")))
+    params["cache_dir"] = str(tmp_path / "cache")
+    environment = {"backend": "sim", "capabilities": {"algorithms": [], "flags": []}, "identity_digest": "x"}
+    paths = [c["path"] for c in cells_of_server(config, 1, "ar")]
+    renamed = paths[:-1] + ["results/cells/tp1/ar/elsewhere.json"]  # as if the rule and cell_path disagreed
+    with pytest.raises(CellError, match=f"no output for {paths[-1]}"):
+        bench_server(params, renamed, environment, tmp_path, tmp_path / "journal.jsonl")
+    assert not (tmp_path / "journal.jsonl").exists() and server_processes_under(tmp_path) == []
