@@ -349,15 +349,13 @@ class _SendGate:
     """
 
     def __init__(self):
-        self.waiting: deque[asyncio.Future] = deque()
-        self.releasing = False
+        self.waiting: deque[asyncio.Future] = deque()  # while not empty, a release is due in the next pass
 
     async def wait(self) -> None:
         turn = asyncio.get_running_loop().create_future()
-        self.waiting.append(turn)
-        if not self.releasing:
-            self.releasing = True
+        if not self.waiting:
             asyncio.get_running_loop().call_soon(self._release)
+        self.waiting.append(turn)
         await turn
 
     def _release(self) -> None:
@@ -368,8 +366,6 @@ class _SendGate:
                 break
         if self.waiting:
             asyncio.get_running_loop().call_soon(self._release)  # the next send in the next pass
-        else:
-            self.releasing = False
 
 
 @dataclass
