@@ -21,6 +21,6 @@ include: "rules/plan.smk"
 rule all:
     input:
         all_cell_outputs(),
-        "results/summary.csv",
+        layout.table_path("summary"),
         "results/report/report.pdf",
-        expand("results/report/figures/{section}", section=REPORT_SECTIONS),
+        expand("results/report/figures/{section}", section=layout.REPORT_SECTIONS),

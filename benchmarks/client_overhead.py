@@ -34,7 +34,7 @@ from pathlib import Path
 import numpy as np
 
 from specsweep.client import LoadModel, measure
-from specsweep.server import Server, free_port
+from specsweep.launcher import Server, free_port
 from specsweep.workloads import Session
 
 CONCURRENCY = (1, 64, 256)

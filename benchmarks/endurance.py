@@ -21,7 +21,7 @@ from pathlib import Path
 import psutil
 
 from specsweep.client import measure
-from specsweep.server import Server, free_port
+from specsweep.launcher import Server, free_port
 from specsweep.workloads import build
 
 

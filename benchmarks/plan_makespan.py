@@ -4,7 +4,7 @@
 
 Twelve TP-1 servers (4 AR, 4 DFlash, 4 DDTree budgets; tests/conftest.py eight_gpu_host_config) run through
 Snakemake with `--resources gpu=8`, taking GPUs from the pool in the plan's order. Prints, per run, the plan's
-predicted makespan, the measured one (first server start to last server stop, from the journal) and the packing
+predicted makespan, the measured one (first server start to last server stop, from the bench jobs' journals) and the packing
 lower bound from the measured server durations (max(sum / 8, longest)). Figures in benchmarks/README.md.
 """
 
@@ -18,7 +18,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
-from conftest import copy_workflow, eight_gpu_host_config, snakemake, write_config  # noqa: E402
+from conftest import Journal, copy_workflow, eight_gpu_host_config, snakemake, write_config  # noqa: E402
 
 
 def run_once(folder: Path) -> dict:
@@ -29,8 +29,7 @@ def run_once(folder: Path) -> dict:
     predicted = float(md.split("predicted makespan: ")[1].split("(")[1].split(" s)")[0])
     snakemake(workflow, "--cores", "12", "--resources", "gpu=8", timeout=900)
     spans: dict = {}
-    for line in (workflow / "results" / "journal.jsonl").read_text().splitlines():
-        event = json.loads(line)
+    for event in Journal(workflow).new_events():
         if event["event"] in ("server_start", "server_stop"):
             spans.setdefault(event["server"], {})[event["event"]] = event["time"]
     measured = max(s["server_stop"] for s in spans.values()) - min(s["server_start"] for s in spans.values())

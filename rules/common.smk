@@ -1,37 +1,44 @@
 # Config -> validated, normalised config; the tables and params every rule uses.
-import json
+import os
 
 from snakemake.utils import validate
 import yaml
 
 from specsweep import config as ss_config
+from specsweep import jobs, layout
+from specsweep.coerce import coerce_to_schema
+from specsweep.methods import expand_methods
 from specsweep.canon import canonical_json, package_digest
 
 with open(workflow.source_path("../config/schema.yaml")) as _schema_file:
     _SCHEMA = yaml.safe_load(_schema_file)
 
 # --config values arrive as strings: coerce them to the schema's types first.
-config.update(ss_config.coerce_to_schema(dict(config), _SCHEMA))
+config.update(coerce_to_schema(dict(config), _SCHEMA))
 validate(config, "../config/schema.yaml")
 try:
     CONFIG = ss_config.normalise(config)
 except ss_config.ConfigError as _error:
     raise WorkflowError(f"Invalid configuration: {_error}")
 
-SERVERS = ss_config.servers(CONFIG)
+SERVERS = jobs.servers(CONFIG)
 
 
 def all_cell_outputs():
-    return [cell["path"] for cell in ss_config.all_cells(CONFIG)]
+    return [cell["path"] for cell in jobs.all_cells(CONFIG)]
+
+
+def all_run_records():
+    return [layout.run_record_path(s["tp"], s["method"], s["repetition"]) for s in SERVERS]
 
 
 def _repetition(wildcards):
     return int(wildcards.rep) if "rep" in wildcards.keys() else None
 
 
-def server_params_json(wildcards):
+def server_job_json(wildcards):
     """Canonical JSON of everything one server's job depends on (the rerun trigger)."""
-    return canonical_json(ss_config.server_params(CONFIG, int(wildcards.tp), wildcards.method, _repetition(wildcards)))
+    return canonical_json(jobs.server_job(CONFIG, int(wildcards.tp), wildcards.method, _repetition(wildcards)).as_dict())
 
 
 def plan_gpus():
@@ -60,17 +67,6 @@ def predicted_durations():
     return server_durations(plan_rows())
 
 
-def predicted_servers():
-    """{server: {"startup": s, "cells": {cell path: warm-up + measurement s}}}: what the report compares each
-    server's latest run with (the cells that run measured, not the ones it found cached)."""
-    out = {}
-    for r in plan_rows():
-        server = out.setdefault(r["server"], {"startup": 0.0, "cells": {}})
-        server["startup"] = round(server["startup"] + r["startup_s"], 1)
-        server["cells"][r["path"]] = round(r["warmup_s"] + r["measure_s"], 1)
-    return out
-
-
 _PACKING = {}
 
 
@@ -78,7 +74,7 @@ def server_job_priority(wildcards):
     """Repetitions: the seeded random method order; otherwise the plan's packing order (see specsweep.plan)."""
     rep = _repetition(wildcards)
     if rep is not None:
-        return ss_config.server_priority(CONFIG, int(wildcards.tp), wildcards.method, rep)
+        return jobs.server_priority(CONFIG, int(wildcards.tp), wildcards.method, rep)
     if not _PACKING:
         from specsweep.plan import priorities
 
@@ -101,30 +97,18 @@ def environment_params_json():
     return canonical_json(settings)
 
 
-REPORT_SECTIONS = {
-    "setup": "1 Setup",
-    "single": "2 Single-stream speed",
-    "budget": "3 DDTree budget sweep",
-    "tp": "4 Tensor parallelism",
-    "concurrency": "5 Concurrency",
-    "agentic": "6 Agentic multi-turn",
-}
-
-
-def report_params_json(wildcards=None):
-    """What the report rules depend on (a params function: the plan's predictions are computed only when a
-    report job is in the DAG)."""
+def report_params_json():
+    """What the report's data depends on besides its input files."""
     view = {
         "title": CONFIG["report"]["title"],
         "author": CONFIG["report"]["author"],
         "model": CONFIG["model"]["name"],
-        "methods": [m.name for m in ss_config.expand_methods(CONFIG)],
+        "methods": [m.name for m in expand_methods(CONFIG)],
         "warmup": CONFIG["warmup"],
         "sampling": f"temperature {CONFIG['sampling']['temperature']:g}, top-p {CONFIG['sampling']['top_p']:g}, "
         f"thinking {'on' if CONFIG['sampling']['thinking'] else 'off'}, load {CONFIG['load']['model']}, "
         f"protocol {CONFIG['load']['protocol']}",
         "sim_profile": f"{CONFIG['sim']['model_profile']} on {CONFIG['sim']['gpu']}" if CONFIG["backend"] == "sim" else "",
-        "predicted_servers": predicted_servers(),
         "plan_profile": f"{CONFIG['sim']['runtime']} ({CONFIG['sim']['model_profile']} on {CONFIG['sim']['gpu']})",
     }
     return canonical_json(view)

@@ -1,7 +1,7 @@
 # Build or verify the server environment and record what it is and can do.
 rule environment:
     output:
-        "results/env/{backend}.json",
+        layout.environment_path("{backend}"),
     params:
         backend=lambda wildcards: wildcards.backend,
         settings=environment_params_json(),

@@ -1,12 +1,25 @@
-REPORT_INPUTS = {
-    "tables": [f"results/{name}.csv" for name in TABLES],
-    "environment": f"results/env/{CONFIG['backend']}.json",
-}
+# report_data writes the one file both report rules read (every chart's and table's CSV text and the template's
+# context); report_pdf renders and compiles the LaTeX, report_figures draws the same charts for the HTML report.
+rule report_data:
+    input:
+        tables=[layout.table_path(name) for name in layout.TABLES],
+        environment=layout.environment_path(CONFIG["backend"]),
+        predictions=layout.PREDICTIONS,
+        runs=all_run_records(),
+    output:
+        layout.REPORT_DATA,
+    params:
+        view=report_params_json(),
+        code=REPORT_CODE,
+    log:
+        "logs/report_data.log",
+    script:
+        "../scripts/report_data.py"
 
 
 rule report_pdf:
     input:
-        **REPORT_INPUTS,
+        data=layout.REPORT_DATA,
     output:
         pdf=report(
             "results/report/report.pdf",
@@ -14,7 +27,6 @@ rule report_pdf:
             category="Report",
         ),
     params:
-        view=report_params_json,
         code=REPORT_CODE,
     log:
         "logs/report_pdf.log",
@@ -24,19 +36,18 @@ rule report_pdf:
 
 rule report_figures:
     input:
-        **REPORT_INPUTS,
+        data=layout.REPORT_DATA,
     output:
         **{
             section: report(
                 directory(f"results/report/figures/{section}"),
                 patterns=["{name}.png"],
                 caption=f"report/{section}.rst",
-                category=title,
+                category=f"{i} {title}",
             )
-            for section, title in REPORT_SECTIONS.items()
+            for i, (section, title) in enumerate(layout.REPORT_SECTIONS.items(), start=1)
         },
     params:
-        view=report_params_json,
         code=REPORT_CODE,
     log:
         "logs/report_figures.log",

@@ -6,19 +6,20 @@ import json
 import sys
 from pathlib import Path
 
-from specsweep.cells import bench_server
-from specsweep.config import expand_methods
+from specsweep.bench import bench_server
+from specsweep.jobs import ServerJob
+from specsweep.methods import expand_methods
 from specsweep.plan import predict_server
 
 # every configured method, for the capability check (from the validated config, not a rerun trigger)
 all_methods = [m.as_dict() for m in expand_methods(snakemake.config)]
-params = json.loads(snakemake.params.server)
+job = ServerJob.from_dict(json.loads(snakemake.params.job))
 
 
 def planned(sessions: dict) -> dict | None:
     """The plan's seconds per cell, for the progress lines' time left (from the config, not a rerun trigger)."""
     try:
-        rows = predict_server(snakemake.config, params["tp"], params["method"]["name"], params["repetition"], sessions)
+        rows = predict_server(snakemake.config, job.tp, job.method["name"], job.repetition, sessions)
     except Exception as exc:  # progress lines then go without a time estimate
         print(f"no time estimate from the plan ({type(exc).__name__}: {exc})", file=sys.stderr)
         return None
@@ -26,11 +27,11 @@ def planned(sessions: dict) -> dict | None:
 
 
 result = bench_server(
-    params=params,
-    outputs=list(snakemake.output),
+    job=job,
+    outputs=list(snakemake.output.cells),
     environment=json.loads(Path(snakemake.input.environment).read_text()),
     log_dir=Path(snakemake.log[0]).parent,
-    journal_path=snakemake.params.journal,
+    run_record=snakemake.output.run,
     all_methods=all_methods,
     planned=planned,
 )

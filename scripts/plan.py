@@ -8,8 +8,7 @@ from pathlib import Path
 
 from specsweep.plan import write_plan
 
-env_path = Path(snakemake.params.environment)
-environment = json.loads(env_path.read_text()) if env_path.exists() else None
+environment = json.loads(Path(snakemake.input.environment[0]).read_text()) if snakemake.input.environment else None
 result = write_plan(json.loads(snakemake.params.config), environment, snakemake.params.gpus,
                     snakemake.output.md, snakemake.output.csv)
 print(Path(snakemake.output.md).read_text(), file=sys.stderr)

@@ -22,8 +22,10 @@ from __future__ import annotations
 import math
 from functools import lru_cache
 
-from .config import cells_of_server, expand_methods, servers
+from .jobs import cells_of_server, servers
+from .methods import expand_methods
 from .ddtree import DEFAULT_BUILD
+from .layout import server_name
 from .sim.model import CostModel, Decoding, profiles
 from .text import chat_prompt
 
@@ -136,7 +138,7 @@ def predict_server(config: dict, tp: int, method_name: str, repetition: int | No
         warm = (cell_seconds(config, tp, method, w, cell["concurrency"], config["warmup"], built)
                 if config["warmup"] else 0.0)
         measure = cell_seconds(config, tp, method, w, cell["concurrency"], cell["requests"], built)
-        rows.append({"server": f"tp{tp}/{method.name}" + ("" if repetition is None else f"/r{repetition}"),
+        rows.append({"server": server_name(tp, method.name, repetition),
                      "tp": tp, "method": method.name, "repetition": repetition,
                      "workload": cell["workload"], "concurrency": cell["concurrency"], "requests": cell["requests"],
                      "path": cell["path"],
@@ -211,19 +213,33 @@ def mark_cached(config: dict, rows: list[dict], environment: dict | None) -> boo
 
     if environment is None or not Path(config["cache_dir"]).is_dir() or not any(Path(config["cache_dir"]).iterdir()):
         return environment is not None
-    from .cells import CellCache, cell_digest, cell_key, cell_sessions
-    from .config import server_params
+    from .cache import CellCache
+    from .cells import cell_digest, cell_key, cell_sessions
+    from .jobs import server_job
 
     cache = CellCache(config["cache_dir"])
     sessions = cell_sessions(config["workloads"], rows, config["seed"], config["sampling"]["thinking"],
                              config["model"].get("path"), config["model"]["context_length"])
     for r in rows:
-        params = server_params(config, r["tp"], r["method"], r["repetition"])
+        job = server_job(config, r["tp"], r["method"], r["repetition"])
         cell = {"workload": r["workload"], "concurrency": r["concurrency"], "repetition": r["repetition"] or 0,
                 "requests": r["requests"]}
-        r["cached"] = cache.get(cell_key(params, cell, cell_digest(sessions, cell), environment["identity_digest"])) \
+        r["cached"] = cache.get(cell_key(job, cell, cell_digest(sessions, cell), environment["identity_digest"])) \
             is not None
     return True
+
+
+def write_predictions(config: dict, out_csv: str) -> None:
+    """The predicted rows of every cell (see predict) as CSV: what the report compares each server's run with."""
+    import pandas as pd
+
+    from .canon import atomic_write_text
+
+    atomic_write_text(out_csv, pd.DataFrame(predict(config), columns=PREDICTION_COLUMNS).to_csv(index=False))
+
+
+PREDICTION_COLUMNS = ["server", "tp", "method", "repetition", "workload", "concurrency", "requests", "path",
+                      "startup_s", "warmup_s", "measure_s"]
 
 
 def write_plan(config: dict, environment: dict | None, gpus: int, out_md: str, out_csv: str) -> dict:

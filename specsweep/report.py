@@ -8,15 +8,21 @@ figures of Snakemake's HTML report.
 
 from __future__ import annotations
 
+import io
 import json
 import shutil
 import subprocess
+import tempfile
+from dataclasses import dataclass
 from datetime import date
 from pathlib import Path
 
 import jinja2
 import pandas as pd
 
+from .cache import read_run_records
+from .canon import atomic_write_text
+from .layout import REPORT_SECTIONS as SECTIONS
 from .metrics import BOOTSTRAP_RESAMPLES, MIN_SESSIONS, definitions, statistics
 
 TEX_MISSING = (
@@ -27,10 +33,6 @@ TEX_MISSING = (
 COLORS = ["blue", "red", "green!60!black", "orange", "violet", "cyan", "brown", "magenta", "gray", "teal"]
 MPL_COLORS = ["#1f3fbf", "#bf1f1f", "#2e8b2e", "#e08000", "#8a2be2", "#008b8b", "#8b4513", "#c71585", "#666666",
               "#006d6d"]
-SECTIONS = {
-    "setup": "Setup and methodology", "single": "Single-stream speed", "budget": "DDTree budget sweep",
-    "tp": "Tensor parallelism", "concurrency": "Concurrency", "agentic": "Agentic multi-turn",
-}
 
 
 class ReportError(RuntimeError):
@@ -127,25 +129,40 @@ def _table(frame: pd.DataFrame, path: Path, string_cols=()) -> bool:
     return not frame.empty
 
 
-def prepare(tables_dir: str | Path, environment: dict, view: dict, report_dir: str | Path) -> dict:
-    """Write every chart's and table's CSV under report_dir/data; return the template context."""
-    tables_dir, report_dir = Path(tables_dir), Path(report_dir)
-    data = report_dir / "data"
-    data.mkdir(parents=True, exist_ok=True)
-    summary = pd.read_csv(tables_dir / "combined.csv")  # one row per cell, repetitions combined across launches
-    turns = pd.read_csv(tables_dir / "turns.csv")
-    best = pd.read_csv(tables_dir / "best_budget.csv")
-    breakeven = pd.read_csv(tables_dir / "break_even.csv")
-    pareto = pd.read_csv(tables_dir / "pareto.csv")
-    methods = list(dict.fromkeys(view["methods"]))
-    simulated = bool(summary["simulated"].any()) if len(summary) else bool(environment.get("simulated"))
-    figs = Figures(data, methods)
-    tps = sorted(summary["tp"].unique())
-    lowest = int(summary["concurrency"].min())
-    n_req = int(summary["requests_sent"].max()) if len(summary) else 0
+@dataclass
+class Tables:
+    """The aggregated tables the report reads, and the facts every section uses."""
 
-    # 2. single stream: tokens/s and speedup per workload at the lowest concurrency
-    low = summary[summary["concurrency"] == lowest]
+    summary: pd.DataFrame  # combined.csv: one row per cell, repetitions combined across launches
+    turns: pd.DataFrame
+    best: pd.DataFrame
+    breakeven: pd.DataFrame
+    pareto: pd.DataFrame
+
+    @classmethod
+    def read(cls, tables_dir: str | Path) -> "Tables":
+        tables_dir = Path(tables_dir)
+        return cls(*(pd.read_csv(tables_dir / f"{name}.csv")
+                     for name in ("combined", "turns", "best_budget", "break_even", "pareto")))
+
+    @property
+    def tps(self) -> list:
+        return sorted(self.summary["tp"].unique())
+
+    @property
+    def lowest(self) -> int:
+        """The lowest concurrency measured (the single-stream figures')."""
+        return int(self.summary["concurrency"].min())
+
+    @property
+    def low(self) -> pd.DataFrame:
+        return self.summary[self.summary["concurrency"] == self.lowest]
+
+
+def single_stream(t: Tables, figs: Figures) -> dict:
+    """Section 2: tokens/s and speedup per workload at the lowest concurrency."""
+    low, tps, lowest = t.low, t.tps, t.lowest
+    n_req = int(t.summary["requests_sent"].max()) if len(t.summary) else 0
     for tp in tps:
         sub = low[low["tp"] == tp]
         figs.bars("single", f"single-throughput-tp{tp}", sub, "workload", "output_throughput", "output_throughput_lo",
@@ -157,9 +174,13 @@ def prepare(tables_dir: str | Path, environment: dict, view: dict, report_dir: s
                   "Workload", "Speedup over AR",
                   f"Speedup in output throughput over AR at concurrency {lowest}, TP {tp} (same prompts in the same "
                   "order; error bars: 95\\% paired-bootstrap CI; dashed line: no speedup).", baseline=1)
+    return {}
 
-    # 3. budget sweep: acceptance and throughput against the DDTree budget, DFlash as the reference; each point
-    # marked with the mode the build runs at its budget (a chain in spine mode, a tree of some width above)
+
+def budget_sweep(t: Tables, figs: Figures, data: Path) -> dict:
+    """Section 3: acceptance and throughput against the DDTree budget, DFlash as the reference; each point
+    marked with the mode the build runs at its budget (a chain in spine mode, a tree of some width above)."""
+    summary, low, tps, lowest = t.summary, t.low, t.tps, t.lowest
     tree = low[low["algorithm"] == "ddtree"].dropna(subset=["budget"])
     tree = tree.assign(series=[f"DDTree, {m}" if isinstance(m, str) else "DDTree" for m in tree["tree_mode"]])
     modes = (tree.drop_duplicates("method")[["method", "tree_build", "budget", "topk", "tree_mode", "tree_width"]]
@@ -188,8 +209,12 @@ def prepare(tables_dir: str | Path, environment: dict, view: dict, report_dir: s
                       f"concurrency {lowest} (error bars: 95\\% CI); marks: the build's mode at each budget; "
                       "horizontal line: DFlash.", series_col="series",
                       logx=True, reference=ref_tput)
+    return {"has_modes": has_modes}
 
-    # 4. tensor parallelism
+
+def tensor_parallelism(t: Tables, figs: Figures, data: Path) -> dict:
+    """Section 4: throughput per TP size and the scaling efficiency against the smallest."""
+    summary, low, tps, lowest = t.summary, t.low, t.tps, t.lowest
     scaling = pd.DataFrame()
     if len(tps) > 1:
         for workload in summary["workload"].unique():
@@ -205,8 +230,13 @@ def prepare(tables_dir: str | Path, environment: dict, view: dict, report_dir: s
             row.output_throughput / (base.get((row.method, row.workload), float("nan")) * row.tp / tps[0])
             for row in scaling.itertuples()]
     has_tp = _table(scaling, data / "scaling.csv", ["method", "workload"]) and len(tps) > 1
+    return {"has_tp": has_tp}
 
-    # 5. concurrency
+
+def concurrency(t: Tables, figs: Figures, data: Path) -> dict:
+    """Section 5: throughput, TTFT and TPOT against concurrency, the Pareto frontier, break-even and best
+    budgets."""
+    summary, pareto, tps = t.summary, t.pareto, t.tps
     for tp in tps:
         for workload in summary["workload"].unique():
             sub = summary[(summary["tp"] == tp) & (summary["workload"] == workload)]
@@ -228,10 +258,14 @@ def prepare(tables_dir: str | Path, environment: dict, view: dict, report_dir: s
                      "output_throughput_per_gpu", "Interactivity (tokens/s per user)", "Output throughput per GPU (tokens/s)",
                      f"Throughput per GPU against interactivity (1/TPOT p50), workload {tex_escape(workload)}, every "
                      "TP size and concurrency; circled points joined by a dotted line form the Pareto frontier.")
-    has_break_even = _table(breakeven, data / "break_even.csv", ["method", "workload"])
-    has_best = _table(best, data / "best_budget.csv", ["method", "workload"])
+    has_break_even = _table(t.breakeven, data / "break_even.csv", ["method", "workload"])
+    has_best = _table(t.best, data / "best_budget.csv", ["method", "workload"])
+    return {"has_break_even": has_break_even, "has_best": has_best}
 
-    # 6. agentic multi-turn
+
+def agentic(t: Tables, figs: Figures, data: Path) -> dict:
+    """Section 6: TTFT and prefix-cache hits per turn, session completion."""
+    summary, turns, tps, lowest = t.summary, t.turns, t.tps, t.lowest
     agentic_workloads = list(turns["workload"].unique()) if len(turns) else []
     for workload in agentic_workloads:
         for tp in tps:
@@ -245,8 +279,13 @@ def prepare(tables_dir: str | Path, environment: dict, view: dict, report_dir: s
     sessions = summary[summary["workload"].isin(agentic_workloads)][
         ["tp", "method", "workload", "concurrency", "session_completion_p50", "output_throughput"]]
     has_sessions = _table(sessions, data / "sessions.csv", ["method", "workload"])
+    return {"has_sessions": has_sessions}
 
-    # tables: provenance, workloads, acceptance, all cells, losslessness, failures
+
+def setup_tables(t: Tables, environment: dict, view: dict, simulated: bool, data: Path) -> dict:
+    """Section 1 and the appendix: provenance, workloads, acceptance, all cells, cells below their label,
+    queueing, losslessness, failures."""
+    summary, low = t.summary, t.low
     prov = [("Backend", environment["backend"] + (" (simulated)" if simulated else "")),
             ("Server", f"{environment['server']['name']} {environment['server'].get('version')}"),
             ("Server build", environment["server"].get("build") or "release"),
@@ -297,62 +336,82 @@ def prepare(tables_dir: str | Path, environment: dict, view: dict, report_dir: s
     failed = summary[summary["requests_failed"] > 0][["tp", "method", "workload", "concurrency", "requests_sent",
                                                       "requests_failed", "failures"]]
     has_failures = _table(failed, data / "failures.csv", ["method", "workload", "failures"])
+    return {"has_spec": has_spec, "has_below": has_below, "has_queue": has_queue, "has_lossless": has_lossless,
+            "has_failures": has_failures}
 
-    # plan predictions against measured server durations: each server's latest run (start to stop) against the
-    # plan's start-up plus the cells that run measured (cells it found cached cost it nothing)
-    predicted = view.get("predicted_servers") or {}
+
+def plan_against_runs(predictions: pd.DataFrame, runs: dict[str, tuple[float, list[str]]], data: Path) -> dict:
+    """Appendix: each server's latest run (start to stop, from its run record) against the plan's start-up plus
+    the cells that run measured (cells it found cached cost it nothing). Error = (predicted - measured) /
+    measured."""
+    predicted = {}
+    for r in predictions.itertuples():
+        server = predicted.setdefault(r.server, {"startup": 0.0, "cells": {}})
+        server["startup"] += r.startup_s
+        server["cells"][r.path] = r.warmup_s + r.measure_s
     rows = []
-    for server, (seconds, cells) in server_runs(tables_dir / "journal.jsonl").items():
+    for server, (seconds, cells) in runs.items():
         if server in predicted and all(c in predicted[server]["cells"] for c in cells):
             plan_s = predicted[server]["startup"] + sum(predicted[server]["cells"][c] for c in cells)
             rows.append({"server": server, "cells": len(cells), "predicted_s": plan_s, "measured_s": seconds,
                          "error_pct": (plan_s - seconds) / seconds * 100})
     has_prediction = _table(pd.DataFrame(rows, columns=["server", "cells", "predicted_s", "measured_s", "error_pct"]),
                             data / "prediction.csv", ["server"])
+    return {"has_prediction": has_prediction}
 
+
+def prepare(tables_dir: str | Path, environment: dict, view: dict, report_dir: str | Path,
+            predictions: pd.DataFrame | None = None, runs: dict | None = None) -> dict:
+    """Write every chart's and table's CSV under report_dir/data; return the template context."""
+    data = Path(report_dir) / "data"
+    data.mkdir(parents=True, exist_ok=True)
+    t = Tables.read(tables_dir)
+    summary, tps, lowest = t.summary, t.tps, t.lowest
+    methods = list(dict.fromkeys(view["methods"]))
+    simulated = bool(summary["simulated"].any()) if len(summary) else bool(environment.get("simulated"))
+    figs = Figures(data, methods)
+    flags = {**single_stream(t, figs), **budget_sweep(t, figs, data), **tensor_parallelism(t, figs, data),
+             **concurrency(t, figs, data), **agentic(t, figs, data),
+             **setup_tables(t, environment, view, simulated, data),
+             **plan_against_runs(predictions if predictions is not None else pd.DataFrame(
+                 columns=["server", "path", "startup_s", "warmup_s", "measure_s"]), runs or {}, data)}
     by_section = {key: [s for s in figs.specs if s["section"] == key] for key in SECTIONS}
     return {
+        **flags,
         "simulated": simulated, "methods": methods, "sections": SECTIONS, "figures": by_section,
         "title": tex_escape(view["title"]), "author": tex_escape(view["author"]), "date": date.today().isoformat(),
         "model": tex_escape(view["model"]), "backend": tex_escape(environment["backend"]),
         "sim_profile": tex_escape(view.get("sim_profile", "")),
         "sim_runtime": tex_escape(view.get("plan_profile", "")),
         "n_servers": summary[["tp", "method"]].drop_duplicates().shape[0], "n_cells": len(summary),
-        "tps": ", ".join(str(t) for t in tps), "method_list": ", ".join(tex_escape(m) for m in methods),
+        "tps": ", ".join(str(tp) for tp in tps), "method_list": ", ".join(tex_escape(m) for m in methods),
         "workload_list": ", ".join(tex_escape(w) for w in summary["workload"].unique()),
         "concurrency_list": ", ".join(str(c) for c in sorted(summary["concurrency"].unique())),
-        "lowest_concurrency": lowest, "n_concurrency": int(summary["concurrency"].nunique()), "warmup": view["warmup"], "resamples": BOOTSTRAP_RESAMPLES,
+        "lowest_concurrency": lowest, "n_concurrency": int(summary["concurrency"].nunique()),
+        "warmup": view["warmup"], "resamples": BOOTSTRAP_RESAMPLES,
         "definitions": [(tex_escape(n), tex_escape(d)) for n, d in definitions()],
         "statistics": [(tex_escape(n), tex_escape(d)) for n, d in statistics()], "min_sessions": MIN_SESSIONS,
-        "has_below": has_below, "has_queue": has_queue,
         "launches": int(summary["launches"].max()) if len(summary) else 1,
-        "has_spec": has_spec, "has_tp": has_tp, "has_break_even": has_break_even, "has_best": has_best, "has_modes": has_modes,
-        "has_sessions": has_sessions, "has_lossless": has_lossless, "has_failures": has_failures,
-        "has_prediction": has_prediction,
         "dummy_weights": bool(len(summary)) and bool((summary["load_format"] == "dummy").any()),
         "has_ar": bool(summary["speedup"].notna().any()),
     }
 
 
-def server_runs(journal: Path) -> dict[str, tuple[float, list[str]]]:
-    """Per server, its latest run in the bench journal: (seconds from server_start to server_stop, the cells it
-    measured or failed in between)."""
-    import json as _json
+def write_report_data(tables_dir: str | Path, environment_json: str | Path, view: dict, predictions_csv: str | Path,
+                      run_records: list[str], out_json: str | Path) -> None:
+    """The report's data, the one file both report rules read: {"context": the template's context, "csv": {file
+    name: text} for every chart and table}. Written atomically."""
+    environment = json.loads(Path(environment_json).read_text())
+    with tempfile.TemporaryDirectory() as tmp:
+        ctx = prepare(tables_dir, environment, view, tmp, pd.read_csv(predictions_csv), read_run_records(run_records))
+        csv = {p.name: p.read_text() for p in sorted((Path(tmp) / "data").glob("*.csv"))}
+    atomic_write_text(out_json, json.dumps({"context": ctx, "csv": csv}))
 
-    if not journal.exists():
-        return {}
-    open_runs, runs = {}, {}
-    for line in journal.read_text().splitlines():
-        event = _json.loads(line)
-        server = event.get("server")
-        if event["event"] == "server_start":
-            open_runs[server] = (event["time"], [])
-        elif event["event"] == "server_stop" and server in open_runs:
-            start, cells = open_runs.pop(server)
-            runs[server] = (event["time"] - start, cells)
-        elif "cell" in event and event["event"] != "cache_hit" and server in open_runs:
-            open_runs[server][1].append(event["cell"])
-    return runs
+
+def read_report_data(data_json: str | Path) -> tuple[dict, dict[str, str]]:
+    """(the template's context, {CSV file name: text})."""
+    data = json.loads(Path(data_json).read_text())
+    return data["context"], data["csv"]
 
 
 def render_tex(ctx: dict) -> str:
@@ -380,11 +439,16 @@ def compile_pdf(tex_path: Path, log_path: Path | None = None) -> Path:
     return pdf
 
 
-def build_report(tables_dir: str, environment_json: str, view: dict, out_pdf: str, log_path: str | None = None) -> None:
-    """Aggregated tables + environment -> data CSVs, report.tex and report.pdf in the folder of out_pdf."""
+def build_report(data_json: str, out_pdf: str, log_path: str | None = None) -> None:
+    """The report's data -> report.tex, the CSVs it reads (data/ beside it) and report.pdf, in out_pdf's folder."""
     out = Path(out_pdf)
-    environment = json.loads(Path(environment_json).read_text())
-    ctx = prepare(tables_dir, environment, view, out.parent)
+    ctx, csv = read_report_data(data_json)
+    folder = out.parent / "data"
+    if folder.exists():
+        shutil.rmtree(folder)
+    folder.mkdir(parents=True)
+    for name, text in csv.items():
+        (folder / name).write_text(text)
     tex = out.with_suffix(".tex")
     tex.write_text(render_tex(ctx))
     pdf = compile_pdf(tex, Path(log_path) if log_path else None)
@@ -392,34 +456,30 @@ def build_report(tables_dir: str, environment_json: str, view: dict, out_pdf: st
         shutil.move(pdf, out)
 
 
-def plot_figures(tables_dir: str, environment_json: str, view: dict, out_dirs: dict[str, str]) -> None:
+def plot_figures(data_json: str, out_dirs: dict[str, str]) -> None:
     """Every chart of the PDF as a matplotlib PNG, one folder per report section (for Snakemake's report)."""
-    import tempfile
-
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    environment = json.loads(Path(environment_json).read_text())
-    with tempfile.TemporaryDirectory() as tmp:
-        ctx = prepare(tables_dir, environment, view, tmp)
-        for section, folder in out_dirs.items():
-            Path(folder).mkdir(parents=True, exist_ok=True)
-            for spec in ctx["figures"][section]:
-                data = pd.read_csv(Path(tmp) / spec["csv"])
-                fig, ax = plt.subplots(figsize=(7, 4.2))
-                _draw(ax, spec, data)
-                ax.set_xlabel(spec["xlabel"].replace("\\%", "%"))
-                ax.set_ylabel(spec["ylabel"].replace("\\%", "%"))
-                ax.grid(alpha=0.3)
-                ax.legend(fontsize=8, ncol=min(4, len(spec["labels"]) + len(spec.get("reference") or [])),
-                          loc="upper center", bbox_to_anchor=(0.5, -0.16), frameon=False)
-                if ctx["simulated"]:
-                    fig.suptitle("SIMULATED BACKEND: not measured on GPUs", color="darkred", fontsize=10)
-                fig.tight_layout()
-                fig.savefig(Path(folder) / f"{spec['id']}.png", dpi=100)
-                plt.close(fig)
+    ctx, csv = read_report_data(data_json)
+    for section, folder in out_dirs.items():
+        Path(folder).mkdir(parents=True, exist_ok=True)
+        for spec in ctx["figures"][section]:
+            data = pd.read_csv(io.StringIO(csv[Path(spec["csv"]).name]))
+            fig, ax = plt.subplots(figsize=(7, 4.2))
+            _draw(ax, spec, data)
+            ax.set_xlabel(spec["xlabel"].replace("\\%", "%"))
+            ax.set_ylabel(spec["ylabel"].replace("\\%", "%"))
+            ax.grid(alpha=0.3)
+            ax.legend(fontsize=8, ncol=min(4, len(spec["labels"]) + len(spec.get("reference") or [])),
+                      loc="upper center", bbox_to_anchor=(0.5, -0.16), frameon=False)
+            if ctx["simulated"]:
+                fig.suptitle("SIMULATED BACKEND: not measured on GPUs", color="darkred", fontsize=10)
+            fig.tight_layout()
+            fig.savefig(Path(folder) / f"{spec['id']}.png", dpi=100)
+            plt.close(fig)
 
 
 def _draw(ax, spec: dict, data: pd.DataFrame) -> None:

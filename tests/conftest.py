@@ -73,19 +73,21 @@ def snakemake(workdir: Path, *args: str, timeout: float = 900, check: bool = Tru
 
 
 class Journal:
-    """Reads the bench jobs' journal, one step at a time."""
+    """Reads the servers' journals ({cache_dir}/journal/*.jsonl), new events only, in time order."""
 
-    def __init__(self, workdir: Path):
-        self.path = workdir / "results" / "journal.jsonl"
-        self.offset = 0
+    def __init__(self, workdir: Path, cache_dir: str | Path = "results/cache"):
+        self.folder = workdir / cache_dir / "journal"
+        self.offsets: dict[Path, int] = {}
 
     def new_events(self) -> list[dict]:
-        if not self.path.exists():
-            return []
-        lines = self.path.read_text().splitlines()
-        events = [json.loads(line) for line in lines[self.offset:] if line.strip()]
-        self.offset = len(lines)
-        return events
+        events = []
+        for path in sorted(self.folder.glob("*.jsonl")) if self.folder.is_dir() else []:
+            lines = path.read_text().splitlines()
+            if lines and not path.read_text().endswith("\n"):
+                lines = lines[:-1]  # a line still being written
+            events += [json.loads(line) for line in lines[self.offsets.get(path, 0):] if line.strip()]
+            self.offsets[path] = len(lines)
+        return sorted(events, key=lambda e: e["time"])
 
 
 def server_processes_under(path: Path) -> list[psutil.Process]:

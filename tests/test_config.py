@@ -9,6 +9,9 @@ import yaml
 
 from conftest import REPO, load_default_config, snakemake, write_config
 from specsweep import config as cfg
+from specsweep.coerce import coerce_to_schema
+from specsweep.jobs import MIN_WAVES, all_cells, server_job, servers
+from specsweep.methods import expand_methods
 
 SCHEMA = yaml.safe_load((REPO / "config" / "schema.yaml").read_text())
 
@@ -17,7 +20,7 @@ def validated(config: dict) -> dict:
     """Validate like the workflow does (snakemake.utils.validate fills defaults), then normalise."""
     from snakemake.utils import validate
 
-    config = cfg.coerce_to_schema(copy.deepcopy(config), SCHEMA)
+    config = coerce_to_schema(copy.deepcopy(config), SCHEMA)
     validate(config, str(REPO / "config" / "schema.yaml"))
     return cfg.normalise(config)
 
@@ -25,7 +28,7 @@ def validated(config: dict) -> dict:
 def test_budget_list_expands_into_one_method_per_budget():
     config = load_default_config()
     config["methods"] = [{"name": "ddtree", "algorithm": "ddtree", "budget": [4, 8, 15, 16, 32, 64], "topk": 8}]
-    methods = cfg.expand_methods(validated(config))
+    methods = expand_methods(validated(config))
     assert [m.name for m in methods] == [f"ddtree-b{b}" for b in (4, 8, 15, 16, 32, 64)]
     b16 = methods[3]
     assert b16.params == {"block_size": 16, "tree_build": "sglang-pr29907", "budget": 16, "topk": 8}
@@ -36,7 +39,7 @@ def test_budget_list_expands_into_one_method_per_budget():
 def test_budget_and_topk_sweeps_form_a_grid():
     config = load_default_config()
     config["methods"] = [{"name": "t", "algorithm": "ddtree", "budget": [8, 16], "topk": [4, 8]}]
-    names = [m.name for m in cfg.expand_methods(validated(config))]
+    names = [m.name for m in expand_methods(validated(config))]
     assert names == ["t-b8-t4", "t-b8-t8", "t-b16-t4", "t-b16-t8"]
 
 
@@ -47,7 +50,7 @@ def test_algorithm_spelling_is_data():
     config["sglang"] = {"build": "a fork", "extra_flags": [{"flag": "--speculative-dflash-enable-ddtree", "type": "bool"},
                                                           {"flag": "--speculative-ddtree-budget", "type": "int"}]}
     config["methods"] = [{"name": "tree", "algorithm": "ddtree", "budget": 32}]
-    (method,) = cfg.expand_methods(validated(config))
+    (method,) = expand_methods(validated(config))
     assert method.flags == ("--speculative-dflash-enable-ddtree", "--speculative-ddtree-budget", "32")
 
 
@@ -62,7 +65,7 @@ def test_tree_build_is_a_known_build_and_only_for_ddtree():
     config = load_default_config()
     config["methods"] = [{"name": "t", "algorithm": "ddtree", "budget": 8, "tree_build": "paper"},
                          {"name": "u", "algorithm": "ddtree", "budget": 8}]
-    paper, default = cfg.expand_methods(validated(config))
+    paper, default = expand_methods(validated(config))
     assert paper.params["tree_build"] == "paper" and default.params["tree_build"] == "sglang-pr29907"
     config["methods"] = [{"name": "t", "algorithm": "ddtree", "budget": 8, "tree_build": "my-fork"}]
     with pytest.raises(cfg.ConfigError, match=r"methods\[0\] \(t\)\.tree_build.*my-fork.*known builds: paper, sglang-pr29907"):
@@ -76,7 +79,7 @@ def test_config_strings_are_coerced_to_schema_types():
     # what `snakemake --config tp=[1,4] warmup=2 sampling={temperature: 0}` delivers
     raw = {"tp": ["1", "4"], "warmup": "2", "sampling": {"temperature": "0"}, "model": {"name": "8"},
            "methods": [{"name": "d", "algorithm": "ddtree", "budget": ["8", "16"]}]}
-    out = cfg.coerce_to_schema(raw, SCHEMA)
+    out = coerce_to_schema(raw, SCHEMA)
     assert out["tp"] == [1, 4] and out["warmup"] == 2
     assert out["sampling"]["temperature"] == 0.0 and isinstance(out["sampling"]["temperature"], float)
     assert out["model"]["name"] == "8"  # strings stay strings where the schema wants one
@@ -89,23 +92,23 @@ def test_equivalent_configs_give_identical_server_params():
     b["sampling"]["temperature"] = 0  # int instead of float
     b = dict(reversed(list(b.items())))  # key order
     ca, cb = validated(a), validated(b)
-    for server in cfg.servers(ca):
-        assert cfg.server_params(ca, server["tp"], server["method"]) == cfg.server_params(cb, server["tp"], server["method"])
+    for server in servers(ca):
+        assert server_job(ca, server["tp"], server["method"]) == server_job(cb, server["tp"], server["method"])
 
 
 def test_full_plan_has_27_servers_and_810_cells_that_hold_their_concurrency():
     config = validated(yaml.safe_load((REPO / "config" / "plan-full.yaml").read_text()))
-    assert len(cfg.servers(config)) == 27
-    cells = cfg.all_cells(config)
+    assert len(servers(config)) == 27
+    cells = all_cells(config)
     assert len(cells) == 810 and len({c["path"] for c in cells}) == 810
     assert all(c["requests"] >= 4 * c["concurrency"] or c["workload"] == "agentic-1" for c in cells)
-    assert all(c["requests"] >= cfg.MIN_WAVES * c["concurrency"] for c in cells)
+    assert all(c["requests"] >= MIN_WAVES * c["concurrency"] for c in cells)
     assert max(c["requests"] for c in cells) == 256  # 4 x 64
 
 
 def test_default_sizing_scales_with_concurrency():
     config = validated(yaml.safe_load((REPO / "config" / "config.yaml").read_text()))
-    sizes = {(c["workload"], c["concurrency"]): c["requests"] for c in cfg.all_cells(config)}
+    sizes = {(c["workload"], c["concurrency"]): c["requests"] for c in all_cells(config)}
     assert sizes[("short", 1)] == 32 and sizes[("short", 4)] == 32 and sizes[("short", 16)] == 64
     assert sizes[("agent", 1)] == 16 and ("agent", 16) not in sizes  # its own levels: too few recorded sessions
 

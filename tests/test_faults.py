@@ -8,14 +8,15 @@ import socket
 import subprocess
 import sys
 import time
+from dataclasses import replace
 
 import pandas as pd
 import psutil
 import pytest
 
 from conftest import Journal, fast_config, server_processes_under, snakemake, write_config
-from specsweep.cells import start_server
-from specsweep.config import server_params
+from specsweep.bench import start_server
+from specsweep.jobs import server_job
 from test_config import validated
 
 
@@ -100,7 +101,7 @@ def test_request_faults_are_counted_never_dropped(workflow, fault, category):
 
 def test_port_taken_is_retried_on_another_port(tmp_path):
     config = validated(fast_config())
-    params = server_params(config, 1, "ar")
+    params = server_job(config, 1, "ar")
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
@@ -140,7 +141,7 @@ def test_unwritable_cache_fails_before_any_server_starts(workflow):
     proc = snakemake(workflow, check=False)
     assert proc.returncode != 0
     assert f"cannot write to {blocker / 'cache'} (cache_dir)" in proc.stdout
-    assert [e for e in Journal(workflow).new_events() if e["event"] == "server_start"] == []
+    assert list((workflow / "logs" / "bench").glob("server-*.log")) == []  # no server was ever launched
     assert server_processes_under(workflow) == []
 
 
@@ -201,7 +202,7 @@ def test_missing_api_key_variable_is_named(workflow):
 
 
 def test_shell_metacharacters_in_flags_and_env_reach_the_server_unchanged(tmp_path):
-    from specsweep.server import Server, free_port
+    from specsweep.launcher import Server, free_port
 
     name = "m; touch pwned && $(touch pwned2) `id` | cat"
     port = free_port()
@@ -237,15 +238,17 @@ def test_endurance_at_concurrency_256_is_clean_and_bounded(tmp_path):
 
 def test_bench_outputs_that_do_not_name_the_servers_cells_are_refused_before_any_server(tmp_path):
     from conftest import load_default_config
-    from specsweep.cells import CellError, bench_server
-    from specsweep.config import cells_of_server
+    from specsweep.bench import bench_server
+    from specsweep.cells import CellError
+    from specsweep.jobs import ServerJob, cells_of_server
 
     config = validated(load_default_config())
-    params = json.loads(json.dumps(server_params(config, 1, "ar")))
-    params["cache_dir"] = str(tmp_path / "cache")
+    job = replace(ServerJob.from_dict(json.loads(json.dumps(server_job(config, 1, "ar").as_dict()))),
+                  cache_dir=str(tmp_path / "cache"))
     environment = {"backend": "sim", "capabilities": {"algorithms": [], "flags": []}, "identity_digest": "x"}
     paths = [c["path"] for c in cells_of_server(config, 1, "ar")]
     renamed = paths[:-1] + ["results/cells/tp1/ar/elsewhere.json"]  # as if the rule and cell_path disagreed
     with pytest.raises(CellError, match=f"no output for {paths[-1]}"):
-        bench_server(params, renamed, environment, tmp_path, tmp_path / "journal.jsonl")
-    assert not (tmp_path / "journal.jsonl").exists() and server_processes_under(tmp_path) == []
+        bench_server(job, renamed, environment, tmp_path, tmp_path / "run.json")
+    assert not (tmp_path / "cache" / "journal").exists() and not (tmp_path / "run.json").exists()
+    assert server_processes_under(tmp_path) == []

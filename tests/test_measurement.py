@@ -10,11 +10,12 @@ import pytest
 
 from conftest import load_default_config, snakemake, write_config
 from specsweep import metrics as m
-from specsweep.cells import measure_cell, scrape
+from specsweep.cells import measure_cell
+from specsweep.counters import scrape
 from specsweep.client import LoadModel, measure
-from specsweep.config import server_params
+from specsweep.jobs import server_job
 from specsweep.environment import probe
-from specsweep.server import Server, free_port, launch_command
+from specsweep.launcher import Server, free_port, launch_command
 from specsweep.workloads import Session, build, workload_digest
 from test_config import validated
 from test_sim import DDTREE, start_sim
@@ -59,7 +60,7 @@ def test_cell_reports_the_window_delta_not_the_servers_cumulative_average(tmp_pa
     config["concurrency"] = [1]
     config["warmup"] = 0
     config = validated(config)
-    params = server_params(config, 1, "ddtree")
+    params = server_job(config, 1, "ddtree")
     environment = probe("sim")
     argv, env = launch_command(params, free_port(), 8192)
     server = start_sim(tmp_path, *DDTREE)
@@ -67,16 +68,16 @@ def test_cell_reports_the_window_delta_not_the_servers_cumulative_average(tmp_pa
         # earlier traffic the cell must not count: highly predictable code
         code = "def f(x):\n    return {'a': [x, x], 'b': (x, x)}\n" * 20
         measure(server.url, [one(code, 200)] * 4, 2, {"temperature": 0.0}, timeout=60)
-        sessions = build(params["workloads"][0], 0)
+        sessions = build(params.workloads[0], 0)
         before = scrape(server.url)
         cell = {"tp": 1, "method": "ddtree", "workload": "short", "concurrency": 2, "repetition": 0, "requests": 6,
                 "output": "results/cells/x.json", "key": "0" * 64}
         result = measure_cell(server, params, cell, sessions, workload_digest(sessions), environment, argv, env)
     finally:
         server.stop()
-    metrics = result["metrics"]
+    metrics = result.metrics
     cumulative = metrics["server_cumulative_accept_length_not_used"]
-    delta = result["server_counters"]
+    delta = result.server_counters
     window = (delta["sglang:generation_tokens_total"] - metrics["requests_completed"]) / delta["sglang:spec_verify_calls_total"]
     assert metrics["acceptance_length_server"] == pytest.approx(window)
     assert abs(cumulative - window) / window > 0.05  # the cumulative value is different...

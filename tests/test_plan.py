@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from conftest import eight_gpu_host_config, fast_config, server_processes_under, snakemake, write_config
+from conftest import Journal, eight_gpu_host_config, fast_config, server_processes_under, snakemake, write_config
 from specsweep.plan import pack
 
 
@@ -50,11 +50,9 @@ def test_servers_on_a_simulated_gpu_host_take_disjoint_gpus_from_the_pool(workfl
     """Twelve TP-1 servers (4 long, 8 short) on a simulated 8-GPU host: each takes one GPU from the pool, at most
     eight hold GPUs at once and no GPU is held by two at a time. (How the measured makespan compares with the
     plan's prediction is a timing figure: benchmarks/plan_makespan.py, figures in benchmarks/README.md.)"""
-    import json
-
     write_config(workflow, eight_gpu_host_config(workflow))
     snakemake(workflow, "--cores", "12", "--resources", "gpu=8", timeout=600)
-    events = [json.loads(line) for line in (workflow / "results" / "journal.jsonl").read_text().splitlines()]
+    events = Journal(workflow).new_events()
     spans = {}
     for e in events:
         if e["event"] == "server_start":

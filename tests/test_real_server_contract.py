@@ -14,11 +14,13 @@ import yaml
 
 from conftest import REPO, load_default_config
 from specsweep import config as cfg
+from specsweep.jobs import server_job, servers
+from specsweep.methods import expand_methods
 from specsweep import metrics as m
-from specsweep.cells import Progress, start_server
+from specsweep.bench import Progress, start_server
 from specsweep.client import LoadModel, measure
 from specsweep.environment import EnvironmentError_, probe, resolve_git_refs
-from specsweep.server import ServerError, launch_command, server_arguments, stream_mode
+from specsweep.launcher import ServerError, launch_command, server_arguments, stream_mode
 from test_config import validated
 from test_measurement import one, start_stub
 from test_sim import start_sim
@@ -127,14 +129,14 @@ def test_sglang_acceptance_length_is_recorded_beside_ours(tmp_path):
 def _params(config, method, protocol="native"):
     config.setdefault("load", {})["protocol"] = protocol
     c = validated(config)
-    return c, cfg.server_params(c, 1, method)
+    return c, server_job(c, 1, method)
 
 
 def test_ddtree_spelling_follows_the_pull_request_and_records_the_attention_backend():
     config = load_default_config()
     config["methods"] = [{"name": "ar", "algorithm": "ar"}, {"name": "dflash", "algorithm": "dflash"},
                          {"name": "t", "algorithm": "ddtree", "budget": [8, 32]}]
-    methods = {x.name: x for x in cfg.expand_methods(validated(config))}
+    methods = {x.name: x for x in expand_methods(validated(config))}
     for name in ("t-b8", "t-b32"):
         flags = list(methods[name].flags)
         assert flags[flags.index("--page-size") + 1] == "1"
@@ -144,7 +146,7 @@ def test_ddtree_spelling_follows_the_pull_request_and_records_the_attention_back
     assert methods["dflash"].as_dict()["attention_backend"] is None  # the server's default (fa3 on Hopper)
 
     config["match_ddtree_attention"] = True
-    matched = {x.name: x for x in cfg.expand_methods(validated(config))}
+    matched = {x.name: x for x in expand_methods(validated(config))}
     assert {x.attention_backend for x in matched.values()} == {"triton"}
     assert "--attention-backend" in matched["ar"].flags
 
@@ -155,7 +157,7 @@ def test_a_tree_budget_on_another_attention_backend_is_refused_naming_the_method
     with pytest.raises(cfg.ConfigError, match=r"methods\[0\] \(t\).*budget 32 builds a tree.*triton"):
         validated(config)
     config["methods"][0]["budget"] = 15  # budget <= block_size - 1: a chain (spine mode), any backend
-    assert cfg.expand_methods(validated(config))[0].attention_backend == "fa3"
+    assert expand_methods(validated(config))[0].attention_backend == "fa3"
 
 
 def test_launch_flags_come_from_the_build_that_will_run():
@@ -202,14 +204,14 @@ def test_min_free_slots_delay_is_a_setting_per_server_and_method():
                          {"name": "dflash-sglang", "algorithm": "dflash", "min_free_slots_delay": "sglang"},
                          {"name": "dflash-4", "algorithm": "dflash", "min_free_slots_delay": 4}]
     c = validated(config)
-    argv = {name: server_arguments(cfg.server_params(c, 1, name), 1, 8192) for name in ("dflash", "dflash-sglang",
+    argv = {name: server_arguments(server_job(c, 1, name), 1, 8192) for name in ("dflash", "dflash-sglang",
                                                                                         "dflash-4")}
     assert argv["dflash"][argv["dflash"].index("--min-free-slots-delay") + 1] == "0"  # default: disabled
     assert "--min-free-slots-delay" not in argv["dflash-sglang"]  # SGLang's own rule
     assert argv["dflash-4"][argv["dflash-4"].index("--min-free-slots-delay") + 1] == "4"
     config["server"] = {"min_free_slots_delay": "sglang"}
     c = validated(config)
-    assert "--min-free-slots-delay" not in server_arguments(cfg.server_params(c, 1, "dflash"), 1, 8192)
+    assert "--min-free-slots-delay" not in server_arguments(server_job(c, 1, "dflash"), 1, 8192)
 
 
 def test_dummy_weights_load_for_target_and_drafter():
@@ -217,12 +219,12 @@ def test_dummy_weights_load_for_target_and_drafter():
     config["model"]["load_format"] = "dummy"
     config["methods"] = [{"name": "ar", "algorithm": "ar"}, {"name": "dflash", "algorithm": "dflash"}]
     c = validated(config)
-    ar = server_arguments(cfg.server_params(c, 1, "ar"), 1, 8192)
-    dflash = server_arguments(cfg.server_params(c, 1, "dflash"), 1, 8192)
+    ar = server_arguments(server_job(c, 1, "ar"), 1, 8192)
+    dflash = server_arguments(server_job(c, 1, "dflash"), 1, 8192)
     assert ar[ar.index("--load-format") + 1] == "dummy" and "--speculative-draft-load-format" not in ar
     assert dflash[dflash.index("--speculative-draft-load-format") + 1] == "dummy"
     with pytest.raises(ServerError, match="model.load_format: dummy needs --speculative-draft-load-format"):
-        server_arguments(cfg.server_params(c, 1, "dflash"), 1, 8192, offered={"--load-format"})
+        server_arguments(server_job(c, 1, "dflash"), 1, 8192, offered={"--load-format"})
 
 
 def test_a_flag_the_probed_build_lacks_stops_before_any_server_starts(tmp_path):
@@ -230,7 +232,7 @@ def test_a_flag_the_probed_build_lacks_stops_before_any_server_starts(tmp_path):
     config["methods"] = [{"name": "ar", "algorithm": "ar"}]
     config["server"] = {"flags": ["--sampling-backend", "pytorch"]}
     c = validated(config)
-    params = cfg.server_params(c, 1, "ar")
+    params = server_job(c, 1, "ar")
     environment = probe("sim")
     environment["capabilities"]["flags"] = [f for f in environment["capabilities"]["flags"]
                                             if f != "--sampling-backend"]
@@ -247,8 +249,8 @@ def test_gpu_check_config_is_valid_and_sized_for_its_concurrency():
     assert config["concurrency"] == [1, 4, 16]
     assert all(w["requests"] >= 3 * max(config["concurrency"]) for w in config["workloads"])
     c = validated(config)  # its launch commands parse with SGLang 0.5.16's recorded option table
-    for server in cfg.servers(c):
-        argv, _ = launch_command(cfg.server_params(c, 1, server["method"]), 30000, 16384, "python3")
+    for server in servers(c):
+        argv, _ = launch_command(server_job(c, 1, server["method"]), 30000, 16384, "python3")
         assert argv[argv.index("--attention-backend") + 1] == "triton"
         assert argv[argv.index("--load-format") + 1] == "dummy"
 
@@ -304,8 +306,8 @@ def test_the_recorded_0516_build_offers_what_the_gpu_check_needs():
     assert "DDTREE" not in environment["capabilities"]["algorithms"]
     config = validated(yaml.safe_load((REPO / "config" / "gpu-check.yaml").read_text()))
     offered = set(environment["capabilities"]["flags"])
-    for server in cfg.servers(config):
-        argv, _ = launch_command(cfg.server_params(config, 1, server["method"]), 30000, 16384, "python3", offered)
+    for server in servers(config):
+        argv, _ = launch_command(server_job(config, 1, server["method"]), 30000, 16384, "python3", offered)
         assert not [a for a in argv if a.startswith("--") and a not in offered]
         assert "--cuda-graph-max-bs-decode" in argv and "--incremental-streaming-output" in argv
 

@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 
 from conftest import load_default_config, snakemake, write_config
-from specsweep.report import server_runs
+from specsweep.cache import server_runs
 
 
 def tiny(config: dict) -> dict:

@@ -15,10 +15,11 @@ import pytest
 import yaml
 
 from conftest import REPO, Journal, fast_config, load_default_config, server_processes_under, snakemake, write_config
-from specsweep import config as cfg
+from specsweep.jobs import server_job, servers
+from specsweep.methods import expand_methods
 from specsweep.environment import EnvironmentError_, check_methods, probe
 from specsweep.gpus import GpuPool, GpuPoolError, visible_devices
-from specsweep.server import Server, free_port, launch_command, redact
+from specsweep.launcher import Server, free_port, launch_command, redact
 from specsweep.sglang_options import FlagError, check_argv
 from test_config import validated
 
@@ -33,8 +34,8 @@ def plan_full() -> dict:
 def test_every_full_plan_launch_command_parses_with_the_recorded_sglang_table():
     config = plan_full()
     commands = []
-    for server in cfg.servers(config):
-        params = cfg.server_params(config, server["tp"], server["method"])
+    for server in servers(config):
+        params = server_job(config, server["tp"], server["method"])
         argv, env = launch_command(params, port=30001, max_context=40000, python="/opt/sglang/bin/python")
         assert argv[:3] == ["/opt/sglang/bin/python", "-m", "sglang.launch_server"]
         check_argv(argv[3:], config["sglang"]["options_table"], config["sglang"]["extra_flags"])
@@ -77,7 +78,7 @@ def test_mistyped_flag_in_config_fails_before_any_job_naming_the_method(workflow
 def test_fair_scheduling_switch_runs_dflash_without_overlap():
     config = load_default_config()
     config["match_ddtree_scheduling"] = True
-    methods = {m.name: m for m in cfg.expand_methods(validated(config))}
+    methods = {m.name: m for m in expand_methods(validated(config))}
     assert "--disable-overlap-schedule" in methods["dflash"].flags
     assert "--disable-overlap-schedule" not in methods["ar"].flags
 
@@ -92,7 +93,7 @@ def test_capability_probe_without_ddtree_fails_the_ddtree_method():
     assert "DFLASH" in environment["capabilities"]["algorithms"]
     assert "DDTREE" not in environment["capabilities"]["algorithms"]
     config = plan_full()
-    methods = {m.name: m.as_dict() for m in cfg.expand_methods(config)}
+    methods = {m.name: m.as_dict() for m in expand_methods(config)}
     check_methods([methods["ar"], methods["dflash"]], environment)
     with pytest.raises(EnvironmentError_, match="method 'ddtree-b4'.*--speculative-algorithm DDTREE"):
         check_methods([methods["ddtree-b4"]], environment)
@@ -209,7 +210,7 @@ def test_server_killed_with_its_job(tmp_path):
     """If the job process dies without cleaning up, the kernel's parent-death signal stops the server."""
     code = (
         "import sys, time\n"
-        "from specsweep.server import Server, free_port\n"
+        "from specsweep.launcher import Server, free_port\n"
         "port = free_port()\n"
         "s = Server([sys.executable, '-m', 'specsweep.sim', '--model-path', 'm', '--port', str(port), "
         "'--sim-startup-seconds', '0'], {}, '127.0.0.1', port, sys.argv[1])\n"

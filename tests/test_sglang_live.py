@@ -17,8 +17,8 @@ import pytest
 import yaml
 
 from conftest import REPO
-from specsweep import config as cfg
-from specsweep.server import launch_command
+from specsweep.jobs import server_job, servers
+from specsweep.launcher import launch_command
 from specsweep.sglang_options import load_table
 from test_config import validated
 
@@ -42,8 +42,8 @@ def _parse(python, argvs, extra_flags):
 def test_full_plan_commands_parse_with_sglangs_own_parser(sglang_python):
     config = validated(yaml.safe_load((REPO / "config" / "plan-full.yaml").read_text()))
     argvs = []
-    for server in cfg.servers(config):
-        argv, _ = launch_command(cfg.server_params(config, server["tp"], server["method"]), 30000, 40000)
+    for server in servers(config):
+        argv, _ = launch_command(server_job(config, server["tp"], server["method"]), 30000, 40000)
         argvs.append(argv[3:])
     results = _parse(sglang_python, argvs + [["--model-path", "m", "--speculative-dflash-blocksize", "16"]],
                      config["sglang"]["extra_flags"])

@@ -10,7 +10,7 @@ import pytest
 import requests
 
 from specsweep.client import measure
-from specsweep.server import Server, ServerError, free_port
+from specsweep.launcher import Server, ServerError, free_port
 from specsweep.sim import model as sim
 from specsweep.workloads import build
 

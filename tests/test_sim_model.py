@@ -8,7 +8,7 @@ import requests
 
 from specsweep.client import measure
 from specsweep.metrics import output_throughput
-from specsweep.server import ServerError
+from specsweep.launcher import ServerError
 from specsweep.sim.calibration import PUBLISHED_QWEN3_8B, calibration_prompts, predict
 from specsweep.sim.model import CostModel, Decoding
 from specsweep.workloads import Session, build

@@ -58,7 +58,7 @@ def test_workflow_through_slurm(cluster, tmp_path):
     config["gpu_pool"] = {"devices": 4}
     config["cache_dir"] = str(tmp_path / "shared" / "cells")  # a path every node sees
     write_config(workdir, config)
-    journal = Journal(workdir)
+    journal = Journal(workdir, config["cache_dir"])
 
     # 1. the whole run: every cell and the PDF, each server a SLURM job asking for its TP size in GPUs
     run(workdir)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import time
 
 import pandas as pd
@@ -10,7 +11,7 @@ import pytest
 
 from conftest import Journal, load_default_config, snakemake, write_config
 from specsweep.cells import validate_cell
-from specsweep.config import all_cells
+from specsweep.jobs import all_cells
 from specsweep.metrics import combine_launches
 
 
@@ -120,6 +121,38 @@ def test_partial_reruns_measure_only_stale_cells(workflow):
     assert {e["server"] for e in events if e["event"] == "cache_hit"} == {"tp1/dflash"}
     assert victim.read_text() == original
 
+    # (f) every file a rule reads is declared: changing each reruns exactly the rules that depend on it
+    report = {"report_data", "report_pdf", "report_figures", "all"}
+    dependents = {
+        "results/env/sim.json": {"bench_server", "aggregate"} | report,
+        "results/cells/tp1/dflash/short/c2.json": {"aggregate"} | report,
+        "results/runs/tp1/ar.json": report,
+        "results/plan/predictions.csv": report,
+        "results/summary.csv": report,
+        "results/pareto.csv": report,
+        "results/report/data.json": {"report_pdf", "report_figures", "all"},
+        "results/report/report.pdf": {"all"},
+    }
+    for path, rules in dependents.items():
+        file = workflow / path
+        original, stat = file.read_bytes(), file.stat()
+        file.write_bytes(original + b"\n")  # a change in content (a touch alone is not one: Snakemake checksums)
+        assert rules_to_run(workflow) == rules, path
+        file.write_bytes(original)
+        os.utime(file, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+        assert "Nothing to be done" in snakemake(workflow, "-n").stdout, path
+
+
+def rules_to_run(workflow) -> set[str]:
+    """The rules a dry run would run (from its job table)."""
+    out = snakemake(workflow, "-n", "--quiet", "rules").stdout
+    rules = set()
+    for line in out.split("Job stats:")[1].splitlines()[3:] if "Job stats:" in out else []:
+        fields = line.split()
+        if len(fields) == 2 and fields[0] != "total" and fields[1].isdigit():
+            rules.add(fields[0])
+    return rules
+
 
 def test_interrupted_run_resumes_where_it_stopped(workflow):
     config = small_config()
@@ -145,7 +178,7 @@ def test_interrupted_run_resumes_where_it_stopped(workflow):
 
 
 def test_repetitions_run_methods_in_a_seeded_random_order(workflow):
-    from specsweep.config import method_order
+    from specsweep.jobs import method_order
     from test_config import validated
 
     config = small_config()

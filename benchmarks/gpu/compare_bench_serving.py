@@ -29,11 +29,12 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from specsweep import config as cfg  # noqa: E402
+from specsweep.coerce import coerce_to_schema  # noqa: E402
+from specsweep.jobs import server_job  # noqa: E402
 from specsweep import metrics  # noqa: E402
 from specsweep.client import LoadModel, measure  # noqa: E402
 from specsweep.environment import probe  # noqa: E402
-from specsweep.server import Server, free_port, launch_command, stream_mode  # noqa: E402
+from specsweep.launcher import Server, free_port, launch_command, stream_mode  # noqa: E402
 from specsweep.text import chat_prompt  # noqa: E402
 from specsweep.workloads import build  # noqa: E402
 
@@ -43,7 +44,7 @@ def load_config(path: str) -> dict:
 
     repo = Path(__file__).resolve().parents[2]
     schema = yaml.safe_load((repo / "config" / "schema.yaml").read_text())
-    config = cfg.coerce_to_schema(yaml.safe_load(Path(path).read_text()), schema)
+    config = coerce_to_schema(yaml.safe_load(Path(path).read_text()), schema)
     validate(config, str(repo / "config" / "schema.yaml"))  # fills the defaults
     return config
 
@@ -78,7 +79,7 @@ def main() -> None:
     out.mkdir(parents=True, exist_ok=True)
     config = load_config(args.config)
     config["concurrency"] = args.concurrency
-    params = cfg.server_params(config, 1, args.method)
+    params = server_job(config, 1, args.method)
     workload = next(w for w in config["workloads"] if w["name"] == args.workload)
     model_path = config["model"].get("path")
     sessions = build(workload, config["seed"], False, model_path, config["model"]["context_length"])

@@ -80,7 +80,7 @@ async def _rounds(url: str, concurrency: int, prompt: int, new_tokens: int, seed
 
 
 def dflash(out: Path, blocks: list[int], prompts: list[int], port: int = 30123) -> None:
-    from specsweep.server import Server
+    from specsweep.launcher import Server
 
     out.mkdir(parents=True, exist_ok=True)
     for block in blocks:

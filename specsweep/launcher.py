@@ -20,8 +20,12 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import requests
+
+if TYPE_CHECKING:
+    from .jobs import ServerJob
 
 SECRET_MARKERS = ("KEY", "TOKEN", "SECRET", "PASSWORD")
 
@@ -41,7 +45,7 @@ def _offered(flags: set[str], *names: str) -> str | None:
     return next((name for name in names if name in flags), None)
 
 
-def server_arguments(params: dict, port: int, max_context: int, offered: set[str] | None = None) -> list[str]:
+def server_arguments(job: ServerJob, port: int, max_context: int, offered: set[str] | None = None) -> list[str]:
     """SGLang launch arguments for one server (both backends take them), sized for its cells.
 
     Flag names are chosen from ``offered``, the flags of the build that will run (its probed ``--help``),
@@ -54,28 +58,28 @@ def server_arguments(params: dict, port: int, max_context: int, offered: set[str
     """
     from .sglang_options import known_flags
 
-    method, server, model = params["method"], params["server"], params["model"]
+    method, server, model = job.method, job.server, job.model
     if offered is None:
-        offered = known_flags(params["sglang"]["options_table"], params["sglang"]["extra_flags"])
-    concurrency = max(params["concurrency"])
-    argv = ["--model-path", model.get("path") or model["name"], "--tp-size", str(params["tp"]),
+        offered = known_flags(job.sglang["options_table"], job.sglang["extra_flags"])
+    concurrency = max(job.concurrency)
+    argv = ["--model-path", model.get("path") or model["name"], "--tp-size", str(job.tp),
             "--host", server["host"], "--port", str(port), "--max-running-requests", str(concurrency)]
     graph_bs = _offered(offered, "--cuda-graph-max-bs-decode", "--cuda-graph-max-bs")
     if graph_bs:
         argv += [graph_bs, str(concurrency)]
-    argv += ["--context-length", str(max_context), "--enable-metrics", "--random-seed", str(params["seed"])]
+    argv += ["--context-length", str(max_context), "--enable-metrics", "--random-seed", str(job.seed)]
     if model.get("load_format") == "dummy":
         argv += ["--load-format", "dummy"]
         if method["algorithm"] != "ar":
             argv += [_required(offered, "--speculative-draft-load-format", "model.load_format: dummy"), "dummy"]
-    protocol = params["load"]["protocol"]
+    protocol = job.load["protocol"]
     if protocol == "native":
         incremental = _offered(offered, "--incremental-streaming-output", "--stream-output")
         if incremental:
             argv.append(incremental)
     elif "--enable-cache-report" in offered:
         argv.append("--enable-cache-report")
-    delay = min_free_slots_delay(params)
+    delay = min_free_slots_delay(job)
     if delay != "sglang":
         if "--min-free-slots-delay" in offered:
             argv += ["--min-free-slots-delay", "0" if delay == "disabled" else str(delay)]
@@ -84,9 +88,9 @@ def server_arguments(params: dict, port: int, max_context: int, offered: set[str
     return argv + list(method["flags"]) + list(server["flags"])
 
 
-def min_free_slots_delay(params: dict) -> str | int:
+def min_free_slots_delay(job: ServerJob) -> str | int:
     """The method's min-free-slots delay setting, else the server's (disabled, sglang or a slot count)."""
-    return params["method"].get("min_free_slots_delay") or params["server"].get("min_free_slots_delay", "sglang")
+    return job.method.get("min_free_slots_delay") or job.server.get("min_free_slots_delay", "sglang")
 
 
 def _required(offered: set[str], flag: str, key: str) -> str:
@@ -102,15 +106,15 @@ def stream_mode(argv: list[str], protocol: str) -> str:
     return "incremental" if {"--incremental-streaming-output", "--stream-output"} & set(argv) else "cumulative"
 
 
-def launch_command(params: dict, port: int, max_context: int, python: str | None = None,
+def launch_command(job: ServerJob, port: int, max_context: int, python: str | None = None,
                    offered: set[str] | None = None) -> tuple[list[str], dict]:
-    """(argv, extra environment) for one server from its job parameters (config.server_params)."""
+    """(argv, extra environment) for one server from its job (jobs.server_job)."""
     python = python or sys.executable
-    args = server_arguments(params, port, max_context, offered)
-    if params["backend"] == "sglang":
+    args = server_arguments(job, port, max_context, offered)
+    if job.backend == "sglang":
         argv = [python, "-m", "sglang.launch_server", *args]
     else:
-        sim = params["sim"]
+        sim = job.sim
         argv = [python, "-m", "specsweep.sim", *args, "--sim-gpu", sim["gpu"],
                 "--sim-model-profile", sim["model_profile"], "--sim-runtime", sim["runtime"],
                 "--sim-startup-seconds", str(sim["startup_seconds"])]
@@ -118,17 +122,17 @@ def launch_command(params: dict, port: int, max_context: int, python: str | None
             argv += ["--sim-profiles", json.dumps(sim["profiles"], sort_keys=True)]
         if sim.get("acceptance"):
             argv += ["--sim-acceptance", json.dumps(sim["acceptance"], sort_keys=True)]
-        for extra in params["sglang"]["extra_flags"]:
+        for extra in job.sglang["extra_flags"]:
             argv.append(f"--sim-accept-flag={extra['flag']}:{extra.get('type', 'str')}")
-        if params["method"]["params"].get("tree_build"):
-            argv += ["--sim-ddtree-build", params["method"]["params"]["tree_build"]]
+        if job.method["params"].get("tree_build"):
+            argv += ["--sim-ddtree-build", job.method["params"]["tree_build"]]
         for fault, value in sorted((sim.get("faults") or {}).items()):
             flag = f"--sim-{fault.replace('_', '-')}"
             if value is True:
                 argv.append(flag)
             elif value is not False:
                 argv += [flag, str(value)]
-    env = {**params["server"]["env"], **params["method"]["env"]}
+    env = {**job.server["env"], **job.method["env"]}
     return argv, env
 
 

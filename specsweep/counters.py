@@ -1,0 +1,98 @@
+"""What the server says about itself: Prometheus counters and gauges, /server_info."""
+
+from __future__ import annotations
+
+import re
+import threading
+
+import requests
+
+
+def parse_prometheus(text: str) -> dict[str, float]:
+    """Sum of each metric's samples over labels, from Prometheus text format."""
+    out: dict[str, float] = {}
+    for line in text.splitlines():
+        if not line or line.startswith("#"):
+            continue
+        match = re.match(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})?\s+(\S+)", line)
+        if match:
+            try:
+                out[match.group(1)] = out.get(match.group(1), 0.0) + float(match.group(3))
+            except ValueError:
+                continue
+    return out
+
+
+def scrape(url: str, headers: dict | None = None) -> dict[str, float]:
+    try:
+        resp = requests.get(url + "/metrics", timeout=10, headers=headers)
+        return parse_prometheus(resp.text) if resp.status_code == 200 else {}
+    except requests.RequestException:
+        return {}
+
+
+def server_info(url: str, headers: dict | None = None) -> dict:
+    """The server's /server_info (or /get_server_info) answer; {} when it has none."""
+    for path in ("/server_info", "/get_server_info"):  # the second is SGLang's deprecated spelling
+        try:
+            resp = requests.get(url + path, timeout=10, headers=headers)
+            if resp.status_code == 200:
+                return resp.json()
+        except (requests.RequestException, ValueError):
+            continue
+    return {}
+
+
+def server_cumulative_acceptance(info: dict) -> float | None:
+    """internal_states[0].avg_spec_accept_length from server info (cumulative since launch)."""
+    states = info.get("internal_states") or [{}]
+    return states[0].get("avg_spec_accept_length")
+
+
+# What the report and provenance keep of the server's own account of its settings.
+SERVER_INFO_KEYS = ("version", "attention_backend", "prefill_attention_backend", "decode_attention_backend",
+                    "sampling_backend", "page_size", "disable_overlap_schedule", "max_running_requests",
+                    "min_free_slots_delay", "incremental_streaming_output", "load_format", "speculative_algorithm",
+                    "speculative_num_draft_tokens", "cuda_graph_max_bs", "context_length", "mem_fraction_static")
+
+
+class LoadSampler:
+    """Samples the server's running and queued requests (Prometheus gauges) while a cell is measured.
+
+    Server running requests = time-weighted mean (over samples every ``interval`` s) and peak of
+    sglang:num_running_reqs; queued likewise from sglang:num_queue_reqs.
+    """
+
+    def __init__(self, url: str, headers: dict | None = None, interval: float = 0.5):
+        self.url, self.headers, self.interval = url, headers, interval
+        self.samples: list[tuple[float, float]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self):
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join(timeout=15)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval):  # the first sample one interval in, once requests are out
+            values = scrape(self.url, self.headers)
+            if "sglang:num_running_reqs" in values:
+                self.samples.append((values["sglang:num_running_reqs"], values.get("sglang:num_queue_reqs", 0.0)))
+
+    def summary(self) -> dict:
+        if not self.samples:
+            return {"samples": 0}
+        running = [r for r, _ in self.samples]
+        queued = [q for _, q in self.samples]
+        return {"samples": len(self.samples), "interval_s": self.interval,
+                "running_mean": sum(running) / len(running), "running_peak": max(running),
+                "queued_mean": sum(queued) / len(queued), "queued_peak": max(queued)}
+
+
+def counter_deltas(before: dict, after: dict) -> dict:
+    """Server counters differenced over the measurement window (never cumulative values)."""
+    return {k: after[k] - before.get(k, 0.0) for k in after if k.endswith("_total")}

@@ -1,0 +1,143 @@
+"""Jobs: the server jobs and cells a configuration asks for, and what each server job depends on.
+
+One server job per (tp, method[, repetition]); its cells are every (workload, concurrency) it measures.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import asdict, dataclass, fields
+
+from .config import ConfigError
+from .layout import cell_path, server_name
+from .methods import expand_methods
+
+
+@dataclass(frozen=True)
+class ServerJob:
+    """Everything one server's bench job depends on (and nothing else).
+
+    It reaches the job as canonical JSON through ``params:`` (``as_dict``), so a change in any of it reruns the
+    job, and nothing outside it does; the job reads it back with ``from_dict``. Nested settings stay the
+    configuration's own dicts (the schema names their keys).
+    """
+
+    backend: str  # "sim" or "sglang"
+    model: dict
+    tp: int
+    method: dict  # methods.Method.as_dict()
+    server: dict
+    sim: dict | None  # the simulated backend's profile (None on SGLang)
+    sglang: dict
+    gpu_pool: dict
+    workloads: list
+    concurrency: list
+    warmup: int
+    repetition: int | None
+    seed: int
+    sampling: dict
+    load: dict
+    adaptive: dict | None  # None: fixed-size cells
+    cache_dir: str
+
+    @property
+    def name(self) -> str:
+        return server_name(self.tp, self.method["name"], self.repetition)
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, values: dict) -> "ServerJob":
+        known = {f.name for f in fields(cls)}
+        unknown = set(values) - known
+        if unknown:
+            raise ValueError(f"server job: unknown keys {', '.join(sorted(unknown))}")
+        return cls(**copy.deepcopy(values))
+
+    def workload(self, name: str) -> dict:
+        return next(w for w in self.workloads if w["name"] == name)
+
+def servers(config: dict) -> list[dict]:
+    """One row per server job: (tp, method), and the repetition when cells are repeated.
+
+    With repetitions, each repetition is its own server launch, so that the
+    order of methods can be randomised per repetition (see method_order).
+    """
+    reps = range(config["repetitions"]) if config["repetitions"] > 1 else [None]
+    return [{"tp": tp, "method": m.name, "repetition": r}
+            for r in reps for tp in config["tp"] for m in expand_methods(config)]
+
+
+def method_order(config: dict, tp: int, repetition: int) -> list[str]:
+    """Order in which the methods of one (tp, repetition) run: shuffled by the seed, the same on every run."""
+    import random
+
+    names = [m.name for m in expand_methods(config)]
+    random.Random(f"order:{config['seed']}:{tp}:{repetition}").shuffle(names)
+    return names
+
+
+def server_priority(config: dict, tp: int, method: str, repetition: int | None) -> int:
+    """Snakemake priority of a server job: repetitions in order, methods in their shuffled order within one."""
+    if repetition is None:
+        return 0
+    order = method_order(config, tp, repetition)
+    return (config["repetitions"] - repetition) * 1000 + (len(order) - order.index(method))
+
+
+MIN_WAVES = 2  # a closed-loop cell needs this many sessions per slot to hold its concurrency after the first wave
+
+
+def workload_concurrency(config: dict, workload: dict) -> list[int]:
+    """The concurrency levels a workload is measured at: its own list, else the configuration's (both sorted by
+    normalise)."""
+    return workload.get("concurrency") or config["concurrency"]
+
+
+def cell_requests(workload: dict, concurrency: int, load: dict) -> int:
+    """Sessions a cell sends: the workload's ``requests`` when set, else max(load.min_requests, load.waves x
+    concurrency), so that the concurrency is held for several waves of requests (a steady state) at every level."""
+    if workload.get("requests"):
+        return workload["requests"]
+    return max(load["min_requests"], load["waves"] * concurrency)
+
+
+def cells_of_server(config: dict, tp: int, method: str, repetition: int | None = None) -> list[dict]:
+    """Every cell (workload, concurrency) one server job measures, in measurement order, with its session count."""
+    return [
+        {"tp": tp, "method": method, "workload": w["name"], "concurrency": c, "repetition": repetition or 0,
+         "requests": cell_requests(w, c, config["load"]), "path": cell_path(tp, method, w["name"], c, repetition)}
+        for w in config["workloads"] for c in workload_concurrency(config, w)
+    ]
+
+
+def all_cells(config: dict) -> list[dict]:
+    return [cell for s in servers(config) for cell in cells_of_server(config, s["tp"], s["method"], s["repetition"])]
+
+
+def server_job(config: dict, tp: int, method_name: str, repetition: int | None = None) -> ServerJob:
+    """The ServerJob of one server: everything its bench job depends on (and nothing else)."""
+    method = next((m for m in expand_methods(config) if m.name == method_name), None)
+    if method is None:
+        raise ConfigError(f"no method named '{method_name}' in the configuration")
+    return ServerJob(
+        backend=config["backend"],
+        model=dict(config["model"]),
+        tp=tp,
+        method=method.as_dict(),
+        server=dict(config["server"]),
+        sim=dict(config["sim"]) if config["backend"] == "sim" else None,
+        sglang=(dict(config["sglang"]) if config["backend"] == "sglang" else
+                {k: config["sglang"][k] for k in ("options_table", "extra_flags")}),
+        gpu_pool=dict(config["gpu_pool"]),
+        workloads=[dict(w) for w in config["workloads"]],
+        concurrency=list(config["concurrency"]),
+        warmup=config["warmup"],
+        repetition=repetition,
+        seed=config["seed"],
+        sampling=dict(config["sampling"]),
+        load=dict(config["load"]),
+        adaptive=dict(config["adaptive"]) if config["adaptive"]["enabled"] else None,
+        cache_dir=config["cache_dir"],
+    )

@@ -1,0 +1,73 @@
+"""Where everything lives: the one place that names the workflow's files and servers.
+
+The rules (rules/*.smk) and the package both build paths and names from here, so a layout change is made once.
+
+    results/env/{backend}.json                  the environment: what the server build is and can do
+    results/cells/tp{tp}/{method}/{workload}/c{concurrency}[-r{rep}].json   one cell
+    results/failed/...                          a failed cell's record, mirroring its cell path
+    results/runs/tp{tp}/{method}[-r{rep}].json  a bench job's run record (its latest server run)
+    results/plan/predictions.csv                the plan's predicted seconds per cell
+    results/{table}.csv, .parquet               the aggregated tables
+    results/report/data.json                    what both report rules read: every chart's and table's CSV text and
+                                                the template's context (report_pdf writes the CSVs to data/ for LaTeX)
+    results/report/report.pdf, figures/{section}/
+    {cache_dir}/{key[:2]}/{key}.json            the cell cache (outside the DAG: see cache.py)
+    {cache_dir}/journal/tp{tp}-{method}[-r{rep}].jsonl   a server's journal, appended across runs
+"""
+
+from __future__ import annotations
+
+RESULTS = "results"
+CELLS = f"{RESULTS}/cells"
+FAILED = f"{RESULTS}/failed"
+
+# the aggregated tables, each written as CSV and Parquet (see aggregate.write_tables)
+TABLES = ("summary", "combined", "requests", "turns", "best_budget", "break_even", "pareto")
+
+# report sections: key -> title (the PDF's sections and the HTML report's categories)
+REPORT_SECTIONS = {
+    "setup": "Setup and methodology", "single": "Single-stream speed", "budget": "DDTree budget sweep",
+    "tp": "Tensor parallelism", "concurrency": "Concurrency", "agentic": "Agentic multi-turn",
+}
+REPORT_DATA = f"{RESULTS}/report/data.json"
+PREDICTIONS = f"{RESULTS}/plan/predictions.csv"
+
+
+def _rep(repetition) -> str:
+    return "" if repetition is None else f"-r{repetition}"
+
+
+def server_name(tp, method: str, repetition=None) -> str:
+    """A server's name in journals, plans and reports: tp{tp}/{method}[/r{rep}]."""
+    return f"tp{tp}/{method}" + ("" if repetition is None else f"/r{repetition}")
+
+
+def cell_path(tp, method: str, workload: str, concurrency, repetition=None) -> str:
+    return f"{CELLS}/tp{tp}/{method}/{workload}/c{concurrency}{_rep(repetition)}.json"
+
+
+def failure_path(cell_output: str) -> str:
+    """Where a failed cell's record goes: results/failed/... mirroring its output path."""
+    return cell_output.replace(f"{CELLS}/", f"{FAILED}/", 1)
+
+
+def environment_path(backend: str) -> str:
+    return f"{RESULTS}/env/{backend}.json"
+
+
+def table_path(name: str, ext: str = "csv") -> str:
+    return f"{RESULTS}/{name}.{ext}"
+
+
+def run_record_path(tp, method: str, repetition=None) -> str:
+    return f"{RESULTS}/runs/tp{tp}/{method}{_rep(repetition)}.json"
+
+
+def journal_path(cache_dir: str, tp, method: str, repetition=None) -> str:
+    """A server's journal lives beside the cells it cached, outside the DAG: Snakemake removes a job's outputs
+    and logs before it runs, and the journal must outlive them (the run record names the latest server run)."""
+    return f"{cache_dir}/journal/tp{tp}-{method}{_rep(repetition)}.jsonl"
+
+
+def bench_log_path(tp, method: str, repetition=None) -> str:
+    return f"logs/bench/tp{tp}-{method}{_rep(repetition)}.log"
