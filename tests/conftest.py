@@ -1,7 +1,9 @@
-"""Shared helpers: a copy of the workflow in a temporary folder, real Snakemake runs, process checks."""
+"""Shared helpers: a copy of the workflow in a temporary folder, real Snakemake runs, process checks, validated
+configurations, simulated servers and the timing stub on loopback."""
 
 from __future__ import annotations
 
+import copy
 import json
 import shutil
 import subprocess
@@ -11,6 +13,11 @@ from pathlib import Path
 import psutil
 import pytest
 import yaml
+
+from specsweep import config as cfg
+from specsweep.coerce import coerce_to_schema
+from specsweep.launcher import Server, free_port
+from specsweep.workloads import Session
 
 REPO = Path(__file__).resolve().parents[1]
 WORKFLOW_PARTS = ["Snakefile", "rules", "config", "scripts"]
@@ -113,3 +120,48 @@ def workflow(tmp_path):
     for proc in left:
         proc.kill()
     assert not left, f"server processes left running: {[p.pid for p in left]}"
+
+
+FIXTURES = REPO / "tests" / "fixtures"
+SCHEMA = yaml.safe_load((REPO / "config" / "schema.yaml").read_text())
+
+
+def validated(config: dict) -> dict:
+    """Validate like the workflow does (snakemake.utils.validate fills defaults), then normalise."""
+    from snakemake.utils import validate
+
+    config = coerce_to_schema(copy.deepcopy(config), SCHEMA)
+    validate(config, str(REPO / "config" / "schema.yaml"))
+    return cfg.normalise(config)
+
+
+def start_sim(tmp_path, *flags, startup=0.0, timeout=60.0, model="Qwen/Qwen3-8B", env=None):
+    """The simulated server with SGLang's flags ``flags`` on a free loopback port."""
+    port = free_port()
+    argv = [sys.executable, "-m", "specsweep.sim", "--model-path", model, "--port", str(port), "--enable-metrics",
+            "--sim-startup-seconds", str(startup), *flags]
+    server = Server(argv, env or {}, "127.0.0.1", port, tmp_path / f"server-{port}.log")
+    try:
+        server.start(timeout)
+    except BaseException:
+        server.stop()
+        raise
+    return server
+
+
+DFLASH = ["--speculative-algorithm", "DFLASH", "--speculative-draft-model-path", "d", "--speculative-dflash-block-size", "16"]
+DDTREE = ["--speculative-algorithm", "DDTREE", "--speculative-draft-model-path", "d", "--speculative-ddtree-budget", "32"]
+
+
+def start_stub(tmp_path, *flags):
+    """The timing stub (specsweep.stub) on a free loopback port."""
+    port = free_port()
+    server = Server([sys.executable, "-m", "specsweep.stub", "--port", str(port), *flags], {}, "127.0.0.1", port,
+                    tmp_path / "stub.log")
+    server.start(30)
+    return server
+
+
+def one(prompt="hello", max_new=64, followups=()):
+    """One chat session."""
+    return Session("s0", "chat", [{"role": "user", "content": prompt}], list(followups), max_new)

@@ -15,4 +15,4 @@ if ! .venv-sglang/bin/python -c "import sglang.srt.server_args" 2>/dev/null; the
     .venv-sglang/bin/pip install -q numpy orjson psutil pybase64 requests triton packaging pillow starlette \
         msgspec pydantic pyzmq tqdm ipython aiohttp huggingface_hub
 fi
-SPECSWEEP_SGLANG_PYTHON="$PWD/.venv-sglang/bin/python" exec .venv/bin/python -m pytest -m live tests/test_sglang_live.py "$@"
+SPECSWEEP_SGLANG_PYTHON="$PWD/.venv-sglang/bin/python" exec .venv/bin/python -m pytest -m live tests/unit/test_sglang_live.py "$@"

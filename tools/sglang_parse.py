@@ -1,7 +1,7 @@
 """Parse launch argument lists with SGLang's own parser (run with a Python that has SGLang).
 
 Reads {"argv": [[...], ...], "extra_flags": [{"flag": ..., "type": ...}]} as JSON on stdin and
-prints one {"ok": bool, "error": str} per argument list. Used by tests/test_sglang_live.py.
+prints one {"ok": bool, "error": str} per argument list. Used by tests/unit/test_sglang_live.py.
 """
 
 import argparse

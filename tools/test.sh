@@ -4,7 +4,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash tools/setup.sh
-# A one-node SLURM cluster for tests/test_slurm.py (Debian packages; skipped, and said so, without root and apt)
+# A one-node SLURM cluster for tests/workflow/test_slurm.py (Debian packages; skipped, and said so, without root and apt)
 SLURM_PACKAGES="slurmctld slurmd slurm-client munge"
 if [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null \
    && { ! command -v slurmctld >/dev/null || ! command -v slurmd >/dev/null || ! command -v munged >/dev/null \

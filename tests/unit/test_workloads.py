@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from conftest import load_default_config, snakemake, write_config
 from specsweep.text import chat_prompt
 from specsweep.workloads import WorkloadError, build, content_mix, count_tokens, read_user_file, workload_digest
+
 
 CONTEXT = 40960
 
@@ -131,14 +131,3 @@ def test_prompt_longer_than_the_context_names_the_line(tmp_path):
     with pytest.raises(WorkloadError, match=r"long.jsonl: line 2: a prompt of \d+ tokens"):
         build({"name": "w", "family": "short", "source": "file", "path": str(path), "requests": 2,
                "max_new_tokens": 64}, 0, context_length=4096)
-
-
-def test_bad_user_file_stops_the_workflow_before_any_job(workflow, tmp_path):
-    path = write(tmp_path, "bad.jsonl", ['{"prompt": "fine"}', "not json at all"])
-    config = load_default_config()
-    config["workloads"] = [{"name": "mine", "family": "short", "source": "file", "path": str(path), "requests": 2}]
-    write_config(workflow, config)
-    proc = snakemake(workflow, check=False)
-    assert proc.returncode != 0
-    assert f"{path}: line 2: not valid JSON" in proc.stdout
-    assert not (workflow / "results").exists()

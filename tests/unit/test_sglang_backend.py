@@ -3,27 +3,23 @@
 from __future__ import annotations
 
 import json
-import os
-import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import psutil
 import pytest
 import yaml
 
-from conftest import REPO, Journal, fast_config, load_default_config, server_processes_under, snakemake, write_config
+from conftest import FIXTURES, REPO, load_default_config, validated
 from specsweep.jobs import server_job, servers
 from specsweep.methods import expand_methods
 from specsweep.environment import EnvironmentError_, check_methods, probe
 from specsweep.gpus import GpuPool, GpuPoolError, visible_devices
 from specsweep.launcher import Server, free_port, launch_command, redact
 from specsweep.sglang_options import FlagError, check_argv
-from test_config import validated
 
-FIXTURES = Path(__file__).parent / "fixtures"
+
 HELP_0523 = (FIXTURES / "sglang-0.5.23-help.txt").read_text()
 
 
@@ -65,16 +61,6 @@ def test_options_table_rejects_what_sglang_rejects():
                [{"flag": "--speculative-ddtree-budget", "type": "int"}])
 
 
-def test_mistyped_flag_in_config_fails_before_any_job_naming_the_method(workflow):
-    config = load_default_config()
-    config["methods"][1]["flags"] = ["--speculative-draft-attention-backnd", "fa3"]
-    write_config(workflow, config)
-    proc = snakemake(workflow, check=False)
-    assert proc.returncode != 0
-    assert "method 'dflash'" in proc.stdout and "--speculative-draft-attention-backnd" in proc.stdout
-    assert not (workflow / "results").exists()
-
-
 def test_fair_scheduling_switch_runs_dflash_without_overlap():
     config = load_default_config()
     config["match_ddtree_scheduling"] = True
@@ -97,20 +83,6 @@ def test_capability_probe_without_ddtree_fails_the_ddtree_method():
     check_methods([methods["ar"], methods["dflash"]], environment)
     with pytest.raises(EnvironmentError_, match="method 'ddtree-b4'.*--speculative-algorithm DDTREE"):
         check_methods([methods["ddtree-b4"]], environment)
-
-
-def test_workflow_stops_before_any_server_when_the_build_lacks_ddtree(workflow):
-    config = load_default_config()
-    config["backend"] = "sglang"
-    config["sglang"] = {"python": str(FIXTURES / "fake_sglang_python.sh")}
-    write_config(workflow, config)
-    proc = snakemake(workflow, check=False)
-    assert proc.returncode != 0
-    assert "does not offer --speculative-algorithm DDTREE" in proc.stdout
-    assert "method 'ddtree-b" in proc.stdout
-    assert Journal(workflow).new_events() == []  # no bench job ran, no server started
-    env = json.loads((workflow / "results" / "env" / "sglang.json").read_text())
-    assert env["server"]["version"] == "0.5.23" and env["software"]["cuda"] == "13.0"
 
 
 # ------------------------------------------------------------------ GPU pool
@@ -225,70 +197,3 @@ def test_server_killed_with_its_job(tmp_path):
     while time.monotonic() < deadline and _group_members([server_pid]):
         time.sleep(0.1)
     assert _group_members([server_pid]) == []
-
-
-def test_crash_mid_cell_keeps_finished_cells_and_leaves_no_process(workflow):
-    config = fast_config(startup=0.2, crash_after=6)
-    config["methods"] = [{"name": "ar", "algorithm": "ar"}]  # 4 requests of c1 pass, c2 crashes
-    write_config(workflow, config)
-    proc = snakemake(workflow, check=False)
-    assert proc.returncode != 0
-    log = (workflow / "logs" / "bench" / "tp1-ar.log").read_text()
-    assert "server died" in log and "crashing at request 6" in log  # the server log's tail is quoted
-    events = Journal(workflow).new_events()
-    assert [e["cell"] for e in events if e["event"] == "measured"] == ["results/cells/tp1/ar/short/c1.json"]
-    assert not list((workflow / "results" / "cells").rglob("*.json"))  # no partial outputs
-    assert not list((workflow / "results" / "cells").rglob("*.tmp"))
-    assert server_processes_under(workflow) == []
-    # the rerun measures only the missing cell (a fresh server crashes only at its 6th request)
-    snakemake(workflow)
-    events = Journal(workflow).new_events()
-    assert [e["cell"] for e in events if e["event"] == "measured"] == ["results/cells/tp1/ar/short/c1.json",
-                                                                       "results/cells/tp1/ar/short/c2.json"]
-    assert [e["cell"] for e in events if e["event"] == "cache_hit"] == ["results/cells/tp1/ar/short/c1.json"]
-
-
-@pytest.mark.parametrize("sig,to_group,requests", [
-    (signal.SIGINT, True, 200),  # Ctrl-C in a terminal: the whole foreground process group
-    (signal.SIGTERM, True, 200),  # kill -TERM -<pgid>, a service manager, a batch scheduler
-    (signal.SIGTERM, False, 12),  # snakemake alone: it lets running jobs finish, then exits
-], ids=["SIGINT-group", "SIGTERM-group", "SIGTERM-snakemake"])
-def test_signal_to_snakemake_leaves_no_server(workflow, sig, to_group, requests):
-    config = fast_config(startup=0.2)
-    config["workloads"][0]["requests"] = requests
-    config["workloads"][0]["max_new_tokens"] = 256
-    write_config(workflow, config)
-    # a terminal's Ctrl-C reaches processes whose SIGINT is not ignored; a test run started in the background
-    # of a non-interactive shell inherits SIGINT ignored, so give the run the terminal's default back
-    proc = subprocess.Popen([sys.executable, "-m", "snakemake", "--cores", "2"], cwd=workflow,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
-                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
-    journal = Journal(workflow)
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        if any(e["event"] == "server_start" for e in journal.new_events()) and server_processes_under(workflow):
-            break
-        time.sleep(0.2)
-    else:
-        os.killpg(proc.pid, signal.SIGKILL)
-        pytest.fail("no server started")
-    time.sleep(1.0)
-    if to_group:
-        os.killpg(proc.pid, sig)
-    else:
-        proc.send_signal(sig)
-    try:
-        proc.wait(timeout=180)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline and server_processes_under(workflow):
-        time.sleep(0.2)
-    assert server_processes_under(workflow) == []
-    assert not list((workflow / "results").rglob("*.tmp"))
-    # cells measured before the signal stay in the cache (a rerun takes them from there)
-    events = Journal(workflow).new_events()
-    for event in events:
-        if event["event"] == "measured":
-            assert (workflow / "results" / "cache" / event["key"][:2] / f"{event['key']}.json").exists()

@@ -171,7 +171,7 @@ def test_interrupted_run_resumes_where_it_stopped(workflow):
         "results/cells/tp1/ar/short/c1.json", "results/cells/tp1/ar/short/c2.json"]
     assert sorted(e["cell"] for e in events if e["event"] == "measured") == [
         "results/cells/tp1/ar/long/c1.json", "results/cells/tp1/ar/long/c2.json"]
-    from test_config import validated
+    from conftest import validated
 
     expected = {c["path"] for c in all_cells(validated(config))}
     assert set(cell_files(workflow)) == expected
@@ -179,7 +179,7 @@ def test_interrupted_run_resumes_where_it_stopped(workflow):
 
 def test_repetitions_run_methods_in_a_seeded_random_order(workflow):
     from specsweep.jobs import method_order
-    from test_config import validated
+    from conftest import validated
 
     config = small_config()
     config["methods"] = [{"name": n, "algorithm": "ar"} for n in ("a", "b", "c", "d")]

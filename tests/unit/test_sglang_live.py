@@ -16,11 +16,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import REPO
+from conftest import REPO, validated
 from specsweep.jobs import server_job, servers
 from specsweep.launcher import launch_command
 from specsweep.sglang_options import load_table
-from test_config import validated
+
 
 pytestmark = pytest.mark.live
 

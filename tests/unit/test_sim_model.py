@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-
 import pytest
 import requests
 
@@ -12,7 +11,7 @@ from specsweep.launcher import ServerError
 from specsweep.sim.calibration import PUBLISHED_QWEN3_8B, calibration_prompts, predict
 from specsweep.sim.model import CostModel, Decoding
 from specsweep.workloads import Session, build
-from test_sim import DDTREE, DFLASH, start_sim
+from conftest import DDTREE, DFLASH, start_sim
 
 
 @pytest.fixture(scope="module")

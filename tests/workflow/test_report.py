@@ -1,15 +1,15 @@
-"""The report: reduced plans compile with no empty chart, and every table number comes from the aggregated CSVs."""
+"""The report through real Snakemake runs: reduced plans compile with no empty chart, and every table number comes from
+the aggregated CSVs.
+"""
 
 from __future__ import annotations
 
-import json
 import re
 
 import pandas as pd
 import pytest
 
 from conftest import load_default_config, snakemake, write_config
-from specsweep.cache import server_runs
 
 
 def tiny(config: dict) -> dict:
@@ -35,6 +35,8 @@ PLANS = {
         methods=[{"name": "dflash", "algorithm": "dflash"}, {"name": "ddtree", "algorithm": "ddtree", "budget": 8}],
         workloads=[{"name": "short", "family": "short"}], concurrency=[1, 2]),
 }
+
+
 EXPECTED_TEXT = {
     "no-ddtree-one-concurrency": ["fewer than two DDTree budgets", "one tensor-parallel size",
                                   "one concurrency level", "No multi-turn workload"],
@@ -110,20 +112,3 @@ def test_every_table_number_comes_from_the_aggregated_csv(workflow):
         summary[summary["concurrency"] == 1], on=["tp", "method", "workload"], suffixes=("", "_agg"))
     assert (acceptance["acceptance_length"] == acceptance["acceptance_length_agg"]).all()
     assert len(acceptance) > 0
-
-
-def test_a_servers_latest_run_counts_only_the_cells_it_measured(tmp_path):
-    events = [
-        {"event": "server_start", "server": "tp1/a", "time": 0.0},
-        {"event": "measured", "server": "tp1/a", "cell": "c1", "time": 5.0},
-        {"event": "server_stop", "server": "tp1/a", "time": 9.0},  # killed after c1
-        {"event": "cache_hit", "server": "tp1/a", "cell": "c1", "time": 20.0},
-        {"event": "server_start", "server": "tp1/a", "time": 21.0},
-        {"event": "measured", "server": "tp1/a", "cell": "c2", "time": 30.0},
-        {"event": "failed", "server": "tp1/a", "cell": "c3", "time": 35.0},
-        {"event": "server_stop", "server": "tp1/a", "time": 36.0},
-        {"event": "server_start", "server": "tp1/b", "time": 40.0},  # still running: no stop yet
-    ]
-    journal = tmp_path / "journal.jsonl"
-    journal.write_text("".join(json.dumps(e) + "\n" for e in events))
-    assert server_runs(journal) == {"tp1/a": (15.0, ["c2", "c3"])}

@@ -9,29 +9,14 @@ import sys
 import pytest
 import requests
 
+from conftest import DDTREE, DFLASH, start_sim
 from specsweep.client import measure
 from specsweep.launcher import Server, ServerError, free_port
 from specsweep.sim import model as sim
 from specsweep.workloads import build
 
+
 SHORT = {"name": "short", "family": "short", "requests": 6, "max_new_tokens": 64}
-
-
-def start_sim(tmp_path, *flags, startup=0.0, timeout=60.0, model="Qwen/Qwen3-8B", env=None):
-    port = free_port()
-    argv = [sys.executable, "-m", "specsweep.sim", "--model-path", model, "--port", str(port), "--enable-metrics",
-            "--sim-startup-seconds", str(startup), *flags]
-    server = Server(argv, env or {}, "127.0.0.1", port, tmp_path / f"server-{port}.log")
-    try:
-        server.start(timeout)
-    except BaseException:
-        server.stop()
-        raise
-    return server
-
-
-DFLASH = ["--speculative-algorithm", "DFLASH", "--speculative-draft-model-path", "d", "--speculative-dflash-block-size", "16"]
-DDTREE = ["--speculative-algorithm", "DDTREE", "--speculative-draft-model-path", "d", "--speculative-ddtree-budget", "32"]
 
 
 def test_pull_request_build_runs_a_chain_up_to_block_minus_one_and_a_widening_tree_above():

@@ -1,11 +1,10 @@
-"""The plan: cost of a configuration before it runs, packing, cached cells."""
+"""The plan through real Snakemake runs: priced without starting anything, cached cells free, GPUs from the pool."""
 
 from __future__ import annotations
 
 import pandas as pd
 
 from conftest import Journal, eight_gpu_host_config, fast_config, server_processes_under, snakemake, write_config
-from specsweep.plan import pack
 
 
 def test_full_plan_is_priced_without_starting_anything(workflow):
@@ -32,18 +31,6 @@ def test_plan_counts_cached_cells_as_free(workflow):
     md = (workflow / "results" / "plan" / "plan.md").read_text()
     assert "cells already cached: 2 of 4" in md
     assert "| tp1/ar | 1 | 0 |" in md  # an all-cached server costs nothing
-
-
-def test_packing_respects_gpus_and_its_lower_bound():
-    durations = {"a8": (8, 100.0), "b1": (1, 400.0), "c4": (4, 200.0), "d4": (4, 200.0), "e1": (1, 50.0)}
-    result = pack(durations, 8)
-    assert result["lower_bound_s"] == max((800 + 400 + 800 + 800 + 50) / 8, 400)
-    assert result["lower_bound_s"] <= result["makespan_s"] <= 1.15 * result["lower_bound_s"] + 100
-    # never more GPUs in use than exist
-    events = sorted({t for s, t in result["starts"].items()} | {result["starts"][s] + durations[s][1] for s in durations})
-    for t in events:
-        busy = sum(durations[s][0] for s in durations if result["starts"][s] <= t < result["starts"][s] + durations[s][1])
-        assert busy <= 8
 
 
 def test_servers_on_a_simulated_gpu_host_take_disjoint_gpus_from_the_pool(workflow):

@@ -12,7 +12,7 @@ import subprocess
 import pytest
 import yaml
 
-from conftest import REPO, load_default_config
+from conftest import REPO, load_default_config, one, start_sim, start_stub, validated
 from specsweep import config as cfg
 from specsweep.jobs import server_job, servers
 from specsweep.methods import expand_methods
@@ -21,9 +21,7 @@ from specsweep.bench import Progress, start_server
 from specsweep.client import LoadModel, measure
 from specsweep.environment import EnvironmentError_, probe, resolve_git_refs
 from specsweep.launcher import ServerError, launch_command, server_arguments, stream_mode
-from test_config import validated
-from test_measurement import one, start_stub
-from test_sim import start_sim
+
 
 SCHEDULE = "0.01:1,0.01:1,0.01:1,0.01:1,0.01:1,0.01:1"  # six chunks of one token
 

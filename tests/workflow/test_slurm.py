@@ -21,6 +21,7 @@ import pytest
 from conftest import REPO, Journal, copy_workflow, fast_config, server_processes_under, write_config
 from slurm_cluster import Cluster, missing
 
+
 pytestmark = pytest.mark.skipif(missing() is not None, reason=str(missing()))
 
 NO_ACCOUNTING = ["--slurm-status-command", "squeue", "--slurm-init-seconds-before-status-checks", "2"]
