@@ -19,7 +19,7 @@ OVERLAY=""
 TABLE=specsweep/data/sglang-0.5.16-options.json
 restore_table() { [ -f $TABLE ] || cp .specsweep/sglang-0.5.16-options.json $TABLE; }
 cells() { for w in short long; do for c in 1 4 16; do echo "results/cells/tp1/$1/$w/c$c.json"; done; done; }
-pack() { tar czf "$OUT/$1.tgz" results/env results/cells results/failed results/journal.jsonl results/summary.csv \
+pack() { tar czf "$OUT/$1.tgz" results/env results/cells results/failed results/runs results/cache/journal results/summary.csv \
            logs .snakemake/log 2>/dev/null; ls -la "$OUT"; }
 gpu_apps() { nvidia-smi --query-compute-apps=pid,process_name,used_memory --format=csv,noheader; }
 case $step in
@@ -45,7 +45,7 @@ case $step in
     sm=$!
     # SIGKILL the server once two of its cells are measured, mid-way through the third
     for i in $(seq 1 600); do
-      n=$(grep -c '"event":"measured".*dflash-sglang-delay' results/journal.jsonl 2>/dev/null)
+      n=$(cat results/cache/journal/*.jsonl 2>/dev/null | grep -c '"event":"measured".*dflash-sglang-delay' 2>/dev/null)
       [ "${n:-0}" -ge 2 ] && break; sleep 1
     done
     sleep 4
