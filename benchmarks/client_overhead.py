@@ -37,13 +37,14 @@ from specsweep.client import LoadModel, measure
 from specsweep.launcher import Server, free_port
 from specsweep.workloads import Session
 
+STUB = Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "timing_stub.py"
 CONCURRENCY = (1, 64, 256)
 TOKENS = 256
 
 
 def stub(*flags, log):
     port = free_port()
-    server = Server([sys.executable, "-m", "specsweep.stub", "--port", str(port), *flags], {}, "127.0.0.1", port, log)
+    server = Server([sys.executable, str(STUB), "--port", str(port), *flags], {}, "127.0.0.1", port, log)
     server.start(30)
     return server
 

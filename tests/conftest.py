@@ -111,8 +111,8 @@ def server_processes_under(path: Path) -> list[psutil.Process]:
     return found
 
 
-@pytest.fixture
-def workflow(tmp_path):
+@pytest.fixture(name="workflow")  # a global named workflow would make snakemake.utils.validate take it for its own
+def workflow_copy(tmp_path):
     """A fresh copy of the workflow; fails the test if a simulated server is left running."""
     workdir = copy_workflow(tmp_path / "wf")
     yield workdir
@@ -154,10 +154,10 @@ DDTREE = ["--speculative-algorithm", "DDTREE", "--speculative-draft-model-path",
 
 
 def start_stub(tmp_path, *flags):
-    """The timing stub (specsweep.stub) on a free loopback port."""
+    """The timing stub (tests/fixtures/timing_stub.py) on a free loopback port."""
     port = free_port()
-    server = Server([sys.executable, "-m", "specsweep.stub", "--port", str(port), *flags], {}, "127.0.0.1", port,
-                    tmp_path / "stub.log")
+    server = Server([sys.executable, str(FIXTURES / "timing_stub.py"), "--port", str(port), *flags], {}, "127.0.0.1",
+                    port, tmp_path / "stub.log")
     server.start(30)
     return server
 
