@@ -39,7 +39,7 @@ def _decoding(method) -> Decoding:
     p = method.params
     if method.algorithm == "ar":
         return Decoding("ar")
-    return Decoding(method.algorithm, p.get("block_size", 16), p.get("budget", 0), p.get("topk", 8),
+    return Decoding(method.algorithm, p.get("block_size", 16), p.get("budget", 0), p.get("topk"),
                     overlap="--disable-overlap-schedule" not in method.flags,
                     tree_build=p.get("tree_build") or DEFAULT_BUILD)
 

@@ -104,7 +104,7 @@ class Decoding:
     algorithm: str = "ar"  # ar | dflash | ddtree
     block_size: int = 16
     budget: int = 0
-    topk: int | None = 8  # DDTree width cap (SGLANG_DDTREE_MAX_TOPK); None: the build's default
+    topk: int | None = None  # DDTree width cap (SGLANG_DDTREE_MAX_TOPK); None: the build's default
     overlap: bool = True
     tree_build: str = ddtree.DEFAULT_BUILD  # DDTree: which build's tree (specsweep/data/ddtree_builds.yaml)
 
