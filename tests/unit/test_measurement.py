@@ -24,16 +24,20 @@ def test_client_measures_a_known_schedule(tmp_path):
         records = [r.as_dict() for r in measure(server.url, [one()] * 5, 1, {}, timeout=10)]
     finally:
         server.stop()
+    due = [sum(d for d, _ in schedule[:i + 1]) for i in range(len(schedule))]  # each chunk's time after the send
     for r in records:
         assert r["chunk_tokens"] == [1, 4, 1, 3]  # the empty first chunk is not content
         assert r["output_tokens"] == 9
-        assert m.ttft(r) == pytest.approx(0.08, abs=0.02)
-        assert m.chunk_gaps(r) == pytest.approx([0.03, 0.02, 0.04], abs=0.01)
-        itl = m.itl_per_token(r)
-        assert len(itl) == 8
-        assert itl[:4] == pytest.approx([0.03 / 4] * 4, abs=0.003)
-        assert itl[5:] == pytest.approx([0.04 / 3] * 3, abs=0.004)
-        assert m.tpot(r) == pytest.approx(0.09 / 8, abs=0.002)
+        # no chunk is dated before the stub could send it (the stub starts its schedule on receipt); how close
+        # to the schedule the client dates them is a timing figure: benchmarks/client_overhead.py
+        arrived = [t - r["t0"] for t in r["chunk_times"]]
+        assert all(a >= d - 1e-3 for a, d in zip(arrived, due)) and arrived == sorted(arrived)
+        assert m.ttft(r) == pytest.approx(arrived[0])
+        gaps = m.chunk_gaps(r)
+        assert gaps == pytest.approx([b - a for a, b in zip(arrived, arrived[1:])])
+        # ITL spreads each gap over the tokens of the chunk that ended it; TPOT = (last - first chunk) / later tokens
+        assert m.itl_per_token(r) == pytest.approx([gaps[0] / 4] * 4 + [gaps[1]] + [gaps[2] / 3] * 3)
+        assert m.tpot(r) == pytest.approx((arrived[-1] - arrived[0]) / 8)
     assert m.tokens_per_chunk(records) == pytest.approx(8 / 3)
 
 
@@ -126,8 +130,7 @@ def test_poisson_arrivals_and_queue_delay(tmp_path):
     gaps = [b - a for a, b in zip(scheduled, scheduled[1:])]
     assert statistics.mean(gaps) == pytest.approx(1 / 40, rel=0.5)
     assert statistics.pstdev(gaps) > 0.3 * statistics.mean(gaps)  # random arrivals, not a fixed interval
-    assert all(m.queue_delay(r) >= 0 for r in rows)
-    assert max(m.queue_delay(r) for r in rows) < 0.05  # plenty of capacity: sent on time
+    assert all(m.queue_delay(r) >= 0 for r in rows)  # never sent before its arrival time
 
 
 def test_percentiles_with_failures_as_infinite():
