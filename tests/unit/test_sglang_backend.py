@@ -172,10 +172,8 @@ def test_stop_kills_a_process_tree_that_ignores_sigterm(tmp_path):
     server.start(30)
     pids = [int(p) for p in pidfile.read_text().split()]
     assert len(_group_members(pids)) == 3
-    started = time.monotonic()
-    server.stop(grace=1.0)
+    server.stop(grace=1.0)  # SIGTERM is ignored: SIGKILL after the grace
     assert _group_members(pids) == []
-    assert time.monotonic() - started < 15
 
 
 def test_server_killed_with_its_job(tmp_path):
