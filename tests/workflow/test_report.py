@@ -9,7 +9,7 @@ import re
 import pandas as pd
 import pytest
 
-from conftest import load_default_config, snakemake, write_config
+from conftest import copy_workflow, load_default_config, server_processes_under, snakemake, write_config
 
 
 def tiny(config: dict) -> dict:
@@ -45,12 +45,24 @@ EXPECTED_TEXT = {
 }
 
 
-def run_plan(workflow, name):
-    config = load_default_config()
-    config.update(PLANS[name])
-    write_config(workflow, tiny(config))
-    snakemake(workflow, "results/report/report.pdf", "results/report/figures/setup")
-    return workflow / "results"
+@pytest.fixture(scope="module")
+def reduced_plan(tmp_path_factory):
+    """run(name): the results folder of that reduced plan's report, each plan run once for this module."""
+    runs = {}
+
+    def run(name: str):
+        if name not in runs:
+            root = tmp_path_factory.mktemp(name)
+            workdir = copy_workflow(root / "wf")
+            config = load_default_config()
+            config.update(PLANS[name])
+            write_config(workdir, tiny(config))
+            snakemake(workdir, "results/report/report.pdf", "results/report/figures/setup")
+            assert server_processes_under(root) == [], "a server was left running"
+            runs[name] = workdir / "results"
+        return runs[name]
+
+    return run
 
 
 def figures_have_data(tex: str, report_dir):
@@ -64,8 +76,8 @@ def figures_have_data(tex: str, report_dir):
 
 
 @pytest.mark.parametrize("name", list(PLANS))
-def test_reduced_plans_compile_and_say_what_has_no_data(workflow, name):
-    results = run_plan(workflow, name)
+def test_reduced_plans_compile_and_say_what_has_no_data(reduced_plan, name):
+    results = reduced_plan(name)
     pdf = results / "report" / "report.pdf"
     assert pdf.read_bytes().startswith(b"%PDF")
     tex = (results / "report" / "report.tex").read_text()
@@ -86,8 +98,8 @@ def test_reduced_plans_compile_and_say_what_has_no_data(workflow, name):
         assert sweep.filter(like="s").shape[1] >= 2  # the chain and the tree are two marked series
 
 
-def test_every_table_number_comes_from_the_aggregated_csv(workflow):
-    results = run_plan(workflow, "two-tp-budgets-agentic")
+def test_every_table_number_comes_from_the_aggregated_csv(reduced_plan):
+    results = reduced_plan("two-tp-budgets-agentic")
     tex = (results / "report" / "report.tex").read_text()
     # tables are typeset from CSV files only: no number is typed into the document
     tables = re.findall(r"\\pgfplotstabletypeset\[.*?\]\s*\{([^}]+)\}", tex, flags=re.S)
