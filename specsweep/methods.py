@@ -10,6 +10,7 @@ import itertools
 from dataclasses import dataclass
 
 from . import ddtree
+from .canon import canonical_json
 from .config import ConfigError
 
 SPECULATIVE = ("dflash", "ddtree")
@@ -49,8 +50,23 @@ def _substitute(template: str, values: dict, where: str) -> str:
         ) from None
 
 
+# What method expansion reads from a configuration; each distinct one is expanded once per process.
+EXPANSION_KEYS = ("methods", "defaults", "algorithms", "match_ddtree_scheduling", "match_ddtree_attention")
+
+
 def expand_methods(config: dict) -> list[Method]:
-    """Expand the configured methods (sweeps over budget/topk) into concrete methods."""
+    """Expand the configured methods (sweeps over budget/topk) into concrete methods (once per distinct
+    configuration: every server job, cell table and check asks again)."""
+    key = canonical_json({**{k: config.get(k) for k in EXPANSION_KEYS}, "drafter": config["model"].get("drafter", "")})
+    if key not in _EXPANDED:
+        _EXPANDED[key] = tuple(_expand(config))
+    return list(_EXPANDED[key])
+
+
+_EXPANDED: dict[str, tuple[Method, ...]] = {}
+
+
+def _expand(config: dict) -> list[Method]:
     defaults = config.get("defaults", {})
     spellings = config["algorithms"]
     drafter = config["model"].get("drafter", "")
