@@ -75,6 +75,7 @@ def figures_have_data(tex: str, report_dir):
         assert frame[y].notna().any(), f"{csv}: series {y} has no data"
 
 
+@pytest.mark.xdist_group("reduced-plans")  # with parallel workers, one worker runs each plan once for both tests
 @pytest.mark.parametrize("name", list(PLANS))
 def test_reduced_plans_compile_and_say_what_has_no_data(reduced_plan, name):
     results = reduced_plan(name)
@@ -98,6 +99,7 @@ def test_reduced_plans_compile_and_say_what_has_no_data(reduced_plan, name):
         assert sweep.filter(like="s").shape[1] >= 2  # the chain and the tree are two marked series
 
 
+@pytest.mark.xdist_group("reduced-plans")
 def test_every_table_number_comes_from_the_aggregated_csv(reduced_plan):
     results = reduced_plan("two-tp-budgets-agentic")
     tex = (results / "report" / "report.tex").read_text()
