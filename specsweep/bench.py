@@ -192,7 +192,7 @@ def bench_server(job: ServerJob, outputs: list[str], environment: dict, log_dir:
         atomic_write_text(cell["output"], cache.path(cell["key"]).read_text())
     done = {"hits": len(cells) - len(missing), "measured": len(missing), "server_started": started}
     if run_record is not None:
-        write_run_record(run_record, server_name, journal, done)
+        write_run_record(run_record, server_name, journal)
     return done
 
 

@@ -73,12 +73,12 @@ def server_runs(journal: str | Path) -> dict[str, tuple[float, list[str]]]:
     return runs
 
 
-def write_run_record(path: str | Path, server: str, journal: Journal, job: dict) -> None:
-    """A bench job's run record: what this job did (``job``: cache hits, measured, server started) and the
-    server's latest run in the job's journal (this job's, or an earlier one when every cell came from the
-    cache), as {"seconds": start to stop, "cells": the cells that run measured or failed}, or null."""
+def write_run_record(path: str | Path, server: str, journal: Journal) -> None:
+    """A bench job's run record: the server's latest run in its journal (this job's, or an earlier one when every
+    cell came from the cache), as {"seconds": start to stop, "cells": the cells that run measured or failed}, or
+    null. A job that only copies cached cells writes the same record again, so nothing downstream reruns."""
     latest = server_runs(journal.path).get(server)
-    atomic_write_json(path, {"server": server, "job": job,
+    atomic_write_json(path, {"server": server,
                              "latest_run": {"seconds": latest[0], "cells": latest[1]} if latest else None})
 
 

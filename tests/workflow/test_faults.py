@@ -66,7 +66,7 @@ def test_crash_mid_cell_with_keep_going_lets_the_other_server_finish(workflow):
     assert server_processes_under(workflow) == []
     no_partial_files(workflow)
     # the rerun measures only what is missing and clears the failure record
-    snakemake(workflow)
+    snakemake(workflow, "results/summary.csv")
     measured = [e["cell"] for e in Journal(workflow).new_events()[len(events):] if e["event"] == "measured"]
     assert measured == ["results/cells/tp1/dflash/short/c2.json"]
     assert failure_records(workflow) == {}
@@ -106,7 +106,7 @@ def test_gpu_lock_held_by_a_dead_process_is_recovered(workflow):
     assert holder.stdout.readline().strip() == "held"
     holder.kill()
     holder.wait()
-    snakemake(workflow, timeout=300)
+    snakemake(workflow, "results/summary.csv", timeout=300)
     starts = [e for e in Journal(workflow).new_events() if e["event"] == "server_start"]
     assert starts[0]["gpus"] == ["0"]
 
@@ -128,7 +128,7 @@ def test_two_runs_on_the_same_results_folder(workflow):
     config = fast_config()
     config["workloads"][0]["requests"] = 40
     write_config(workflow, config)
-    first = subprocess.Popen([sys.executable, "-m", "snakemake", "--cores", "2"], cwd=workflow,
+    first = subprocess.Popen([sys.executable, "-m", "snakemake", "--cores", "2", "results/summary.csv"], cwd=workflow,
                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline and not any(e["event"] == "server_start" for e in Journal(workflow).new_events()):

@@ -38,16 +38,19 @@ def test_adaptive_cells_stop_at_the_requested_precision(workflow):
         config["concurrency"] = [4]
         config["warmup"] = 0
         config["sim"] = {"startup_seconds": 0.1}
-        config["adaptive"] = {"enabled": True, "target": target, "batch": 8, "max_requests": 200}
+        config["adaptive"] = {"enabled": True, "target": target, "batch": 8, "max_requests": 400}
         write_config(workflow, config)
         snakemake(workflow, "results/cells/tp1/dflash/short/c4.json")
         return _json.loads((workflow / "results" / "cells" / "tp1" / "dflash" / "short" / "c4.json").read_text())
 
-    loose, tight = run(0.2), run(0.08)
-    for cell, target in ((loose, 0.2), (tight, 0.08)):
+    # (how many sessions a target needs depends on how noisy the machine is: the cap is far above what an idle
+    # machine needs, and a cell that hits it says so)
+    loose, tight = run(0.2), run(0.1)
+    for cell, target in ((loose, 0.2), (tight, 0.1)):
         p = cell["precision"]
         assert p["adaptive"] and p["target"] == target
-        assert p["stopped"] == "target reached" and p["achieved_at_last_check"] <= target
+        assert p["stopped"] == "target reached", p
+        assert p["achieved_at_last_check"] <= target
         assert p["achieved"] <= target * 1.25  # recomputed once the sessions under way finished
         assert p["requests"] >= m.MIN_SESSIONS  # never stops before an interval is claimed
         assert len(cell["requests"]) == p["requests"] == cell["metrics"]["requests_sent"]

@@ -38,7 +38,7 @@ def test_servers_on_a_simulated_gpu_host_take_disjoint_gpus_from_the_pool(workfl
     eight hold GPUs at once and no GPU is held by two at a time. (How the measured makespan compares with the
     plan's prediction is a timing figure: benchmarks/plan_makespan.py, figures in benchmarks/README.md.)"""
     write_config(workflow, eight_gpu_host_config(workflow))
-    snakemake(workflow, "--cores", "12", "--resources", "gpu=8", timeout=600)
+    snakemake(workflow, "results/summary.csv", "--cores", "12", "--resources", "gpu=8", timeout=600)
     events = Journal(workflow).new_events()
     spans = {}
     for e in events:

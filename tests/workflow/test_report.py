@@ -45,9 +45,9 @@ EXPECTED_TEXT = {
 }
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")  # not module: a parallel worker may run other modules' tests in between
 def reduced_plan(tmp_path_factory):
-    """run(name): the results folder of that reduced plan's report, each plan run once for this module."""
+    """run(name): the results folder of that reduced plan's report, each plan run once per test process."""
     runs = {}
 
     def run(name: str):
