@@ -128,7 +128,7 @@ def test_two_runs_on_the_same_results_folder(workflow):
     config = fast_config()
     config["workloads"][0]["requests"] = 40
     write_config(workflow, config)
-    first = subprocess.Popen([sys.executable, "-m", "snakemake", "--cores", "2", "results/summary.csv"], cwd=workflow,
+    first = subprocess.Popen([sys.executable, "-m", "snakemake", "--cores", "2"], cwd=workflow,
                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline and not any(e["event"] == "server_start" for e in Journal(workflow).new_events()):
@@ -153,9 +153,11 @@ def test_api_key_reaches_server_and_client_but_never_argv_logs_or_results(workfl
     while proc.poll() is None:
         for p in server_processes_under(workflow):
             try:
-                seen_cmdlines.append(" ".join(p.cmdline()))
+                cmdline = " ".join(p.cmdline())
             except psutil.NoSuchProcess:
-                pass
+                continue
+            if cmdline:  # empty while a process is being created or reaped
+                seen_cmdlines.append(cmdline)
         time.sleep(0.1)
     out = proc.stdout.read()
     assert proc.returncode == 0, out[-3000:]
