@@ -124,4 +124,4 @@ wildcard_constraints:
 # Package code changes do not rerun rules by themselves; these digests do for
 # aggregation and the report (measurements are versioned by HARNESS_VERSION).
 AGGREGATE_CODE = package_digest("aggregate.py", "metrics.py")
-REPORT_CODE = package_digest("report.py", "metrics.py", "templates/report.tex.j2")
+REPORT_CODE = package_digest("report.py", "cache.py", "metrics.py", "templates/report.tex.j2")

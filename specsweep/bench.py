@@ -151,7 +151,7 @@ def bench_server(job: ServerJob, outputs: list[str], environment: dict, log_dir:
                 need = len(devices) if pool_config["exclusive"] else tp
                 print(f"server {server_name}: waiting for {need} GPU(s) from the pool", file=sys.stderr, flush=True)
                 gpus = stack.enter_context(pool.acquire(need, holder=server_name))
-            log_path = Path(log_dir) / f"server-tp{tp}-{method['name']}.log"
+            log_path = Path(log_dir) / layout.server_log_name(tp, method["name"])
             secrets = stack.enter_context(tempfile.TemporaryDirectory(prefix="specsweep-"))
             extra_args, headers = api_key_config(job.server.get("api_key_env"), secrets)
             previous = signal.signal(signal.SIGTERM, _raise_interrupt)

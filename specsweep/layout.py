@@ -71,3 +71,8 @@ def journal_path(cache_dir: str, tp, method: str, repetition=None) -> str:
 
 def bench_log_path(tp, method: str, repetition=None) -> str:
     return f"logs/bench/tp{tp}-{method}{_rep(repetition)}.log"
+
+
+def server_log_name(tp, method: str) -> str:
+    """The server's own log, beside its bench job's log (one per server, across repetitions)."""
+    return f"server-tp{tp}-{method}.log"

@@ -5,13 +5,13 @@ from __future__ import annotations
 import pytest
 import requests
 
+from conftest import DDTREE, DFLASH, start_sim
 from specsweep.client import measure
-from specsweep.metrics import output_throughput
 from specsweep.launcher import ServerError
+from specsweep.metrics import output_throughput
 from specsweep.sim.calibration import PUBLISHED_QWEN3_8B, calibration_prompts, predict
 from specsweep.sim.model import CostModel, Decoding
 from specsweep.workloads import Session, build
-from conftest import DDTREE, DFLASH, start_sim
 
 
 @pytest.fixture(scope="module")
