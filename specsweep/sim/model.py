@@ -202,10 +202,25 @@ class CostModel:
         p = profiles(overrides)
         return cls(p["gpus"][gpu], p["models"][model], p["runtimes"][runtime], tp)
 
-    def _bytes_read(self, tokens: int) -> float:
-        """Weight bytes one step reads: all of them for dense models; for MoE the experts the tokens use."""
+    def experts_touched(self, tokens: float) -> float:
+        """Expected routed experts per MoE layer that a step's tokens touch: E x (1 - (1 - k/E)^tokens), with E
+        experts of which each token is routed to k (uniform routing, so tokens share an expert only by chance);
+        k for one token, never more than E. 0 for a dense model."""
         m = self.model
-        return min(m["weight_bytes"], m["active_bytes"] * max(1.0, tokens) ** 0.5)
+        experts, per_token = m.get("experts", 0), m.get("experts_per_token", 0)
+        if not experts:
+            return 0.0
+        return experts * (1.0 - (1.0 - per_token / experts) ** max(1.0, tokens))
+
+    def _bytes_read(self, tokens: int) -> float:
+        """Weight bytes one step reads: all of them for a dense model; for MoE the shared weights (attention,
+        embeddings, router) plus the routed experts the tokens touch:
+        weight_bytes - expert_bytes + expert_bytes x experts_touched(tokens) / E."""
+        m = self.model
+        if not m.get("experts"):
+            return m["weight_bytes"]
+        shared = m["weight_bytes"] - m["expert_bytes"]
+        return shared + m["expert_bytes"] * self.experts_touched(tokens) / m["experts"]
 
     def verify_seconds(self, tokens: int, contexts: list[int]) -> float:
         """Target forward over ``tokens`` tokens of a batch with these context lengths (no drafter).

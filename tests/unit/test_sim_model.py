@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import random
+
 import pytest
 import requests
 
@@ -246,3 +248,26 @@ def test_overlap_scheduler_hides_cpu_work_up_to_the_gpu_step():
     # a speculative round's per-request bookkeeping grows with the batch
     spec = Decoding("dflash", overlap=False)
     assert base.decode_step(spec, [1000] * 32) - base.decode_step(spec, [1000] * 16) > 16 * 0.0005
+
+
+def test_moe_step_reads_the_experts_its_tokens_touch():
+    moe = CostModel.named("H200", "qwen3-30b-a3b")
+    experts, k = moe.model["experts"], moe.model["experts_per_token"]
+    assert moe.experts_touched(1) == pytest.approx(k)
+    touched = [moe.experts_touched(n) for n in (1, 2, 16, 64, 256, 4096)]
+    assert touched == sorted(touched) and touched[-1] == pytest.approx(experts)
+    # the chance that none of n tokens picks an expert is (1 - k/E)^n: a Monte Carlo of uniform routing agrees
+    rng = random.Random(7)
+    draws = [len({e for _ in range(16) for e in rng.sample(range(experts), k)}) for _ in range(2000)]
+    assert sum(draws) / len(draws) == pytest.approx(moe.experts_touched(16), rel=0.02)
+    one = moe._bytes_read(1)
+    assert one == pytest.approx(6.6e9, rel=0.02)  # the model card's 3.3e9 active parameters in bf16
+    assert moe._bytes_read(4096) == pytest.approx(moe.model["weight_bytes"], rel=0.001)
+    # a DFlash verify of 16 tokens reads what 16 AR requests read, bounded by the experts there are, and a
+    # dense model reads all its weights at any width
+    assert moe._bytes_read(16) == pytest.approx(
+        one + moe.model["expert_bytes"] * (moe.experts_touched(16) - k) / experts)
+    dense = CostModel.named("H200", "qwen3-8b")
+    assert dense._bytes_read(1) == dense._bytes_read(16) == dense.model["weight_bytes"]
+    # at batch 1 a DFlash round committing 6 tokens (code, CALIBRATION.md) beats six AR steps on the MoE model
+    assert 6 * moe.decode_step(Decoding("ar"), [1000]) > moe.decode_step(Decoding("dflash", 16), [1000])
