@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import heapq
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import lru_cache
 from importlib import resources
@@ -19,6 +20,7 @@ from importlib import resources
 import yaml
 
 DEFAULT_BUILD = "sglang-pr29907"
+RANK_PROBE_ENV = "SGLANG_DDTREE_RANK_PROBE"
 
 
 @dataclass(frozen=True)
@@ -95,3 +97,52 @@ def tree_prefixes(tree_build: TreeBuild, log_probs: tuple, budget: int, width: i
         if depth + 1 < depths:
             heapq.heappush(heap, (-(logw + log_probs[depth + 1][0] + tree_build.depth_bonus), prefix + (0,)))
     return frozenset(tree)
+
+
+def rank_probe_on(env: Mapping) -> bool:
+    """Whether an environment turns PR 29907's rank probe on (SGLANG_DDTREE_RANK_PROBE = 1, true, yes or on)."""
+    return str(env.get(RANK_PROBE_ENV, "")).strip().lower() in ("1", "true", "yes", "on")
+
+
+class RankProbe:
+    """PR 29907's rank probe, a diagnostic of the tree mode (budget > block_size - 1): does a wider tree help, or
+    is the drafter's quality the ceiling?
+
+    Along the path the target accepts, at each depth d it takes the rank r of the target's token in the drafter's
+    distribution and counts, per threshold t in 1, 2, 4, 8, 16, 32, a hit when r < t. Logged every 50 counted
+    verify steps (those whose batch's first request holds at least 64 tokens of context), cumulatively:
+    hit rate at t = hits at t / rounds that reached depth d. A round reaches depth d + 1 only if the target's token
+    at d is in the tree.
+    """
+
+    THRESHOLDS = (1, 2, 4, 8, 16, 32)
+    EVERY = 50
+    MIN_CONTEXT = 64
+    TITLE = "[DDTREE rank-probe] target-token rank in draft dist (cumulative):"
+
+    def __init__(self, depths: int):
+        self.reached = [0] * depths
+        self.hits = [[0] * len(self.THRESHOLDS) for _ in range(depths)]
+        self.steps = 0
+
+    def record(self, ranks: list[int], accepted: int) -> None:
+        """One request's round: ``ranks[d]`` the target token's rank at depth d (>= 32: outside the top 32),
+        ``accepted`` drafted tokens the target accepted (the walk stops at the first depth it rejects)."""
+        for d in range(min(accepted + 1, len(self.reached))):
+            self.reached[d] += 1
+            for i, t in enumerate(self.THRESHOLDS):
+                self.hits[d][i] += ranks[d] < t
+
+    def step(self) -> str | None:
+        """Count one verify step; every 50th returns the table the build logs."""
+        self.steps += 1
+        return self.table() if self.steps % self.EVERY == 0 else None
+
+    def table(self) -> str:
+        lines = [self.TITLE, "depth reached  t1    t2    t4    t8    t16   t32"]
+        for d, reached in enumerate(self.reached):
+            if not reached:
+                break
+            rates = "  ".join(f"{h / reached:.2f}" for h in self.hits[d])
+            lines.append(f"d{d:<4} {reached:<7} {rates}")
+        return "\n".join(lines)

@@ -20,7 +20,7 @@ import hashlib
 import math
 import random
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 
 from .. import ddtree
@@ -107,6 +107,9 @@ class Decoding:
     topk: int | None = None  # DDTree width cap (SGLANG_DDTREE_MAX_TOPK); None: the build's default
     overlap: bool = True
     tree_build: str = ddtree.DEFAULT_BUILD  # DDTree: which build's tree (specsweep/data/ddtree_builds.yaml)
+    # DDTree: PR 29907's rank probe (SGLANG_DDTREE_RANK_PROBE), a diagnostic that does not change what is drafted
+    # or accepted (left out of the repr, which seeds the acceptance draws)
+    rank_probe: bool = field(default=False, repr=False)
 
     def verify_width(self) -> int:
         """Tokens verified per request per step: 1 (AR), block (DFlash), budget + 1 (DDTree, chain or tree)."""
@@ -116,6 +119,10 @@ class Decoding:
             return self.budget + 1
         return 1
 
+    def probes_ranks(self) -> bool:
+        """Whether its steps run the rank probe: DDTree in tree mode with the probe on."""
+        return self.rank_probe and self.algorithm == "ddtree" and self.tree_shape()[0] == "tree"
+
     def tree_shape(self) -> tuple[str, int] | None:
         """DDTree: ("chain", 1) or ("tree", width) as its build runs this budget; None otherwise."""
         if self.algorithm != "ddtree":
@@ -123,19 +130,28 @@ class Decoding:
         return ddtree.shape(ddtree.build(self.tree_build), self.block_size, self.budget, self.topk)
 
 
-def accepted_tokens(decoding: Decoding, a: float, rng: random.Random) -> int:
-    """Tokens committed by one verify round (accepted drafts + bonus token)."""
-    if decoding.algorithm == "ar":
-        return 1
-    depths = decoding.block_size - 1
+def target_ranks(decoding: Decoding, a: float, rng: random.Random) -> list[int]:
+    """One verify round's draw: at each depth of the block, the rank of the target's token among the drafter's
+    candidates (CANDIDATES_PER_DEPTH: outside every candidate list)."""
     ranks = []
-    for d in range(depths):
+    for d in range(decoding.block_size - 1):
         probs = depth_distribution(a, d)
         u, r = rng.random(), 0
         while r < len(probs) and u >= probs[r]:
             u -= probs[r]
             r += 1
-        ranks.append(r)  # r == len(probs): outside every candidate list
+        ranks.append(r)
+    return ranks
+
+
+def accepted_tokens(decoding: Decoding, a: float, rng: random.Random, ranks: list[int] | None = None) -> int:
+    """Tokens committed by one verify round (accepted drafts + bonus token), for the round's target ranks
+    (drawn here when not given)."""
+    if decoding.algorithm == "ar":
+        return 1
+    depths = decoding.block_size - 1
+    if ranks is None:
+        ranks = target_ranks(decoding, a, rng)
     if decoding.algorithm == "dflash":
         accepted = 0
         while accepted < depths and ranks[accepted] == 0:
@@ -250,9 +266,12 @@ class CostModel:
 
     def cpu_seconds(self, decoding: Decoding, batch: int) -> float:
         """CPU work of one step: scheduling and sampling (cpu_step), plus, for a speculative round, its
-        per-request bookkeeping (spec_cpu_per_request x batch)."""
+        per-request bookkeeping (spec_cpu_per_request x batch), plus with the DDTree rank probe its walk
+        (rank_probe_cpu_per_request x batch)."""
         r = self.runtime
         seconds = r.get("cpu_step", r.get("no_overlap_penalty", 0.0))
+        if decoding.probes_ranks():  # the rank probe's per-request walk in Python
+            seconds += r.get("rank_probe_cpu_per_request", 0.0) * batch
         return seconds + (r.get("spec_cpu_per_request", 0.0) * batch if decoding.algorithm != "ar" else 0.0)
 
     def decode_step(self, decoding: Decoding, contexts: list[int]) -> float:
@@ -260,7 +279,8 @@ class CostModel:
 
         step = GPU + exposed CPU, GPU = verify(width x batch tokens) + drafter (its share of a target pass over
         the same tokens) + for DDTree its tree mask read per layer (nodes x (context + nodes) bytes) and, in tree
-        mode, tree construction (per node) + hybrid-model tree penalty. The overlap scheduler prepares the
+        mode, tree construction (per node) + hybrid-model tree penalty + with the rank probe its top-32 over the
+        drafter's logits (batch x (block - 1) x vocab x 4 bytes). The overlap scheduler prepares the
         next step on the CPU while the GPU runs this one, so only CPU work longer than the GPU's shows; without
         it (and for DDTree, which runs without it) all of it adds.
         """
@@ -280,6 +300,9 @@ class CostModel:
                     gpu += mask_bytes / (self.gpu["bandwidth"] * r["bandwidth_efficiency"] * self.tp)
                 if decoding.tree_shape()[0] == "tree":
                     gpu += r["tree_build_per_node"] * decoding.budget * len(contexts)
+                if decoding.probes_ranks():  # top-32 over the drafter's float32 logits at every depth
+                    logits = len(contexts) * (decoding.block_size - 1) * self.model.get("vocab", 151936) * 4
+                    gpu += logits / (self.gpu["bandwidth"] * r.get("bandwidth_efficiency", 1.0) * self.tp)
                 if self.model["hybrid"]:
                     gpu += r.get("hybrid_tree_per_node", 0.0) * max(0, width - 8) * len(contexts)
         cpu = self.cpu_seconds(decoding, len(contexts))

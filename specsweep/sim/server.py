@@ -23,10 +23,10 @@ from dataclasses import dataclass, field
 from aiohttp import web
 
 from .. import __version__
-from ..ddtree import DEFAULT_BUILD, builds as ddtree_builds
+from ..ddtree import DEFAULT_BUILD, RankProbe, builds as ddtree_builds, rank_probe_on
 from ..text import chat_prompt, split_tokens
 from ..workloads import WorkloadError, tokenizer
-from .model import CostModel, Decoding, accepted_tokens, reply_tokens, top1_probability
+from .model import CostModel, Decoding, accepted_tokens, reply_tokens, target_ranks, top1_probability
 from .stream import EventStream
 
 PAGE = 64  # prefix-cache granularity in tokens
@@ -127,7 +127,7 @@ def decoding_from_args(args: argparse.Namespace) -> Decoding:
     block = args.speculative_dflash_block_size or args.speculative_num_draft_tokens or 16
     topk = os.environ.get("SGLANG_DDTREE_MAX_TOPK")
     return Decoding(algorithm, block, args.speculative_ddtree_budget or 0, int(topk) if topk else None,
-                    not args.disable_overlap_schedule, args.sim_ddtree_build)
+                    not args.disable_overlap_schedule, args.sim_ddtree_build, rank_probe_on(os.environ))
 
 
 @dataclass(frozen=True)
@@ -167,6 +167,7 @@ class Engine:
         overrides = json.loads(args.sim_profiles) if args.sim_profiles else None
         self.cost = CostModel.named(args.sim_gpu, args.sim_model_profile, args.sim_runtime, args.tp_size, overrides)
         self.acceptance = json.loads(args.sim_acceptance) if args.sim_acceptance else None
+        self.rank_probe = RankProbe(self.decoding.block_size - 1) if self.decoding.probes_ranks() else None
         self.waiting: list[Request] = []
         self.running: list[Request] = []
         self.wakeup = asyncio.Event()
@@ -247,13 +248,23 @@ class Engine:
         for req in admitted:
             req.prefilled = True
             self._emit(req, 1)
+        probe = self.rank_probe if batch and len(batch[0].prompt_tokens) + batch[0].produced >= RankProbe.MIN_CONTEXT \
+            else None
         for req in batch:
-            n = accepted_tokens(self.decoding, req.a, req.rng)
-            if self.decoding.algorithm != "ar":
-                req.verify_ct += 1
-                self.counters["verify_calls"] += 1
-                self.counters["accepted_tokens"] += n
+            if self.decoding.algorithm == "ar":
+                self._emit(req, 1)
+                continue
+            ranks = target_ranks(self.decoding, req.a, req.rng)
+            n = accepted_tokens(self.decoding, req.a, req.rng, ranks)
+            if probe:
+                probe.record(ranks, n - 1)
+            req.verify_ct += 1
+            self.counters["verify_calls"] += 1
+            self.counters["accepted_tokens"] += n
             self._emit(req, n)
+        table = probe.step() if probe else None
+        if table:
+            print(table, flush=True)
         self.running = [r for r in self.running + admitted if r.produced < len(r.reply)]
 
     @property

@@ -109,7 +109,7 @@ def test_openai_python_client_reads_the_simulator(tmp_path):
 
 # ------------------------------------------------------------------ fault switches
 
-def one(max_new=64):
+def twelve_sessions(max_new=64):
     return [Session(f"s{i}", "chat", [{"role": "user", "content": f"Tell me about topic {i}."}], [], max_new)
             for i in range(12)]
 
@@ -130,7 +130,7 @@ def test_fault_slow_start_is_waited_for(tmp_path):
 def test_fault_http_500_at_a_rate(tmp_path):
     server = start_sim(tmp_path, "--sim-error-rate", "0.5")
     try:
-        records = measure(server.url, one(), 4, {"temperature": 0.0}, 30)
+        records = measure(server.url, twelve_sessions(), 4, {"temperature": 0.0}, 30)
     finally:
         server.stop()
     failed = [r for r in records if r.error == "http_status"]
@@ -141,7 +141,7 @@ def test_fault_http_500_at_a_rate(tmp_path):
 def test_fault_truncated_streams(tmp_path):
     server = start_sim(tmp_path, "--sim-truncate-rate", "1.0")
     try:
-        records = measure(server.url, one(), 2, {"temperature": 0.0}, 30)
+        records = measure(server.url, twelve_sessions(), 2, {"temperature": 0.0}, 30)
     finally:
         server.stop()
     assert all(r.error == "truncated" for r in records)
@@ -150,7 +150,7 @@ def test_fault_truncated_streams(tmp_path):
 def test_fault_hang_mid_stream_times_out(tmp_path):
     server = start_sim(tmp_path, "--sim-hang-after-tokens", "5")
     try:
-        records = measure(server.url, one()[:2], 2, {"temperature": 0.0}, timeout=2.0)
+        records = measure(server.url, twelve_sessions()[:2], 2, {"temperature": 0.0}, timeout=2.0)
     finally:
         server.stop()
     assert all(r.error == "timeout" and r.output_tokens >= 1 for r in records)
@@ -159,7 +159,7 @@ def test_fault_hang_mid_stream_times_out(tmp_path):
 def test_fault_crash_after_n_requests(tmp_path):
     server = start_sim(tmp_path, "--sim-crash-after", "3")
     try:
-        records = measure(server.url, one(), 1, {"temperature": 0.0}, 10, alive=server.alive)
+        records = measure(server.url, twelve_sessions(), 1, {"temperature": 0.0}, 10, alive=server.alive)
         assert not server.alive()
     finally:
         server.stop()
@@ -271,3 +271,71 @@ def test_moe_step_reads_the_experts_its_tokens_touch():
     assert dense._bytes_read(1) == dense._bytes_read(16) == dense.model["weight_bytes"]
     # at batch 1 a DFlash round committing 6 tokens (code, CALIBRATION.md) beats six AR steps on the MoE model
     assert 6 * moe.decode_step(Decoding("ar"), [1000]) > moe.decode_step(Decoding("dflash", 16), [1000])
+
+
+def _probe_tables(log_text: str) -> list[list[tuple[int, list[float]]]]:
+    """The rank-probe tables in a server log: per table, (reached, hit rates at t1..t32) per depth."""
+    tables, rows = [], None
+    for line in log_text.splitlines():
+        if line.startswith("[DDTREE rank-probe]"):
+            rows = []
+            tables.append(rows)
+        elif rows is not None and line.startswith("d") and line[1:2].isdigit():
+            fields = line.split()
+            rows.append((int(fields[1]), [float(x) for x in fields[2:]]))
+    return tables
+
+
+def test_ddtree_rank_probe_logs_where_the_target_token_ranks_as_the_pull_request_does(tmp_path):
+    prompt = "Write a Python function that parses a CSV file and returns the rows as dictionaries. " * 4
+    body = {"text": prompt, "sampling_params": {"max_new_tokens": 700, "temperature": 0, "ignore_eos": True}}
+    logs = {}
+    for name, budget, env in (("tree", "32", {"SGLANG_DDTREE_RANK_PROBE": "1"}), ("off", "32", {}),
+                              ("spine", "15", {"SGLANG_DDTREE_RANK_PROBE": "true"})):
+        flags = [f if f != "32" else budget for f in DDTREE]
+        server = start_sim(tmp_path / name, *flags, env=env)
+        try:
+            reply = requests.post(server.url + "/generate", json=body, timeout=60).json()
+        finally:
+            server.stop()
+        logs[name] = (server.log_path.read_text(), reply["meta_info"])
+    assert not _probe_tables(logs["off"][0]) and not _probe_tables(logs["spine"][0])  # tree mode only, when on
+    tables = _probe_tables(logs["tree"][0])
+    rounds = logs["tree"][1]["spec_verify_ct"]
+    assert len(tables) == rounds // 50 >= 1  # one table per 50 verify steps, cumulative
+    table = tables[-1]
+    assert table[0][0] == 50 * len(tables)  # one request: every step reaches depth 0
+    width = 3  # budget 32, block 16: min(max(32 // 15 + 1, 2), 6)
+    for d, (reached, rates) in enumerate(table):
+        assert rates == sorted(rates) and 0 < rates[0] <= rates[-1] <= 1  # cumulative over wider top-t
+        if d + 1 < len(table):
+            # the walk goes on only through a token in the tree, whose rank is below the width (< 4)
+            assert table[d + 1][0] <= round(rates[2] * reached) + 1
+            assert table[d + 1][0] <= reached
+    # a wider tree would catch what ranks 4-32 hold: the probe's point; the drafter has candidates there
+    assert any(rates[5] > rates[2] for _, rates in table)
+
+
+def test_rank_probe_costs_its_logits_read_and_walk_only_in_tree_mode():
+    cost = CostModel.named("H200", "qwen3-8b", "sglang-0.5.16-h200")
+    contexts = [1000] * 8
+    for budget, mode in ((15, "chain"), (32, "tree")):
+        plain = Decoding("ddtree", 16, budget, overlap=False)
+        probed = Decoding("ddtree", 16, budget, overlap=False, rank_probe=True)
+        extra = cost.decode_step(probed, contexts) - cost.decode_step(plain, contexts)
+        if mode == "chain":
+            assert extra == 0
+        else:
+            logits = 8 * 15 * 151936 * 4 / (cost.gpu["bandwidth"] * cost.runtime["bandwidth_efficiency"])
+            assert extra == pytest.approx(logits + 8 * cost.runtime["rank_probe_cpu_per_request"])
+        assert repr(plain) == repr(probed)  # the acceptance draws do not change
+
+
+def test_every_shipped_profile_value_is_a_number():
+    from specsweep.sim.model import default_profiles
+
+    # YAML 1.1 reads 2e-06 (no dot) as a string: a profile copied by hand must still be numbers throughout
+    for kind, entries in default_profiles().items():
+        for name, entry in entries.items():
+            for key, value in entry.items():
+                assert isinstance(value, (int, float)), f"sim_profiles.yaml {kind}.{name}.{key} = {value!r}"
