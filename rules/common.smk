@@ -52,11 +52,12 @@ _PLAN_ROWS = []
 
 
 def plan_rows():
-    """The plan's predicted rows, one per cell (specsweep.plan.predict), computed once and only when a job needs them."""
+    """The plan's predicted rows, one per cell (specsweep.plan.predict), computed once and only when a job needs
+    them, and kept in the cache folder for later invocations of the same plan."""
     if not _PLAN_ROWS:
         from specsweep.plan import predict
 
-        _PLAN_ROWS.extend(predict(CONFIG))
+        _PLAN_ROWS.extend(predict(CONFIG, CONFIG["cache_dir"]))
     return _PLAN_ROWS
 
 

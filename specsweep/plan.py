@@ -118,10 +118,48 @@ def cell_seconds(config: dict, tp: int, method, workload: dict, concurrency: int
     return rounds * turns * per_turn
 
 
-def predict(config: dict) -> list[dict]:
-    """One row per cell with its predicted seconds (warm-up + measurement), and per server its start-up."""
-    return [row for server in servers(config)
+def predict(config: dict, memo_dir: str | None = None) -> list[dict]:
+    """One row per cell with its predicted seconds (warm-up + measurement), and per server its start-up.
+
+    With ``memo_dir`` (the cell cache's folder) the rows are kept in {memo_dir}/plan/{digest}.json, the digest
+    being that of the configuration less ``report`` and of the package's code and data: every Snakemake
+    invocation orders its server jobs by these predictions, and a later invocation of the same plan (a rerun, a
+    dry run, the predictions job) reads them back instead of predicting again. A memo that cannot be written is
+    skipped."""
+    import json
+    from pathlib import Path
+
+    from .canon import atomic_write_json, digest
+
+    memo = None
+    if memo_dir:
+        key = digest({"config": {k: v for k, v in config.items() if k != "report"}, "code": _code_digest()})
+        memo = Path(memo_dir) / "plan" / f"{key}.json"
+        try:
+            return json.loads(memo.read_text())
+        except (OSError, ValueError):
+            pass
+    rows = [row for server in servers(config)
             for row in predict_server(config, server["tp"], server["method"], server["repetition"])]
+    if memo is not None:
+        try:
+            atomic_write_json(memo, rows)
+        except (OSError, ValueError):
+            pass
+    return rows
+
+
+@lru_cache(maxsize=1)
+def _code_digest() -> str:
+    """Digest of the package's code and data files (what predict depends on besides the configuration)."""
+    from pathlib import Path
+
+    from .canon import digest
+
+    root = Path(__file__).parent
+    files = sorted(p for p in root.rglob("*") if p.suffix in (".py", ".yaml", ".json", ".txt")
+                   and "__pycache__" not in p.parts)
+    return digest({str(p.relative_to(root)): digest(p.read_bytes()) for p in files})
 
 
 def predict_server(config: dict, tp: int, method_name: str, repetition: int | None = None,
@@ -235,7 +273,8 @@ def write_predictions(config: dict, out_csv: str) -> None:
 
     from .canon import atomic_write_text
 
-    atomic_write_text(out_csv, pd.DataFrame(predict(config), columns=PREDICTION_COLUMNS).to_csv(index=False))
+    atomic_write_text(out_csv, pd.DataFrame(predict(config, config["cache_dir"]), columns=PREDICTION_COLUMNS)
+                      .to_csv(index=False))
 
 
 PREDICTION_COLUMNS = ["server", "tp", "method", "repetition", "workload", "concurrency", "requests", "path",
@@ -248,7 +287,7 @@ def write_plan(config: dict, environment: dict | None, gpus: int, out_md: str, o
 
     from .canon import atomic_write_text
 
-    rows = predict(config)
+    rows = predict(config, config["cache_dir"])
     known = mark_cached(config, rows, environment)
     durations = server_durations(rows)
     packing = pack(durations, gpus, config["gpu_pool"]["exclusive"])

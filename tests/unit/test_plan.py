@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import pytest
+
+from conftest import fast_config, validated
+from specsweep import plan
 from specsweep.plan import pack
 
 
@@ -15,3 +19,28 @@ def test_packing_respects_gpus_and_its_lower_bound():
     for t in events:
         busy = sum(durations[s][0] for s in durations if result["starts"][s] <= t < result["starts"][s] + durations[s][1])
         assert busy <= 8
+
+
+def test_predictions_are_kept_for_later_invocations_of_the_same_plan(tmp_path, monkeypatch):
+    config = validated(fast_config())
+    memo = tmp_path / "cache"
+    rows = plan.predict(config, str(memo))
+    assert rows == plan.predict(config) and len(list((memo / "plan").glob("*.json"))) == 1
+
+    def no_prediction(*args, **kwargs):
+        raise AssertionError("predicted again")
+
+    real = plan.predict_server
+    monkeypatch.setattr(plan, "predict_server", no_prediction)
+    assert plan.predict(config, str(memo)) == rows  # read back
+    assert plan.predict({**config, "report": {"title": "other"}}, str(memo)) == rows  # the report is not in it
+    with pytest.raises(AssertionError, match="predicted again"):
+        plan.predict({**config, "warmup": config["warmup"] + 1}, str(memo))  # any other key is
+    monkeypatch.setattr(plan, "predict_server", real)
+    # a memo that cannot be written (here a file stands where its folder would be) or read is skipped
+    blocked = tmp_path / "blocked"
+    blocked.mkdir()
+    (blocked / "plan").write_text("a file, not a folder")
+    assert plan.predict(config, str(blocked)) == rows
+    next((memo / "plan").glob("*.json")).write_text("{not json")
+    assert plan.predict(config, str(memo)) == rows
