@@ -242,7 +242,8 @@ class CostModel:
         """Target forward over ``tokens`` tokens of a batch with these context lengths (no drafter).
 
         roofline(weights read, compute) + attention + layers x per-layer overhead + TP all-reduces; attention
-        reads every request's KV cache at the runtime's bandwidth, and no faster for one request than
+        reads every request's KV cache at the runtime's attention bandwidth (attention_bandwidth_efficiency, else
+        bandwidth_efficiency, of the GPU's), and no faster for one request than
         ``attention_request_bandwidth`` (a lone long request leaves most of the GPU idle), where the runtime sets it;
         verification may read it more than once (verify_attention_reads).
         """
@@ -256,9 +257,13 @@ class CostModel:
         # times, whatever its width (measured: SGLang's DFlash rounds grow with the context alike at widths 8-32)
         width = tokens / len(contexts) if contexts else 1.0
         reads = 1.0 + (r.get("verify_attention_reads", 0.0) if width > 1 else 0.0)
-        attention = reads * sum(contexts) * m["kv_bytes_per_token"] / bw
+        kv_bw = g["bandwidth"] * r.get("attention_bandwidth_efficiency", r["bandwidth_efficiency"]) * self.tp
+        attention = reads * sum(contexts) * m["kv_bytes_per_token"] / kv_bw
         if r.get("attention_request_bandwidth") and contexts:
-            attention = max(attention, reads * max(contexts) * m["kv_bytes_per_token"]
+            # one request's reads are parallel over its verified tokens too, so they may cost less than the
+            # batch's (verify_request_attention_reads, where the runtime sets it)
+            request_reads = 1.0 + (r.get("verify_request_attention_reads", reads - 1.0) if width > 1 else 0.0)
+            attention = max(attention, request_reads * max(contexts) * m["kv_bytes_per_token"]
                             / (r["attention_request_bandwidth"] * self.tp))
         fixed = m["layers"] * r["layer_overhead"]
         comm = 2 * m["layers"] * r["allreduce_latency"] * math.log2(self.tp) if self.tp > 1 else 0.0

@@ -221,7 +221,7 @@ def test_reply_to_a_chinese_prompt_has_the_size_of_its_tokens():
 
 def test_measured_h200_profile_reproduces_the_recorded_step_costs():
     # the shipped runtime profile against the committed H200 record (benchmarks/gpu/step_costs.py): every shape
-    # within 25% (the README's table has the figures; the fit's target is 10%, met at 55 of 72 shapes)
+    # within the fit's 10% target (the README's table has the figures)
     import sys
 
     from conftest import REPO
@@ -235,7 +235,7 @@ def test_measured_h200_profile_reproduces_the_recorded_step_costs():
     assert {r["width"] for r in rows if r["kind"] == "dflash"} >= {2, 4, 8, 16, 32, 40, 64}  # widths 2-65
     for row in rows:
         ratio = step_costs.simulated(cost, row) / row["seconds"]
-        assert 0.75 <= ratio <= 1.25, (row, ratio)
+        assert 0.90 <= ratio <= 1.10, (row, ratio)
 
 
 def test_overlap_scheduler_hides_cpu_work_up_to_the_gpu_step():
