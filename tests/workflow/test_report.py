@@ -57,7 +57,7 @@ def reduced_plan(tmp_path_factory):
             config = load_default_config()
             config.update(PLANS[name])
             write_config(workdir, tiny(config))
-            snakemake(workdir, "results/report/report.pdf", "results/report/figures/setup")
+            snakemake(workdir, "results/report/report.pdf", "results/report/figures/setup", cores=4)
             assert server_processes_under(root) == [], "a server was left running"
             runs[name] = workdir / "results"
         return runs[name]

@@ -38,7 +38,7 @@ def cell_files(workdir):
 
 def test_default_config_end_to_end(workflow):
     started = time.monotonic()
-    snakemake(workflow)
+    snakemake(workflow, cores=4)  # the four servers at once
     elapsed = time.monotonic() - started
     print(f"default workflow took {elapsed:.1f} s")
     pdf = workflow / "results" / "report" / "report.pdf"
@@ -71,7 +71,7 @@ def test_partial_reruns_measure_only_stale_cells(workflow):
     config = small_config()
     write_config(workflow, config)
     journal = Journal(workflow)
-    snakemake(workflow, "results/summary.csv")  # (a)-(b) are about measurement: the report is built from (c) on
+    snakemake(workflow, "results/summary.csv", cores=4)  # (a)-(b) measure: the report is built from (c) on
     first = journal.new_events()
     assert {e["server"] for e in first if e["event"] == "server_start"} == {"tp1/ar", "tp1/dflash", "tp1/ddtree-b8", "tp1/ddtree-b16"}
     assert len([e for e in first if e["event"] == "measured"]) == 4 * 2 * 2
