@@ -13,7 +13,7 @@ from __future__ import annotations
 import heapq
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from importlib import resources
 
@@ -34,6 +34,7 @@ class TreeBuild:
     max_topk: int
     depth_bonus: float
     early_stop_margin: float | None
+    depth_bonus_env: str | None = None  # the environment variable that sets depth_bonus in this build, if any
 
 
 @lru_cache(maxsize=1)
@@ -51,6 +52,20 @@ def build(name: str | None) -> TreeBuild:
         raise ValueError(f"unknown DDTree build {name!r}; known builds: {', '.join(sorted(known))} "
                          "(specsweep/data/ddtree_builds.yaml)")
     return known[name]
+
+
+def with_environment(tree_build: TreeBuild, env: Mapping) -> TreeBuild:
+    """The build as a server with this environment runs it: its depth bonus from its own variable where set
+    (PR 29907: SGLANG_DDTREE_DEPTH_BONUS); a value that is not a number is a clear error."""
+    name = tree_build.depth_bonus_env
+    if not name or str(env.get(name, "")).strip() == "":
+        return tree_build
+    try:
+        bonus = float(env[name])
+    except ValueError:
+        raise ValueError(f"{name}={env[name]!r} is not a number (the DDTree build {tree_build.name!r} reads it "
+                         "as its depth bonus)") from None
+    return replace(tree_build, depth_bonus=bonus)
 
 
 def shape(tree_build: TreeBuild, block_size: int, budget: int, topk: int | None) -> tuple[str, int]:

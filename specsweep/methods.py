@@ -117,6 +117,11 @@ def _expand(config: dict) -> list[Method]:
             backend = _attention_backend(config, entry, algorithm, params, flags, where)
             env = {k: _substitute(str(v), values, mwhere + ".env") for k, v in spelling.get("env", {}).items()}
             env.update({k: _substitute(str(v), values, where + ".env") for k, v in entry.get("env", {}).items()})
+            if algorithm == "ddtree":
+                try:
+                    ddtree.with_environment(ddtree.build(params["tree_build"]), env)
+                except ValueError as exc:
+                    raise ConfigError(f"{where}.env: {exc}") from None
             methods.append(Method(name, algorithm, params, tuple(flags), env, backend,
                                   entry.get("min_free_slots_delay")))
     seen: dict[str, int] = {}

@@ -24,7 +24,7 @@ from functools import lru_cache
 
 from .jobs import cells_of_server, servers
 from .methods import expand_methods
-from .ddtree import DEFAULT_BUILD, rank_probe_on
+from .ddtree import DEFAULT_BUILD
 from .layout import server_name
 from .sim.model import CostModel, Decoding, profiles
 from .text import chat_prompt
@@ -39,9 +39,9 @@ def _decoding(method) -> Decoding:
     p = method.params
     if method.algorithm == "ar":
         return Decoding("ar")
-    return Decoding(method.algorithm, p.get("block_size", 16), p.get("budget", 0), p.get("topk"),
-                    overlap="--disable-overlap-schedule" not in method.flags,
-                    tree_build=p.get("tree_build") or DEFAULT_BUILD, rank_probe=rank_probe_on(method.env))
+    return Decoding.of_build(method.algorithm, p.get("block_size", 16), p.get("budget", 0), p.get("topk"),
+                             "--disable-overlap-schedule" not in method.flags, p.get("tree_build") or DEFAULT_BUILD,
+                             method.env)
 
 
 @lru_cache(maxsize=256)

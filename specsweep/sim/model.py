@@ -20,7 +20,7 @@ import hashlib
 import math
 import random
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 
 from .. import ddtree
@@ -88,10 +88,14 @@ def depth_distribution(a: float, depth: int, ratio: float = ACCEPTANCE["second_c
 
 
 @lru_cache(maxsize=4096)
-def build_tree(a_key: float, depths: int, budget: int, topk: int, build_name: str = ddtree.DEFAULT_BUILD) -> frozenset:
+def build_tree(a_key: float, depths: int, budget: int, topk: int, build_name: str = ddtree.DEFAULT_BUILD,
+               depth_bonus: float | None = None) -> frozenset:
     """The drafted nodes a DDTree build verifies for a drafter of top-1 probability ``a_key`` (prefixes of ranks):
-    the build's chain or tree (specsweep.ddtree) over this drafter's per-depth distributions."""
+    the build's chain or tree (specsweep.ddtree) over this drafter's per-depth distributions, with its own depth
+    bonus unless one is given."""
     tree_build = ddtree.build(build_name)
+    if depth_bonus is not None:
+        tree_build = replace(tree_build, depth_bonus=depth_bonus)
     mode, width = ddtree.shape(tree_build, depths + 1, budget, topk)
     log_probs = tuple(tuple(math.log(p) for p in depth_distribution(a_key, d)[:max(width, 1)]) for d in range(depths))
     return ddtree.tree_prefixes(tree_build, log_probs, budget, width, mode)
@@ -110,6 +114,17 @@ class Decoding:
     # DDTree: PR 29907's rank probe (SGLANG_DDTREE_RANK_PROBE), a diagnostic that does not change what is drafted
     # or accepted (left out of the repr, which seeds the acceptance draws)
     rank_probe: bool = field(default=False, repr=False)
+    # DDTree: the build's depth bonus as the server's environment sets it (None: the build's default)
+    depth_bonus: float | None = field(default=None, repr=False)
+
+    @classmethod
+    def of_build(cls, algorithm: str, block_size: int, budget: int, topk: int | None, overlap: bool,
+                 tree_build: str, env) -> "Decoding":
+        """A decoding as a server with this environment runs it (rank probe, the build's depth-bonus variable)."""
+        default = ddtree.build(tree_build)
+        tuned = ddtree.with_environment(default, env)
+        return cls(algorithm, block_size, budget, topk, overlap, tree_build, ddtree.rank_probe_on(env),
+                   None if tuned is default else tuned.depth_bonus)
 
     def verify_width(self) -> int:
         """Tokens verified per request per step: 1 (AR), block (DFlash), budget + 1 (DDTree, chain or tree)."""
@@ -157,7 +172,7 @@ def accepted_tokens(decoding: Decoding, a: float, rng: random.Random, ranks: lis
         while accepted < depths and ranks[accepted] == 0:
             accepted += 1
         return accepted + 1
-    tree = build_tree(round(a, 3), depths, decoding.budget, decoding.topk, decoding.tree_build)
+    tree = build_tree(round(a, 3), depths, decoding.budget, decoding.topk, decoding.tree_build, decoding.depth_bonus)
     accepted = 0
     while accepted < depths and tuple(ranks[: accepted + 1]) in tree:
         accepted += 1

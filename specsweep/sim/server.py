@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from aiohttp import web
 
 from .. import __version__
-from ..ddtree import DEFAULT_BUILD, RankProbe, builds as ddtree_builds, rank_probe_on
+from ..ddtree import DEFAULT_BUILD, RankProbe, builds as ddtree_builds
 from ..text import chat_prompt, split_tokens
 from ..workloads import WorkloadError, tokenizer
 from .model import CostModel, Decoding, accepted_tokens, reply_tokens, target_ranks, top1_probability
@@ -126,8 +126,8 @@ def decoding_from_args(args: argparse.Namespace) -> Decoding:
     algorithm = (args.speculative_algorithm or "ar").lower()
     block = args.speculative_dflash_block_size or args.speculative_num_draft_tokens or 16
     topk = os.environ.get("SGLANG_DDTREE_MAX_TOPK")
-    return Decoding(algorithm, block, args.speculative_ddtree_budget or 0, int(topk) if topk else None,
-                    not args.disable_overlap_schedule, args.sim_ddtree_build, rank_probe_on(os.environ))
+    return Decoding.of_build(algorithm, block, args.speculative_ddtree_budget or 0, int(topk) if topk else None,
+                             not args.disable_overlap_schedule, args.sim_ddtree_build, os.environ)
 
 
 @dataclass(frozen=True)

@@ -129,6 +129,9 @@ INVALID = [
      "duplicated method name 'ddtree-b8'"),
     ("sglang-without-model-path", lambda c: (c.update(backend="sglang"), c["model"].pop("path")), "model.path"),
     ("ddtree-without-budget", lambda c: c["methods"].append({"name": "t", "algorithm": "ddtree"}), "budget"),
+    ("ddtree-depth-bonus-not-a-number", lambda c: c["methods"].append(
+        {"name": "t", "algorithm": "ddtree", "budget": 32, "env": {"SGLANG_DDTREE_DEPTH_BONUS": "deep"}}),
+     "SGLANG_DDTREE_DEPTH_BONUS='deep' is not a number"),
     ("unknown-key", lambda c: c.update(concurency=[1]), "concurency"),
     ("negative-warmup", lambda c: c.update(warmup=-1), "warmup"),
     ("zero-requests", lambda c: c["workloads"][0].update(requests=0), "requests"),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import random
 
 import pytest
@@ -12,7 +13,7 @@ from specsweep.client import measure
 from specsweep.launcher import ServerError
 from specsweep.metrics import output_throughput
 from specsweep.sim.calibration import PUBLISHED_QWEN3_8B, calibration_prompts, predict
-from specsweep.sim.model import CostModel, Decoding
+from specsweep.sim.model import CostModel, Decoding, build_tree
 from specsweep.workloads import Session, build
 
 
@@ -339,3 +340,45 @@ def test_every_shipped_profile_value_is_a_number():
         for name, entry in entries.items():
             for key, value in entry.items():
                 assert isinstance(value, (int, float)), f"sim_profiles.yaml {kind}.{name}.{key} = {value!r}"
+
+
+def test_the_builds_depth_bonus_variable_reaches_the_tree_the_server_and_the_plan():
+    from specsweep.ddtree import build
+
+    default = Decoding.of_build("ddtree", 16, 64, None, False, "sglang-pr29907", {})
+    wide = Decoding.of_build("ddtree", 16, 64, None, False, "sglang-pr29907", {"SGLANG_DDTREE_DEPTH_BONUS": "-3"})
+    assert default.depth_bonus is None and wide.depth_bonus == -3.0
+    # the paper's build has no such variable: the environment leaves it alone
+    assert Decoding.of_build("ddtree", 16, 64, 8, False, "paper", {"SGLANG_DDTREE_DEPTH_BONUS": "-3"}).depth_bonus is None
+
+    def depth(tree):
+        return max(len(prefix) for prefix in tree)
+
+    def branches(tree):
+        return sum(1 for prefix in tree if any(prefix))
+
+    a = 0.8
+    deep = build_tree(a, 15, 64, None, "sglang-pr29907")
+    shallow = build_tree(a, 15, 64, None, "sglang-pr29907", -3.0)
+    assert deep == build_tree(a, 15, 64, None, "sglang-pr29907", build("sglang-pr29907").depth_bonus)
+    # the bonus moves nodes: a negative one sinks deep branches under the early-stop threshold (fewer nodes off
+    # the spine), while the rank-0 spine stays whole, as the build guarantees
+    assert branches(shallow) < branches(deep) and depth(shallow) == depth(deep) == 15
+    assert all(tuple([0] * n) in shallow for n in range(1, 16))
+    # the server takes it from its environment, as SGLang's build does
+    from specsweep.sim.server import decoding_from_args, parse_args
+
+    args = parse_args(["--model-path", "m", *DDTREE])
+    os.environ["SGLANG_DDTREE_DEPTH_BONUS"] = "-3"
+    try:
+        assert decoding_from_args(args).depth_bonus == -3.0
+    finally:
+        del os.environ["SGLANG_DDTREE_DEPTH_BONUS"]
+    # and the plan from the method's env in config
+    from conftest import fast_config, validated
+    from specsweep.methods import expand_methods
+    from specsweep.plan import _decoding
+
+    config = fast_config()
+    config["methods"] = [{"name": "t", "algorithm": "ddtree", "budget": 64, "env": {"SGLANG_DDTREE_DEPTH_BONUS": "-3"}}]
+    assert _decoding(expand_methods(validated(config))[0]).depth_bonus == -3.0
