@@ -15,7 +15,9 @@ def test_full_plan_is_priced_without_starting_anything(workflow):
     plan = pd.read_csv(workflow / "results" / "plan" / "plan.csv")
     assert len(plan) == 810 and plan["server"].nunique() == 27
     assert (plan["measure_s"] > 0).all() and not plan["cached"].any()
-    assert sorted(p.name for p in (workflow / "results").iterdir()) == ["plan"]  # no environment, no cell
+    # no environment, no cell: only the plan and its predictions, kept in the cache for the runs to come
+    assert sorted(p.name for p in (workflow / "results").iterdir()) == ["cache", "plan"]
+    assert [p.parent.name for p in (workflow / "results" / "cache").rglob("*") if p.is_file()] == ["plan"]
     assert server_processes_under(workflow) == [] and "bench_server" not in proc.stdout
     # the packing stays close to its lower bound
     ratio = float(md.split("(ratio ")[1].split(")")[0])

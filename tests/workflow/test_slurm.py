@@ -54,7 +54,7 @@ def cluster(tmp_path):
 def test_workflow_through_slurm(cluster, tmp_path):
     workdir = copy_workflow(tmp_path / "wf")
     shutil.copytree(REPO / "profiles", workdir / "profiles")
-    config = fast_config()
+    config = fast_config(startup=8.0)  # each server lives at least 8 s: enough for two SLURM jobs to meet
     config["tp"] = [1, 2]
     config["gpu_pool"] = {"devices": 4}
     config["cache_dir"] = str(tmp_path / "shared" / "cells")  # a path every node sees
