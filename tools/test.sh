@@ -13,6 +13,6 @@ if [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null \
     apt-get update -qq
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $SLURM_PACKAGES >/dev/null
 fi
-# Three test processes (pytest-xdist): most of a test's time is simulated servers and Snakemake waiting, so three
+# Two test processes (pytest-xdist): most of a test's time is simulated servers and Snakemake waiting, so two
 # overlap well on two cores; SPECSWEEP_TEST_WORKERS=0 runs the tests in this process instead.
-exec .venv/bin/python -m pytest -ra -n "${SPECSWEEP_TEST_WORKERS:-3}" --dist loadgroup "$@"
+exec .venv/bin/python -m pytest -ra -n "${SPECSWEEP_TEST_WORKERS:-2}" --dist loadgroup "$@"

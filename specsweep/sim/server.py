@@ -248,8 +248,8 @@ class Engine:
         for req in admitted:
             req.prefilled = True
             self._emit(req, 1)
-        probe = self.rank_probe if batch and len(batch[0].prompt_tokens) + batch[0].produced >= RankProbe.MIN_CONTEXT \
-            else None
+        first = batch[0] if batch else None  # the build counts a step by its batch's first request's context
+        probe = self.rank_probe if first and len(first.prompt_tokens) + first.produced >= RankProbe.MIN_CONTEXT else None
         for req in batch:
             if self.decoding.algorithm == "ar":
                 self._emit(req, 1)
