@@ -306,11 +306,11 @@ def test_ddtree_rank_probe_logs_where_the_target_token_ranks_as_the_pull_request
     assert len(tables) == rounds // 50 >= 1  # one table per 50 verify steps, cumulative
     table = tables[-1]
     assert table[0][0] == 50 * len(tables)  # one request: every step reaches depth 0
-    width = 3  # budget 32, block 16: min(max(32 // 15 + 1, 2), 6)
     for d, (reached, rates) in enumerate(table):
         assert rates == sorted(rates) and 0 < rates[0] <= rates[-1] <= 1  # cumulative over wider top-t
         if d + 1 < len(table):
-            # the walk goes on only through a token in the tree, whose rank is below the width (< 4)
+            # the walk goes on only through a token in the tree, whose rank is below the width: budget 32,
+            # block 16 -> min(max(32 // 15 + 1, 2), 6) = 3, so within the top 4
             assert table[d + 1][0] <= round(rates[2] * reached) + 1
             assert table[d + 1][0] <= reached
     # a wider tree would catch what ranks 4-32 hold: the probe's point; the drafter has candidates there
