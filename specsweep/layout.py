@@ -13,6 +13,7 @@ The rules (rules/*.smk) and the package both build paths and names from here, so
     results/report/report.pdf, figures/{section}/
     {cache_dir}/{key[:2]}/{key}.json            the cell cache (outside the DAG: see cache.py)
     {cache_dir}/journal/tp{tp}-{method}[-r{rep}].jsonl   a server's journal, appended across runs
+    {cache_dir}/plan/{digest}.json              the plan's predictions for one configuration (see plan.predict)
 """
 
 from __future__ import annotations
@@ -61,6 +62,11 @@ def table_path(name: str, ext: str = "csv") -> str:
 
 def run_record_path(tp, method: str, repetition=None) -> str:
     return f"{RESULTS}/runs/tp{tp}/{method}{_rep(repetition)}.json"
+
+
+def plan_memo_path(cache_dir: str, digest: str) -> str:
+    """Where the plan keeps its predictions for the configuration (and code) with this digest."""
+    return f"{cache_dir}/plan/{digest}.json"
 
 
 def journal_path(cache_dir: str, tp, method: str, repetition=None) -> str:

@@ -25,7 +25,7 @@ from functools import lru_cache
 from .jobs import cells_of_server, servers
 from .methods import expand_methods
 from .ddtree import DEFAULT_BUILD
-from .layout import server_name
+from .layout import plan_memo_path, server_name
 from .sim.model import CostModel, Decoding, profiles
 from .text import chat_prompt
 
@@ -134,7 +134,7 @@ def predict(config: dict, memo_dir: str | None = None) -> list[dict]:
     memo = None
     if memo_dir:
         key = digest({"config": {k: v for k, v in config.items() if k != "report"}, "code": _code_digest()})
-        memo = Path(memo_dir) / "plan" / f"{key}.json"
+        memo = Path(plan_memo_path(memo_dir, key))
         try:
             return json.loads(memo.read_text())
         except (OSError, ValueError):
