@@ -83,3 +83,13 @@ def test_bench_outputs_that_do_not_name_the_servers_cells_are_refused_before_any
         bench_server(job, renamed, environment, tmp_path, tmp_path / "run.json")
     assert not (tmp_path / "cache" / "journal").exists() and not (tmp_path / "run.json").exists()
     assert server_processes_under(tmp_path) == []
+
+
+def test_atomic_writes_get_the_permissions_open_would_give(tmp_path):
+    # results and the cell cache are shared (other users, other SLURM nodes): not private to their writer
+    from specsweep.canon import atomic_write_text
+
+    atomic_write_text(tmp_path / "a.json", "{}")
+    (tmp_path / "b.json").write_text("{}")
+    assert (tmp_path / "a.json").stat().st_mode & 0o777 == (tmp_path / "b.json").stat().st_mode & 0o777
+    assert (tmp_path / "a.json").read_text() == "{}" and not list(tmp_path.glob(".*.tmp"))
