@@ -12,7 +12,6 @@ import io
 import json
 import shutil
 import subprocess
-import tempfile
 from dataclasses import dataclass
 from datetime import date
 from pathlib import Path
@@ -59,10 +58,10 @@ def _wide(frame: pd.DataFrame, series: list[str], series_col: str, x: str, y: st
 
 
 class Figures:
-    """Collects figure specifications and writes their CSV files into the report's data folder."""
+    """Collects figure specifications and the CSV text each one draws (in ``data``, by file name)."""
 
-    def __init__(self, data_dir: Path, methods: list[str]):
-        self.data_dir, self.methods, self.specs = data_dir, methods, []
+    def __init__(self, data: dict[str, str], methods: list[str]):
+        self.data, self.methods, self.specs = data, methods, []
 
     def _series(self, frame, col):
         present = set(frame[col])
@@ -106,7 +105,7 @@ class Figures:
 
     def _add(self, section, fid, kind, wide, x, xlabel, ylabel, caption, series, **extra):
         name = f"{fid}.csv"
-        wide.to_csv(self.data_dir / name, index=False, na_rep="nan")
+        self.data[name] = wide.to_csv(index=False, na_rep="nan")
         spec = {"section": section, "id": fid, "kind": kind, "csv": f"data/{name}", "x": x, "xlabel": xlabel,
                 "ylabel": ylabel, "caption": caption, "labels": series,
                 "series": [{"col": f"s{i}", "label": tex_escape(s), "color": COLORS[i % len(COLORS)], "index": i}
@@ -120,12 +119,12 @@ class Figures:
         self.specs.append(spec)
 
 
-def _table(frame: pd.DataFrame, path: Path, string_cols=()) -> bool:
-    """Write a table's CSV (text columns escaped for LaTeX, commas made semicolons: pgfplotstable reads
-    no quoted fields); True when it has rows."""
+def _table(frame: pd.DataFrame, data: dict[str, str], name: str, string_cols=()) -> bool:
+    """Put a table's CSV text in ``data`` under ``name`` (text columns escaped for LaTeX, commas made semicolons:
+    pgfplotstable reads no quoted fields); True when it has rows."""
     for col in (c for c in string_cols if c in frame):
         frame = frame.assign(**{col: frame[col].map(lambda v: tex_escape(v).replace(",", ";"))})
-    frame.to_csv(path, index=False)
+    data[name] = frame.to_csv(index=False)
     return not frame.empty
 
 
@@ -177,7 +176,7 @@ def single_stream(t: Tables, figs: Figures) -> dict:
     return {}
 
 
-def budget_sweep(t: Tables, figs: Figures, data: Path) -> dict:
+def budget_sweep(t: Tables, figs: Figures, data: dict[str, str]) -> dict:
     """Section 3: acceptance and throughput against the DDTree budget, DFlash as the reference; each point
     marked with the mode the build runs at its budget (a chain in spine mode, a tree of some width above)."""
     summary, low, tps, lowest = t.summary, t.low, t.tps, t.lowest
@@ -185,7 +184,7 @@ def budget_sweep(t: Tables, figs: Figures, data: Path) -> dict:
     tree = tree.assign(series=[f"DDTree, {m}" if isinstance(m, str) else "DDTree" for m in tree["tree_mode"]])
     modes = (tree.drop_duplicates("method")[["method", "tree_build", "budget", "topk", "tree_mode", "tree_width"]]
              .sort_values("budget"))
-    has_modes = _table(modes, data / "ddtree_modes.csv", ["method", "tree_build", "tree_mode"])
+    has_modes = _table(modes, data, "ddtree_modes.csv", ["method", "tree_build", "tree_mode"])
     chain = low[low["algorithm"] == "dflash"]
     for tp in tps:
         for workload in summary["workload"].unique():
@@ -212,7 +211,7 @@ def budget_sweep(t: Tables, figs: Figures, data: Path) -> dict:
     return {"has_modes": has_modes}
 
 
-def tensor_parallelism(t: Tables, figs: Figures, data: Path) -> dict:
+def tensor_parallelism(t: Tables, figs: Figures, data: dict[str, str]) -> dict:
     """Section 4: throughput per TP size and the scaling efficiency against the smallest."""
     summary, low, tps, lowest = t.summary, t.low, t.tps, t.lowest
     scaling = pd.DataFrame()
@@ -229,11 +228,11 @@ def tensor_parallelism(t: Tables, figs: Figures, data: Path) -> dict:
         scaling["scaling_efficiency"] = [
             row.output_throughput / (base.get((row.method, row.workload), float("nan")) * row.tp / tps[0])
             for row in scaling.itertuples()]
-    has_tp = _table(scaling, data / "scaling.csv", ["method", "workload"]) and len(tps) > 1
+    has_tp = _table(scaling, data, "scaling.csv", ["method", "workload"]) and len(tps) > 1
     return {"has_tp": has_tp}
 
 
-def concurrency(t: Tables, figs: Figures, data: Path) -> dict:
+def concurrency(t: Tables, figs: Figures, data: dict[str, str]) -> dict:
     """Section 5: throughput, TTFT and TPOT against concurrency, the Pareto frontier, break-even and best
     budgets."""
     summary, pareto, tps = t.summary, t.pareto, t.tps
@@ -258,12 +257,12 @@ def concurrency(t: Tables, figs: Figures, data: Path) -> dict:
                      "output_throughput_per_gpu", "Interactivity (tokens/s per user)", "Output throughput per GPU (tokens/s)",
                      f"Throughput per GPU against interactivity (1/TPOT p50), workload {tex_escape(workload)}, every "
                      "TP size and concurrency; circled points joined by a dotted line form the Pareto frontier.")
-    has_break_even = _table(t.breakeven, data / "break_even.csv", ["method", "workload"])
-    has_best = _table(t.best, data / "best_budget.csv", ["method", "workload"])
+    has_break_even = _table(t.breakeven, data, "break_even.csv", ["method", "workload"])
+    has_best = _table(t.best, data, "best_budget.csv", ["method", "workload"])
     return {"has_break_even": has_break_even, "has_best": has_best}
 
 
-def agentic(t: Tables, figs: Figures, data: Path) -> dict:
+def agentic(t: Tables, figs: Figures, data: dict[str, str]) -> dict:
     """Section 6: TTFT and prefix-cache hits per turn, session completion."""
     summary, turns, tps, lowest = t.summary, t.turns, t.tps, t.lowest
     agentic_workloads = list(turns["workload"].unique()) if len(turns) else []
@@ -278,11 +277,11 @@ def agentic(t: Tables, figs: Figures, data: Path) -> dict:
                       f"Prefix-cache hits per turn, workload {tex_escape(workload)}, TP {tp}, concurrency {lowest}.")
     sessions = summary[summary["workload"].isin(agentic_workloads)][
         ["tp", "method", "workload", "concurrency", "session_completion_p50", "output_throughput"]]
-    has_sessions = _table(sessions, data / "sessions.csv", ["method", "workload"])
+    has_sessions = _table(sessions, data, "sessions.csv", ["method", "workload"])
     return {"has_sessions": has_sessions}
 
 
-def setup_tables(t: Tables, environment: dict, view: dict, simulated: bool, data: Path) -> dict:
+def setup_tables(t: Tables, environment: dict, view: dict, simulated: bool, data: dict[str, str]) -> dict:
     """Section 1 and the appendix: provenance, workloads, acceptance, all cells, cells below their label,
     queueing, losslessness, failures."""
     summary, low = t.summary, t.low
@@ -305,13 +304,13 @@ def setup_tables(t: Tables, environment: dict, view: dict, simulated: bool, data
             prov.append((label, text))
     if simulated:
         prov.append(("Simulated profile", view.get("sim_profile", "")))
-    _table(pd.DataFrame(prov, columns=["item", "value"]), data / "provenance.csv", ["item", "value"])
+    _table(pd.DataFrame(prov, columns=["item", "value"]), data, "provenance.csv", ["item", "value"])
     workloads = summary.groupby("workload", sort=False).agg(family=("family", "first"), sessions=("sessions", "max"),
                                                             content_mix=("content_mix", "first")).reset_index()
-    _table(workloads, data / "workloads.csv", ["workload", "family", "content_mix"])
+    _table(workloads, data, "workloads.csv", ["workload", "family", "content_mix"])
     spec = low[low["algorithm"] != "ar"][["tp", "method", "workload", "acceptance_length",
                                           "acceptance_length_server", "tokens_per_chunk", "acceptance_length_sglang"]]
-    has_spec = _table(spec, data / "acceptance.csv", ["method", "workload"])
+    has_spec = _table(spec, data, "acceptance.csv", ["method", "workload"])
     half = (summary["output_throughput_hi"] - summary["output_throughput_lo"]) / 2 / summary["output_throughput"]
     cells = summary.assign(ttft_p50_ms=summary["ttft_p50"] * 1000, tpot_p50_ms=summary["tpot_p50"] * 1000,
                            itl_p99_ms=summary["itl_p99"] * 1000,
@@ -319,28 +318,28 @@ def setup_tables(t: Tables, environment: dict, view: dict, simulated: bool, data
                            held=summary["concurrency_steady_mean"].map(lambda v: "--" if pd.isna(v) else f"{v:.1f}"))
     _table(cells[["tp", "method", "workload", "concurrency", "held", "concurrency_peak", "launches",
                   "requests_completed", "requests_failed", "output_throughput", "precision_pct", "speedup",
-                  "ttft_p50_ms", "tpot_p50_ms", "itl_p99_ms"]], data / "cells.csv", ["method", "workload"])
+                  "ttft_p50_ms", "tpot_p50_ms", "itl_p99_ms"]], data, "cells.csv", ["method", "workload"])
     below = summary[summary["concurrency_steady_mean"].isna() |
                     (summary["concurrency_peak"] < summary["concurrency"])][["tp", "method", "workload", "concurrency",
                                                                             "concurrency_mean", "concurrency_peak"]]
-    has_below = _table(below, data / "below_label.csv", ["method", "workload"])
+    has_below = _table(below, data, "below_label.csv", ["method", "workload"])
     queued = summary[summary["queue_delay_p99"].fillna(0) > 0.001][
         ["tp", "method", "workload", "concurrency", "ttft_p50", "queue_delay_p50", "user_ttft_p50", "user_ttft_p99"]]
     queued = queued.assign(**{c: queued[c] * 1000 for c in ("ttft_p50", "queue_delay_p50", "user_ttft_p50",
                                                             "user_ttft_p99")})
-    has_queue = _table(queued, data / "queue.csv", ["method", "workload"])
+    has_queue = _table(queued, data, "queue.csv", ["method", "workload"])
     lossless = summary.dropna(subset=["lossless_compared"])[
         ["tp", "method", "workload", "concurrency", "lossless_compared", "lossless_exact_rate",
          "lossless_first_divergence_min"]]
-    has_lossless = _table(lossless, data / "lossless.csv", ["method", "workload"])
+    has_lossless = _table(lossless, data, "lossless.csv", ["method", "workload"])
     failed = summary[summary["requests_failed"] > 0][["tp", "method", "workload", "concurrency", "requests_sent",
                                                       "requests_failed", "failures"]]
-    has_failures = _table(failed, data / "failures.csv", ["method", "workload", "failures"])
+    has_failures = _table(failed, data, "failures.csv", ["method", "workload", "failures"])
     return {"has_spec": has_spec, "has_below": has_below, "has_queue": has_queue, "has_lossless": has_lossless,
             "has_failures": has_failures}
 
 
-def plan_against_runs(predictions: pd.DataFrame, runs: dict[str, tuple[float, list[str]]], data: Path) -> dict:
+def plan_against_runs(predictions: pd.DataFrame, runs: dict[str, tuple[float, list[str]]], data: dict[str, str]) -> dict:
     """Appendix: each server's latest run (start to stop, from its run record) against the plan's start-up plus
     the cells that run measured (cells it found cached cost it nothing). Error = (predicted - measured) /
     measured."""
@@ -356,15 +355,14 @@ def plan_against_runs(predictions: pd.DataFrame, runs: dict[str, tuple[float, li
             rows.append({"server": server, "cells": len(cells), "predicted_s": plan_s, "measured_s": seconds,
                          "error_pct": (plan_s - seconds) / seconds * 100})
     has_prediction = _table(pd.DataFrame(rows, columns=["server", "cells", "predicted_s", "measured_s", "error_pct"]),
-                            data / "prediction.csv", ["server"])
+                            data, "prediction.csv", ["server"])
     return {"has_prediction": has_prediction}
 
 
-def prepare(tables_dir: str | Path, environment: dict, view: dict, report_dir: str | Path,
-            predictions: pd.DataFrame | None = None, runs: dict | None = None) -> dict:
-    """Write every chart's and table's CSV under report_dir/data; return the template context."""
-    data = Path(report_dir) / "data"
-    data.mkdir(parents=True, exist_ok=True)
+def prepare(tables_dir: str | Path, environment: dict, view: dict, predictions: pd.DataFrame | None = None,
+            runs: dict | None = None) -> tuple[dict, dict[str, str]]:
+    """(the template context, {file name: CSV text} of every chart and table)."""
+    data: dict[str, str] = {}
     t = Tables.read(tables_dir)
     summary, tps, lowest = t.summary, t.tps, t.lowest
     methods = list(dict.fromkeys(view["methods"]))
@@ -376,7 +374,7 @@ def prepare(tables_dir: str | Path, environment: dict, view: dict, report_dir: s
              **plan_against_runs(predictions if predictions is not None else pd.DataFrame(
                  columns=["server", "path", "startup_s", "warmup_s", "measure_s"]), runs or {}, data)}
     by_section = {key: [s for s in figs.specs if s["section"] == key] for key in SECTIONS}
-    return {
+    context = {
         **flags,
         "simulated": simulated, "methods": methods, "sections": SECTIONS, "figures": by_section,
         "title": tex_escape(view["title"]), "author": tex_escape(view["author"]), "date": date.today().isoformat(),
@@ -395,6 +393,7 @@ def prepare(tables_dir: str | Path, environment: dict, view: dict, report_dir: s
         "dummy_weights": bool(len(summary)) and bool((summary["load_format"] == "dummy").any()),
         "has_ar": bool(summary["speedup"].notna().any()),
     }
+    return context, dict(sorted(data.items()))
 
 
 def write_report_data(tables_dir: str | Path, environment_json: str | Path, view: dict, predictions_csv: str | Path,
@@ -402,9 +401,7 @@ def write_report_data(tables_dir: str | Path, environment_json: str | Path, view
     """The report's data, the one file both report rules read: {"context": the template's context, "csv": {file
     name: text} for every chart and table}. Written atomically."""
     environment = json.loads(Path(environment_json).read_text())
-    with tempfile.TemporaryDirectory() as tmp:
-        ctx = prepare(tables_dir, environment, view, tmp, pd.read_csv(predictions_csv), read_run_records(run_records))
-        csv = {p.name: p.read_text() for p in sorted((Path(tmp) / "data").glob("*.csv"))}
+    ctx, csv = prepare(tables_dir, environment, view, pd.read_csv(predictions_csv), read_run_records(run_records))
     atomic_write_text(out_json, json.dumps({"context": ctx, "csv": csv}))
 
 
