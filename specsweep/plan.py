@@ -154,12 +154,11 @@ def _code_digest() -> str:
     """Digest of the package's code and data files (what predict depends on besides the configuration)."""
     from pathlib import Path
 
-    from .canon import digest
+    from .canon import package_digest
 
     root = Path(__file__).parent
-    files = sorted(p for p in root.rglob("*") if p.suffix in (".py", ".yaml", ".json", ".txt")
-                   and "__pycache__" not in p.parts)
-    return digest({str(p.relative_to(root)): digest(p.read_bytes()) for p in files})
+    return package_digest(*sorted(str(p.relative_to(root)) for p in root.rglob("*")
+                                  if p.suffix in (".py", ".yaml", ".json", ".txt") and "__pycache__" not in p.parts))
 
 
 def predict_server(config: dict, tp: int, method_name: str, repetition: int | None = None,
