@@ -69,8 +69,10 @@ def test_signal_to_snakemake_leaves_no_server(workflow, sig, to_group, requests)
                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     journal = Journal(workflow)
     deadline = time.monotonic() + 120
+    started = False  # new_events() returns each event once: remember the start (it is journaled just before launch)
     while time.monotonic() < deadline:
-        if any(e["event"] == "server_start" for e in journal.new_events()) and server_processes_under(workflow):
+        started = started or any(e["event"] == "server_start" for e in journal.new_events())
+        if started and server_processes_under(workflow):
             break
         time.sleep(0.2)
     else:
