@@ -30,15 +30,13 @@ import asyncio
 import gc
 import json
 import random
-import socket
-import struct
 import time
-import weakref
 from collections import deque
 from dataclasses import asdict, dataclass, field
 
-import aiohttp
+import orjson
 
+from .http1 import ConnectFailed, Disconnected, Pool
 from .text import chat_prompt
 from .workloads import Session
 
@@ -158,108 +156,13 @@ def _parse_chunk(protocol: str, chunk: dict, record: RequestRecord, last_tokens:
     return int(usage.get("completion_tokens", last_tokens)), text
 
 
-_SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35)  # Linux
-
-
-class StampedSocket(socket.socket):
-    """A TCP socket that times its own traffic where it crosses into the kernel.
-
-    - ``last_arrival``: when the kernel received the last packet of the latest read (SO_TIMESTAMPNS).
-    - ``last_send``: read just before the request's bytes are handed to the kernel.
-    - ``opened``: when the connection's set-up began.
-
-    Times taken there leave out the client's own work (building requests, waiting for the event loop to get round
-    to a stream), so a busy client adds almost nothing to TTFT and ITL. Two chunks of one stream that wait in the
-    socket together are merged by the kernel and share the later stamp. Where the kernel gives no stamp, none is
-    kept and the reader falls back to the time it sees the bytes. All times are time.monotonic() seconds.
-    """
-
-    opened: float = 0.0
-    last_arrival: float | None = None
-    last_send: float | None = None
-
-    def start_stamping(self) -> "StampedSocket":
-        """Ask the kernel for arrival stamps and register the socket (see ``stamped``); returns it."""
-        self.opened = time.monotonic()
-        try:
-            self.setsockopt(socket.SOL_SOCKET, _SO_TIMESTAMPNS, 1)
-        except OSError:
-            pass  # no kernel stamps here: arrival is when the reader sees the bytes
-        STAMPED[self.fileno()] = self
-        return self
-
-    def recv(self, bufsize: int, flags: int = 0) -> bytes:
-        data, ancillary, _, _ = self.recvmsg(bufsize, 64, flags)
-        self.last_arrival = None
-        for level, kind, payload in ancillary:
-            if level == socket.SOL_SOCKET and kind == _SO_TIMESTAMPNS and len(payload) >= 16:
-                seconds, nanoseconds = struct.unpack("qq", payload[:16])  # CLOCK_REALTIME
-                self.last_arrival = time.monotonic() - (time.time() - (seconds + nanoseconds * 1e-9))
-        return data
-
-    def recv_into(self, buffer, nbytes: int = 0, flags: int = 0) -> int:
-        data = self.recv(nbytes or len(buffer), flags)
-        buffer[:len(data)] = data
-        return len(data)
-
-    def send(self, data, flags: int = 0) -> int:
-        self.last_send = time.monotonic()
-        return super().send(data, flags)
-
-    def sendmsg(self, buffers, *args) -> int:
-        self.last_send = time.monotonic()
-        return super().sendmsg(buffers, *args)
-
-
-STAMPED: weakref.WeakValueDictionary = weakref.WeakValueDictionary()  # file descriptor -> StampedSocket
-
-
-def _stamped_socket(addr_info) -> socket.socket:
-    """aiohttp's socket factory: every connection the client opens times its traffic at the kernel."""
-    family, type_, proto, _, _ = addr_info
-    return StampedSocket(family, type_, proto).start_stamping()
-
-
-def stamped(transport) -> StampedSocket | None:
-    """The stamped socket under an asyncio transport, if it has one."""
-    raw = transport.get_extra_info("socket") if transport is not None else None
-    return STAMPED.get(raw.fileno()) if raw is not None else None
-
-
-def arrival(sock: StampedSocket | None, seen: float) -> float:
-    """When the bytes last read from ``sock`` arrived: the kernel's stamp where there is one (never later than
-    ``seen``, when the reader saw them), else ``seen``."""
-    stamp = sock.last_arrival if sock is not None else None
-    return stamp if stamp is not None and stamp <= seen else seen
-
-
-async def _sse_lines(resp: aiohttp.ClientResponse, sock: StampedSocket | None):
-    """Yield (arrival time, line) for every line of a response body, however long the line.
-
-    A line arrives when the bytes last read from ``sock`` did (see arrival).
-    """
-    buffer = bytearray()
-    async for data in resp.content.iter_any():
-        now = arrival(sock, time.monotonic())
-        buffer += data
-        while True:
-            end = buffer.find(b"\n")
-            if end < 0:
-                break
-            line = bytes(buffer[:end])
-            del buffer[:end + 1]
-            yield now, line
-    if buffer:
-        yield time.monotonic(), bytes(buffer)
-
-
-async def send(http: aiohttp.ClientSession, url: str, messages: list[dict], sampling: dict, record: RequestRecord,
-               timeout: float, protocol: str = "native", thinking: bool = False, alive=None, on_chunk=None,
+async def send(pool: Pool, messages: list[dict], sampling: dict, record: RequestRecord, timeout: float,
+               protocol: str = "native", thinking: bool = False, alive=None, on_chunk=None,
                incremental: bool = False, setup_in_ttft: bool = False) -> None:
     """Send one streaming request and fill ``record`` with what arrived and when.
 
     ``record.t0`` is when the request's bytes went to the kernel (or, with ``setup_in_ttft``, when its connection's
-    set-up began), as the connection's socket saw it; chunks arrive when the kernel received them.
+    set-up began); each chunk is dated when the kernel received its bytes (read as they arrive: ``http1``).
 
     Whatever goes wrong with this request becomes its failure (record.error, with a category); nothing raised
     while reading one stream escapes to the cell. ``on_chunk(arrival_time, chunk)``, if given, sees every parsed
@@ -268,56 +171,47 @@ async def send(http: aiohttp.ClientSession, url: str, messages: list[dict], samp
     path, payload = _payload(protocol, messages, thinking, sampling)
     if sampling.get("ignore_eos"):
         record.expected_tokens = int(sampling["max_new_tokens"])
-    last_tokens = 0
-    done = False
+    reading = {"tokens": 0, "done": False}
+
+    def on_sent(now: float, opened: float | None) -> None:
+        record.t0 = opened if setup_in_ttft and opened is not None else now
+
+    def on_event(now: float, data: bytes) -> bool:
+        if data == b"[DONE]":
+            reading["done"] = True
+            return True
+        chunk = orjson.loads(data)
+        if on_chunk is not None:
+            on_chunk(now, chunk)
+        last = reading["tokens"]
+        tokens, text = _parse_chunk(protocol, chunk, record, last, incremental)
+        if tokens > last:  # a chunk carrying content (role-only and empty chunks are not)
+            record.chunk_times.append(now)
+            record.chunk_tokens.append(tokens - last)
+            reading["tokens"] = tokens
+        record.output_text = text
+        record.output_tokens = reading["tokens"]
+        return False
+
     record.t0 = time.monotonic()
     try:
         async with asyncio.timeout(timeout):
-            async with http.post(url + path, json=payload) as resp:
-                sock = stamped(resp.connection.transport if resp.connection is not None else None)
-                sent = (sock.opened if setup_in_ttft else sock.last_send) if sock is not None else None
-                if sent is not None and sent >= record.t0:
-                    record.t0 = sent
-                if resp.status != 200:
-                    body = (await resp.text())[:300]
-                    record.error, record.error_detail = HTTP_STATUS, f"HTTP {resp.status}: {body}"
-                    record.t_end = time.monotonic()
-                    return
-                async for now, raw in _sse_lines(resp, sock):
-                    line = raw.strip()
-                    if not line.startswith(b"data:"):
-                        continue
-                    data = line[5:].strip()
-                    if data == b"[DONE]":
-                        done = True
-                        break
-                    chunk = json.loads(data)
-                    if on_chunk is not None:
-                        on_chunk(now, chunk)
-                    tokens, text = _parse_chunk(protocol, chunk, record, last_tokens, incremental)
-                    if tokens > last_tokens:  # a chunk carrying content (role-only and empty chunks are not)
-                        record.chunk_times.append(now)
-                        record.chunk_tokens.append(tokens - last_tokens)
-                        last_tokens = tokens
-                    record.output_text = text
-                    record.output_tokens = last_tokens
-                if done:  # read the body's end too, so that a kept-alive connection goes back to the pool
-                    try:
-                        async with asyncio.timeout(1.0):
-                            await resp.content.read()
-                    except (TimeoutError, aiohttp.ClientError):
-                        pass
-        if record.finish_reason == "abort":
-            record.error, record.error_detail = ABORTED, f"the server aborted the request after {last_tokens} tokens"
-        elif not done:
+            answer = await pool.post(path, orjson.dumps(payload), on_event, on_sent)
+        if answer.status != 200:
+            record.error = HTTP_STATUS
+            record.error_detail = f"HTTP {answer.status}: {answer.body.decode('utf-8', 'replace')[:300]}"
+        elif record.finish_reason == "abort":
+            record.error = ABORTED
+            record.error_detail = f"the server aborted the request after {reading['tokens']} tokens"
+        elif not reading["done"]:
             record.error, record.error_detail = TRUNCATED, "stream ended without [DONE]"
     except StreamError as exc:
-        record.error, record.error_detail = SERVER_ERROR, f"{exc} (after {last_tokens} tokens)"
+        record.error, record.error_detail = SERVER_ERROR, f"{exc} (after {reading['tokens']} tokens)"
     except TimeoutError:
         record.error, record.error_detail = TIMEOUT, f"no complete answer within {timeout:g} s"
-    except (aiohttp.ClientConnectorError, ConnectionRefusedError) as exc:
+    except ConnectFailed as exc:
         record.error, record.error_detail = CONNECT, str(exc)
-    except (aiohttp.ClientPayloadError, aiohttp.ServerDisconnectedError, aiohttp.ClientOSError) as exc:
+    except (Disconnected, OSError) as exc:
         record.error, record.error_detail = TRUNCATED, f"{type(exc).__name__}: {exc}"
     except json.JSONDecodeError as exc:
         record.error, record.error_detail = TRUNCATED, f"malformed stream chunk: {exc}"
@@ -326,7 +220,6 @@ async def send(http: aiohttp.ClientSession, url: str, messages: list[dict], samp
     record.t_end = time.monotonic()
     if record.error in (CONNECT, TRUNCATED, TIMEOUT) and alive is not None and await _died(alive):
         record.error = SERVER_DIED
-
 
 async def _died(alive, grace: float = 0.3) -> bool:
     """Whether the server process is gone; a dying process may still be exiting, so look for up to ``grace`` s."""
@@ -399,9 +292,7 @@ async def run_sessions(url: str, sessions: list[Session], concurrency: int, samp
     thinking_sessions = 0
     wake = asyncio.Event()
     gate = _SendGate()
-    connector = aiohttp.TCPConnector(limit=0, force_close=load.connections == "per-request",
-                                     socket_factory=_stamped_socket)
-    client_timeout = aiohttp.ClientTimeout(total=None, sock_connect=30)
+    pool = Pool(url, load.headers, per_request=load.connections == "per-request")
 
     async def think(state: _SessionState):
         nonlocal thinking_sessions
@@ -420,7 +311,7 @@ async def run_sessions(url: str, sessions: list[Session], concurrency: int, samp
             return arrivals.popleft()
         return None
 
-    async def slot(http):
+    async def slot():
         nonlocal thinking_sessions
         while True:
             state = next_state()
@@ -443,7 +334,7 @@ async def run_sessions(url: str, sessions: list[Session], concurrency: int, samp
                 if load.ignore_eos:
                     params["ignore_eos"] = True
                 await gate.wait()
-                await send(http, url, state.messages, params, record, timeout, load.protocol, thinking, alive, on_chunk,
+                await send(pool, state.messages, params, record, timeout, load.protocol, thinking, alive, on_chunk,
                            load.incremental, load.connections == "per-request")
                 records.append(record)
                 if on_record is not None:
@@ -461,9 +352,9 @@ async def run_sessions(url: str, sessions: list[Session], concurrency: int, samp
 
     gc.freeze()  # a full collection would otherwise walk every object of the process and stall the loop for tens of ms
     try:
-        async with aiohttp.ClientSession(connector=connector, timeout=client_timeout, headers=load.headers) as http:
-            await asyncio.gather(*(slot(http) for _ in range(max(1, min(concurrency, len(sessions))))))
+        await asyncio.gather(*(slot() for _ in range(max(1, min(concurrency, len(sessions))))))
     finally:
+        pool.close()
         gc.unfreeze()
     for r in records:  # times relative to the start of the run
         r.t_sched -= start

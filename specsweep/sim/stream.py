@@ -6,9 +6,16 @@ exactly as the client reads SGLang's.
 
 from __future__ import annotations
 
-import json
+import orjson
 
 from aiohttp import web
+
+DONE = b"data: [DONE]\n\n"
+
+
+def event(payload) -> bytes:
+    """One server-sent event carrying ``payload`` as JSON (orjson, as SGLang writes its streams)."""
+    return b"data: " + orjson.dumps(payload) + b"\n\n"
 
 
 class EventStream:
@@ -24,9 +31,9 @@ class EventStream:
         return cls(response)
 
     async def send(self, payload) -> None:
-        await self.response.write(b"data: " + json.dumps(payload).encode() + b"\n\n")
+        await self.response.write(event(payload))
 
     async def close(self) -> web.StreamResponse:
-        await self.response.write(b"data: [DONE]\n\n")
+        await self.response.write(DONE)
         await self.response.write_eof()
         return self.response

@@ -1,0 +1,429 @@
+"""Streamed HTTP/1.1 answers read where they arrive: every chunk dated by the kernel, no task woken per chunk.
+
+The load generator's connections are read from one epoll set, which the event loop watches as a single file.
+When any of them is readable, ``Reader`` reads each ready socket once (``recvmsg``, with the time the kernel
+received the bytes), takes the HTTP framing (status line, headers, chunked or sized body) and the event lines
+apart, and hands each ``data:`` payload to its request's callback. Only the end of an answer wakes the task that
+sent the request. At a few hundred streams, asyncio's transport and a task wake-up per chunk cost more CPU than
+the chunks themselves, and a client that falls behind by more than a chunk's interval dates chunks late: the
+kernel merges two packets waiting in one socket and keeps the later one's time (benchmarks/README.md, "Client
+overhead").
+
+What is read: plain-HTTP/1.1 answers to one request at a time per connection (no pipelining), bodies framed by
+``Transfer-Encoding: chunked``, by ``Content-Length`` or by the connection's end; informational (1xx) answers are
+skipped. A 200 answer's body is read as server-sent events; any other answer's body is kept (its first 64 KiB)
+for the error message. Lines of any length are read.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import select
+import socket
+import struct
+import time
+from collections import deque
+from dataclasses import dataclass
+from urllib.parse import urlsplit
+
+SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35)  # Linux
+STAMP_SPACE = 64  # ancillary bytes to ask recvmsg for
+READ_SIZE = 64 * 1024  # bytes per read (asyncio's 256 KiB buffers are mapped and unmapped on every read)
+_KEPT_BODY = 64 * 1024  # of a non-200 answer, for its error message
+_MAX_HEAD = 64 * 1024
+
+
+def kernel_stamp(ancillary) -> float | None:
+    """The time (time.monotonic() seconds) the kernel received the bytes of a ``recvmsg`` with SO_TIMESTAMPNS on,
+    or None where there is no stamp. Two packets that waited in a TCP socket together share the later one's."""
+    for level, kind, payload in ancillary:
+        if level == socket.SOL_SOCKET and kind == SO_TIMESTAMPNS and len(payload) >= 16:
+            seconds, nanoseconds = struct.unpack("qq", payload[:16])  # CLOCK_REALTIME
+            return time.monotonic() - (time.time() - (seconds + nanoseconds * 1e-9))
+    return None
+
+
+def ask_for_stamps(sock: socket.socket) -> None:
+    """Have the kernel stamp what ``sock`` receives (a no-op where it cannot: arrival is then when it is read)."""
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
+    except OSError:
+        pass
+
+
+class ConnectFailed(OSError):
+    """No connection could be opened (refused, unreachable, name not resolved)."""
+
+
+class Disconnected(ConnectionError):
+    """The connection ended before the answer did."""
+
+    def __init__(self, message: str, answered: bool):
+        super().__init__(message)
+        self.answered = answered  # whether any byte of the answer had arrived
+
+
+@dataclass
+class Answer:
+    """How a request ended: the status, the kept body of a non-200 answer, whether its framing ended cleanly."""
+
+    status: int
+    body: bytes = b""
+    ended: bool = True  # False: the answer was complete ([DONE]) but its body did not end within the grace time
+
+
+_HEAD, _CHUNK_SIZE, _CHUNK_DATA, _CHUNK_END, _TRAILER, _SIZED, _UNTIL_CLOSE, _IDLE = range(8)
+
+
+class Connection:
+    """One HTTP/1.1 connection; ``request`` sends a request and resolves when its answer has ended.
+
+    For a 200 answer, ``on_event(arrival, data)`` is called for each ``data:`` line of the event stream as its
+    bytes are read; it returns True once the answer is complete (the stream's ``[DONE]``), after which the body
+    has ``grace`` seconds to end. Whatever ``on_event`` raises ends the request with that exception and closes
+    the connection.
+    """
+
+    def __init__(self, sock: socket.socket, reader: "Reader"):
+        self.sock, self.reader = sock, reader
+        self.closed = False
+        self.reusable = False
+        self._future: asyncio.Future | None = None
+        self._state = _IDLE
+        self._rest = b""
+        reader.watch(self)
+
+    async def request(self, data: bytes, on_event, grace: float = 1.0) -> Answer:
+        """Send one request (head and body) and read its answer."""
+        if self.closed or self._state != _IDLE:
+            raise RuntimeError("connection not ready for a request")
+        loop = asyncio.get_running_loop()
+        self._future = loop.create_future()
+        self._on_event, self._grace, self._grace_timer = on_event, grace, None
+        self._state, self._rest, self._lines, self._body = _HEAD, b"", bytearray(), bytearray()
+        self._received, self._status, self.reusable = 0, 0, False
+        try:
+            await loop.sock_sendall(self.sock, data)
+        except OSError as exc:
+            self._fail(Disconnected(f"the request could not be sent: {exc}", False))
+        return await self._future
+
+    def close(self) -> None:
+        if not self.closed:
+            self.closed = True
+            self.reader.forget(self)
+            self.sock.close()
+
+    # ------------------------------------------------------------------ reading
+
+    def read(self) -> tuple | None:
+        """Read what has arrived: (bytes, when the kernel received them); at the connection's end (b"", the error
+        or None); None when there is nothing to read."""
+        try:
+            data, ancillary, _, _ = self.sock.recvmsg(READ_SIZE, STAMP_SPACE)
+        except (BlockingIOError, InterruptedError):
+            return None
+        except OSError as exc:
+            return b"", exc
+        if not data:
+            return b"", None
+        seen = time.monotonic()
+        stamp = kernel_stamp(ancillary) if ancillary else None
+        return data, (stamp if stamp is not None and stamp <= seen else seen)
+
+    def received(self, data: bytes, when) -> None:
+        """Take in what ``read`` returned, in the order it was read."""
+        if self.closed:
+            return
+        if not data:
+            self._lost(when)
+            return
+        if self._future is None or self._future.done():
+            self.close()  # bytes nobody asked for: this connection cannot be trusted with another request
+            return
+        self._received += len(data)
+        try:
+            self._take(self._rest + data if self._rest else data, when)
+        except Exception as exc:  # a broken answer or whatever on_event raised ends this request only
+            self._fail(exc)
+
+    def _lost(self, exc: OSError | None) -> None:
+        pending = self._future is not None and not self._future.done()
+        if pending and self._state == _UNTIL_CLOSE:
+            self._finish(keep=False)
+        elif pending:
+            why = f": {exc}" if exc else ""
+            self._fail(Disconnected(f"the server closed the connection after {self._received} bytes of the answer"
+                                    f"{why}", self._received > 0))
+        self.close()
+
+    def _take(self, buf: bytes, now: float) -> None:
+        pos, end_of_data = 0, len(buf)
+        while pos < end_of_data and not self._future.done():
+            state = self._state
+            if state == _CHUNK_SIZE:
+                end = buf.find(b"\r\n", pos)
+                if end < 0:
+                    break
+                size_line = buf[pos:end]
+                size = int(size_line.split(b";")[0] if b";" in size_line else size_line, 16)
+                start, stop = end + 2, end + 2 + size
+                if size and buf[stop:stop + 2] == b"\r\n":  # the whole chunk is here (most reads)
+                    self._payload(buf[start:stop], now)
+                    pos = stop + 2
+                    continue
+                self._left, pos = size, start
+                self._state = _CHUNK_DATA if size else _TRAILER
+            elif state == _CHUNK_DATA or state == _SIZED:
+                take = min(self._left, end_of_data - pos)
+                self._payload(buf[pos:pos + take], now)
+                pos += take
+                self._left -= take
+                if self._left == 0:
+                    if state == _SIZED:
+                        self._finish(keep=True)
+                    else:
+                        self._state = _CHUNK_END
+            elif state == _CHUNK_END:
+                if end_of_data - pos < 2:
+                    break
+                if buf[pos:pos + 2] != b"\r\n":
+                    raise ValueError("malformed chunked body")
+                pos += 2
+                self._state = _CHUNK_SIZE
+            elif state == _HEAD:
+                end = buf.find(b"\r\n\r\n", pos)
+                if end < 0:
+                    if end_of_data - pos > _MAX_HEAD:
+                        raise ValueError("response head longer than 64 KiB")
+                    break
+                self._start_body(buf[pos:end])
+                pos = end + 4
+                if self._state == _SIZED and self._left == 0:
+                    self._finish(keep=True)
+            elif state == _TRAILER:
+                end = buf.find(b"\r\n", pos)
+                if end < 0:
+                    break
+                if end == pos:
+                    self._finish(keep=True)
+                pos = end + 2
+            else:  # _UNTIL_CLOSE
+                self._payload(buf[pos:], now)
+                pos = end_of_data
+        self._rest = buf[pos:] if pos < end_of_data else b""
+        if self._rest and self._future.done():
+            self.reusable = False  # bytes after the answer: do not trust this connection with another request
+
+    def _start_body(self, head: bytes) -> None:
+        lines = head.decode("latin-1").split("\r\n")
+        parts = lines[0].split(" ", 2)
+        if len(parts) < 2 or not parts[0].startswith("HTTP/"):
+            raise ValueError(f"not an HTTP answer: {lines[0][:80]!r}")
+        status = int(parts[1])
+        headers = {}
+        for line in lines[1:]:
+            name, _, value = line.partition(":")
+            headers[name.strip().lower()] = value.strip()
+        if 100 <= status < 200:
+            return  # informational: the real answer follows
+        self._status = status
+        self._keep = headers.get("connection", "").lower() != "close" and parts[0] != "HTTP/1.0"
+        if status in (204, 304):
+            self._state, self._left = _SIZED, 0
+        elif "chunked" in headers.get("transfer-encoding", "").lower():
+            self._state = _CHUNK_SIZE
+        elif "content-length" in headers:
+            self._state, self._left = _SIZED, int(headers["content-length"])
+        else:
+            self._state, self._keep = _UNTIL_CLOSE, False
+
+    def _payload(self, piece: bytes, now: float) -> None:
+        if self._status != 200:
+            if len(self._body) < _KEPT_BODY:
+                self._body += piece[:_KEPT_BODY - len(self._body)]
+            return
+        if b"\n" not in piece:
+            self._lines += piece
+            return
+        if self._lines:
+            piece = bytes(self._lines) + piece
+            self._lines = bytearray()
+        lines = piece.split(b"\n")
+        rest = lines.pop()
+        if rest:
+            self._lines += rest
+        for line in lines:
+            if line[:5] == b"data:" and self._grace_timer is None:
+                if self._on_event(now, line[5:].strip()):
+                    self._grace_timer = asyncio.get_running_loop().call_later(self._grace, self._complete_early)
+
+    def _complete_early(self) -> None:
+        """The answer was complete but its body did not end: take the answer, drop the connection."""
+        if not self._future.done():
+            self._future.set_result(Answer(self._status, bytes(self._body), ended=False))
+        self.close()
+
+    def _finish(self, keep: bool) -> None:
+        if self._grace_timer is not None:
+            self._grace_timer.cancel()
+        self.reusable = keep and self._keep and not self.closed
+        self._state = _IDLE
+        if not self._future.done():
+            self._future.set_result(Answer(self._status, bytes(self._body)))
+
+    def _fail(self, exc: BaseException) -> None:
+        if self._grace_timer is not None:
+            self._grace_timer.cancel()
+        if not self._future.done():
+            self._future.set_exception(exc)
+        self.close()
+
+
+class Reader:
+    """The connections of one run, in one epoll set that the event loop watches as one file.
+
+    Reading comes before parsing: a pass reads every ready socket (taking the kernel's arrival stamps), then
+    parses what was read a few reads at a time, reading again whatever has become ready between two slices. A
+    socket is thus read soon after its bytes arrive, however long the parsing takes, and the kernel does not
+    get to merge a stream's next chunk into one still waiting (which would date the earlier one late). A pass
+    yields to the event loop after ``PASS_BUDGET`` seconds and goes on in the next. Connections stay watched
+    while idle, so a server that closes a kept-alive connection is seen at once.
+    """
+
+    PARSE_SLICE = 16  # reads parsed between two looks for newly arrived bytes
+    PASS_BUDGET = 0.005
+
+    def __init__(self):
+        self._epoll = select.epoll()
+        self._connections: dict[int, Connection] = {}
+        self._read: deque = deque()  # (connection, data, when), in the order read
+        self._resume: asyncio.Handle | None = None
+        self._loop = asyncio.get_running_loop()
+        self._loop.add_reader(self._epoll.fileno(), self._pass)
+
+    def watch(self, connection: Connection) -> None:
+        fd = connection.sock.fileno()
+        self._connections[fd] = connection
+        self._epoll.register(fd, select.EPOLLIN)
+
+    def forget(self, connection: Connection) -> None:
+        fd = connection.sock.fileno()
+        if fd >= 0 and self._connections.get(fd) is connection:
+            del self._connections[fd]
+            try:
+                self._epoll.unregister(fd)
+            except (OSError, ValueError):
+                pass
+
+    def _read_ready(self) -> None:
+        connections, read = self._connections, self._read
+        for fd, _ in self._epoll.poll(0):
+            connection = connections.get(fd)
+            got = connection.read() if connection is not None else None
+            if got is not None:
+                if not got[0]:
+                    self.forget(connection)  # its end is read once; close it when its bytes before are taken
+                read.append((connection, *got))
+
+    def _pass(self) -> None:
+        self._resume = None
+        read = self._read
+        deadline = time.monotonic() + self.PASS_BUDGET
+        self._read_ready()
+        while read:
+            for _ in range(min(self.PARSE_SLICE, len(read))):
+                connection, data, when = read.popleft()
+                connection.received(data, when)
+            if time.monotonic() > deadline:
+                break
+            self._read_ready()
+        if read and self._resume is None:
+            self._resume = self._loop.call_soon(self._pass)
+
+    def close(self) -> None:
+        for connection in list(self._connections.values()):
+            connection.close()
+        if self._resume is not None:
+            self._resume.cancel()
+        self._loop.remove_reader(self._epoll.fileno())
+        self._epoll.close()
+
+
+class Pool:
+    """Keep-alive connections to one plain-HTTP server, each carrying one request at a time (or one per request).
+
+    Use it inside a running event loop and ``close`` it at the end.
+    """
+
+    def __init__(self, url: str, headers: dict | None = None, per_request: bool = False):
+        parts = urlsplit(url)
+        if parts.scheme != "http" or not parts.hostname:
+            raise ValueError(f"the load generator speaks plain HTTP: {url!r} is not an http:// URL")
+        self.host, self.port, self.prefix = parts.hostname, parts.port or 80, parts.path.rstrip("/")
+        self.per_request = per_request
+        lines = {"Host": parts.netloc, "Content-Type": "application/json", "Accept": "text/event-stream",
+                 **({"Connection": "close"} if per_request else {}), **(headers or {})}
+        self._head = "".join(f"{name}: {value}\r\n" for name, value in lines.items())
+        self._idle: list[Connection] = []
+        self._addresses = None
+        self._reader = Reader()
+
+    async def _open(self) -> Connection:
+        loop = asyncio.get_running_loop()
+        if self._addresses is None:
+            try:
+                self._addresses = await loop.getaddrinfo(self.host, self.port, type=socket.SOCK_STREAM)
+            except OSError as exc:
+                raise ConnectFailed(f"cannot resolve {self.host}:{self.port}: {exc}") from exc
+        error: OSError | None = None
+        for family, type_, proto, _, address in self._addresses:
+            sock = socket.socket(family, type_, proto)
+            try:
+                sock.setblocking(False)
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                ask_for_stamps(sock)
+                await loop.sock_connect(sock, address)
+            except BaseException as exc:  # cancelled or failed: the socket is not left open
+                sock.close()
+                if not isinstance(exc, OSError):
+                    raise
+                error = exc
+                continue
+            return Connection(sock, self._reader)
+        raise ConnectFailed(f"cannot connect to {self.host}:{self.port}: {error}")
+
+    async def post(self, path: str, body: bytes, on_event, on_sent) -> Answer:
+        """POST ``body`` to ``path`` and read the answer (see Connection). ``on_sent(t, opened)`` is called with the
+        time just before the request's bytes go to the kernel and, on a new connection, when its set-up began."""
+        data = f"POST {self.prefix}{path} HTTP/1.1\r\n{self._head}Content-Length: {len(body)}\r\n\r\n".encode() + body
+        for attempt in (0, 1):
+            while self._idle and self._idle[-1].closed:
+                self._idle.pop()
+            reused = bool(self._idle)
+            opened = None
+            if reused:
+                connection = self._idle.pop()
+            else:
+                opened = time.monotonic()
+                connection = await self._open()
+            try:
+                on_sent(time.monotonic(), opened)
+                answer = await connection.request(data, on_event)
+            except Disconnected as exc:
+                if reused and not exc.answered and attempt == 0:
+                    continue  # a kept-alive connection the server had closed: once more on a new one
+                raise
+            except BaseException:
+                connection.close()
+                raise
+            if connection.reusable and not self.per_request:
+                self._idle.append(connection)
+            else:
+                connection.close()
+            return answer
+        raise AssertionError("unreachable")
+
+    def close(self) -> None:
+        self._idle.clear()
+        self._reader.close()
