@@ -369,15 +369,29 @@ class Pool:
         self._addresses = None
         self._reader = Reader()
 
-    async def _open(self) -> Connection:
-        loop = asyncio.get_running_loop()
+    async def _resolve(self) -> list:
+        """The server's addresses, looked up once per pool (an IP address needs no lookup)."""
         if self._addresses is None:
             try:
-                self._addresses = await loop.getaddrinfo(self.host, self.port, type=socket.SOCK_STREAM)
+                self._addresses = socket.getaddrinfo(self.host, self.port, type=socket.SOCK_STREAM,
+                                                     flags=socket.AI_NUMERICHOST)
+            except socket.gaierror:
+                lookup = asyncio.ensure_future(asyncio.get_running_loop().getaddrinfo(
+                    self.host, self.port, type=socket.SOCK_STREAM))
+                self._addresses = lookup  # the slots that come meanwhile wait for the same lookup
+        if isinstance(self._addresses, asyncio.Future):
+            try:
+                self._addresses = await asyncio.shield(self._addresses)
             except OSError as exc:
+                self._addresses = None
                 raise ConnectFailed(f"cannot resolve {self.host}:{self.port}: {exc}") from exc
+        return self._addresses
+
+    async def _open(self) -> Connection:
+        loop = asyncio.get_running_loop()
+        addresses = await self._resolve()
         error: OSError | None = None
-        for family, type_, proto, _, address in self._addresses:
+        for family, type_, proto, _, address in addresses:
             sock = socket.socket(family, type_, proto)
             try:
                 sock.setblocking(False)
