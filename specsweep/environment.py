@@ -166,6 +166,7 @@ def probe(backend: str, python: str | None = None, help_text: str | None = None,
         "platform": platform.platform(),
         "snakemake": _version("snakemake"),
         "aiohttp": _version("aiohttp"),
+        "orjson": _version("orjson"),
     }
     gpus = gpu_inventory()
     if backend == "sim":
