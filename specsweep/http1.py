@@ -65,11 +65,10 @@ class Disconnected(ConnectionError):
 
 @dataclass
 class Answer:
-    """How a request ended: the status, the kept body of a non-200 answer, whether its framing ended cleanly."""
+    """How a request ended: its status, and the kept body of a non-200 answer."""
 
     status: int
     body: bytes = b""
-    ended: bool = True  # False: the answer was complete ([DONE]) but its body did not end within the grace time
 
 
 _HEAD, _CHUNK_SIZE, _CHUNK_DATA, _CHUNK_END, _TRAILER, _SIZED, _UNTIL_CLOSE, _IDLE = range(8)
@@ -261,7 +260,7 @@ class Connection:
     def _complete_early(self) -> None:
         """The answer was complete but its body did not end: take the answer, drop the connection."""
         if not self._future.done():
-            self._future.set_result(Answer(self._status, bytes(self._body), ended=False))
+            self._future.set_result(Answer(self._status, bytes(self._body)))
         self.close()
 
     def _finish(self, keep: bool) -> None:

@@ -48,7 +48,8 @@ STREAM_HEAD = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
 
 class Scripted(socketserver.ThreadingTCPServer):
     """Answers the n-th request (counted over all connections) with answers[n](connection index, request index on
-    that connection) -> (bytes, then: 'keep' | 'close'); writes each answer in pieces of ``piece`` bytes."""
+    that connection) -> (bytes, then: 'keep' | 'close' | 'hold' it open until the end); writes each answer in
+    pieces of ``piece`` bytes."""
 
     daemon_threads = True
     allow_reuse_address = True
@@ -57,11 +58,13 @@ class Scripted(socketserver.ThreadingTCPServer):
         self.answers, self.piece = answers, piece
         self.requests, self.connections = 0, 0
         self.lock = threading.Lock()
+        self.released = threading.Event()
         super().__init__(("127.0.0.1", 0), Handler)
         self.url = f"http://127.0.0.1:{self.server_address[1]}"
         threading.Thread(target=self.serve_forever, daemon=True).start()
 
     def __exit__(self, *exc):
+        self.released.set()
         self.shutdown()
         self.server_close()
 
@@ -97,7 +100,9 @@ class Handler(socketserver.BaseRequestHandler):
                 sock.sendall(answer[i:i + step])
                 if self.server.piece:
                     time.sleep(0.001)  # separate segments, so that reads end mid-line and mid-chunk
-            if then == "close":
+            if then == "hold":  # keep the connection open, the answer unfinished, until the test ends
+                self.server.released.wait(30)
+            if then in ("close", "hold"):
                 sock.close()
                 return
 
@@ -167,12 +172,17 @@ def test_a_kept_alive_connection_the_server_drops_is_retried_once_on_a_new_one()
     assert server.connections == 2 and server.requests == 4  # the dropped request was sent again, once
 
 
-def test_a_server_that_answers_nothing_times_out_and_is_not_retried():
-    def silent(connection, index):
-        time.sleep(3)
-        return b"", "close"
+def test_an_answer_whose_body_never_ends_after_done_is_taken_and_its_connection_dropped():
+    body = sse(*native(4))
+    unfinished = STREAM_HEAD + b"Transfer-Encoding: chunked\r\n\r\n" + b"%x\r\n%s\r\n" % (len(body), body)
+    with Scripted([lambda c, i: (unfinished, "hold"), stream_answer]) as server:
+        records = run(server, 2)  # the request timeout (10 s) would fail the first request if it waited for the end
+    assert [(r.error, r.output_tokens) for r in records] == [(None, 4), (None, 5)]
+    assert server.connections == 2  # the unfinished connection is not used again
 
-    with Scripted([silent] * 2) as server:
+
+def test_a_server_that_answers_nothing_times_out_and_is_not_retried():
+    with Scripted([lambda c, i: (b"", "hold")] * 2) as server:
         records = measure(server.url, [one("hi", 8)], 1, {}, timeout=1)
     assert records[0].error == "timeout"
     assert server.requests == 1
