@@ -151,6 +151,16 @@ def start_sim(tmp_path, *flags, startup=0.0, timeout=60.0, model="Qwen/Qwen3-8B"
     return server
 
 
+
+def pytest_collection_modifyitems(config, items):
+    """Tests marked ``long(minutes)`` start first, the longest first, so that parallel test processes end together
+    (a long test started last would run on alone); the others keep their order."""
+    def minutes(item):
+        mark = item.get_closest_marker("long")
+        return mark.args[0] if mark else 0
+
+    items.sort(key=minutes, reverse=True)
+
 DFLASH = ["--speculative-algorithm", "DFLASH", "--speculative-draft-model-path", "d", "--speculative-dflash-block-size", "16"]
 DDTREE = ["--speculative-algorithm", "DDTREE", "--speculative-draft-model-path", "d", "--speculative-ddtree-budget", "32"]
 

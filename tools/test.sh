@@ -14,5 +14,8 @@ if [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null \
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $SLURM_PACKAGES >/dev/null
 fi
 # Two test processes (pytest-xdist): most of a test's time is simulated servers and Snakemake waiting, so two
-# overlap well on two cores; SPECSWEEP_TEST_WORKERS=0 runs the tests in this process instead.
+# overlap well on two cores; SPECSWEEP_TEST_WORKERS=0 runs the tests in this process instead. --dist loadgroup hands
+# the tests out one at a time as a process frees (--dist load gives each a quarter of them at once), in the order
+# tests/conftest.py sets: the tests that take minutes first. (Its xdist_group grouping does not take effect with
+# pytest 9.2 and xdist 3.8: no test relies on it.)
 exec .venv/bin/python -m pytest -ra -n "${SPECSWEEP_TEST_WORKERS:-2}" --dist loadgroup "$@"

@@ -15,8 +15,9 @@ from .server import Engine, parse_args
 
 
 def engine(algorithm: str = "ar", block_size: int = 16, budget: int = 0, tp: int = 1, gpu: str = "H200",
-           model_profile: str = "qwen3-8b", max_running: int = 256) -> Engine:
-    """A simulated engine decoding with ``algorithm`` (ar, dflash or ddtree)."""
+           model_profile: str = "qwen3-8b", max_running: int = 256, tree_build: str | None = None) -> Engine:
+    """A simulated engine decoding with ``algorithm`` (ar, dflash or ddtree; DDTree as ``tree_build`` builds its
+    tree, specsweep/data/ddtree_builds.yaml, default the pull request's)."""
     argv = ["--model-path", "sim", "--tp-size", str(tp), "--sim-gpu", gpu, "--sim-model-profile", model_profile,
             "--max-running-requests", str(max_running)]
     if algorithm != "ar":
@@ -24,6 +25,8 @@ def engine(algorithm: str = "ar", block_size: int = 16, budget: int = 0, tp: int
                  "--speculative-dflash-block-size", str(block_size)]
     if algorithm == "ddtree":
         argv += ["--speculative-ddtree-budget", str(budget)]
+        if tree_build is not None:
+            argv += ["--sim-ddtree-build", tree_build]
     return Engine(parse_args(argv))
 
 

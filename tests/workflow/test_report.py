@@ -45,24 +45,15 @@ EXPECTED_TEXT = {
 }
 
 
-@pytest.fixture(scope="session")  # not module: a parallel worker may run other modules' tests in between
-def reduced_plan(tmp_path_factory):
-    """run(name): the results folder of that reduced plan's report, each plan run once per test process."""
-    runs = {}
-
-    def run(name: str):
-        if name not in runs:
-            root = tmp_path_factory.mktemp(name)
-            workdir = copy_workflow(root / "wf")
-            config = load_default_config()
-            config.update(PLANS[name])
-            write_config(workdir, tiny(config))
-            snakemake(workdir, "results/report/report.pdf", "results/report/figures/setup", cores=4)
-            assert server_processes_under(root) == [], "a server was left running"
-            runs[name] = workdir / "results"
-        return runs[name]
-
-    return run
+def reduced_plan(root, name: str):
+    """The results folder of a reduced plan's report, run in ``root``."""
+    workdir = copy_workflow(root / "wf")
+    config = load_default_config()
+    config.update(PLANS[name])
+    write_config(workdir, tiny(config))
+    snakemake(workdir, "results/report/report.pdf", "results/report/figures/setup", cores=4)
+    assert server_processes_under(root) == [], "a server was left running"
+    return workdir / "results"
 
 
 def figures_have_data(tex: str, report_dir):
@@ -75,10 +66,10 @@ def figures_have_data(tex: str, report_dir):
         assert frame[y].notna().any(), f"{csv}: series {y} has no data"
 
 
-@pytest.mark.xdist_group("reduced-plans")  # with parallel workers, one worker runs each plan once for both tests
-@pytest.mark.parametrize("name", list(PLANS))
-def test_reduced_plans_compile_and_say_what_has_no_data(reduced_plan, name):
-    results = reduced_plan(name)
+@pytest.mark.parametrize("name", [pytest.param(name, marks=pytest.mark.long(2.6)) if name == "two-tp-budgets-agentic"
+                                  else name for name in PLANS])
+def test_reduced_plans_compile_and_say_what_has_no_data(tmp_path, name):
+    results = reduced_plan(tmp_path, name)
     pdf = results / "report" / "report.pdf"
     assert pdf.read_bytes().startswith(b"%PDF")
     tex = (results / "report" / "report.tex").read_text()
@@ -97,12 +88,10 @@ def test_reduced_plans_compile_and_say_what_has_no_data(reduced_plan, name):
         assert modes.loc[16, "tree_width"] == 2 and "What each DDTree budget runs" in tex
         sweep = pd.read_csv(next((results / "report" / "data").glob("budget-throughput-*.csv")))
         assert sweep.filter(like="s").shape[1] >= 2  # the chain and the tree are two marked series
+        every_table_number_comes_from_the_aggregated_csv(results, tex)
 
 
-@pytest.mark.xdist_group("reduced-plans")
-def test_every_table_number_comes_from_the_aggregated_csv(reduced_plan):
-    results = reduced_plan("two-tp-budgets-agentic")
-    tex = (results / "report" / "report.tex").read_text()
+def every_table_number_comes_from_the_aggregated_csv(results, tex: str):
     # tables are typeset from CSV files only: no number is typed into the document
     tables = re.findall(r"\\pgfplotstabletypeset\[.*?\]\s*\{([^}]+)\}", tex, flags=re.S)
     assert len(tables) >= 8 and all(t.startswith("data/") and t.endswith(".csv") for t in tables)

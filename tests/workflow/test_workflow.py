@@ -36,6 +36,7 @@ def cell_files(workdir):
     return sorted(str(p.relative_to(workdir)) for p in (workdir / "results" / "cells").rglob("*.json"))
 
 
+@pytest.mark.long(6)
 def test_default_config_end_to_end(workflow):
     started = time.monotonic()
     snakemake(workflow, cores=4)  # the four servers at once
@@ -67,6 +68,7 @@ def test_default_config_end_to_end(workflow):
     assert "conc-throughput-short-tp1.png" in html and "report.pdf" in html and "budget-acceptance" in html
 
 
+@pytest.mark.long(3.2)
 def test_partial_reruns_measure_only_stale_cells(workflow):
     config = small_config()
     write_config(workflow, config)
