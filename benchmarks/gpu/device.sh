@@ -4,7 +4,8 @@
 # install-a/-b/check install SGLang 0.5.16 from the staged payload (.gpu-payload, .gpu-tools: the GPU recipe)
 # and specsweep's own wheels (.whl); `check` then records SGLang's option table and runs the workflow on
 # config/gpu-check.yaml (AR and DFlash side by side through the GPU pool); `fault` kills a server mid-cell
-# (SIGKILL) and reruns; `compare` runs SGLang's own client beside specsweep's; `tp2` one TP-2 server.
+# (SIGKILL) and reruns; `compare [ARGS]` runs SGLang's own client beside specsweep's (ARGS go to
+# compare_bench_serving.py); `tp2` one TP-2 server.
 # Everything each step produces goes to $OUT (results as tarballs). On a fresh machine `install-c` stands in
 # for `check` when only `compare` or `tp2` is to run.
 set -u
@@ -61,7 +62,7 @@ case $step in
     gpu_apps > "$OUT/gpu-apps-after.txt"; pack fault ;;
   compare)
     restore_table
-    python3 benchmarks/gpu/compare_bench_serving.py "$OUT/compare" > "$OUT/compare.log" 2>&1
+    python3 benchmarks/gpu/compare_bench_serving.py "$OUT/compare" "${@:2}" > "$OUT/compare.log" 2>&1
     echo "exit $?" >> "$OUT/compare.log"; tail -8 "$OUT/compare.log"
     tar czf "$OUT/compare.tgz" -C "$OUT" compare && rm -rf "$OUT/compare" ;;
   tp2)
