@@ -290,18 +290,20 @@ def tokens_per_chunk(records: list[dict]) -> float | None:
     return tokens / chunks if chunks else None
 
 
-def _weighted_percentile(sorted_values: np.ndarray, weights: np.ndarray, p: float) -> np.ndarray:
-    """Per row of weights (copies of each sorted value, whole or not): the p-th percentile with numpy's linear
-    rule."""
+def _weighted_percentiles(sorted_values: np.ndarray, weights: np.ndarray, ps: list[float]) -> list[np.ndarray]:
+    """Per row of weights (copies of each sorted value, whole or not): the p-th percentile for each p in ``ps``,
+    with numpy's linear rule: the values at copies floor(h) and floor(h) + 1, h = (copies - 1) p / 100."""
     total = weights.sum(axis=1)
-    h = (total - 1) * p / 100.0
+    cum = np.cumsum(weights, axis=1)  # one cumulative sum serves every p
+    h = (total[:, None] - 1) * np.asarray(ps, dtype=float)[None, :] / 100.0
     low = np.floor(h)
-    cum = np.cumsum(weights, axis=1)
-    i = (cum < (low + 1)[:, None]).sum(axis=1)
-    j = (cum < np.minimum(low + 2, total)[:, None]).sum(axis=1)
+    bounds = np.concatenate([low + 1, np.minimum(low + 2, total[:, None])], axis=1)
+    # per row, how many cumulative counts lie below each bound (the rows are sorted)
+    index = np.array([np.searchsorted(row, b, side="left") for row, b in zip(cum, bounds)])
     last = len(sorted_values) - 1
-    lo_v, hi_v = sorted_values[np.minimum(i, last)], sorted_values[np.minimum(j, last)]
-    return lo_v + (h - low) * (hi_v - lo_v)
+    lo_v = sorted_values[np.minimum(index[:, :len(ps)], last)]
+    hi_v = sorted_values[np.minimum(index[:, len(ps):], last)]
+    return list((lo_v + (h - low) * (hi_v - lo_v)).T)
 
 
 def summarise(values: list, sessions: list | None = None, seed: int = 0, kinds: list | None = None) -> dict:
@@ -331,9 +333,12 @@ def summarise(values: list, sessions: list | None = None, seed: int = 0, kinds: 
         counts = _resample([stratum[s] for s in groups], seed)
         for rows in np.array_split(np.arange(BOOTSTRAP_RESAMPLES), max(1, data.size * BOOTSTRAP_RESAMPLES // 2_000_000)):
             weights = counts[rows][:, cluster]  # copies of each value in each resample
-            for name in boot:
-                boot[name].append(weights @ data_sorted / weights.sum(axis=1) if stats[name] is None
-                                  else _weighted_percentile(data_sorted, weights, stats[name]))
+            percentiles = [name for name in boot if stats[name] is not None]
+            for name, values in zip(percentiles, _weighted_percentiles(data_sorted, weights,
+                                                                       [stats[name] for name in percentiles])):
+                boot[name].append(values)
+            if "mean" in boot:
+                boot["mean"].append(weights @ data_sorted / weights.sum(axis=1))
     for name in stats:
         out[f"{name}_ci"] = _interval(np.concatenate(boot[name])) if name in boot else None
     return out

@@ -75,7 +75,8 @@ def top1_probability(text: str, temperature: float, thinking: bool, params: dict
     return max(0.05, min(0.95, a))
 
 
-def depth_distribution(a: float, depth: int, ratio: float = ACCEPTANCE["second_choice_ratio"]) -> list[float]:
+@lru_cache(maxsize=1 << 16)  # a request keeps its a: every verify round asks for the same depths again
+def depth_distribution(a: float, depth: int, ratio: float = ACCEPTANCE["second_choice_ratio"]) -> tuple[float, ...]:
     """Probabilities of the ranked candidates at a depth of the block (rank 0 first).
 
     Top-1 mass q = a * 0.995^depth; of the rest, a share a falls geometrically
@@ -84,7 +85,7 @@ def depth_distribution(a: float, depth: int, ratio: float = ACCEPTANCE["second_c
     """
     q = a * (0.995 ** depth)
     inside = (1.0 - q) * a
-    return [q] + [inside * (1 - ratio) * ratio ** (r - 1) for r in range(1, CANDIDATES_PER_DEPTH)]
+    return (q, *(inside * (1 - ratio) * ratio ** (r - 1) for r in range(1, CANDIDATES_PER_DEPTH)))
 
 
 @lru_cache(maxsize=4096)
