@@ -18,6 +18,18 @@ include: "rules/report.smk"
 include: "rules/plan.smk"
 
 
+# On a cluster these run where Snakemake runs, not as jobs: seconds of CPU each, no GPU (TeX for the PDF is
+# needed there). The environment probe and the servers are jobs, on the GPU nodes.
+localrules:
+    all,
+    aggregate,
+    plan,
+    predictions,
+    report_data,
+    report_pdf,
+    report_figures,
+
+
 rule all:
     input:
         all_cell_outputs(),
