@@ -19,9 +19,9 @@ connection fails, the status is not 200, it times out, the stream ends without
 ``[DONE]``, the server reports an error inside the stream (SGLang sends
 ``data: {"error": ...}`` then ``[DONE]`` over HTTP 200), the server aborts it
 (finish reason ``abort``), or reading its stream raises anything else. The
-stream is split into lines here, so no line is too long to read (SGLang's
-native stream without ``--incremental-streaming-output`` repeats the whole
-text in every chunk).
+streams are read by ``http1`` as their bytes arrive, so no line is too long to
+read (SGLang's native stream without ``--incremental-streaming-output`` repeats
+the whole text in every chunk) and a busy client does not date chunks late.
 """
 
 from __future__ import annotations
