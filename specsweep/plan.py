@@ -35,7 +35,8 @@ JOB_OVERHEAD_SECONDS = 3.0  # a server job's own start: interpreter, imports, se
 DISK_BYTES_PER_SECOND = 2e9
 
 
-def _decoding(method) -> Decoding:
+def method_decoding(method) -> Decoding:
+    """How the simulator decodes for a configured method (its algorithm, block, budget, top-k, build and env)."""
     p = method.params
     if method.algorithm == "ar":
         return Decoding("ar")
@@ -104,7 +105,7 @@ def cell_seconds(config: dict, tp: int, method, workload: dict, concurrency: int
     prompts, prompt_tokens, turns = (_sample_of(workload, sessions) if sessions else
                                      _workload_sample(json.dumps(workload, sort_keys=True), config["seed"],
                                                       config["model"].get("path")))
-    decoding = _decoding(method)
+    decoding = method_decoding(method)
     if config["model"].get("load_format") == "dummy":
         tau = 1.0  # random weights: the drafter's proposals are never the target's choice
     else:
