@@ -171,26 +171,26 @@ async def send(pool: Pool, messages: list[dict], sampling: dict, record: Request
     path, payload = _payload(protocol, messages, thinking, sampling)
     if sampling.get("ignore_eos"):
         record.expected_tokens = int(sampling["max_new_tokens"])
-    reading = {"tokens": 0, "done": False}
+    done = False  # the stream's [DONE] arrived; record.output_tokens holds the tokens so far
 
     def on_sent(now: float, opened: float | None) -> None:
         record.t0 = opened if setup_in_ttft and opened is not None else now
 
     def on_event(now: float, data: bytes) -> bool:
+        nonlocal done
         if data == b"[DONE]":
-            reading["done"] = True
+            done = True
             return True
         chunk = orjson.loads(data)
         if on_chunk is not None:
             on_chunk(now, chunk)
-        last = reading["tokens"]
+        last = record.output_tokens
         tokens, text = _parse_chunk(protocol, chunk, record, last, incremental)
         if tokens > last:  # a chunk carrying content (role-only and empty chunks are not)
             record.chunk_times.append(now)
             record.chunk_tokens.append(tokens - last)
-            reading["tokens"] = tokens
+            record.output_tokens = tokens
         record.output_text = text
-        record.output_tokens = reading["tokens"]
         return False
 
     record.t0 = time.monotonic()
@@ -202,11 +202,11 @@ async def send(pool: Pool, messages: list[dict], sampling: dict, record: Request
             record.error_detail = f"HTTP {answer.status}: {answer.body.decode('utf-8', 'replace')[:300]}"
         elif record.finish_reason == "abort":
             record.error = ABORTED
-            record.error_detail = f"the server aborted the request after {reading['tokens']} tokens"
-        elif not reading["done"]:
+            record.error_detail = f"the server aborted the request after {record.output_tokens} tokens"
+        elif not done:
             record.error, record.error_detail = TRUNCATED, "stream ended without [DONE]"
     except StreamError as exc:
-        record.error, record.error_detail = SERVER_ERROR, f"{exc} (after {reading['tokens']} tokens)"
+        record.error, record.error_detail = SERVER_ERROR, f"{exc} (after {record.output_tokens} tokens)"
     except TimeoutError:
         record.error, record.error_detail = TIMEOUT, f"no complete answer within {timeout:g} s"
     except ConnectFailed as exc:

@@ -33,14 +33,16 @@ _KEPT_BODY = 64 * 1024  # of a non-200 answer, for its error message
 _MAX_HEAD = 64 * 1024
 
 
-def kernel_stamp(ancillary) -> float | None:
-    """The time (time.monotonic() seconds) the kernel received the bytes of a ``recvmsg`` with SO_TIMESTAMPNS on,
-    or None where there is no stamp. Two packets that waited in a TCP socket together share the later one's."""
+def arrival(ancillary, seen: float) -> float:
+    """When the bytes of a ``recvmsg`` with SO_TIMESTAMPNS on arrived, as time.monotonic() seconds: the kernel's
+    stamp in its ``ancillary`` data (never later than ``seen``, when they were read), else ``seen``. Two packets
+    that waited in a TCP socket together share the later one's stamp."""
     for level, kind, payload in ancillary:
         if level == socket.SOL_SOCKET and kind == SO_TIMESTAMPNS and len(payload) >= 16:
             seconds, nanoseconds = struct.unpack("qq", payload[:16])  # CLOCK_REALTIME
-            return time.monotonic() - (time.time() - (seconds + nanoseconds * 1e-9))
-    return None
+            stamp = seen - (time.time() - (seconds + nanoseconds * 1e-9))
+            return stamp if stamp <= seen else seen
+    return seen
 
 
 def ask_for_stamps(sock: socket.socket) -> None:
@@ -126,9 +128,7 @@ class Connection:
             return b"", exc
         if not data:
             return b"", None
-        seen = time.monotonic()
-        stamp = kernel_stamp(ancillary) if ancillary else None
-        return data, (stamp if stamp is not None and stamp <= seen else seen)
+        return data, arrival(ancillary, time.monotonic())
 
     def received(self, data: bytes, when) -> None:
         """Take in what ``read`` returned, in the order it was read."""
