@@ -7,11 +7,12 @@ from pathlib import Path
 
 import pandas as pd
 
-from . import ddtree
+from . import algorithms
 from .metrics import combine_launches, losslessness, speedup
 
 SUMMARY_COLUMNS = [
-    "simulated", "tp", "method", "algorithm", "block_size", "budget", "topk", "tree_build", "tree_mode", "tree_width",
+    "simulated", "tp", "method", "algorithm", "block_size", "budget", "topk", "num_steps", "num_draft_tokens",
+    "max_bfs_breadth", "match_type", "tree_build", "tree_mode", "tree_width", "verify_width", "sweep_size",
     "workload", "family",
     "concurrency", "concurrency_mean", "concurrency_peak", "concurrency_steady_mean", "concurrency_held",
     "steady_window_s", "steady_share", "repetition", "launches", "requests_sent", "requests_completed", "requests_failed", "output_tokens",
@@ -40,26 +41,20 @@ def _ci(metrics: dict, name: str, stat: str, side: int):
     return ci[side] if ci else None
 
 
-def tree_mode(method: dict) -> tuple[str | None, str | None, int | None]:
-    """(build, mode, width) of a DDTree method as its build runs its budget (specsweep.ddtree); Nones otherwise."""
-    p = method["params"]
-    if method["algorithm"] != "ddtree":
-        return None, None, None
-    tree_build = ddtree.build(p.get("tree_build"))
-    mode, width = ddtree.shape(tree_build, p.get("block_size", 16), p["budget"], p.get("topk"))
-    return tree_build.name, mode, width
-
-
 def cell_row(cell: dict, path: str) -> dict:
     m, c, method = cell["metrics"], cell["cell"], cell["method"]
-    tree_build, mode, width = tree_mode(method)
+    algorithm = algorithms.get(method["algorithm"])  # a cell of an algorithm this code does not know is refused
+    tree_build, mode, width = algorithms.method_shape(method)
+    params = method["params"]
     ci = m.get("output_throughput_ci") or [None, None]
     held = m.get("concurrency") or {}
     window = held.get("window")
     return {
         "simulated": cell["simulated"], "tp": c["tp"], "method": c["method"], "algorithm": method["algorithm"],
-        "block_size": method["params"].get("block_size"), "budget": method["params"].get("budget"),
-        "topk": method["params"].get("topk"), "tree_build": tree_build, "tree_mode": mode, "tree_width": width,
+        **{k: params.get(k) for k in ("block_size", "budget", "topk", "num_steps", "num_draft_tokens",
+                                      "max_bfs_breadth", "match_type")},
+        "tree_build": tree_build, "tree_mode": mode, "tree_width": width,
+        "verify_width": algorithm.verify_width(params), "sweep_size": params.get(algorithm.size),
         "workload": c["workload"], "family": cell["workload"]["family"],
         "concurrency": c["concurrency"], "concurrency_mean": held.get("mean"), "concurrency_peak": held.get("peak"),
         "concurrency_steady_mean": held.get("steady_mean"), "concurrency_held": held.get("held"),
@@ -204,15 +199,21 @@ def turn_rows(requests: pd.DataFrame) -> pd.DataFrame:
     return out.drop(columns=["output_tokens", "busy"])
 
 
+BEST_COLUMNS = ["tp", "workload", "concurrency", "algorithm", "method", "sweep_size", "tree_mode", "tree_width",
+                "verify_width", "output_throughput", "speedup"]
+
+
 def best_budget(summary: pd.DataFrame) -> pd.DataFrame:
-    """Per (tp, workload, concurrency): the DDTree budget with the highest output throughput, and its speedup."""
-    tree = summary[summary["algorithm"] == "ddtree"].dropna(subset=["output_throughput"])
-    if tree.empty:
-        return pd.DataFrame(columns=["tp", "workload", "concurrency", "method", "budget", "tree_mode", "tree_width",
-                                     "output_throughput", "speedup"])
-    idx = tree.groupby(["tp", "workload", "concurrency"])["output_throughput"].idxmax()
-    return tree.loc[idx, ["tp", "workload", "concurrency", "method", "budget", "tree_mode", "tree_width",
-                          "output_throughput", "speedup"]].reset_index(drop=True)
+    """Per (tp, workload, concurrency) and speculative algorithm measured at two or more settings (its
+    ``sweep_size``: DDTree's budget, NGRAM's and draft models' num_draft_tokens, DFlash's block): the setting with
+    the highest output throughput, and its speedup."""
+    spec = summary[summary["algorithm"] != "ar"].dropna(subset=["output_throughput"])
+    swept = spec.groupby(["tp", "workload", "concurrency", "algorithm"])["method"].transform("nunique") > 1
+    spec = spec[swept]
+    if spec.empty:
+        return pd.DataFrame(columns=BEST_COLUMNS)
+    idx = spec.groupby(["tp", "workload", "concurrency", "algorithm"])["output_throughput"].idxmax()
+    return spec.loc[idx, BEST_COLUMNS].reset_index(drop=True)
 
 
 def break_even(summary: pd.DataFrame) -> pd.DataFrame:

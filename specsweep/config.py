@@ -22,7 +22,7 @@ def normalise(config: dict) -> dict:
     Call after schema validation (defaults filled). Raises ConfigError naming
     the key.
     """
-    from .methods import SPECULATIVE, expand_methods
+    from .methods import expand_methods
 
     config = copy.deepcopy(config)
     names = [w["name"] for w in config["workloads"]]
@@ -36,15 +36,9 @@ def normalise(config: dict) -> dict:
     for name in names:
         if names.count(name) > 1:
             raise ConfigError(f"workloads: duplicated workload name '{name}'; give each workload a unique name")
-    expand_methods(config)  # raises on duplicates and bad placeholders
-    algorithms = {m["algorithm"] for m in config["methods"]}
-    if config["backend"] == "sglang":
-        if not config["model"].get("path"):
-            raise ConfigError("model.path: required on the sglang backend (the target model's path or hub id)")
-        if algorithms & set(SPECULATIVE) and not config["model"].get("drafter"):
-            raise ConfigError(
-                "model.drafter: required on the sglang backend when a dflash or ddtree method is configured"
-            )
+    if config["backend"] == "sglang" and not config["model"].get("path"):
+        raise ConfigError("model.path: required on the sglang backend (the target model's path or hub id)")
+    expand_methods(config)  # raises on parameters, drafters and spellings a method's algorithm refuses
     config["adaptive"]["target"] = float(config["adaptive"]["target"])
     if config["adaptive"]["enabled"]:
         metric = config["adaptive"]["metric"]
@@ -83,7 +77,8 @@ def check_sim_profiles(config: dict) -> None:
     from .sim.model import profiles
 
     known = profiles(config["sim"]["profiles"])
-    for key, kind in (("gpu", "gpus"), ("model_profile", "models"), ("runtime", "runtimes")):
+    for key, kind in (("gpu", "gpus"), ("model_profile", "models"), ("draft_model_profile", "models"),
+                      ("runtime", "runtimes")):
         if config["sim"][key] not in known[kind]:
             raise ConfigError(f"sim.{key}: unknown profile '{config['sim'][key]}'; known: "
                               f"{', '.join(sorted(known[kind]))} (or define it under sim.profiles.{kind})")

@@ -53,7 +53,9 @@ def server_cumulative_acceptance(info: dict) -> float | None:
 SERVER_INFO_KEYS = ("version", "attention_backend", "prefill_attention_backend", "decode_attention_backend",
                     "sampling_backend", "page_size", "disable_overlap_schedule", "max_running_requests",
                     "min_free_slots_delay", "incremental_streaming_output", "load_format", "speculative_algorithm",
-                    "speculative_num_draft_tokens", "cuda_graph_max_bs", "context_length", "mem_fraction_static")
+                    "speculative_num_draft_tokens", "speculative_num_steps", "speculative_eagle_topk",
+                    "speculative_ngram_max_bfs_breadth", "speculative_ngram_match_type", "cuda_graph_max_bs",
+                    "context_length", "mem_fraction_static")
 
 
 class LoadSampler:

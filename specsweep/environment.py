@@ -216,10 +216,12 @@ def check_methods(methods: list[dict], environment: dict) -> None:
     ``methods`` are Method.as_dict() values; the check uses the capability probe
     (algorithms and flags listed by the launcher's --help).
     """
+    from .launcher import choose_flags
+
     caps = environment["capabilities"]
     backend = environment["backend"]
     for method in methods:
-        flags = method["flags"]
+        flags = choose_flags(list(method["flags"]), set(caps["flags"])) if caps["flags"] else method["flags"]
         if "--speculative-algorithm" in flags:
             wanted = flags[flags.index("--speculative-algorithm") + 1]
             if caps["algorithms"] and wanted not in caps["algorithms"]:

@@ -24,6 +24,8 @@ from typing import TYPE_CHECKING
 
 import requests
 
+from . import algorithms
+
 if TYPE_CHECKING:
     from .jobs import ServerJob
 
@@ -70,7 +72,7 @@ def server_arguments(job: ServerJob, port: int, max_context: int, offered: set[s
     argv += ["--context-length", str(max_context), "--enable-metrics", "--random-seed", str(job.seed)]
     if model.get("load_format") == "dummy":
         argv += ["--load-format", "dummy"]
-        if method["algorithm"] != "ar":
+        if algorithms.get(method["algorithm"]).drafter:
             argv += [_required(offered, "--speculative-draft-load-format", "model.load_format: dummy"), "dummy"]
     protocol = job.load["protocol"]
     if protocol == "native":
@@ -85,7 +87,14 @@ def server_arguments(job: ServerJob, port: int, max_context: int, offered: set[s
             argv += ["--min-free-slots-delay", "0" if delay == "disabled" else str(delay)]
         elif delay != "disabled":  # a build without the delay has nothing to disable
             _required(offered, "--min-free-slots-delay", "server.min_free_slots_delay")
-    return argv + list(method["flags"]) + list(server["flags"])
+    return argv + choose_flags(list(method["flags"]) + list(server["flags"]), offered)
+
+
+def choose_flags(flags: list[str], offered: set[str]) -> list[str]:
+    """Flags with each ``--a|--b`` replaced by the first of its spellings the build offers (the first written
+    where it offers none, so that the check against the build names it)."""
+    return [next((f for f in flag.split("|") if f in offered), flag.split("|")[0]) if flag.startswith("--")
+            and "|" in flag else flag for flag in flags]
 
 
 def min_free_slots_delay(job: ServerJob) -> str | int:
@@ -118,6 +127,8 @@ def launch_command(job: ServerJob, port: int, max_context: int, python: str | No
         argv = [python, "-m", "specsweep.sim", *args, "--sim-gpu", sim["gpu"],
                 "--sim-model-profile", sim["model_profile"], "--sim-runtime", sim["runtime"],
                 "--sim-startup-seconds", str(sim["startup_seconds"])]
+        if algorithms.get(job.method["algorithm"]).drafting == "draft-model":
+            argv += ["--sim-draft-model-profile", sim.get("draft_model_profile", "qwen3-0.6b")]
         if sim.get("profiles"):
             argv += ["--sim-profiles", json.dumps(sim["profiles"], sort_keys=True)]
         if sim.get("acceptance"):

@@ -1,7 +1,8 @@
-"""Methods: the configured methods expanded (sweeps over budget and top-k) into what a server runs.
+"""Methods: the configured methods expanded (sweeps over any listed parameter) into what a server runs.
 
-Each method becomes its algorithm, parameters, server flags and environment, with the algorithm's spelling
-(``algorithms``: DDTree lives in SGLang forks with differing flags) and placeholders substituted.
+Each method becomes its algorithm (specsweep.algorithms), parameters, drafter, server flags and environment, with
+the algorithm's spelling (the registry's, with config's ``algorithms`` overrides: DDTree lives in SGLang forks with
+differing flags) and placeholders substituted.
 """
 
 from __future__ import annotations
@@ -9,27 +10,29 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass
 
-from . import ddtree
+from . import algorithms, ddtree
+from .algorithms import AlgorithmError
 from .canon import canonical_json
 from .config import ConfigError
-
-SPECULATIVE = ("dflash", "ddtree")
 
 
 @dataclass(frozen=True)
 class Method:
-    """One decoding method as a server runs it: algorithm, parameters, flags, environment."""
+    """One decoding method as a server runs it: algorithm, parameters, drafter, flags, environment."""
 
     name: str
     algorithm: str
-    params: dict  # block_size, budget, topk where they apply
+    params: dict  # the algorithm's parameters (specsweep.algorithms), resolved as the server runs them
     flags: tuple  # server flags (argument list), substituted; --attention-backend included when set
     env: dict  # environment variables, substituted
     attention_backend: str | None = None  # None: the server's own default (fa3 on Hopper for SGLang)
     min_free_slots_delay: str | int | None = None  # None: server.min_free_slots_delay
+    drafter: str | None = None  # the method's own drafter (None: none, or model.drafter for DFlash and DDTree)
 
     def as_dict(self) -> dict:
-        return {
+        """The method as plain JSON values; ``drafter`` only where the method names its own (so that methods
+        without one keep the content address they had)."""
+        out = {
             "name": self.name,
             "algorithm": self.algorithm,
             "params": dict(self.params),
@@ -38,6 +41,9 @@ class Method:
             "attention_backend": self.attention_backend,
             "min_free_slots_delay": self.min_free_slots_delay,
         }
+        if self.drafter is not None:
+            out["drafter"] = self.drafter
+        return out
 
 
 def _substitute(template: str, values: dict, where: str) -> str:
@@ -51,11 +57,11 @@ def _substitute(template: str, values: dict, where: str) -> str:
 
 
 # What method expansion reads from a configuration; each distinct one is expanded once per process.
-EXPANSION_KEYS = ("methods", "defaults", "algorithms", "match_ddtree_scheduling", "match_ddtree_attention")
+EXPANSION_KEYS = ("methods", "defaults", "algorithms", "match_ddtree_scheduling", "match_ddtree_attention", "server")
 
 
 def expand_methods(config: dict) -> list[Method]:
-    """Expand the configured methods (sweeps over budget/topk) into concrete methods (once per distinct
+    """Expand the configured methods (sweeps over listed parameters) into concrete methods (once per distinct
     configuration: every server job, cell table and check asks again)."""
     key = canonical_json({**{k: config.get(k) for k in EXPANSION_KEYS}, "drafter": config["model"].get("drafter", "")})
     if key not in _EXPANDED:
@@ -66,64 +72,87 @@ def expand_methods(config: dict) -> list[Method]:
 _EXPANDED: dict[str, tuple[Method, ...]] = {}
 
 
+def _grid(algorithm: algorithms.Algorithm, entry: dict, defaults: dict, where: str) -> tuple[list[dict], list]:
+    """(every combination of the method's parameter values, the swept parameters): its own value, else
+    ``defaults``, else the registry's; a list sweeps a parameter that has a sweep tag."""
+    axes, swept = {}, []
+    for p in algorithm.parameters:
+        value = entry.get(p.name, defaults.get(p.name, p.default))
+        if value is None:
+            if p.required:
+                raise ConfigError(f"{where}: algorithm '{algorithm.name}' needs '{p.name}'"
+                                  + (" (an integer or a list to sweep)" if p.sweep_tag else ""))
+            continue
+        if isinstance(value, list):
+            if not p.sweep_tag:
+                raise ConfigError(f"{where}: '{p.name}' cannot be swept (one value per method); list the "
+                                  "methods one by one")
+            swept.append(p)
+        axes[p.name] = value if isinstance(value, list) else [value]
+    return [dict(zip(axes, combo)) for combo in itertools.product(*axes.values())], swept
+
+
+def _drafter(algorithm: algorithms.Algorithm, entry: dict, config: dict, where: str) -> tuple[str | None, str]:
+    """(the method's own drafter, the {drafter} placeholder's value): a method of an algorithm without a drafter
+    may not name one; one with its own must; DFlash and DDTree fall back to model.drafter."""
+    own, shared = entry.get("drafter"), config["model"].get("drafter") or ""
+    if algorithm.drafter is None:
+        if own:
+            raise ConfigError(f"{where}: algorithm '{algorithm.name}' has no drafter; remove 'drafter' from the method")
+        return None, ""
+    if algorithm.drafter == "own" and not own:
+        raise ConfigError(f"{where}: algorithm '{algorithm.name}' needs its own draft model: set 'drafter' "
+                          f"(the path or hub id of its {algorithm.title} drafter) on the method")
+    if algorithm.drafter == "shared" and not (own or shared):
+        raise ConfigError(f"model.drafter: required for method '{entry['name']}' (algorithm '{algorithm.name}'); set "
+                          "model.drafter (the DFlash drafter) or the method's own 'drafter'")
+    return own or None, own or shared
+
+
 def _expand(config: dict) -> list[Method]:
     defaults = config.get("defaults", {})
-    spellings = config["algorithms"]
-    drafter = config["model"].get("drafter", "")
     methods: list[Method] = []
     for index, entry in enumerate(config["methods"]):
-        algorithm = entry["algorithm"]
         where = f"methods[{index}] ({entry['name']})"
-        if algorithm == "ar":
-            for key in ("block_size", "budget", "topk", "tree_build"):
-                if key in entry:
-                    raise ConfigError(f"{where}: '{key}' has no meaning for algorithm 'ar'; remove it")
-            grid = [{}]
-        else:
-            if algorithm == "dflash":
-                for key in ("budget", "topk"):
-                    if key in entry:
-                        raise ConfigError(
-                            f"{where}: '{key}' has no meaning for algorithm 'dflash' (a linear chain); "
-                            "use algorithm 'ddtree' for a draft tree"
-                        )
-            block = entry.get("block_size", defaults.get("block_size", 16))
-            axes: dict[str, list] = {"block_size": [block]}
-            if algorithm != "ddtree" and "tree_build" in entry:
-                raise ConfigError(f"{where}: 'tree_build' has no meaning for algorithm '{algorithm}'; remove it")
-            if algorithm == "ddtree":
-                try:
-                    axes["tree_build"] = [ddtree.build(entry.get("tree_build")).name]
-                except ValueError as exc:
-                    raise ConfigError(f"{where}.tree_build: {exc}") from None
-                if "budget" not in entry:
-                    raise ConfigError(f"{where}: algorithm 'ddtree' needs 'budget' (an integer or a list to sweep)")
-                for key, default in (("budget", None), ("topk", defaults.get("topk", 8))):
-                    value = entry.get(key, default)
-                    axes[key] = value if isinstance(value, list) else [value]
-            grid = [dict(zip(axes, combo)) for combo in itertools.product(*axes.values())]
-        swept = [k for k in ("budget", "topk") if isinstance(entry.get(k), list)]
-        spelling = spellings.get(algorithm, {"flags": [], "env": {}})
-        for params in grid:
-            name = entry["name"] + "".join(f"-{k[0]}{params[k]}" for k in swept)
-            values = {"drafter": drafter, **{k: str(v) for k, v in params.items()}}
+        try:
+            algorithm = algorithms.get(entry["algorithm"])
+        except AlgorithmError as exc:
+            raise ConfigError(f"{where}.algorithm: {exc}") from None
+        for key in algorithms.PARAMETER_NAMES:
+            if key in entry and key not in {p.name for p in algorithm.parameters}:
+                raise ConfigError(f"{where}: '{key}' has no meaning for algorithm '{algorithm.name}'; remove it"
+                                  + ("; use algorithm 'ddtree' for a draft tree" if algorithm.name == "dflash" else ""))
+        drafter, drafter_value = _drafter(algorithm, entry, config, where)
+        spelling = algorithms.spelling(algorithm.name, config.get("algorithms"))
+        grid, swept = _grid(algorithm, entry, defaults, where)
+        for raw in grid:
+            try:
+                params = algorithm.resolve(raw)
+            except AlgorithmError as exc:
+                raise ConfigError(_located(where, exc)) from None
+            name = entry["name"] + "".join(f"-{p.sweep_tag}{params[p.name]}" for p in swept)
+            values = {"drafter": drafter_value, **{k: str(v) for k, v in params.items()}}
             if "block_size" in params:
                 values["draft_tokens"] = str(params["block_size"] - 1)
-            mwhere = f"{where} algorithms.{algorithm}"
-            flags = [_substitute(f, values, mwhere + ".flags") for f in spelling.get("flags", [])]
+            mwhere = f"{where} algorithms.{algorithm.name}"
+            flags = [_substitute(f, values, mwhere + ".flags") for f in spelling["flags"]]
             flags += [_substitute(str(f), values, where + ".flags") for f in entry.get("flags", [])]
-            if algorithm == "dflash" and config.get("match_ddtree_scheduling") and "--disable-overlap-schedule" not in flags:
+            if (config.get("match_ddtree_scheduling") and algorithm.speculative and algorithm.overlap
+                    and "--disable-overlap-schedule" not in flags):
                 flags.append("--disable-overlap-schedule")
-            backend = _attention_backend(config, entry, algorithm, params, flags, where)
-            env = {k: _substitute(str(v), values, mwhere + ".env") for k, v in spelling.get("env", {}).items()}
+            backend = _attention_backend(config, entry, flags, where)
+            env = {k: _substitute(str(v), values, mwhere + ".env") for k, v in spelling["env"].items()}
             env.update({k: _substitute(str(v), values, where + ".env") for k, v in entry.get("env", {}).items()})
-            if algorithm == "ddtree":
-                try:
+            try:
+                algorithm.check(params, flags + list(config.get("server", {}).get("flags", [])), backend, spelling)
+                if algorithm is algorithms.DDTREE:
                     ddtree.with_environment(ddtree.build(params["tree_build"]), env)
-                except ValueError as exc:
-                    raise ConfigError(f"{where}.env: {exc}") from None
-            methods.append(Method(name, algorithm, params, tuple(flags), env, backend,
-                                  entry.get("min_free_slots_delay")))
+            except AlgorithmError as exc:
+                raise ConfigError(_located(where, exc)) from None
+            except ValueError as exc:  # the DDTree build's tuning read from the method's environment
+                raise ConfigError(f"{where}.env: {exc}") from None
+            methods.append(Method(name, algorithm.name, params, tuple(flags), env, backend,
+                                  entry.get("min_free_slots_delay"), drafter))
     seen: dict[str, int] = {}
     for method in methods:
         if method.name in seen:
@@ -135,32 +164,28 @@ def _expand(config: dict) -> list[Method]:
     return methods
 
 
-def _attention_backend(config: dict, entry: dict, algorithm: str, params: dict, flags: list, where: str) -> str | None:
+def _located(where: str, exc: AlgorithmError) -> str:
+    return f"{where}.{exc.key}: {exc}" if exc.key else f"{where}: {exc}"
+
+
+def _attention_backend(config: dict, entry: dict, flags: list, where: str) -> str | None:
     """The method's attention backend, appended to ``flags`` as --attention-backend when one is set.
 
     The method's own ``attention_backend`` (or an --attention-backend in its flags) wins; then, with
     ``match_ddtree_attention``, the DDTree spelling's backend for every method; then the algorithm's spelling;
-    else None (the server's default). A DDTree tree budget (budget > block_size - 1) on another backend than
-    its spelling requires is refused: the pull request's build does not start so.
+    else None (the server's default). Whether the algorithm runs on it is the algorithm's check.
     """
-    spellings = config["algorithms"]
     if "--attention-backend" in flags:
         given = flags[flags.index("--attention-backend") + 1] if flags.index("--attention-backend") + 1 < len(flags) else None
         if entry.get("attention_backend") and entry["attention_backend"] != given:
             raise ConfigError(f"{where}: attention_backend '{entry['attention_backend']}' disagrees with "
                               f"--attention-backend {given} in its flags; keep one")
-        backend = given
-    else:
-        backend = (entry.get("attention_backend")
-                   or (spellings.get("ddtree", {}).get("attention_backend") if config.get("match_ddtree_attention") else None)
-                   or spellings.get(algorithm, {}).get("attention_backend"))
-        if backend:
-            flags += ["--attention-backend", backend]
-    required = spellings.get("ddtree", {}).get("attention_backend")
-    if (algorithm == "ddtree" and required and backend != required
-            and params.get("budget", 0) > params.get("block_size", 16) - 1):
-        raise ConfigError(
-            f"{where}: DDTree budget {params['budget']} builds a tree (budget > block_size - 1 = "
-            f"{params['block_size'] - 1}), which this build verifies only with {required} attention "
-            f"(algorithms.ddtree.attention_backend); remove attention_backend '{backend}' from the method")
+        return given
+    overrides = config.get("algorithms")
+    backend = (entry.get("attention_backend")
+               or (algorithms.spelling("ddtree", overrides)["attention_backend"]
+                   if config.get("match_ddtree_attention") else None)
+               or algorithms.spelling(entry["algorithm"], overrides)["attention_backend"])
+    if backend:
+        flags += ["--attention-backend", backend]
     return backend

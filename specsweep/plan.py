@@ -10,7 +10,8 @@ max(total GPU-seconds / GPUs, longest server).
 
 Assumptions (stated in plan.md): outputs stop at 65% of max_new_tokens on
 average (all of it with sampling.ignore_eos); a drafter with dummy weights
-(model.load_format: dummy) is accepted no further than its bonus token;
+(model.load_format: dummy) is accepted no further than its bonus token, while
+NGRAM drafts from the random model's output, a loop of its first three tokens;
 SGLang start-up = weights read at 2 GB/s (none with dummy weights) + 60 s of
 initialisation and CUDA-graph capture (the runtime profile's startup_seconds
 where it was measured); 3 s per server job for its own start; no overlap
@@ -24,7 +25,6 @@ from functools import lru_cache
 
 from .jobs import cells_of_server, servers
 from .methods import expand_methods
-from .ddtree import DEFAULT_BUILD
 from .layout import plan_memo_path, server_name
 from .sim.model import CostModel, Decoding, profiles
 from .text import chat_prompt
@@ -36,13 +36,11 @@ DISK_BYTES_PER_SECOND = 2e9
 
 
 def method_decoding(method) -> Decoding:
-    """How the simulator decodes for a configured method (its algorithm, block, budget, top-k, build and env)."""
-    p = method.params
+    """How the simulator decodes for a configured method (its algorithm and parameters, flags and env)."""
     if method.algorithm == "ar":
         return Decoding("ar")
-    return Decoding.of_build(method.algorithm, p.get("block_size", 16), p.get("budget", 0), p.get("topk"),
-                             "--disable-overlap-schedule" not in method.flags, p.get("tree_build") or DEFAULT_BUILD,
-                             method.env)
+    return Decoding.of_params(method.algorithm, method.params, "--disable-overlap-schedule" not in method.flags,
+                              method.env)
 
 
 @lru_cache(maxsize=256)
@@ -71,14 +69,18 @@ def _sample_of(workload: dict, sessions: list) -> tuple:
 
 
 @lru_cache(maxsize=1024)
-def _tau(prompts: tuple, decoding: Decoding, acceptance_json: str) -> float:
+def _tau(prompts: tuple, decoding: Decoding, sim_json: str, max_new_tokens: int, dummy: bool) -> float:
+    """Predicted tokens per round: 1 for AR, and with dummy weights for every drafter model (their proposals are
+    never the target's choice); NGRAM with dummy weights drafts from the random model's looping output."""
     import json
 
     from .sim.calibration import mean_tau
 
-    if decoding.algorithm == "ar":
+    if decoding.algorithm == "ar" or dummy and decoding.spec.drafting != "lookup":
         return 1.0
-    return mean_tau(list(prompts), decoding, rounds=60, acceptance=json.loads(acceptance_json) or None)
+    sim = json.loads(sim_json)
+    return mean_tau(list(prompts), decoding, rounds=60, acceptance=sim.get("acceptance") or None,
+                    max_new_tokens=max_new_tokens, profile_set=profiles(sim.get("profiles")), looping=dummy)
 
 
 def startup_seconds(config: dict, tp: int) -> float:
@@ -101,15 +103,15 @@ def cell_seconds(config: dict, tp: int, method, workload: dict, concurrency: int
     import json
 
     sim = config["sim"]
-    cost = CostModel.named(sim["gpu"], sim["model_profile"], sim["runtime"], tp, sim["profiles"])
+    cost = CostModel.named(sim["gpu"], sim["model_profile"], sim["runtime"], tp, sim["profiles"],
+                           sim.get("draft_model_profile"))
     prompts, prompt_tokens, turns = (_sample_of(workload, sessions) if sessions else
                                      _workload_sample(json.dumps(workload, sort_keys=True), config["seed"],
                                                       config["model"].get("path")))
     decoding = method_decoding(method)
-    if config["model"].get("load_format") == "dummy":
-        tau = 1.0  # random weights: the drafter's proposals are never the target's choice
-    else:
-        tau = _tau(prompts, decoding, json.dumps(sim.get("acceptance") or {}, sort_keys=True))
+    tau = _tau(prompts, decoding, json.dumps({k: sim.get(k) or {} for k in ("acceptance", "profiles")},
+                                             sort_keys=True),
+               workload["max_new_tokens"], config["model"].get("load_format") == "dummy")
     output = workload["max_new_tokens"] * (1.0 if config["sampling"].get("ignore_eos") else OUTPUT_SHARE)
     batch = max(1, min(concurrency, requests))
     context = int(prompt_tokens + output / 2)

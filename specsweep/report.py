@@ -19,6 +19,7 @@ from pathlib import Path
 import jinja2
 import pandas as pd
 
+from . import algorithms
 from .cache import read_run_records
 from .canon import atomic_write_text
 from .layout import REPORT_SECTIONS as SECTIONS
@@ -177,38 +178,49 @@ def single_stream(t: Tables, figs: Figures) -> dict:
 
 
 def budget_sweep(t: Tables, figs: Figures, data: dict[str, str]) -> dict:
-    """Section 3: acceptance and throughput against the DDTree budget, DFlash as the reference; each point
-    marked with the mode the build runs at its budget (a chain in spine mode, a tree of some width above)."""
+    """Section 3: for every speculative algorithm measured at two or more settings of its size (the registry's
+    ``size``: DDTree's budget, NGRAM's and draft models' num_draft_tokens, DFlash's block), acceptance and
+    throughput against that size, each point marked with the shape it verifies (a chain, or a tree of some
+    width), DFlash as the reference line of the others; and the table of what every speculative method verifies."""
     summary, low, tps, lowest = t.summary, t.low, t.tps, t.lowest
-    tree = low[low["algorithm"] == "ddtree"].dropna(subset=["budget"])
-    tree = tree.assign(series=[f"DDTree, {m}" if isinstance(m, str) else "DDTree" for m in tree["tree_mode"]])
-    modes = (tree.drop_duplicates("method")[["method", "tree_build", "budget", "topk", "tree_mode", "tree_width"]]
-             .sort_values("budget"))
-    has_modes = _table(modes, data, "ddtree_modes.csv", ["method", "tree_build", "tree_mode"])
+    spec = low[low["algorithm"] != "ar"].dropna(subset=["sweep_size"])
+    spec = spec.assign(series=[f"{algorithms.get(a).title}, {m}" for a, m in zip(spec["algorithm"], spec["tree_mode"])])
+    modes = (spec.drop_duplicates("method")[["method", "algorithm", "tree_build", "sweep_size", "topk", "tree_mode",
+                                             "tree_width", "verify_width"]].sort_values(["algorithm", "sweep_size"]))
+    has_modes = _table(modes, data, "modes.csv", ["method", "algorithm", "tree_build", "tree_mode"])
     chain = low[low["algorithm"] == "dflash"]
-    for tp in tps:
-        for workload in summary["workload"].unique():
-            t = tree[(tree["tp"] == tp) & (tree["workload"] == workload)]
-            if t["budget"].nunique() < 2:
-                continue
-            c = chain[(chain["tp"] == tp) & (chain["workload"] == workload)]
-            ref_acc = [{"label": f"DFlash {tex_escape(m)}", "value": float(v)} for m, v in
-                       zip(c["method"], c["acceptance_length"]) if pd.notna(v)]
-            ref_tput = [{"label": f"DFlash {tex_escape(m)}", "value": float(v)} for m, v in
-                        zip(c["method"], c["output_throughput"]) if pd.notna(v)]
-            figs.line("budget", f"budget-acceptance-{workload}-tp{tp}", t, "budget", "acceptance_length", None, None,
-                      "DDTree node budget", "Acceptance length (tokens per round)",
-                      f"Acceptance length against the DDTree budget, workload {tex_escape(workload)}, TP {tp}, "
-                      f"concurrency {lowest}; marks: the mode the DDTree build runs at each budget (chain or tree, "
-                      "widths in the modes table); horizontal line: DFlash (linear chain).", series_col="series",
-                      logx=True, reference=ref_acc)
-            figs.line("budget", f"budget-throughput-{workload}-tp{tp}", t, "budget", "output_throughput",
-                      "output_throughput_lo", "output_throughput_hi", "DDTree node budget", "Output throughput (tokens/s)",
-                      f"Output throughput against the DDTree budget, workload {tex_escape(workload)}, TP {tp}, "
-                      f"concurrency {lowest} (error bars: 95\\% CI); marks: the build's mode at each budget; "
-                      "horizontal line: DFlash.", series_col="series",
-                      logx=True, reference=ref_tput)
+    for name in spec["algorithm"].unique():
+        algorithm = algorithms.get(name)
+        axis = SIZE_LABELS.get(algorithm.size, algorithm.size)
+        for tp in tps:
+            for workload in summary["workload"].unique():
+                sub = spec[(spec["algorithm"] == name) & (spec["tp"] == tp) & (spec["workload"] == workload)]
+                if sub["sweep_size"].nunique() < 2:
+                    continue
+                c = chain[(chain["tp"] == tp) & (chain["workload"] == workload)] if name != "dflash" else chain[0:0]
+                refs = {col: [{"label": f"DFlash {tex_escape(m)}", "value": float(v)} for m, v in
+                              zip(c["method"], c[col]) if pd.notna(v)]
+                        for col in ("acceptance_length", "output_throughput")}
+                where = f"{algorithm.title}, workload {tex_escape(workload)}, TP {tp}, concurrency {lowest}"
+                figs.line("budget", f"sweep-{name}-acceptance-{workload}-tp{tp}", sub, "sweep_size",
+                          "acceptance_length", None, None, axis, "Acceptance length (tokens per round)",
+                          f"Acceptance length against the {axis.lower()}, {where}; marks: the shape each setting "
+                          "verifies (chain or tree, widths in the table of modes)"
+                          + ("; horizontal line: DFlash (linear chain)." if refs["acceptance_length"] else "."),
+                          series_col="series", logx=True, reference=refs["acceptance_length"])
+                figs.line("budget", f"sweep-{name}-throughput-{workload}-tp{tp}", sub, "sweep_size",
+                          "output_throughput", "output_throughput_lo", "output_throughput_hi", axis,
+                          "Output throughput (tokens/s)",
+                          f"Output throughput against the {axis.lower()}, {where} (error bars: 95\\% CI); marks: "
+                          "the shape each setting verifies" + ("; horizontal line: DFlash." if refs["output_throughput"]
+                                                               else "."),
+                          series_col="series", logx=True, reference=refs["output_throughput"])
     return {"has_modes": has_modes}
+
+
+# the axis of a sweep chart, by the registry's size parameter
+SIZE_LABELS = {"budget": "Node budget", "num_draft_tokens": "Draft tokens verified per request",
+               "block_size": "Block size"}
 
 
 def tensor_parallelism(t: Tables, figs: Figures, data: dict[str, str]) -> dict:
@@ -258,7 +270,7 @@ def concurrency(t: Tables, figs: Figures, data: dict[str, str]) -> dict:
                      f"Throughput per GPU against interactivity (1/TPOT p50), workload {tex_escape(workload)}, every "
                      "TP size and concurrency; circled points joined by a dotted line form the Pareto frontier.")
     has_break_even = _table(t.breakeven, data, "break_even.csv", ["method", "workload"])
-    has_best = _table(t.best, data, "best_budget.csv", ["method", "workload"])
+    has_best = _table(t.best, data, "best_budget.csv", ["method", "workload", "algorithm"])
     return {"has_break_even": has_break_even, "has_best": has_best}
 
 

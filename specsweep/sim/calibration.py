@@ -11,7 +11,9 @@ from __future__ import annotations
 import random
 import statistics
 
-from .model import CostModel, Decoding, accepted_tokens, top1_probability
+from ..text import split_tokens
+from .model import (CostModel, Decoding, LookupDrafter, accepted_tokens, drafter_acceptance, profiles, reply_tokens,
+                    top1_probability)
 
 # DDTree paper, Table 1: Qwen3-8B, HF transformers on H200, temperature 0, batch 1, best budget per row.
 PUBLISHED_QWEN3_8B = {
@@ -24,13 +26,31 @@ PUBLISHED_QWEN3_8B = {
 BUDGETS = (16, 32, 64, 128, 256, 512, 1024)
 
 
-def mean_tau(prompts: list[str], decoding: Decoding, rounds: int = 400, acceptance: dict | None = None) -> float:
-    """Mean tokens per verify round over prompts (acceptance from each prompt's text)."""
+def mean_tau(prompts: list[str], decoding: Decoding, rounds: int = 400, acceptance: dict | None = None,
+             max_new_tokens: int = 256, profile_set: dict | None = None, looping: bool = False) -> float:
+    """Mean tokens per verify round over prompts (the prefill token excluded).
+
+    Drafter models: ``rounds`` draws per prompt, the drafter's acceptance from the prompt's text (DFlash's with
+    ``acceptance`` overrides, a draft model's from its profile). NGRAM: every round of each prompt's greedy reply
+    of ``max_new_tokens`` tokens, drafted from the reply itself; with ``looping``, the reply of a randomly
+    initialised model, whose greedy output repeats its first three tokens."""
+    params = drafter_acceptance(decoding, profile_set or profiles(), acceptance)
     taus = []
     for i, prompt in enumerate(prompts):
-        a = top1_probability(prompt, 0.0, False, acceptance)
+        if decoding.spec.drafting == "lookup":
+            reply = reply_tokens(prompt, max_new_tokens, ignore_eos=True)[0]
+            if looping:
+                reply = (reply[:3] * len(reply))[:len(reply)]
+            drafter = LookupDrafter(decoding, split_tokens(prompt), reply)
+            produced, steps = 1, 0  # the first token comes from the prefill
+            while produced < len(reply):
+                produced += drafter.round(produced)[0]
+                steps += 1
+            taus.append((len(reply) - 1) / max(steps, 1))
+            continue
+        a = top1_probability(prompt, 0.0, False, params)
         rng = random.Random(f"calibration:{i}:{decoding}")
-        taus.append(sum(accepted_tokens(decoding, a, rng) for _ in range(rounds)) / rounds)
+        taus.append(sum(accepted_tokens(decoding, a, rng, acceptance=params) for _ in range(rounds)) / rounds)
     return statistics.mean(taus)
 
 

@@ -3,15 +3,26 @@
 Everything here is deterministic for a given prompt, method and seed. Numbers
 produced with it are simulated and labelled so everywhere.
 
-Acceptance comes from the text: the drafter's per-depth top-1 probability
-grows with how predictable the context is (code and JSON symbols, repeated
-tokens) and drops with thinking mode and temperature. Per verify round the
-drafter yields, for each depth of the block, a distribution over ranked
-candidates; the target's token is drawn from that distribution (a calibrated
-drafter). DFlash accepts the longest prefix of rank-0 tokens; DDTree builds
-the chain or tree its build would (specsweep.ddtree: SGLang's pull request
-29907 by default, the paper's best-first tree as another build) and walks it
-from the root along the target's tokens. Both add the bonus token.
+Each algorithm of the registry (specsweep.algorithms) names its drafting
+mechanism; ``DRAFTING`` below implements each one, and an algorithm whose
+mechanism is not there is refused (never simulated as another's):
+
+- ``block`` (DFlash), ``block-tree`` (DDTree), ``draft-model`` (EAGLE, EAGLE-3,
+  standalone): a drafter whose per-depth top-1 probability comes from the text
+  (how predictable the context is: repetition, digits; lower with thinking mode
+  and temperature; each drafter its own parameters). Per verify round the
+  drafter yields, for each depth, a distribution over ranked candidates; the
+  target's token is drawn from it (a calibrated drafter). A chain accepts the
+  longest prefix of rank-0 tokens; a tree (DDTree's build, or a draft model's
+  best-first tree of num_draft_tokens - 1 nodes, topk per depth) is walked from
+  the root along the target's tokens.
+- ``lookup`` (NGRAM): no drafter and no draw. Drafts continue the latest
+  earlier occurrences of the context's last tokens, in the request's own prompt
+  and output so far, grown breadth first as SGLang's n-gram trie does; the
+  target's actual next tokens walk that tree. Acceptance follows the content's
+  repetition.
+
+Every round adds the bonus token.
 """
 
 from __future__ import annotations
@@ -23,7 +34,7 @@ import re
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
 
-from .. import ddtree
+from .. import algorithms, ddtree
 from ..text import split_tokens
 
 CANDIDATES_PER_DEPTH = 32  # ranked candidates the drafter distribution covers
@@ -46,6 +57,7 @@ ACCEPTANCE = {
     "thinking": 0.45,  # factor with thinking mode on
     "temperature": 0.35,  # a / (1 + temperature_factor * T)
     "second_choice_ratio": 0.55,  # how fast the drafter's mass falls over ranks 2, 3, ...
+    "depth_decay": 0.995,  # top-1 mass at depth d: a x depth_decay^d
 }
 
 
@@ -76,47 +88,74 @@ def top1_probability(text: str, temperature: float, thinking: bool, params: dict
 
 
 @lru_cache(maxsize=1 << 16)  # a request keeps its a: every verify round asks for the same depths again
-def depth_distribution(a: float, depth: int, ratio: float = ACCEPTANCE["second_choice_ratio"]) -> tuple[float, ...]:
-    """Probabilities of the ranked candidates at a depth of the block (rank 0 first).
+def depth_distribution(a: float, depth: int, ratio: float = ACCEPTANCE["second_choice_ratio"],
+                       decay: float = ACCEPTANCE["depth_decay"]) -> tuple[float, ...]:
+    """Probabilities of the ranked candidates at a depth of the draft (rank 0 first).
 
-    Top-1 mass q = a * 0.995^depth; of the rest, a share a falls geometrically
+    Top-1 mass q = a * decay^depth; of the rest, a share a falls geometrically
     (ratio) over the next ranks and the remainder lies outside every candidate
     list: a drafter that is often right is also close when it is wrong.
     """
-    q = a * (0.995 ** depth)
+    q = a * (decay ** depth)
     inside = (1.0 - q) * a
     return (q, *(inside * (1 - ratio) * ratio ** (r - 1) for r in range(1, CANDIDATES_PER_DEPTH)))
 
 
 @lru_cache(maxsize=4096)
 def build_tree(a_key: float, depths: int, budget: int, topk: int, build_name: str = ddtree.DEFAULT_BUILD,
-               depth_bonus: float | None = None) -> frozenset:
-    """The drafted nodes a DDTree build verifies for a drafter of top-1 probability ``a_key`` (prefixes of ranks):
+               depth_bonus: float | None = None, ratio: float = ACCEPTANCE["second_choice_ratio"],
+               decay: float = ACCEPTANCE["depth_decay"]) -> frozenset:
+    """The drafted nodes a tree build verifies for a drafter of top-1 probability ``a_key`` (prefixes of ranks):
     the build's chain or tree (specsweep.ddtree) over this drafter's per-depth distributions, with its own depth
-    bonus unless one is given."""
+    bonus unless one is given. A draft model's tree (topk > 1) is the best-first tree of ``paper``: the ``budget``
+    most probable prefixes, ``topk`` candidates per depth."""
     tree_build = ddtree.build(build_name)
     if depth_bonus is not None:
         tree_build = replace(tree_build, depth_bonus=depth_bonus)
     mode, width = ddtree.shape(tree_build, depths + 1, budget, topk)
-    log_probs = tuple(tuple(math.log(p) for p in depth_distribution(a_key, d)[:max(width, 1)]) for d in range(depths))
+    log_probs = tuple(tuple(math.log(p) for p in depth_distribution(a_key, d, ratio, decay)[:max(width, 1)])
+                      for d in range(depths))
     return ddtree.tree_prefixes(tree_build, log_probs, budget, width, mode)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class Decoding:
-    """How the simulated server decodes: algorithm and its parameters."""
+    """How the simulated server decodes: an algorithm of the registry and its parameters.
 
-    algorithm: str = "ar"  # ar | dflash | ddtree
+    Its repr seeds the acceptance draws; the parameters an algorithm does not have stay out of it (and the rank
+    probe and depth bonus, which change nothing that is drawn).
+    """
+
+    algorithm: str = "ar"  # a name of specsweep.algorithms.REGISTRY
     block_size: int = 16
     budget: int = 0
-    topk: int | None = None  # DDTree width cap (SGLANG_DDTREE_MAX_TOPK); None: the build's default
+    topk: int | None = None  # DDTree width cap (SGLANG_DDTREE_MAX_TOPK; None: the build's default); draft models' topk
     overlap: bool = True
     tree_build: str = ddtree.DEFAULT_BUILD  # DDTree: which build's tree (specsweep/data/ddtree_builds.yaml)
     # DDTree: PR 29907's rank probe (SGLANG_DDTREE_RANK_PROBE), a diagnostic that does not change what is drafted
-    # or accepted (left out of the repr, which seeds the acceptance draws)
-    rank_probe: bool = field(default=False, repr=False)
+    # or accepted
+    rank_probe: bool = False
     # DDTree: the build's depth bonus as the server's environment sets it (None: the build's default)
-    depth_bonus: float | None = field(default=None, repr=False)
+    depth_bonus: float | None = None
+    num_steps: int = 0  # draft models: drafter forwards per round
+    num_draft_tokens: int = 0  # NGRAM, draft models: tokens verified per request
+    max_bfs_breadth: int = 0  # NGRAM
+    match_type: str = ""  # NGRAM: BFS or PROB
+
+    _SEEDED = ("algorithm", "block_size", "budget", "topk", "overlap", "tree_build")
+    _OPTIONAL = ("num_steps", "num_draft_tokens", "max_bfs_breadth", "match_type")
+
+    def __post_init__(self):
+        algorithms.get(self.algorithm)  # an unknown algorithm is refused, never decoded as another
+
+    def __repr__(self) -> str:
+        fields_ = [f"{k}={getattr(self, k)!r}" for k in self._SEEDED]
+        fields_ += [f"{k}={getattr(self, k)!r}" for k in self._OPTIONAL if getattr(self, k)]
+        return f"Decoding({', '.join(fields_)})"
+
+    @property
+    def spec(self) -> algorithms.Algorithm:
+        return algorithms.get(self.algorithm)
 
     @classmethod
     def of_build(cls, algorithm: str, block_size: int, budget: int, topk: int | None, overlap: bool,
@@ -127,13 +166,45 @@ class Decoding:
         return cls(algorithm, block_size, budget, topk, overlap, tree_build, ddtree.rank_probe_on(env),
                    None if tuned is default else tuned.depth_bonus)
 
+    @classmethod
+    def of_params(cls, algorithm: str, params: dict, overlap: bool, env) -> "Decoding":
+        """A decoding from an algorithm's parameters (a method's, or what a server's flags say), as a server with
+        this environment runs it; ``overlap``: the scheduler is not switched off (the cost model knows which
+        algorithms run without it anyway)."""
+        spec = algorithms.get(algorithm)
+        if spec.drafting in ("block", "block-tree", "none"):
+            return cls.of_build(algorithm, params.get("block_size", 16), params.get("budget", 0), params.get("topk"),
+                                overlap, params.get("tree_build") or ddtree.DEFAULT_BUILD, env)
+        return cls(algorithm, topk=params.get("topk"), overlap=overlap, num_steps=params.get("num_steps", 0),
+                   num_draft_tokens=params.get("num_draft_tokens", 0),
+                   max_bfs_breadth=params.get("max_bfs_breadth", 0), match_type=params.get("match_type", ""))
+
+    def params(self) -> dict:
+        """The algorithm's parameters (the registry's names) as this decoding has them."""
+        values = {"block_size": self.block_size, "budget": self.budget, "topk": self.topk,
+                  "tree_build": self.tree_build, "num_steps": self.num_steps,
+                  "num_draft_tokens": self.num_draft_tokens, "max_bfs_breadth": self.max_bfs_breadth,
+                  "match_type": self.match_type}
+        return {p.name: values[p.name] for p in self.spec.parameters}
+
     def verify_width(self) -> int:
-        """Tokens verified per request per step: 1 (AR), block (DFlash), budget + 1 (DDTree, chain or tree)."""
-        if self.algorithm == "dflash":
-            return self.block_size
-        if self.algorithm == "ddtree":
-            return self.budget + 1
-        return 1
+        """Tokens verified per request per step: 1 (AR), block (DFlash), budget + 1 (DDTree), num_draft_tokens
+        (NGRAM and draft models; num_steps + 1 for a draft model's chain)."""
+        return self.spec.verify_width(self.params())
+
+    def shape(self) -> tuple[str, int] | None:
+        """("chain", 1) or ("tree", width) of what a round verifies (the registry's); None for AR."""
+        return self.spec.shape(self.params())
+
+    def depths(self) -> int:
+        """Draft depths a round can accept: block_size - 1 (DFlash, DDTree), num_steps (draft models),
+        num_draft_tokens - 1 (NGRAM: at most a chain of every node)."""
+        kind = self.spec.drafting
+        if kind in ("block", "block-tree"):
+            return self.block_size - 1
+        if kind == "draft-model":
+            return self.num_steps
+        return max(0, self.num_draft_tokens - 1) if kind == "lookup" else 0
 
     def probes_ranks(self) -> bool:
         """Whether its steps run the rank probe: DDTree in tree mode with the probe on."""
@@ -146,12 +217,15 @@ class Decoding:
         return ddtree.shape(ddtree.build(self.tree_build), self.block_size, self.budget, self.topk)
 
 
-def target_ranks(decoding: Decoding, a: float, rng: random.Random) -> list[int]:
-    """One verify round's draw: at each depth of the block, the rank of the target's token among the drafter's
-    candidates (CANDIDATES_PER_DEPTH: outside every candidate list)."""
+def target_ranks(decoding: Decoding, a: float, rng: random.Random, acceptance: dict | None = None) -> list[int]:
+    """One verify round's draw: at each depth of the draft, the rank of the target's token among the drafter's
+    candidates (CANDIDATES_PER_DEPTH: outside every candidate list); ``acceptance``: the drafter's parameters
+    (default ACCEPTANCE, DFlash's)."""
+    p = acceptance or ACCEPTANCE
+    ratio, decay = p["second_choice_ratio"], p["depth_decay"]
     ranks = []
-    for d in range(decoding.block_size - 1):
-        probs = depth_distribution(a, d)
+    for d in range(decoding.depths()):
+        probs = depth_distribution(a, d, ratio, decay)
         u, r = rng.random(), 0
         while r < len(probs) and u >= probs[r]:
             u -= probs[r]
@@ -160,24 +234,175 @@ def target_ranks(decoding: Decoding, a: float, rng: random.Random) -> list[int]:
     return ranks
 
 
-def accepted_tokens(decoding: Decoding, a: float, rng: random.Random, ranks: list[int] | None = None) -> int:
-    """Tokens committed by one verify round (accepted drafts + bonus token), for the round's target ranks
-    (drawn here when not given)."""
-    if decoding.algorithm == "ar":
+def accepted_tokens(decoding: Decoding, a: float, rng: random.Random, ranks: list[int] | None = None,
+                    acceptance: dict | None = None) -> int:
+    """Tokens committed by one verify round of a drafter with top-1 probability ``a`` (accepted drafts + bonus
+    token), for the round's target ranks (drawn here when not given): the longest rank-0 prefix of a chain, the
+    deepest path of the tree the target's tokens walk. A draft model's tree is the best-first tree over its own
+    scores, whose top-1 is a x tree_confidence (a drafter less sure than it is right branches early)."""
+    kind = _mechanism(decoding)
+    if kind == "none":
         return 1
-    depths = decoding.block_size - 1
+    if kind == "lookup":
+        raise ValueError("NGRAM drafts from the request's tokens, not from a drafter's ranks: use LookupDrafter")
+    p = acceptance or ACCEPTANCE
+    depths = decoding.depths()
     if ranks is None:
-        ranks = target_ranks(decoding, a, rng)
-    if decoding.algorithm == "dflash":
+        ranks = target_ranks(decoding, a, rng, p)
+    if kind == "block" or kind == "draft-model" and decoding.shape() == ("chain", 1):
         accepted = 0
         while accepted < depths and ranks[accepted] == 0:
             accepted += 1
         return accepted + 1
-    tree = build_tree(round(a, 3), depths, decoding.budget, decoding.topk, decoding.tree_build, decoding.depth_bonus)
+    if kind == "block-tree":
+        tree = build_tree(round(a, 3), depths, decoding.budget, decoding.topk, decoding.tree_build,
+                          decoding.depth_bonus)
+    else:  # a draft model's tree: num_draft_tokens - 1 drafted nodes, topk per depth, best first
+        tree = build_tree(round(a * p.get("tree_confidence", 1.0), 3), depths, decoding.num_draft_tokens - 1,
+                          decoding.topk, "paper", None, p["second_choice_ratio"], p["depth_decay"])
     accepted = 0
     while accepted < depths and tuple(ranks[: accepted + 1]) in tree:
         accepted += 1
     return accepted + 1
+
+
+class RankedDrafter:
+    """A drafter model's rounds for one request: the target's ranks drawn per depth, then the chain or tree walk."""
+
+    def __init__(self, decoding: Decoding, a: float, rng: random.Random, acceptance: dict):
+        self.decoding, self.a, self.rng, self.acceptance = decoding, a, rng, acceptance
+
+    def round(self, produced: int) -> tuple[int, list[int]]:
+        """(tokens the round commits, the target's rank at each depth)."""
+        ranks = target_ranks(self.decoding, self.a, self.rng, self.acceptance)
+        return accepted_tokens(self.decoding, self.a, self.rng, ranks, self.acceptance), ranks
+
+
+class LookupDrafter:
+    """SGLang's NGRAM drafting over one request's own tokens (its prompt, then its output as it grows).
+
+    Each round: anchors are the context's suffixes of k = MAX_TRIE_DEPTH - 1 .. 1 tokens that occurred before
+    (at most MATCH_CANDIDATES of the last token's latest occurrences are compared), longest first. From each
+    anchor a breadth-first growth follows the tokens that came after its occurrences, the latest first (match type
+    BFS) or the most frequent first (PROB): at most breadth = (D - k) x (max_bfs_breadth - 1) / D + 1 children a
+    node (D = MAX_TRIE_DEPTH - 1), one step of that scale less per level, MAX_TRIE_DEPTH - k levels below the
+    anchor; children with the same token under one parent are one node; num_draft_tokens - 1 nodes in all.
+    The target's actual next tokens walk the tree from the root (the last token): committed = depth reached + 1.
+    What is indexed is what SGLang 0.5.16 inserts for a request: after each round the context's last
+    MAX_TRIE_DEPTH tokens, so the prompt's last tokens and the whole output, never the prompt's body. SGLang
+    keeps one trie for all requests; this index holds the request's own tokens, so that one request's acceptance
+    does not depend on which others ran beside it.
+    """
+
+    MAX_TRIE_DEPTH = 18  # SGLang's --speculative-ngram-max-trie-depth default
+    MATCH_CANDIDATES = 64
+    OCCURRENCES = 16  # occurrences followed per draft node
+
+    def __init__(self, decoding: Decoding, prompt: list, reply: list):
+        self.decoding, self.reply = decoding, reply  # tokens: any hashable values (the simulator's: their text)
+        self.tokens: list = []
+        self.where: dict = {}
+        for token in prompt[-self.MAX_TRIE_DEPTH:]:
+            self._append(token)
+        self.prompt_length = len(self.tokens)
+
+    def _append(self, token: int) -> None:
+        self.where.setdefault(token, []).append(len(self.tokens))
+        self.tokens.append(token)
+
+    def _catch_up(self, produced: int) -> None:
+        while len(self.tokens) < self.prompt_length + produced:
+            self._append(self.reply[len(self.tokens) - self.prompt_length])
+
+    def _anchors(self) -> list[tuple[int, list[int]]]:
+        """[(k, positions of the k-token suffix's earlier occurrences, latest first)], longest k first."""
+        tokens, last = self.tokens, len(self.tokens) - 1
+        limit = self.MAX_TRIE_DEPTH - 1
+        lengths = []
+        for p in reversed(self.where.get(tokens[last], [])[-self.MATCH_CANDIDATES - 1:]):
+            if p == last:
+                continue
+            m = 1
+            while m < limit and p - m >= 0 and tokens[p - m] == tokens[last - m]:
+                m += 1
+            lengths.append((p, m))
+        return [(k, [p for p, m in lengths if m >= k]) for k in range(limit, 0, -1)
+                if any(m >= k for _, m in lengths)]
+
+    def draft(self) -> list[dict[int, int]]:
+        """The draft tree: children[node] = {token: child node}; node 0 is the root (the last token)."""
+        tokens, end = self.tokens, len(self.tokens)
+        d = self.decoding
+        budget, top = d.num_draft_tokens - 1, d.max_bfs_breadth
+        scale = (top - 1) / (self.MAX_TRIE_DEPTH - 1)
+        children: list[dict[int, int]] = [{}]
+        for k, occurrences in self._anchors():
+            queue = [(0, (self.MAX_TRIE_DEPTH - 1 - k) * scale + 1, occurrences, self.MAX_TRIE_DEPTH - k)]
+            while queue and len(children) - 1 < budget:
+                node, breadth, at, levels = queue.pop(0)
+                follow: dict[int, list[int]] = {}
+                for q in at:
+                    if q + 1 < end:
+                        follow.setdefault(tokens[q + 1], []).append(q + 1)
+                order = list(follow)  # latest first (the occurrences are)
+                if d.match_type == "PROB":
+                    order.sort(key=lambda t: -len(follow[t]))
+                for token in order[:max(1, int(breadth))]:
+                    child = children[node].get(token)
+                    if child is None:
+                        if len(children) - 1 >= budget:
+                            break
+                        child = len(children)
+                        children.append({})
+                        children[node][token] = child
+                    if levels > 1:
+                        queue.append((child, breadth - scale, follow[token][:self.OCCURRENCES], levels - 1))
+        return children
+
+    def round(self, produced: int) -> tuple[int, None]:
+        """(tokens the round commits: the deepest path of the draft the reply's next tokens walk, plus the bonus
+        token; at most what is left of the reply), None: there are no ranks."""
+        self._catch_up(produced)
+        children, node, accepted = self.draft(), 0, 0
+        for token in self.reply[produced:-1]:  # the last token of the reply is always the bonus of some round
+            node = children[node].get(token)
+            if node is None:
+                break
+            accepted += 1
+        return min(accepted + 1, len(self.reply) - produced), None
+
+
+# the simulator's drafting mechanisms, by the registry's names (specsweep.algorithms.Algorithm.drafting)
+DRAFTING = {"none": None, "block": RankedDrafter, "block-tree": RankedDrafter, "draft-model": RankedDrafter,
+            "lookup": LookupDrafter}
+
+
+def _mechanism(decoding: Decoding) -> str:
+    kind = decoding.spec.drafting
+    if kind not in DRAFTING:
+        raise ValueError(f"the simulated backend has no drafting mechanism {kind!r} (algorithm "
+                         f"{decoding.algorithm!r}); add it to specsweep.sim.model.DRAFTING")
+    return kind
+
+
+def request_drafter(decoding: Decoding, a: float, rng: random.Random, acceptance: dict, prompt: list, reply: list):
+    """The drafter of one request's rounds (None for AR): ranked draws for drafter models, the n-gram lookup over
+    the request's tokens for NGRAM."""
+    kind = _mechanism(decoding)
+    if kind == "none":
+        return None
+    if kind == "lookup":
+        return LookupDrafter(decoding, prompt, reply)
+    return RankedDrafter(decoding, a, rng, acceptance)
+
+
+def drafter_acceptance(decoding: Decoding, profile_set: dict, dflash_overrides: dict | None = None) -> dict:
+    """The acceptance parameters of a decoding's drafter: DFlash's (ACCEPTANCE, with ``sim.acceptance``
+    overrides) for DFlash and DDTree, the drafter profile of its algorithm (profiles ``drafters``) for draft
+    models."""
+    if decoding.spec.drafting == "draft-model":
+        return {**ACCEPTANCE, **profile_set["drafters"][decoding.algorithm]}
+    return {**ACCEPTANCE, **(dflash_overrides or {})}
 
 
 def reply_tokens(prompt: str, max_new_tokens: int, ignore_eos: bool = False) -> tuple[list[str], bool]:
@@ -222,17 +447,59 @@ def profiles(overrides: dict | None = None) -> dict:
 
 @dataclass(frozen=True)
 class CostModel:
-    """Time of one engine step for a hardware, model and runtime profile under tensor parallelism."""
+    """Time of one engine step for a hardware, model and runtime profile under tensor parallelism.
+
+    ``draft_model``: the model profile of a standalone drafter (sim.draft_model_profile); EAGLE heads are sized
+    from the target's profile (``draft_head``)."""
 
     gpu: dict
     model: dict
     runtime: dict
     tp: int = 1
+    draft_model: dict | None = None
 
     @classmethod
-    def named(cls, gpu: str, model: str, runtime: str = "sglang", tp: int = 1, overrides: dict | None = None):
+    def named(cls, gpu: str, model: str, runtime: str = "sglang", tp: int = 1, overrides: dict | None = None,
+              draft_model: str | None = "qwen3-0.6b"):
         p = profiles(overrides)
-        return cls(p["gpus"][gpu], p["models"][model], p["runtimes"][runtime], tp)
+        return cls(p["gpus"][gpu], p["models"][model], p["runtimes"][runtime], tp,
+                   p["models"][draft_model] if draft_model else None)
+
+    def draft_head(self, algorithm: str) -> dict:
+        """An EAGLE head's model profile from the target's: one decoder layer (its weights and KV per token, the
+        target's per layer) and an LM head of vocab x hidden (hidden: q_dim) in bf16; EAGLE-3's also fuses three
+        of the target's layers' hidden states (3 x hidden x hidden)."""
+        m = self.model
+        hidden = m.get("q_dim", 4096)
+        head = m.get("vocab", 151936) * hidden * 2 + (3 * hidden * hidden * 2 if algorithm == "eagle3" else 0)
+        layer = (m["weight_bytes"] - m.get("expert_bytes", 0.0) * (1 - m.get("experts_per_token", 0) /
+                                                                  max(m.get("experts", 1), 1))) / m["layers"]
+        return {"weight_bytes": layer + head, "active_params": (layer + head) / 2, "layers": 1,
+                "kv_bytes_per_token": m["kv_bytes_per_token"] / m["layers"], "q_dim": hidden, "hybrid": False}
+
+    def draft_seconds(self, decoding: Decoding, contexts: list[int]) -> float:
+        """GPU time of one round's drafting.
+
+        Block drafters (DFlash, DDTree): drafter_fraction x a target pass over the drafted tokens (the block per
+        request where drafter_per_token, else one). Draft models (SGLang's EAGLE worker): one forward over the
+        num_steps + 1 tokens a round can accept (the draft extend, whose output is the first step's candidates),
+        then num_steps - 1 forwards over topk tokens a request; each forward the drafter's own cost on this GPU plus
+        draft_step_overhead. NGRAM: none (its lookup runs on the CPU, see decode_step)."""
+        r, batch, kind = self.runtime, len(contexts), decoding.spec.drafting
+        if kind in ("block", "block-tree"):
+            drafted = decoding.verify_width() * batch if r.get("drafter_per_token") else batch
+            return r["drafter_fraction"] * self.verify_seconds(drafted, [0] * batch)
+        if kind != "draft-model":
+            return 0.0
+        spec = decoding.spec
+        profile = self.draft_head(decoding.algorithm) if spec.draft_model == "head" else self.draft_model
+        if profile is None:
+            raise ValueError(f"{decoding.algorithm}: no draft model profile (sim.draft_model_profile)")
+        drafter = CostModel(self.gpu, profile, self.runtime, self.tp)
+        overhead = r.get("draft_step_overhead", 0.0)
+        topk = decoding.topk or 1
+        extend = drafter.verify_seconds(batch * (decoding.num_steps + 1), contexts) + overhead
+        return extend + (decoding.num_steps - 1) * (drafter.verify_seconds(batch * topk, contexts) + overhead)
 
     def experts_touched(self, tokens: float) -> float:
         """Expected routed experts per MoE layer that a step's tokens touch: E x (1 - (1 - k/E)^tokens), with E
@@ -298,36 +565,40 @@ class CostModel:
     def decode_step(self, decoding: Decoding, contexts: list[int]) -> float:
         """Seconds for one decode/verify step of a batch with these context lengths.
 
-        step = GPU + exposed CPU, GPU = verify(width x batch tokens) + drafter (its share of a target pass over
-        the same tokens) + for DDTree its tree mask read per layer (nodes x (context + nodes) bytes) and, in tree
-        mode, tree construction (per node) + hybrid-model tree penalty + with the rank probe its top-32 over the
-        drafter's logits (batch x (block - 1) x vocab x 4 bytes). The overlap scheduler prepares the
-        next step on the CPU while the GPU runs this one, so only CPU work longer than the GPU's shows; without
-        it (and for DDTree, which runs without it) all of it adds.
+        step = GPU + exposed CPU. GPU = verify(width x batch tokens) + drafting (draft_seconds) + for a tree
+        verified with a custom mask (DDTree at every budget, NGRAM, a draft model's tree) the mask read per layer
+        (nodes x (context + nodes) bytes) and on hybrid models the recurrent state of nodes beyond the 8 a fused
+        kernel takes + for DDTree in tree mode its construction (per node) and with the rank probe its top-32 over
+        the drafter's logits (batch x (block - 1) x vocab x 4 bytes). The overlap scheduler prepares the next step
+        on the CPU while the GPU runs this one, so only CPU work longer than the GPU's shows; without it (and for
+        DDTree, which runs without it) all of it adds. NGRAM's lookup (ngram_cpu_per_request x batch) runs
+        between two steps whatever the scheduler: it needs the last round's tokens.
         """
         if not contexts:
             return 0.0
-        r = self.runtime
+        r, spec = self.runtime, decoding.spec
         width = decoding.verify_width()
         gpu = self.verify_seconds(width * len(contexts), contexts)
         if decoding.algorithm != "ar":
-            drafted = width * len(contexts) if r.get("drafter_per_token") else len(contexts)
-            gpu += r["drafter_fraction"] * self.verify_seconds(drafted, [0] * len(contexts))
-            if decoding.algorithm == "ddtree":
+            gpu += self.draft_seconds(decoding, contexts)
+            masked = spec.custom_mask and (spec.drafting != "draft-model" or decoding.shape()[0] == "tree")
+            if masked:
                 # the triton kernel reads the request's custom tree mask in every layer (one byte per node and
-                # key: nodes x (context + nodes)); the heap that builds a tree costs per node (a chain has none)
+                # key: nodes x (context + nodes)); DDTree's heap that builds a tree costs per node (a chain has none)
                 if "bandwidth_efficiency" in r:  # a roofline runtime (SGLang's), not the paper's eager one
                     mask_bytes = sum(width * (c + width) for c in contexts) * self.model["layers"]
                     gpu += mask_bytes / (self.gpu["bandwidth"] * r["bandwidth_efficiency"] * self.tp)
-                if decoding.tree_shape()[0] == "tree":
+                if decoding.algorithm == "ddtree" and decoding.tree_shape()[0] == "tree":
                     gpu += r["tree_build_per_node"] * decoding.budget * len(contexts)
                 if decoding.probes_ranks():  # top-32 over the drafter's float32 logits at every depth
                     logits = len(contexts) * (decoding.block_size - 1) * self.model.get("vocab", 151936) * 4
                     gpu += logits / (self.gpu["bandwidth"] * r.get("bandwidth_efficiency", 1.0) * self.tp)
                 if self.model["hybrid"]:
                     gpu += r.get("hybrid_tree_per_node", 0.0) * max(0, width - 8) * len(contexts)
+            if spec.drafting == "lookup":
+                gpu += r.get("ngram_cpu_per_request", 0.0) * len(contexts)
         cpu = self.cpu_seconds(decoding, len(contexts))
-        if decoding.overlap and decoding.algorithm != "ddtree":
+        if decoding.overlap and spec.overlap:
             return max(gpu, cpu) if "cpu_step" in r else gpu
         return gpu + cpu
 

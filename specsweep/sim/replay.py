@@ -9,24 +9,28 @@ from __future__ import annotations
 
 from collections import deque
 
+from .. import algorithms
 from ..client import RequestRecord
 from ..text import chat_prompt
 from .server import Engine, parse_args
 
 
 def engine(algorithm: str = "ar", block_size: int = 16, budget: int = 0, tp: int = 1, gpu: str = "H200",
-           model_profile: str = "qwen3-8b", max_running: int = 256, tree_build: str | None = None) -> Engine:
-    """A simulated engine decoding with ``algorithm`` (ar, dflash or ddtree; DDTree as ``tree_build`` builds its
-    tree, specsweep/data/ddtree_builds.yaml, default the pull request's)."""
+           model_profile: str = "qwen3-8b", max_running: int = 256, tree_build: str | None = None,
+           **params) -> Engine:
+    """A simulated engine decoding with ``algorithm`` (a name of specsweep.algorithms.REGISTRY), started with
+    the flags its registry spelling gives for these parameters (the registry's defaults for the others; DDTree as
+    ``tree_build`` builds its tree, default the pull request's)."""
+    spec = algorithms.get(algorithm)
     argv = ["--model-path", "sim", "--tp-size", str(tp), "--sim-gpu", gpu, "--sim-model-profile", model_profile,
             "--max-running-requests", str(max_running)]
-    if algorithm != "ar":
-        argv += ["--speculative-algorithm", algorithm.upper(), "--speculative-draft-model-path", "sim-drafter",
-                 "--speculative-dflash-block-size", str(block_size)]
-    if algorithm == "ddtree":
-        argv += ["--speculative-ddtree-budget", str(budget)]
-        if tree_build is not None:
-            argv += ["--sim-ddtree-build", tree_build]
+    if spec.speculative:
+        given = {"block_size": block_size, "budget": budget, **params}
+        values = spec.resolve({p.name: given.get(p.name, p.default) for p in spec.parameters})
+        values["drafter"] = "sim-drafter"
+        argv += [str(f).format(**{k: v for k, v in values.items() if v is not None}) for f in spec.spelling["flags"]]
+    if tree_build is not None:
+        argv += ["--sim-ddtree-build", tree_build]
     return Engine(parse_args(argv))
 
 

@@ -22,11 +22,12 @@ from dataclasses import dataclass, field
 
 from aiohttp import web
 
-from .. import __version__
+from .. import __version__, algorithms
 from ..ddtree import DEFAULT_BUILD, RankProbe, builds as ddtree_builds
 from ..text import chat_prompt, split_tokens
 from ..workloads import WorkloadError, tokenizer
-from .model import CostModel, Decoding, accepted_tokens, reply_tokens, target_ranks, top1_probability
+from .model import (CostModel, Decoding, drafter_acceptance, profiles, reply_tokens, request_drafter,
+                    top1_probability)
 from .stream import EventStream
 
 PAGE = 64  # prefix-cache granularity in tokens
@@ -63,11 +64,16 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--tp-size", "--tp", type=int, default=1)
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=30000)
-    p.add_argument("--speculative-algorithm", choices=["DFLASH", "DDTREE"])
-    p.add_argument("--speculative-draft-model-path")
+    p.add_argument("--speculative-algorithm", choices=[a.sglang for a in algorithms.REGISTRY.values() if a.sglang])
+    p.add_argument("--speculative-draft-model-path", "--speculative-draft-model")
     p.add_argument("--speculative-dflash-block-size", type=int)
     p.add_argument("--speculative-num-draft-tokens", type=int)
+    p.add_argument("--speculative-num-steps", type=int)
+    p.add_argument("--speculative-eagle-topk", type=int)
+    p.add_argument("--speculative-ngram-max-bfs-breadth", type=int)
+    p.add_argument("--speculative-ngram-match-type", choices=["BFS", "PROB"])
     p.add_argument("--speculative-ddtree-budget", type=int)
+    p.add_argument("--page-size", type=int, default=1)
     p.add_argument("--max-running-requests", type=int, default=256)
     p.add_argument("--cuda-graph-max-bs", type=int)
     p.add_argument("--context-length", type=int, default=131072)
@@ -80,6 +86,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--sim-ddtree-build", default=DEFAULT_BUILD, choices=sorted(ddtree_builds()),
                    help="which build's DDTree to emulate (specsweep/data/ddtree_builds.yaml)")
     p.add_argument("--sim-runtime", default="sglang", help="runtime profile: sglang or hf-eager")
+    p.add_argument("--sim-draft-model-profile", default="qwen3-0.6b",
+                   help="model profile of a STANDALONE drafter (EAGLE heads are sized from the target's profile)")
     p.add_argument("--sim-profiles", help="JSON: profile overrides {gpus: {...}, models: {...}, runtimes: {...}}")
     p.add_argument("--sim-acceptance", help="JSON: acceptance-model parameters (see specsweep.sim.model.ACCEPTANCE)")
     p.add_argument("--sim-accept-flag", action="append", default=[], metavar="FLAG:TYPE",
@@ -99,13 +107,19 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="fault: DDTree outputs go wrong from tree depth K on, as when state leaks between branches")
     _accept_sglang_flags(p, accepted)
     args = p.parse_args(argv)
-    if args.speculative_algorithm and not args.speculative_draft_model_path:
-        p.error("--speculative-draft-model-path is required with --speculative-algorithm")
-    if args.speculative_algorithm == "DDTREE" and not args.speculative_ddtree_budget:
-        p.error("--speculative-ddtree-budget is required with --speculative-algorithm DDTREE")
-    block = args.speculative_dflash_block_size
-    if block and args.speculative_num_draft_tokens and block != args.speculative_num_draft_tokens:
-        p.error("--speculative-dflash-block-size and --speculative-num-draft-tokens disagree")
+    if args.speculative_algorithm:
+        spec = algorithms.by_sglang_name(args.speculative_algorithm)
+        if spec.drafter and not args.speculative_draft_model_path:
+            p.error(f"--speculative-draft-model-path is required with --speculative-algorithm {spec.sglang}")
+        if spec.drafter is None and args.speculative_draft_model_path:
+            p.error(f"--speculative-algorithm {spec.sglang} takes no draft model")
+        block = args.speculative_dflash_block_size
+        if block and args.speculative_num_draft_tokens and block != args.speculative_num_draft_tokens:
+            p.error("--speculative-dflash-block-size and --speculative-num-draft-tokens disagree")
+        try:
+            decoding_from_args(args)
+        except ValueError as exc:  # what SGLang refuses at start-up
+            p.error(str(exc))
     return args
 
 
@@ -122,12 +136,17 @@ def _accept_sglang_flags(parser: argparse.ArgumentParser, extra: list[str]) -> N
         add_option(group, [flag], 0 if kind == "bool" else None, None if kind == "bool" else (kind or "str"), None)
 
 
-def decoding_from_args(args: argparse.Namespace) -> Decoding:
-    algorithm = (args.speculative_algorithm or "ar").lower()
-    block = args.speculative_dflash_block_size or args.speculative_num_draft_tokens or 16
-    topk = os.environ.get("SGLANG_DDTREE_MAX_TOPK")
-    return Decoding.of_build(algorithm, block, args.speculative_ddtree_budget or 0, int(topk) if topk else None,
-                             not args.disable_overlap_schedule, args.sim_ddtree_build, os.environ)
+def decoding_from_args(args: argparse.Namespace, env=None) -> Decoding:
+    """What the server decodes with, read from SGLang's flags and environment as SGLang resolves them
+    (specsweep.algorithms: each algorithm's own flags, SGLang's defaults where one is absent)."""
+    env = os.environ if env is None else env
+    if not args.speculative_algorithm:
+        return Decoding()
+    spec = algorithms.by_sglang_name(args.speculative_algorithm)
+    params = spec.from_server(vars(args), env)
+    if spec is algorithms.DDTREE:
+        params = spec.resolve(dict(params, tree_build=args.sim_ddtree_build))
+    return Decoding.of_params(spec.name, params, not args.disable_overlap_schedule, env)
 
 
 @dataclass(frozen=True)
@@ -149,6 +168,7 @@ class Request:
     a: float
     rng: random.Random
     queue: asyncio.Queue
+    drafter: object = None  # its rounds' drafts (specsweep.sim.model.request_drafter); None for AR
     cached_tokens: int = 0
     produced: int = 0
     verify_ct: int = 0
@@ -165,8 +185,10 @@ class Engine:
         self.args = args
         self.decoding = decoding_from_args(args)
         overrides = json.loads(args.sim_profiles) if args.sim_profiles else None
-        self.cost = CostModel.named(args.sim_gpu, args.sim_model_profile, args.sim_runtime, args.tp_size, overrides)
-        self.acceptance = json.loads(args.sim_acceptance) if args.sim_acceptance else None
+        self.cost = CostModel.named(args.sim_gpu, args.sim_model_profile, args.sim_runtime, args.tp_size, overrides,
+                                    args.sim_draft_model_profile)
+        self.acceptance = drafter_acceptance(self.decoding, profiles(overrides),
+                                             json.loads(args.sim_acceptance) if args.sim_acceptance else None)
         self.rank_probe = RankProbe(self.decoding.block_size - 1) if self.decoding.probes_ranks() else None
         self.waiting: list[Request] = []
         self.running: list[Request] = []
@@ -217,6 +239,7 @@ class Engine:
         a = top1_probability(prompt, temperature, thinking and "<|im_start|>" in prompt, self.acceptance)
         rng = random.Random(f"{prompt}|{self.decoding}|{self.args.random_seed}")
         req = Request(prompt, tokens, reply, natural, a, rng, asyncio.Queue())
+        req.drafter = request_drafter(self.decoding, a, rng, self.acceptance, tokens, reply)
         self.waiting.append(req)
         self.counters["requests"] += 1
         self.wakeup.set()
@@ -251,11 +274,10 @@ class Engine:
         first = batch[0] if batch else None  # the build counts a step by its batch's first request's context
         probe = self.rank_probe if first and len(first.prompt_tokens) + first.produced >= RankProbe.MIN_CONTEXT else None
         for req in batch:
-            if self.decoding.algorithm == "ar":
+            if req.drafter is None:
                 self._emit(req, 1)
                 continue
-            ranks = target_ranks(self.decoding, req.a, req.rng)
-            n = accepted_tokens(self.decoding, req.a, req.rng, ranks)
+            n, ranks = req.drafter.round(req.produced)
             if probe:
                 probe.record(ranks, n - 1)
             req.verify_ct += 1
@@ -403,9 +425,14 @@ class SimServer:
         verify = engine.counters["verify_calls"]
         avg = engine.counters["accepted_tokens"] / verify if verify else None
         info = {k.replace("-", "_"): v for k, v in vars(self.args).items()}
-        shape = engine.decoding.tree_shape()
+        decoding = engine.decoding
+        shape = decoding.tree_shape()
         if shape:  # what the DDTree build runs at this budget
-            info.update({"ddtree_build": engine.decoding.tree_build, "ddtree_mode": shape[0], "ddtree_width": shape[1]})
+            info.update({"ddtree_build": decoding.tree_build, "ddtree_mode": shape[0], "ddtree_width": shape[1]})
+        if decoding.spec.drafting in ("draft-model", "lookup"):  # the settings as SGLang resolved them
+            topk = decoding.topk if decoding.spec.drafting == "draft-model" else decoding.max_bfs_breadth
+            info.update({"speculative_num_draft_tokens": decoding.num_draft_tokens, "speculative_eagle_topk": topk,
+                         "speculative_num_steps": decoding.num_steps or decoding.num_draft_tokens // topk})
         info.update({"version": f"specsweep-sim {__version__}", "simulated": True,
                      "internal_states": [{"avg_spec_accept_length": avg, "launched_at": self.launched}]})
         return web.json_response(info)

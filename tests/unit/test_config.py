@@ -41,6 +41,11 @@ def test_algorithm_spelling_is_data():
                                                           {"flag": "--speculative-ddtree-budget", "type": "int"}]}
     config["methods"] = [{"name": "tree", "algorithm": "ddtree", "budget": 32}]
     (method,) = expand_methods(validated(config))
+    # each key given replaces the registry's; the others (here the attention backend) stay
+    assert method.flags == ("--speculative-dflash-enable-ddtree", "--speculative-ddtree-budget", "32",
+                            "--attention-backend", "triton") and method.env == {}
+    config["algorithms"]["ddtree"]["attention_backend"] = None
+    (method,) = expand_methods(validated(config))
     assert method.flags == ("--speculative-dflash-enable-ddtree", "--speculative-ddtree-budget", "32")
 
 

@@ -1,0 +1,350 @@
+"""The algorithm registry: every decoding algorithm specsweep runs, each declared once.
+
+An algorithm declares
+- its parameters: type, default, whether a list sweeps it (and the tag a swept method's name gets);
+- its drafter: none (AR, NGRAM), the shared DFlash drafter (DFlash, DDTree: the method's ``drafter``, else
+  ``model.drafter``) or its own (EAGLE, EAGLE-3, standalone: the method's ``drafter``, required);
+- how SGLang spells it: flags and environment with ``{placeholders}`` and the attention backend it needs
+  (``spelling``; ``algorithms.<name>`` in config overrides each of the three, since forks spell DDTree
+  differently). A flag written ``--a|--b`` is the first of the two the running build offers;
+- what one round verifies per request (``verify_width``) and in which shape (``shape``: a chain, or a tree of
+  some width), which the plan, the simulator's cost model and the report read;
+- how the simulator drafts (``drafting``, a mechanism of specsweep.sim.model: none, block, block-tree,
+  draft-model, lookup) and verifies (``custom_mask``: a tree verified with a per-request attention mask);
+- how the report groups it: ``title`` and ``size``, the parameter its sweep charts vary.
+
+``get`` refuses an unknown algorithm: no algorithm ever falls through to another's behaviour.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Mapping
+
+from . import ddtree
+
+
+class AlgorithmError(ValueError):
+    """A method's parameters or settings that its algorithm (or SGLang) refuses; the message says what to do, and
+    ``key`` names the method's key at fault where it is one key."""
+
+    def __init__(self, message: str, key: str | None = None):
+        super().__init__(message)
+        self.key = key
+
+
+@dataclass(frozen=True)
+class Parameter:
+    """One parameter of an algorithm as a method sets it in config (its type and range: config/schema.yaml)."""
+
+    name: str
+    kind: type  # int or str
+    default: object = None  # when neither the method nor ``defaults`` sets it; None: unset (required ones: an error)
+    required: bool = False
+    sweep_tag: str | None = None  # a list value sweeps it: one method per value, named <name>-<tag><value>
+
+
+# what the sweep tags and placeholders may name
+BLOCK_SIZE = Parameter("block_size", int, 16)
+TOPK_CAP = Parameter("topk", int, 8, sweep_tag="t")
+
+
+@dataclass(frozen=True)
+class Algorithm:
+    """AR: one token per forward pass, no drafter. Subclasses are the speculative algorithms."""
+
+    name: str
+    title: str
+    sglang: str | None = None  # the --speculative-algorithm value (None: no speculative flags)
+    parameters: tuple[Parameter, ...] = ()
+    drafter: str | None = None  # None, "shared" (method's drafter, else model.drafter) or "own" (method's, required)
+    drafting: str = "none"  # the simulator's mechanism (specsweep.sim.model.DRAFTING)
+    size: str | None = None  # the parameter the report's sweep charts vary
+    overlap: bool = True  # runs under SGLang's overlap scheduler (DDTree: forced off)
+    custom_mask: bool = False  # verified with a per-request tree mask in attention (any shape)
+    spelling: dict = field(default_factory=lambda: {"flags": [], "env": {}, "attention_backend": None})
+
+    @property
+    def speculative(self) -> bool:
+        return self.sglang is not None
+
+    def parameter(self, name: str) -> Parameter:
+        return next(p for p in self.parameters if p.name == name)
+
+    def resolve(self, params: dict) -> dict:
+        """The parameters as the server runs them (derived ones filled); AlgorithmError for a combination SGLang
+        would refuse or silently change."""
+        return dict(params)
+
+    def verify_width(self, params: Mapping) -> int:
+        """Tokens verified per request in one round (the target's forward pass)."""
+        return 1
+
+    def shape(self, params: Mapping) -> tuple[str, int] | None:
+        """("chain", 1) or ("tree", candidates per depth) of what one round verifies; None without drafting."""
+        return None
+
+    def check(self, params: Mapping, flags: list[str], attention_backend: str | None, spelling: dict) -> None:
+        """Settings the server refuses for this algorithm (AlgorithmError)."""
+
+    def from_server(self, values: Mapping, env: Mapping) -> dict:
+        """The parameters a server started with these flag values (by dest) and environment runs, read by
+        inverting the default spelling (each ``FLAG {param}`` pair, each ``VAR: {param}``), then SGLang's own
+        defaults where a flag is absent. What the simulated server runs."""
+        params: dict = {}
+        flags = self.spelling["flags"]
+        for flag, value in zip(flags, flags[1:]):
+            name = _placeholder(value)
+            if name in {p.name for p in self.parameters} and flag.startswith("--"):
+                given = values.get(_dest(flag.split("|")[0]))
+                if given is not None:
+                    params[name] = given
+        for variable, value in self.spelling["env"].items():
+            name = _placeholder(value)
+            if name and str(env.get(variable, "")).strip():
+                params[name] = env[variable]
+        for p in self.parameters:
+            if p.name in params:
+                params[p.name] = p.kind(params[p.name])
+            elif self.server_default(p) is not None:
+                params[p.name] = self.server_default(p)
+        missing = [p.name for p in self.parameters if p.required and p.name not in params]
+        if missing:
+            raise AlgorithmError(f"{self.sglang} needs {', '.join(self._flag_of(m) for m in missing)}")
+        return self.resolve(params)
+
+    def server_default(self, parameter: Parameter):
+        """What the server runs when its flag is absent (SGLang 0.5.16's defaults where they differ from ours)."""
+        return parameter.default
+
+    def _flag_of(self, name: str) -> str:
+        flags = self.spelling["flags"]
+        return next((f for f, v in zip(flags, flags[1:]) if _placeholder(v) == name), name)
+
+
+def _page_size(flags: list[str]) -> int:
+    """The --page-size a command line sets (SGLang's default: 1); the last one given wins."""
+    values = [flags[i + 1] for i, f in enumerate(flags[:-1]) if f == "--page-size"]
+    return int(values[-1]) if values else 1
+
+
+def _placeholder(value) -> str | None:
+    text = str(value)
+    return text[1:-1] if text.startswith("{") and text.endswith("}") and text.count("{") == 1 else None
+
+
+def _dest(flag: str) -> str:
+    return flag.lstrip("-").replace("-", "_")
+
+
+@dataclass(frozen=True)
+class DFlash(Algorithm):
+    """A block-diffusion drafter proposes block_size - 1 tokens in one pass; the target verifies them as a chain."""
+
+    def verify_width(self, params: Mapping) -> int:
+        return params["block_size"]
+
+    def shape(self, params: Mapping) -> tuple[str, int]:
+        return "chain", 1
+
+    def from_server(self, values: Mapping, env: Mapping) -> dict:
+        # --speculative-dflash-block-size is SGLang's alias of --speculative-num-draft-tokens for DFLASH
+        block = values.get("speculative_dflash_block_size") or values.get("speculative_num_draft_tokens") or 16
+        return {"block_size": int(block)}
+
+
+@dataclass(frozen=True)
+class DDTree(Algorithm):
+    """A draft tree from the DFlash drafter's per-depth distributions under a node budget, verified in one pass."""
+
+    def resolve(self, params: dict) -> dict:
+        try:
+            params = dict(params, tree_build=ddtree.build(params.get("tree_build")).name)
+        except ValueError as exc:
+            raise AlgorithmError(str(exc), key="tree_build") from None
+        return params
+
+    def verify_width(self, params: Mapping) -> int:
+        return params["budget"] + 1
+
+    def shape(self, params: Mapping) -> tuple[str, int]:
+        return ddtree.shape(ddtree.build(params.get("tree_build")), params.get("block_size", 16), params["budget"],
+                            params.get("topk"))
+
+    def check(self, params: Mapping, flags: list[str], attention_backend: str | None, spelling: dict) -> None:
+        required = spelling.get("attention_backend")
+        if required and attention_backend != required and params["budget"] > params.get("block_size", 16) - 1:
+            raise AlgorithmError(
+                f"DDTree budget {params['budget']} builds a tree (budget > block_size - 1 = "
+                f"{params['block_size'] - 1}), which this build verifies only with {required} attention "
+                f"(algorithms.ddtree.attention_backend); remove attention_backend '{attention_backend}' from the method")
+
+    def from_server(self, values: Mapping, env: Mapping) -> dict:
+        params = super().from_server(values, env)
+        params["block_size"] = DFLASH.from_server(values, env)["block_size"]
+        params["topk"] = int(env["SGLANG_DDTREE_MAX_TOPK"]) if str(env.get("SGLANG_DDTREE_MAX_TOPK", "")).strip() \
+            else None  # unset: the build's own cap
+        return params
+
+
+@dataclass(frozen=True)
+class Ngram(Algorithm):
+    """N-gram lookup (SGLang's NGRAM): drafts continue the latest earlier occurrences of the context's last tokens,
+    num_draft_tokens - 1 nodes grown breadth first (at most max_bfs_breadth children per node) under the last
+    token, verified as one tree with a custom mask. No drafter model."""
+
+    def resolve(self, params: dict) -> dict:
+        if params["num_draft_tokens"] < 2:
+            raise AlgorithmError("num_draft_tokens must be at least 2 (the last token and one draft)")
+        return dict(params)
+
+    def verify_width(self, params: Mapping) -> int:
+        return params["num_draft_tokens"]  # SGLang pads a short match's tree to every node
+
+    def check(self, params: Mapping, flags: list[str], attention_backend: str | None, spelling: dict) -> None:
+        page = _page_size(flags)
+        if page > 1 and attention_backend != "flashinfer":
+            raise AlgorithmError(f"--page-size {page}: SGLang runs NGRAM on pages of more than one token only with "
+                                 "flashinfer attention; use --page-size 1 or attention_backend flashinfer")
+
+    def shape(self, params: Mapping) -> tuple[str, int]:
+        breadth = params["max_bfs_breadth"]
+        return ("chain", 1) if breadth == 1 else ("tree", breadth)
+
+
+# attention backends that verify an EAGLE tree (topk > 1) on pages of more than one token (SGLang 0.5.16,
+# arg_groups/speculative_hook.py: _PAGE_TREE_SPEC_BACKENDS); trtllm_mha takes topk 1 only
+PAGED_TREE_BACKENDS = ("flashinfer", "fa3", "triton")
+
+
+@dataclass(frozen=True)
+class DraftModel(Algorithm):
+    """A small autoregressive drafter (EAGLE's one-layer head on the target's hidden states, EAGLE-3's over low,
+    middle and high layers, or a standalone small model) drafts num_steps tokens, one forward each; with topk 1
+    the target verifies a chain of num_steps + 1 tokens, with topk > 1 a tree of num_draft_tokens nodes (the root
+    included): SGLang keeps the topk best paths a step (topk^2 candidates after the first) and verifies the
+    num_draft_tokens - 1 most probable candidates. ``draft_model``: "head" (sized from the target) or "model" (its
+    own profile)."""
+
+    draft_model: str = "head"
+
+    def resolve(self, params: dict) -> dict:
+        steps, topk, tokens = params["num_steps"], params["topk"], params.get("num_draft_tokens")
+        if topk == 1:
+            if tokens is not None and tokens != steps + 1:
+                raise AlgorithmError(
+                    f"num_draft_tokens {tokens} with topk 1: SGLang verifies a chain of num_steps + 1 = {steps + 1} "
+                    f"tokens and silently replaces it; set num_draft_tokens to {steps + 1} or leave it out")
+            return dict(params, num_draft_tokens=steps + 1)
+        most = topk + (steps - 1) * topk * topk + 1  # the root and every candidate of the beams
+        if tokens is None:
+            raise AlgorithmError(f"topk {topk} drafts a tree: set num_draft_tokens, the tree's nodes with the root "
+                                 f"(at most topk + (num_steps - 1) x topk^2 + 1 = {most})")
+        if not 2 <= tokens <= most:
+            raise AlgorithmError(f"num_draft_tokens {tokens} is outside 2 .. {most}: a tree of num_steps {steps} and "
+                                 f"topk {topk} has topk + (num_steps - 1) x topk^2 = {most - 1} candidates to choose from")
+        return dict(params)
+
+    def verify_width(self, params: Mapping) -> int:
+        return params["num_draft_tokens"]
+
+    def shape(self, params: Mapping) -> tuple[str, int]:
+        return ("chain", 1) if params["topk"] == 1 else ("tree", params["topk"])
+
+    def check(self, params: Mapping, flags: list[str], attention_backend: str | None, spelling: dict) -> None:
+        if params["topk"] <= 1:
+            return
+        page = _page_size(flags)
+        if attention_backend == "trtllm_mha":
+            raise AlgorithmError(f"topk {params['topk']} on trtllm_mha attention: SGLang takes topk 1 only there; "
+                                 "use topk 1 or another attention_backend")
+        if page > 1 and attention_backend and attention_backend not in PAGED_TREE_BACKENDS:
+            raise AlgorithmError(f"topk {params['topk']} with --page-size {page} on {attention_backend} attention: "
+                                 f"SGLang verifies such trees only on {', '.join(PAGED_TREE_BACKENDS)}; use "
+                                 "--page-size 1, topk 1 or one of those backends")
+
+    def server_default(self, parameter: Parameter):
+        return None if parameter.name == "num_draft_tokens" else parameter.default
+
+
+def _draft_model(name: str, title: str, sglang: str, draft_model: str) -> DraftModel:
+    return DraftModel(
+        name, title, sglang, drafter="own", drafting="draft-model", size="num_draft_tokens", draft_model=draft_model,
+        parameters=(Parameter("num_steps", int, 3, sweep_tag="s"),
+                    Parameter("topk", int, 1, sweep_tag="t"),
+                    Parameter("num_draft_tokens", int, None, sweep_tag="d")),
+        custom_mask=True,
+        spelling={"flags": ["--speculative-algorithm", sglang, "--speculative-draft-model-path", "{drafter}",
+                            "--speculative-num-steps", "{num_steps}", "--speculative-eagle-topk", "{topk}",
+                            "--speculative-num-draft-tokens", "{num_draft_tokens}"],
+                  "env": {}, "attention_backend": None})
+
+
+AR = Algorithm("ar", "AR")
+DFLASH = DFlash(
+    "dflash", "DFlash", "DFLASH", (BLOCK_SIZE,), drafter="shared", drafting="block", size="block_size",
+    spelling={"flags": ["--speculative-algorithm", "DFLASH", "--speculative-draft-model-path", "{drafter}",
+                        "--speculative-dflash-block-size", "{block_size}"], "env": {}, "attention_backend": None})
+DDTREE = DDTree(
+    "ddtree", "DDTree", "DDTREE",
+    (BLOCK_SIZE, Parameter("budget", int, required=True, sweep_tag="b"), TOPK_CAP,
+     Parameter("tree_build", str, ddtree.DEFAULT_BUILD)),
+    drafter="shared", drafting="block-tree", size="budget", overlap=False, custom_mask=True,
+    # sgl-project/sglang pull request 29907: page size 1, triton attention for tree budgets
+    spelling={"flags": ["--speculative-algorithm", "DDTREE", "--speculative-draft-model-path", "{drafter}",
+                        "--speculative-dflash-block-size", "{block_size}", "--speculative-ddtree-budget", "{budget}",
+                        "--page-size", "1"],
+              "env": {"SGLANG_DDTREE_MAX_TOPK": "{topk}"}, "attention_backend": "triton"})
+NGRAM = Ngram(
+    "ngram", "NGRAM", "NGRAM",
+    (Parameter("num_draft_tokens", int, 12, sweep_tag="d"),
+     Parameter("max_bfs_breadth", int, 10, sweep_tag="w"),
+     Parameter("match_type", str, "BFS", sweep_tag="m")),
+    drafting="lookup", size="num_draft_tokens", custom_mask=True,
+    # SGLang 0.5.16's defaults: 12 draft tokens, breadth 1..10, BFS (recency) matching, trie depth 18
+    spelling={"flags": ["--speculative-algorithm", "NGRAM", "--speculative-num-draft-tokens", "{num_draft_tokens}",
+                        "--speculative-ngram-max-bfs-breadth", "{max_bfs_breadth}",
+                        "--speculative-ngram-match-type", "{match_type}"], "env": {}, "attention_backend": None})
+EAGLE = _draft_model("eagle", "EAGLE", "EAGLE", "head")
+EAGLE3 = _draft_model("eagle3", "EAGLE-3", "EAGLE3", "head")
+STANDALONE = _draft_model("standalone", "standalone drafter", "STANDALONE", "model")
+
+REGISTRY: dict[str, Algorithm] = {a.name: a for a in (AR, DFLASH, DDTREE, NGRAM, EAGLE, EAGLE3, STANDALONE)}
+# every parameter any algorithm has: a key that means nothing for a method's algorithm is refused by name
+PARAMETER_NAMES = tuple(dict.fromkeys(p.name for a in REGISTRY.values() for p in a.parameters))
+
+
+def get(name: str) -> Algorithm:
+    """The registered algorithm, or AlgorithmError naming the known ones (never another's behaviour)."""
+    try:
+        return REGISTRY[name]
+    except KeyError:
+        raise AlgorithmError(f"unknown algorithm {name!r}; known: {', '.join(REGISTRY)} "
+                             "(specsweep/algorithms.py)") from None
+
+
+def by_sglang_name(value: str) -> Algorithm:
+    """The algorithm a --speculative-algorithm value names (AlgorithmError for one specsweep does not know)."""
+    for algorithm in REGISTRY.values():
+        if algorithm.sglang == value:
+            return algorithm
+    raise AlgorithmError(f"--speculative-algorithm {value!r} is not one specsweep knows "
+                         f"({', '.join(a.sglang for a in REGISTRY.values() if a.sglang)})")
+
+
+def spelling(name: str, overrides: Mapping | None) -> dict:
+    """An algorithm's spelling: the registry's, with config's ``algorithms.<name>`` keys replacing its own."""
+    own = get(name).spelling
+    given = (overrides or {}).get(name) or {}
+    return {key: given[key] if key in given else own[key] for key in ("flags", "env", "attention_backend")}
+
+
+def method_shape(method: Mapping) -> tuple[str | None, str | None, int | None]:
+    """(DDTree build, mode, width) of a method (Method.as_dict()): its build for DDTree, its shape (chain or tree
+    of some width) for every speculative algorithm; Nones for AR."""
+    algorithm = get(method["algorithm"])
+    shape = algorithm.shape(method["params"])
+    if shape is None:
+        return None, None, None
+    build = ddtree.build(method["params"].get("tree_build")).name if algorithm is DDTREE else None
+    return build, shape[0], shape[1]
