@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
 # The GPU record's steps, run on the lent GPU machine from the repository root (see README.md here):
-#   bash benchmarks/gpu/device.sh install-a|install-b|check|fault|compare|tp2
+#   bash benchmarks/gpu/device.sh install-a|install-b|install-c|check|fault|compare|tp2|spec|trees
 # install-a/-b/check install SGLang 0.5.16 from the staged payload (.gpu-payload, .gpu-tools: the GPU recipe)
 # and specsweep's own wheels (.whl); `check` then records SGLang's option table and runs the workflow on
 # config/gpu-check.yaml (AR and DFlash side by side through the GPU pool); `fault` kills a server mid-cell
 # (SIGKILL) and reruns; `compare [ARGS]` runs SGLang's own client beside specsweep's (ARGS go to
-# compare_bench_serving.py); `tp2` one TP-2 server.
+# compare_bench_serving.py); `tp2` one TP-2 server; `spec METHOD...` runs config/gpu-spec.yaml's cells of those
+# methods (every speculative algorithm; call it again with the others, the cache keeps what is done; an argument
+# results/... is a target as it is, e.g. results/summary.csv once every cell is there); `trees SPEC...`
+# times NGRAM and EAGLE-3 tree rounds with step_costs.py.
 # Everything each step produces goes to $OUT (results as tarballs). On a fresh machine `install-c` stands in
 # for `check` when only `compare` or `tp2` is to run.
 set -u
@@ -15,11 +18,14 @@ export PYTHONPATH=/tmp/site:$here/.gpu-tools/stubs:$here PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 GPUS=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
 # targets first: --configfile takes every word after it
-snake() { python3 -m snakemake "$@" --cores 8 --resources gpu="$GPUS" --configfile config/gpu-check.yaml $OVERLAY; }
+# (the greedy scheduler: Snakemake's ILP scheduler needs PuLP, which does not travel)
+snake() { python3 -m snakemake "$@" --cores 8 --resources gpu="$GPUS" --scheduler greedy --configfile $CONFIG $OVERLAY; }
+CONFIG=config/gpu-check.yaml
 OVERLAY=""
 TABLE=specsweep/data/sglang-0.5.16-options.json
 restore_table() { [ -f $TABLE ] || cp .specsweep/sglang-0.5.16-options.json $TABLE; }
-cells() { for w in short long; do for c in 1 4 16; do echo "results/cells/tp1/$1/$w/c$c.json"; done; done; }
+LEVELS="1 4 16"
+cells() { for w in short long; do for c in $LEVELS; do echo "results/cells/tp1/$1/$w/c$c.json"; done; done; }
 pack() { tar czf "$OUT/$1.tgz" results/env results/cells results/failed results/runs results/cache/journal results/summary.csv \
            logs .snakemake/log 2>/dev/null; ls -la "$OUT"; }
 gpu_apps() { nvidia-smi --query-compute-apps=pid,process_name,used_memory --format=csv,noheader; }
@@ -65,6 +71,19 @@ case $step in
     python3 benchmarks/gpu/compare_bench_serving.py "$OUT/compare" "${@:2}" > "$OUT/compare.log" 2>&1
     echo "exit $?" >> "$OUT/compare.log"; tail -8 "$OUT/compare.log"
     tar czf "$OUT/compare.tgz" -C "$OUT" compare && rm -rf "$OUT/compare" ;;
+  spec)
+    restore_table
+    CONFIG=config/gpu-spec.yaml; LEVELS="1 4 16 64"
+    targets=""; for m in "${@:2}"; do case $m in results/*) targets="$targets $m" ;; *) targets="$targets $(cells $m)" ;; esac; done
+    date -u +%FT%TZ >> "$OUT/started"; nvidia-smi > "$OUT/nvidia-smi.txt"
+    snake $targets results/env/sglang.json > "$OUT/spec.log" 2>&1
+    echo "snakemake exit $?" >> "$OUT/spec.log"; tail -5 "$OUT/spec.log"
+    gpu_apps > "$OUT/gpu-apps-after.txt"; pack spec ;;
+  trees)
+    restore_table
+    python3 benchmarks/gpu/step_costs.py trees "$OUT/trees" "${@:2}" --prompts 1024 8192 > "$OUT/trees.log" 2>&1
+    echo "exit $?" >> "$OUT/trees.log"; tail -12 "$OUT/trees.log"
+    tar czf "$OUT/trees.tgz" -C "$OUT" trees && rm -rf "$OUT/trees" ;;
   tp2)
     restore_table
     OVERLAY=benchmarks/gpu/tp2.yaml

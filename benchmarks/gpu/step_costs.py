@@ -3,6 +3,7 @@
     # on a GPU host with SGLang (the lent H200: after `device.sh install-a/b/c`, see README.md here)
     python3 benchmarks/gpu/step_costs.py one-batch OUT_DIR      # AR forward steps, no server
     python3 benchmarks/gpu/step_costs.py dflash OUT_DIR 16 8 32 [--prompts 1024 4096]  # timed DFlash rounds (1: AR)
+    python3 benchmarks/gpu/step_costs.py trees OUT_DIR ngram:128:8 eagle3:8:8:64 --prompts 1024 8192  # tree rounds
     # anywhere, from the measured records
     .venv/bin/python benchmarks/gpu/step_costs.py fit RECORD_DIR [--write PROFILE.yaml]
 
@@ -43,6 +44,7 @@ from pathlib import Path
 
 MODEL = "/tmp/qwen3-8b"
 DRAFTER = "/tmp/dflash-b16"
+EAGLE3 = "/tmp/eagle3-draft"
 # prefill CUDA graphs are left out: their capture costs 90 s a start, and no step measured here is a small prefill
 COMMON = ["--model-path", MODEL, "--load-format", "dummy", "--attention-backend", "triton",
           "--sampling-backend", "pytorch", "--random-seed", "0", "--disable-prefill-cuda-graph"]
@@ -114,6 +116,52 @@ def dflash(out: Path, blocks: list[int], prompts: list[int], port: int = 30123) 
                     gaps = sorted(round_gaps(streams))
                     print(f"b{block} prompt {prompt} c{c}: median gap {1000 * gaps[len(gaps) // 2]:.2f} ms over "
                           f"{len(gaps)} gaps", flush=True)
+        finally:
+            server.stop(60)
+
+
+def tree_argv(spec: str) -> tuple[str, list[str], dict]:
+    """(label, speculative flags, server environment) of a tree spec: ngram:TOKENS:BREADTH (NGRAM, no drafter)
+    or eagle3:STEPS:TOPK:TOKENS (EAGLE-3 with the staged one-layer head, dummy weights)."""
+    kind, *numbers = spec.split(":")
+    if kind == "ngram":
+        tokens, breadth = numbers
+        return (f"ngram-d{tokens}-w{breadth}", ["--speculative-algorithm", "NGRAM", "--speculative-num-draft-tokens",
+                tokens, "--speculative-ngram-max-bfs-breadth", breadth, "--page-size", "1"], {})
+    steps, topk, tokens = numbers
+    return (f"eagle3-s{steps}-t{topk}-d{tokens}",
+            ["--speculative-algorithm", "EAGLE3", "--speculative-draft-model-path", EAGLE3, "--speculative-draft-load-format",
+             "dummy", "--speculative-num-steps", steps, "--speculative-eagle-topk", topk, "--speculative-num-draft-tokens",
+             tokens, "--page-size", "1"],
+            {"SGLANG_ENABLE_JIT_DEEPGEMM": "0"})  # the slim kernel package has only a stand-in DeepGEMM
+
+
+def trees(out: Path, specs: list[str], prompts: list[int], port: int = 30124) -> None:
+    """One server per tree spec; its rounds at concurrency 1-64 and each prompt length, as ``dflash`` times them
+    (rows appended to trees.jsonl as they are measured, so that a run cut short keeps what it measured)."""
+    from specsweep.launcher import Server
+
+    out.mkdir(parents=True, exist_ok=True)
+    for spec in specs:
+        label, flags, env = tree_argv(spec)
+        argv = [sys.executable, "-m", "sglang.launch_server", *COMMON, "--host", "127.0.0.1", "--port", str(port),
+                "--mem-fraction-static", "0.8", "--max-running-requests", "64", "--cuda-graph-max-bs", "64",
+                "--context-length", str(max(prompts) + 1024), *flags]
+        server = Server(argv, env, "127.0.0.1", port, out / f"server-{label}.log")
+        try:
+            server.start(300)
+            asyncio.run(_rounds(server.url, 4, 256, 16, 0))  # warm-up
+            for prompt in prompts:
+                for c in (c for c in BATCHES if c * prompt <= 300_000):
+                    streams = asyncio.run(_rounds(server.url, c, prompt, 160, c))
+                    row = {"spec": spec, "label": label, "concurrency": c, "prompt": prompt, "new_tokens": 160,
+                           "ready_s": server.startup_seconds, "chunk_times": streams}
+                    with open(out / "trees.jsonl", "a") as f:
+                        f.write(json.dumps(row) + "\n")
+                    gaps = sorted(round_gaps(streams))
+                    print(f"{label} prompt {prompt} c{c}: median gap {1000 * gaps[len(gaps) // 2]:.2f} ms over "
+                          f"{len(gaps)} gaps, {sum(len(x) for x in streams) / len(streams):.1f} chunks a stream",
+                          flush=True)
         finally:
             server.stop(60)
 
@@ -253,16 +301,19 @@ def fit(record: Path, write: Path | None) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("step", choices=["one-batch", "dflash", "fit"])
+    parser.add_argument("step", choices=["one-batch", "dflash", "trees", "fit"])
     parser.add_argument("dir", type=Path)
-    parser.add_argument("blocks", nargs="*", type=int, default=[16])
+    parser.add_argument("blocks", nargs="*", default=["16"], help="dflash: block sizes; trees: specs "
+                        "ngram:TOKENS:BREADTH or eagle3:STEPS:TOPK:TOKENS")
     parser.add_argument("--prompts", nargs="+", type=int, default=[1024], help="prompt lengths (dflash)")
     parser.add_argument("--write", type=Path)
     args = parser.parse_args()
     if args.step == "one-batch":
         one_batch(args.dir)
     elif args.step == "dflash":
-        dflash(args.dir, args.blocks, args.prompts)
+        dflash(args.dir, [int(b) for b in args.blocks], args.prompts)
+    elif args.step == "trees":
+        trees(args.dir, args.blocks, args.prompts)
     else:
         fit(args.dir, args.write)
 

@@ -91,11 +91,11 @@ def test_equivalent_configs_give_identical_server_params():
         assert server_job(ca, server["tp"], server["method"]) == server_job(cb, server["tp"], server["method"])
 
 
-def test_full_plan_has_27_servers_and_810_cells_that_hold_their_concurrency():
+def test_full_plan_has_36_servers_and_1080_cells_that_hold_their_concurrency():
     config = validated(yaml.safe_load((REPO / "config" / "plan-full.yaml").read_text()))
-    assert len(servers(config)) == 27
+    assert len(servers(config)) == 36
     cells = all_cells(config)
-    assert len(cells) == 810 and len({c["path"] for c in cells}) == 810
+    assert len(cells) == 1080 and len({c["path"] for c in cells}) == 1080
     assert all(c["requests"] >= 4 * c["concurrency"] or c["workload"] == "agentic-1" for c in cells)
     assert all(c["requests"] >= MIN_WAVES * c["concurrency"] for c in cells)
     assert max(c["requests"] for c in cells) == 256  # 4 x 64

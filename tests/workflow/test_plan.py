@@ -10,10 +10,10 @@ from conftest import Journal, eight_gpu_host_config, fast_config, server_process
 def test_full_plan_is_priced_without_starting_anything(workflow):
     proc = snakemake(workflow, "plan", "--configfile", str(workflow / "config" / "plan-full.yaml"))
     md = (workflow / "results" / "plan" / "plan.md").read_text()
-    assert "# Plan: 27 servers, 810 cells" in md
+    assert "# Plan: 36 servers, 1080 cells" in md
     assert "GPU-hours:" in md and "predicted makespan:" in md and "lower bound" in md
     plan = pd.read_csv(workflow / "results" / "plan" / "plan.csv")
-    assert len(plan) == 810 and plan["server"].nunique() == 27
+    assert len(plan) == 1080 and plan["server"].nunique() == 36
     assert (plan["measure_s"] > 0).all() and not plan["cached"].any()
     # no environment, no cell: only the plan and its predictions, kept in the cache for the runs to come
     assert sorted(p.name for p in (workflow / "results").iterdir()) == ["cache", "plan"]

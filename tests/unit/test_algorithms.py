@@ -1,0 +1,199 @@
+"""The algorithm registry: one entry per algorithm decides its parameters, drafter, spelling, shape and simulation;
+config mistakes are refused naming the method; an unknown algorithm never runs as another."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import yaml
+
+from conftest import REPO, SCHEMA, load_default_config, validated
+from specsweep import algorithms
+from specsweep import config as cfg
+from specsweep.jobs import server_job
+from specsweep.launcher import choose_flags, launch_command, server_arguments
+from specsweep.methods import expand_methods
+from specsweep.sglang_options import check_argv
+from specsweep.sim import model as sim
+from specsweep.sim.server import decoding_from_args, parse_args
+
+EAGLE3_TREE = {"name": "e3", "algorithm": "eagle3", "drafter": "heads/eagle3", "num_steps": 4, "topk": 4,
+               "num_draft_tokens": 16}
+
+
+def configured(*methods, **top) -> dict:
+    config = load_default_config()
+    config["methods"] = list(methods)
+    config.update(top)
+    return validated(config)
+
+
+def test_schemas_name_exactly_the_registry():
+    """The config schema, the cell schema and the registry list the same algorithms and parameters."""
+    method = SCHEMA["properties"]["methods"]["items"]["properties"]
+    assert method["algorithm"]["enum"] == list(algorithms.REGISTRY)
+    assert set(SCHEMA["properties"]["algorithms"]["properties"]) == set(algorithms.REGISTRY)
+    assert set(algorithms.PARAMETER_NAMES) <= set(method)
+    cell = json.loads((REPO / "specsweep" / "cell.schema.json").read_text())
+    assert cell["properties"]["method"]["properties"]["algorithm"]["enum"] == list(algorithms.REGISTRY)
+    sglang = {a.sglang for a in algorithms.REGISTRY.values() if a.sglang}
+    assert sglang == {"DFLASH", "DDTREE", "NGRAM", "EAGLE", "EAGLE3", "STANDALONE"}
+
+
+def test_an_unknown_algorithm_is_refused_everywhere(monkeypatch):
+    with pytest.raises(algorithms.AlgorithmError, match="unknown algorithm 'medusa'.*known: ar, dflash, ddtree"):
+        algorithms.get("medusa")
+    with pytest.raises(algorithms.AlgorithmError):
+        sim.Decoding("medusa")
+    with pytest.raises(SystemExit):  # the simulated server, like SGLang, refuses an algorithm it does not have
+        parse_args(["--model-path", "m", "--speculative-algorithm", "MEDUSA"])
+    # an algorithm registered with a mechanism the simulator lacks is refused, never run as another's
+    fake = algorithms.DraftModel("medusa", "Medusa", "MEDUSA", algorithms.EAGLE3.parameters, drafter="own",
+                                 drafting="heads", size="num_draft_tokens")
+    monkeypatch.setitem(algorithms.REGISTRY, "medusa", fake)
+    decoding = sim.Decoding("medusa", topk=1, num_steps=3, num_draft_tokens=4)
+    with pytest.raises(ValueError, match="no drafting mechanism 'heads'"):
+        sim.request_drafter(decoding, 0.8, None, sim.ACCEPTANCE, ["a"], ["b"])
+    with pytest.raises(ValueError, match="no drafting mechanism 'heads'"):
+        sim.accepted_tokens(decoding, 0.8, None)
+    # a cell of an algorithm this code does not know stops aggregation
+    from specsweep.aggregate import cell_row
+
+    monkeypatch.delitem(algorithms.REGISTRY, "medusa")
+    with pytest.raises(algorithms.AlgorithmError, match="medusa"):
+        cell_row({"metrics": {}, "cell": {}, "method": {"algorithm": "medusa", "params": {}}}, "x.json")
+
+
+INVALID = [
+    ("steps-on-ngram", {"name": "n", "algorithm": "ngram", "num_steps": 3}, r"\(n\): 'num_steps' has no meaning for algorithm 'ngram'"),
+    ("budget-on-eagle3", dict(EAGLE3_TREE, budget=8), r"\(e3\): 'budget' has no meaning for algorithm 'eagle3'"),
+    ("breadth-on-dflash", {"name": "d", "algorithm": "dflash", "max_bfs_breadth": 4}, "'max_bfs_breadth' has no meaning"),
+    ("eagle3-without-drafter", {k: v for k, v in EAGLE3_TREE.items() if k != "drafter"},
+     r"\(e3\): algorithm 'eagle3' needs its own draft model: set 'drafter'"),
+    ("standalone-without-drafter", {"name": "s", "algorithm": "standalone"}, r"\(s\): .*'drafter'"),
+    ("drafter-on-ngram", {"name": "n", "algorithm": "ngram", "drafter": "x"},
+     r"\(n\): algorithm 'ngram' has no drafter; remove 'drafter'"),
+    ("drafter-on-ar", {"name": "a", "algorithm": "ar", "drafter": "x"}, r"\(a\): algorithm 'ar' has no drafter"),
+    ("chain-with-other-tokens", dict(EAGLE3_TREE, topk=1, num_draft_tokens=8),
+     r"\(e3\): num_draft_tokens 8 with topk 1: .* set num_draft_tokens to 5 or leave it out"),
+    ("tree-without-tokens", {k: v for k, v in EAGLE3_TREE.items() if k != "num_draft_tokens"},
+     r"\(e3\): topk 4 drafts a tree: set num_draft_tokens"),
+    ("tree-too-large", dict(EAGLE3_TREE, num_steps=2, topk=2, num_draft_tokens=8), r"\(e3\): num_draft_tokens 8 is outside 2 .. 7"),
+    ("paged-tree-on-flashmla", dict(EAGLE3_TREE, attention_backend="flashmla", flags=["--page-size", "16"]),
+     r"\(e3\): topk 4 with --page-size 16 on flashmla attention"),
+    ("tree-on-trtllm", dict(EAGLE3_TREE, attention_backend="trtllm_mha"), r"\(e3\): topk 4 on trtllm_mha"),
+    ("paged-ngram-off-flashinfer", {"name": "n", "algorithm": "ngram", "flags": ["--page-size", "32"]},
+     r"\(n\): --page-size 32: SGLang runs NGRAM on pages .* only with flashinfer"),
+    ("block-size-swept", {"name": "d", "algorithm": "dflash", "block_size": [8, 16]}, "block_size"),
+]
+
+
+@pytest.mark.parametrize("name,method,message", INVALID, ids=[i[0] for i in INVALID])
+def test_a_method_its_algorithm_refuses_is_a_config_error_naming_it(name, method, message):
+    with pytest.raises((cfg.ConfigError, Exception)) as info:
+        configured({"name": "ar", "algorithm": "ar"}, method)
+    assert info.type.__name__ in ("ConfigError", "WorkflowError")
+    import re
+
+    assert re.search(message, str(info.value)), str(info.value)
+
+
+def test_server_flags_set_a_page_size_the_algorithm_check_sees():
+    """--page-size among the server's flags counts as much as among the method's."""
+    config = load_default_config()
+    config["methods"] = [dict(EAGLE3_TREE, attention_backend="flashmla")]
+    config["server"] = {"flags": ["--page-size", "64"]}
+    with pytest.raises(cfg.ConfigError, match="--page-size 64 on flashmla"):
+        validated(config)
+    config["methods"][0]["attention_backend"] = "triton"  # a backend that verifies paged trees
+    assert expand_methods(validated(config))[0].params["topk"] == 4
+
+
+def test_sweeps_of_any_parameter_name_each_method_by_its_tags():
+    methods = expand_methods(configured(
+        {"name": "ng", "algorithm": "ngram", "num_draft_tokens": [8, 16, 64]},
+        {"name": "e3", "algorithm": "eagle3", "drafter": "h", "num_steps": [3, 5]},
+        {"name": "tr", "algorithm": "eagle3", "drafter": "h", "topk": [2, 4], "num_steps": 3, "num_draft_tokens": 8}))
+    by_name = {m.name: m for m in methods}
+    assert list(by_name) == ["ng-d8", "ng-d16", "ng-d64", "e3-s3", "e3-s5", "tr-t2", "tr-t4"]
+    assert by_name["ng-d16"].params == {"num_draft_tokens": 16, "max_bfs_breadth": 10, "match_type": "BFS"}
+    flags = by_name["ng-d64"].flags
+    assert flags[flags.index("--speculative-num-draft-tokens") + 1] == "64" and "--speculative-draft-model-path" not in flags
+    # a chain's draft tokens follow its steps; each method keeps its own drafter
+    assert by_name["e3-s5"].params == {"num_steps": 5, "topk": 1, "num_draft_tokens": 6}
+    assert by_name["e3-s5"].drafter == "h" and by_name["e3-s5"].as_dict()["drafter"] == "h"
+    assert by_name["tr-t4"].flags[by_name["tr-t4"].flags.index("--speculative-eagle-topk") + 1] == "4"
+    # the shapes and widths the plan, the simulator and the report read
+    shapes = {name: (algorithms.get(m.algorithm).shape(m.params), algorithms.get(m.algorithm).verify_width(m.params))
+              for name, m in by_name.items()}
+    assert shapes == {"ng-d8": (("tree", 10), 8), "ng-d16": (("tree", 10), 16), "ng-d64": (("tree", 10), 64),
+                      "e3-s3": (("chain", 1), 4), "e3-s5": (("chain", 1), 6), "tr-t2": (("tree", 2), 8),
+                      "tr-t4": (("tree", 4), 8)}
+
+
+def test_defaults_apply_to_every_algorithm_with_the_parameter():
+    methods = expand_methods(configured({"name": "t", "algorithm": "ddtree", "budget": 32},
+                                        {"name": "e", "algorithm": "eagle", "drafter": "h", "num_draft_tokens": 9},
+                                        defaults={"topk": 2}))
+    assert methods[0].params["topk"] == 2 and methods[0].env == {"SGLANG_DDTREE_MAX_TOPK": "2"}
+    assert methods[1].params == {"num_steps": 3, "topk": 2, "num_draft_tokens": 9}
+
+
+def test_like_for_like_scheduling_takes_the_overlap_scheduler_from_every_speculative_method_that_has_it():
+    methods = expand_methods(configured({"name": "ar", "algorithm": "ar"}, {"name": "n", "algorithm": "ngram"},
+                                        dict(EAGLE3_TREE), {"name": "t", "algorithm": "ddtree", "budget": 8},
+                                        match_ddtree_scheduling=True))
+    off = {m.name: "--disable-overlap-schedule" in m.flags for m in methods}
+    assert off == {"ar": False, "n": True, "e3": True, "t": False}  # DDTree runs without it anyway
+
+
+def test_every_algorithm_launches_with_flags_sglang_0_5_16_parses_and_the_simulator_reads_back():
+    """The argv a real server gets parses with the recorded 0.5.16 option table, and the simulated server started
+    with exactly that argv decodes with the method's own parameters."""
+    config = load_default_config()
+    config["methods"] = [{"name": "ar", "algorithm": "ar"}, {"name": "df", "algorithm": "dflash"},
+                         {"name": "t", "algorithm": "ddtree", "budget": 32, "topk": 4},
+                         {"name": "n", "algorithm": "ngram", "num_draft_tokens": 24, "max_bfs_breadth": 3,
+                          "match_type": "PROB"},
+                         dict(EAGLE3_TREE), {"name": "e1", "algorithm": "eagle", "drafter": "h", "num_steps": 2},
+                         {"name": "s", "algorithm": "standalone", "drafter": "small"}]
+    config["model"]["load_format"] = "dummy"
+    config["sglang"] = {"options_table": "0.5.16", "extra_flags": [{"flag": "--speculative-ddtree-budget", "type": "int"}]}
+    config = validated(config)
+    for method in expand_methods(config):
+        job = server_job(config, 1, method.name)
+        args = server_arguments(job, 30000, 16384)
+        check_argv(args, "0.5.16", config["sglang"]["extra_flags"])
+        spec = algorithms.get(method.algorithm)
+        assert ("--speculative-draft-load-format" in args) == bool(spec.drafter)  # dummy weights only for drafters
+        argv, env = launch_command(job, 30000, 16384)
+        decoding = decoding_from_args(parse_args(argv[3:]), env)
+        assert decoding.algorithm == method.algorithm
+        assert decoding.params() == method.params, method.name
+        assert decoding.verify_width() == spec.verify_width(method.params)
+
+
+def test_a_spelling_may_offer_alternatives_chosen_from_the_build():
+    assert choose_flags(["--new-flag|--old-flag", "3", "--x"], {"--old-flag", "--x"}) == ["--old-flag", "3", "--x"]
+    assert choose_flags(["--new-flag|--old-flag", "3"], {"--new-flag", "--old-flag"}) == ["--new-flag", "3"]
+    # offered by neither: the first, so that the check against the build names it
+    assert choose_flags(["--new-flag|--old-flag"], set()) == ["--new-flag"]
+    config = load_default_config()
+    config["algorithms"] = {"dflash": {"flags": ["--speculative-algorithm", "DFLASH", "--speculative-draft-model-path",
+                                                 "{drafter}", "--speculative-dflash-block-size|--speculative-num-draft-tokens",
+                                                 "{block_size}"]}}
+    config["methods"] = [{"name": "df", "algorithm": "dflash"}]
+    config = validated(config)
+    job = server_job(config, 1, "df")
+    old = server_arguments(job, 1, 4096, offered={"--speculative-num-draft-tokens", "--enable-metrics"})
+    assert old[old.index("--speculative-num-draft-tokens") + 1] == "16" and "--speculative-dflash-block-size" not in old
+
+
+def test_plan_full_compares_the_seed_methods_with_eagle3_and_ngram_baselines():
+    config = validated(yaml.safe_load((REPO / "config" / "plan-full.yaml").read_text()))
+    methods = expand_methods(config)
+    algorithms_in = {m.algorithm for m in methods}
+    assert {"ar", "dflash", "ddtree", "eagle3", "ngram"} <= algorithms_in
+    shapes = {algorithms.get(m.algorithm).shape(m.params) for m in methods if m.algorithm == "eagle3"}
+    assert ("chain", 1) in shapes and any(s[0] == "tree" for s in shapes)
