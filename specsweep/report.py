@@ -187,6 +187,8 @@ def budget_sweep(t: Tables, figs: Figures, data: dict[str, str]) -> dict:
     spec = spec.assign(series=[f"{algorithms.get(a).title}, {m}" for a, m in zip(spec["algorithm"], spec["tree_mode"])])
     modes = (spec.drop_duplicates("method")[["method", "algorithm", "tree_build", "sweep_size", "topk", "tree_mode",
                                              "tree_width", "verify_width"]].sort_values(["algorithm", "sweep_size"]))
+    modes = modes.assign(tree_build=modes["tree_build"].fillna("--"),
+                         **{c: modes[c].astype("Int64") for c in ("sweep_size", "topk", "tree_width", "verify_width")})
     has_modes = _table(modes, data, "modes.csv", ["method", "algorithm", "tree_build", "tree_mode"])
     chain = low[low["algorithm"] == "dflash"]
     for name in spec["algorithm"].unique():

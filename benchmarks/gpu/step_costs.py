@@ -4,8 +4,8 @@
     python3 benchmarks/gpu/step_costs.py one-batch OUT_DIR      # AR forward steps, no server
     python3 benchmarks/gpu/step_costs.py dflash OUT_DIR 16 8 32 [--prompts 1024 4096]  # timed DFlash rounds (1: AR)
     python3 benchmarks/gpu/step_costs.py trees OUT_DIR ngram:128:8 eagle3:8:8:64 --prompts 1024 8192  # tree rounds
-    # anywhere, from the measured records
-    .venv/bin/python benchmarks/gpu/step_costs.py fit RECORD_DIR [--write PROFILE.yaml]
+    # anywhere, from the measured records (step costs, tree rounds, the workflow's own cells)
+    .venv/bin/python benchmarks/gpu/step_costs.py fit RECORD_DIR [--also RECORD_DIR ...] [--write PROFILE.yaml]
 
 one-batch: ``python -m sglang.bench_one_batch`` with dummy Qwen3-8B weights over
 batch sizes 1-64 and contexts 1k-32k: the median decode step (one token per
@@ -124,22 +124,24 @@ def tree_argv(spec: str) -> tuple[str, list[str], dict]:
     """(label, speculative flags, server environment) of a tree spec: ngram:TOKENS:BREADTH (NGRAM, no drafter)
     or eagle3:STEPS:TOPK:TOKENS (EAGLE-3 with the staged one-layer head, dummy weights)."""
     kind, *numbers = spec.split(":")
+    # the recipe's stand-in DeepGEMM module imports, so SGLang would use DeepGEMM unless told not to (an NGRAM
+    # server without this variable died importing deep_gemm.utils: trees/failed-start-without-jit-deepgemm-off.log.gz)
+    env = {"SGLANG_ENABLE_JIT_DEEPGEMM": "0"}
     if kind == "ngram":
         tokens, breadth = numbers
         return (f"ngram-d{tokens}-w{breadth}", ["--speculative-algorithm", "NGRAM", "--speculative-num-draft-tokens",
-                tokens, "--speculative-ngram-max-bfs-breadth", breadth, "--page-size", "1"], {})
+                tokens, "--speculative-ngram-max-bfs-breadth", breadth, "--page-size", "1"], env)
     steps, topk, tokens = numbers
     return (f"eagle3-s{steps}-t{topk}-d{tokens}",
             ["--speculative-algorithm", "EAGLE3", "--speculative-draft-model-path", EAGLE3, "--speculative-draft-load-format",
              "dummy", "--speculative-num-steps", steps, "--speculative-eagle-topk", topk, "--speculative-num-draft-tokens",
-             tokens, "--page-size", "1"],
-            {"SGLANG_ENABLE_JIT_DEEPGEMM": "0"})  # the slim kernel package has only a stand-in DeepGEMM
+             tokens, "--page-size", "1"], env)
 
 
 def trees(out: Path, specs: list[str], prompts: list[int], port: int = 30124) -> None:
     """One server per tree spec; its rounds at concurrency 1-64 and each prompt length, as ``dflash`` times them
     (rows appended to trees.jsonl as they are measured, so that a run cut short keeps what it measured)."""
-    from specsweep.launcher import Server
+    from specsweep.launcher import Server, ServerError
 
     out.mkdir(parents=True, exist_ok=True)
     for spec in specs:
@@ -149,7 +151,11 @@ def trees(out: Path, specs: list[str], prompts: list[int], port: int = 30124) ->
                 "--context-length", str(max(prompts) + 1024), *flags]
         server = Server(argv, env, "127.0.0.1", port, out / f"server-{label}.log")
         try:
-            server.start(300)
+            try:
+                server.start(300)
+            except ServerError as exc:  # the next spec may start: say why this one did not
+                print(f"{label}: {str(exc).splitlines()[0]}", flush=True)
+                continue
             asyncio.run(_rounds(server.url, 4, 256, 16, 0))  # warm-up
             for prompt in prompts:
                 for c in (c for c in BATCHES if c * prompt <= 300_000):
@@ -173,24 +179,79 @@ def round_gaps(streams: list[list[float]]) -> list[float]:
 
 # ---------------------------------------------------------------- fit (runs anywhere, from the records)
 
-def measured_steps(record: Path) -> list[dict]:
-    """Every measured shape: kind (decode, prefill, dflash), batch, width, contexts, seconds."""
+def measured_steps(*records: Path) -> list[dict]:
+    """Every measured shape of these record folders: kind (decode, prefill, dflash, ar-server, or an algorithm of
+    the registry), batch, width (tokens verified per request), context, seconds, and for the registry's algorithms
+    the decoding (specsweep.sim.model.Decoding's fields).
+
+    one_batch.jsonl: bench_one_batch's decode and prefill steps; dflash.jsonl: DFlash (and AR-server) rounds;
+    trees/trees.jsonl: NGRAM and EAGLE-3 tree rounds; cells/: the workflow's own cells, each a shape: its batch the
+    concurrency it held, its context the requests' mean prompt plus half their output, its step the median gap
+    between a request's chunks (after its second: the first gap holds the prefill) inside the cell's steady
+    window (the label's concurrency in flight)."""
     import numpy as np
 
     rows = []
-    for line in (record / "one_batch.jsonl").read_text().splitlines():
-        r = json.loads(line)
-        bs, il = r["batch_size"], r["input_len"]
-        rows.append({"kind": "decode", "batch": bs, "width": 1, "context": il + r["output_len"] // 2,
-                     "seconds": r["median_decode_latency"]})
-        rows.append({"kind": "prefill", "batch": bs, "width": il, "context": 0, "seconds": r["prefill_latency"]})
-    path = record / "dflash.jsonl"
-    for line in (path.read_text().splitlines() if path.exists() else []):
-        r = json.loads(line)
-        rows.append({"kind": "dflash" if r["block"] > 1 else "ar-server", "batch": r["concurrency"], "width": r["block"],
-                     "context": r["prompt"] + r["new_tokens"] // 2,
-                     "seconds": float(np.median(round_gaps(r["chunk_times"])))})
+    for record in records:
+        path = record / "one_batch.jsonl"
+        for line in (path.read_text().splitlines() if path.exists() else []):
+            r = json.loads(line)
+            bs, il = r["batch_size"], r["input_len"]
+            rows.append({"kind": "decode", "batch": bs, "width": 1, "context": il + r["output_len"] // 2,
+                         "seconds": r["median_decode_latency"]})
+            rows.append({"kind": "prefill", "batch": bs, "width": il, "context": 0, "seconds": r["prefill_latency"]})
+        path = record / "dflash.jsonl"
+        for line in (path.read_text().splitlines() if path.exists() else []):
+            r = json.loads(line)
+            rows.append({"kind": "dflash" if r["block"] > 1 else "ar-server", "batch": r["concurrency"],
+                         "width": r["block"], "context": r["prompt"] + r["new_tokens"] // 2,
+                         "seconds": float(np.median(round_gaps(r["chunk_times"])))})
+        path = record / "trees" / "trees.jsonl"
+        for line in (path.read_text().splitlines() if path.exists() else []):
+            r = json.loads(line)
+            decoding = tree_decoding(r["spec"])
+            rows.append({"kind": decoding["algorithm"], "batch": r["concurrency"],
+                         "width": decoding["num_draft_tokens"], "context": r["prompt"] + r["new_tokens"] // 2,
+                         "seconds": float(np.median(round_gaps(r["chunk_times"]))), "decoding": decoding,
+                         "source": "trees"})
+        for path in sorted((record / "cells").rglob("*.json")) if (record / "cells").is_dir() else []:
+            rows.append(cell_step(json.loads(path.read_text())))
     return rows
+
+
+def tree_decoding(spec: str) -> dict:
+    """The Decoding fields of a tree spec (see tree_argv)."""
+    kind, *numbers = spec.split(":")
+    if kind == "ngram":
+        return {"algorithm": "ngram", "num_draft_tokens": int(numbers[0]), "max_bfs_breadth": int(numbers[1]),
+                "match_type": "BFS"}
+    steps, topk, tokens = map(int, numbers)
+    return {"algorithm": "eagle3", "num_steps": steps, "topk": topk, "num_draft_tokens": tokens}
+
+
+def cell_step(cell: dict) -> dict:
+    """One workflow cell as a measured shape (see measured_steps)."""
+    import numpy as np
+
+    from specsweep.sim.model import Decoding
+
+    method = cell["method"]
+    flags = method["flags"]
+    decoding = Decoding.of_params(method["algorithm"], method["params"], "--disable-overlap-schedule" not in flags,
+                                  method["env"])
+    start, end = cell["metrics"]["concurrency"]["window"]
+    gaps, contexts = [], []
+    for r in cell["requests"]:
+        if r["error"] is None:
+            times = r["chunk_times"]
+            gaps += [b - a for a, b in zip(times[1:], times[2:]) if start <= a and b <= end]
+            contexts.append(r["prompt_tokens"] + r["output_tokens"] / 2)
+    fields = {k: getattr(decoding, k) for k in ("algorithm", "block_size", "budget", "topk", "overlap", "num_steps",
+                                                "num_draft_tokens", "max_bfs_breadth", "match_type")}
+    return {"kind": method["algorithm"], "batch": cell["cell"]["concurrency"], "width": decoding.verify_width(),
+            "context": int(np.mean(contexts)), "seconds": float(np.median(gaps)), "decoding": fields,
+            "source": f"cell {cell['cell']['method']}/{cell['cell']['workload']}/c{cell['cell']['concurrency']}",
+            "gaps": len(gaps)}
 
 
 def simulated(cost, row: dict) -> float:
@@ -198,6 +259,8 @@ def simulated(cost, row: dict) -> float:
     from specsweep.sim.model import Decoding
 
     contexts = [row["context"]] * row["batch"]
+    if "decoding" in row:  # a registry algorithm's round, as the simulated server decodes it
+        return cost.decode_step(Decoding(**row["decoding"]), contexts)
     if row["kind"] == "prefill":
         return cost.prefill(row["batch"] * row["width"], row["batch"] * row["width"] ** 2 / 2)
     if row["kind"] == "decode":  # bench_one_batch steps one batch at a time: no scheduler overlaps its CPU work
@@ -209,7 +272,13 @@ def simulated(cost, row: dict) -> float:
 
 FITTED = ("attention_bandwidth_efficiency", "layer_overhead", "attention_request_bandwidth", "compute_efficiency",
           "attention_compute_efficiency", "prefill_fixed", "drafter_fraction", "cpu_step", "spec_cpu_per_request",
-          "verify_attention_reads", "verify_request_attention_reads")
+          "verify_attention_reads", "verify_request_attention_reads", "draft_step_overhead", "ngram_cpu_per_request",
+          "draft_layer_overhead", "draft_attention_reads", "ngram_step_overhead", "draft_per_request",
+          "draft_tree_per_node", "ngram_cpu_per_node")
+# where a fit starts for the parameters the shipped profile does not have yet
+NEW = {"draft_step_overhead": 2e-4, "ngram_cpu_per_request": 2.5e-4, "draft_layer_overhead": 4e-5,
+       "draft_attention_reads": 3.0, "ngram_step_overhead": 1e-3, "draft_per_request": 5e-5,
+       "draft_tree_per_node": 5e-6, "ngram_cpu_per_node": 2e-6}
 
 
 def _from_free(name: str, x: float) -> float:
@@ -226,7 +295,7 @@ def _to_free(name: str, value: float) -> float:
     return math.log(value / (1 - value)) if name.endswith("_efficiency") else math.log(value)
 
 
-def _nelder_mead(f, x0, steps: int = 4000):
+def _nelder_mead(f, x0, steps: int = 12000):
     """Minimise f from x0 (a small Nelder-Mead; the parameters are logs, so every step keeps them positive)."""
     import numpy as np
 
@@ -256,40 +325,41 @@ def _nelder_mead(f, x0, steps: int = 4000):
     return simplex[int(np.argmin(values))]
 
 
-def fit(record: Path, write: Path | None) -> None:
+def fit(records: list[Path], write: Path | None) -> None:
+    """Fit the runtime profile to every shape of the records, starting from the shipped sglang-0.5.16-h200 profile;
+    print simulated against measured per shape (and per source) and the profile."""
     import numpy as np
     import yaml
 
     from specsweep.sim.model import CostModel, profiles
 
-    rows = measured_steps(record)
+    rows = measured_steps(*records)
     p = profiles()
-    gpu, model = p["gpus"]["H200"], p["models"]["qwen3-8b"]
+    gpu, model, drafter = p["gpus"]["H200"], p["models"]["qwen3-8b"], p["models"]["qwen3-0.6b"]
     # weights stream at the bandwidth a device copy measured on the H200 (4.3 of 4.8 TB/s): one model at one TP
     # cannot tell a faster read from a larger fixed cost per layer, and the copy is what the hardware does
-    start = {**p["runtimes"]["sglang"], "bandwidth_efficiency": 4.3 / 4.8, "attention_bandwidth_efficiency": 0.5, "attention_request_bandwidth": 1e12, "attention_compute_efficiency": 0.3,
-             "prefill_fixed": 5e-3, "cpu_step": 1e-3, "spec_cpu_per_request": 1e-4, "verify_attention_reads": 2.0, "verify_request_attention_reads": 2.0,
-             "drafter_per_token": True}
-    start.pop("no_overlap_penalty")
+    start = {**NEW, **p["runtimes"]["sglang-0.5.16-h200"], "bandwidth_efficiency": 4.3 / 4.8}
+    start.update({name: max(start[name], 1e-7) for name in FITTED})  # a parameter fitted to 0 may grow again
 
     def runtime(x):
         return {**start, **{name: _from_free(name, v) for name, v in zip(FITTED, x)}}
 
     def loss(x):
-        cost = CostModel(gpu, model, runtime(x), 1)
+        cost = CostModel(gpu, model, runtime(x), 1, drafter)
         return sum(np.log(simulated(cost, r) / r["seconds"]) ** 8 for r in rows)
 
     best = _nelder_mead(loss, [_to_free(name, start[name]) for name in FITTED])
+    best = _nelder_mead(loss, best)  # a restart from the best simplex point escapes a collapsed simplex
     fitted = runtime(best)
-    cost = CostModel(gpu, model, fitted, 1)
-    print("| kind | batch | width | context | measured | simulated | simulated / measured |")
-    print("|---|---|---|---|---|---|---|")
+    cost = CostModel(gpu, model, fitted, 1, drafter)
+    print("| source | kind | batch | width | context | measured | simulated | simulated / measured |")
+    print("|---|---|---|---|---|---|---|---|")
     deviations = []
     for r in rows:
         s = simulated(cost, r)
         deviations.append(abs(s / r["seconds"] - 1))
-        print(f"| {r['kind']} | {r['batch']} | {r['width']} | {r['context']} | {1000 * r['seconds']:.2f} ms | "
-              f"{1000 * s:.2f} ms | {s / r['seconds']:.2f} |")
+        print(f"| {r.get('source', 'steps')} | {r['kind']} | {r['batch']} | {r['width']} | {r['context']} | "
+              f"{1000 * r['seconds']:.2f} ms | {1000 * s:.2f} ms | {s / r['seconds']:.2f} |")
     within = sum(d <= 0.10 for d in deviations)
     print(f"\n{within} of {len(rows)} shapes within 10%; largest deviation {max(deviations):.0%}")
     rounded = {k: (float(f"{v:.4g}") if v >= 1e-9 else 0.0) if isinstance(v, float) else v for k, v in fitted.items()}
@@ -302,7 +372,8 @@ def fit(record: Path, write: Path | None) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("step", choices=["one-batch", "dflash", "trees", "fit"])
-    parser.add_argument("dir", type=Path)
+    parser.add_argument("dir", type=Path, help="where a measurement goes; fit: the first record folder")
+    parser.add_argument("--also", nargs="*", type=Path, default=[], help="fit: more record folders")
     parser.add_argument("blocks", nargs="*", default=["16"], help="dflash: block sizes; trees: specs "
                         "ngram:TOKENS:BREADTH or eagle3:STEPS:TOPK:TOKENS")
     parser.add_argument("--prompts", nargs="+", type=int, default=[1024], help="prompt lengths (dflash)")
@@ -315,7 +386,7 @@ def main() -> None:
     elif args.step == "trees":
         trees(args.dir, args.blocks, args.prompts)
     else:
-        fit(args.dir, args.write)
+        fit([args.dir, *args.also], args.write)
 
 
 if __name__ == "__main__":

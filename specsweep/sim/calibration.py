@@ -87,3 +87,45 @@ def calibration_prompts(count: int = 40) -> dict[str, list[str]]:
 
     return {"gsm8k": render(list(gsm8k_problems())), "humaneval": render(list(humaneval_problems())),
             "alpaca": render(list(chat_prompts()))}
+
+
+# Published acceptance lengths of draft models in serving engines at temperature 0 (tokens per verify round, the
+# bonus token included), each against the prompts of calibration_prompts that stand for its dataset (own chat
+# prompts for MT-bench, GSM8K for MATH-500). (algorithm, prompts, num_steps, topk, num_draft_tokens, tau, source)
+SPECBUNDLE = "SGLang, Llama-3.1-8B-Instruct, lmsys EAGLE-3 head (SpecForge SpecBundle data.json)"
+PUBLISHED_DRAFT_MODELS = [
+    ("eagle3", "alpaca", 3, 1, 4, 2.93, f"{SPECBUNDLE}, MT-bench"),
+    ("eagle3", "alpaca", 5, 1, 6, 3.55, f"{SPECBUNDLE}, MT-bench"),
+    ("eagle3", "alpaca", 7, 1, 8, 3.91, f"{SPECBUNDLE}, MT-bench"),
+    ("eagle3", "alpaca", 5, 3, 6, 2.94, f"{SPECBUNDLE}, MT-bench"),
+    ("eagle3", "alpaca", 7, 4, 8, 2.91, f"{SPECBUNDLE}, MT-bench"),
+    ("eagle3", "humaneval", 3, 1, 4, 3.05, f"{SPECBUNDLE}, HumanEval"),
+    ("eagle3", "humaneval", 5, 1, 6, 3.74, f"{SPECBUNDLE}, HumanEval"),
+    ("eagle3", "humaneval", 7, 1, 8, 4.10, f"{SPECBUNDLE}, HumanEval"),
+    ("eagle3", "humaneval", 5, 3, 6, 2.94, f"{SPECBUNDLE}, HumanEval"),
+    ("eagle3", "humaneval", 7, 4, 8, 2.93, f"{SPECBUNDLE}, HumanEval"),
+    ("eagle3", "gsm8k", 3, 1, 4, 2.78, f"{SPECBUNDLE}, MATH-500"),
+    ("eagle3", "gsm8k", 5, 1, 6, 3.25, f"{SPECBUNDLE}, MATH-500"),
+    ("eagle3", "gsm8k", 7, 1, 8, 3.49, f"{SPECBUNDLE}, MATH-500"),
+    ("eagle3", "gsm8k", 5, 3, 6, 3.31, f"{SPECBUNDLE}, MATH-500"),
+    ("eagle3", "gsm8k", 7, 4, 8, 3.07, f"{SPECBUNDLE}, MATH-500"),
+    ("eagle", "alpaca", 2, 1, 3, 2.10, "vLLM, Llama-3.1-8B-Instruct, EAGLE-1 head, MT-bench (vllm-project/vllm issue 20780)"),
+    ("eagle", "alpaca", 3, 1, 4, 2.29, "vLLM, as above"),
+    ("eagle", "alpaca", 5, 1, 6, 2.43, "vLLM, as above"),
+    ("eagle", "alpaca", 7, 1, 8, 2.47, "vLLM, as above"),
+    ("standalone", "humaneval", 3, 1, 4, 2.8,
+     "vLLM, Qwen3-1.7B with a Qwen3-0.6B drafter, InstructCoder: at least 2.8 (its test's floor, tests/v1/e2e)"),
+]
+
+
+def predict_draft_models(rows=None, profile_set: dict | None = None, count: int = 40, rounds: int = 300) -> list[dict]:
+    """Predicted against published acceptance length for every row of PUBLISHED_DRAFT_MODELS (or ``rows``), with
+    the drafter profiles of ``profile_set`` (default: the shipped ones)."""
+    prompts = calibration_prompts(count)
+    out = []
+    for algorithm, key, steps, topk, tokens, tau, source in rows or PUBLISHED_DRAFT_MODELS:
+        decoding = Decoding(algorithm, topk=topk, num_steps=steps, num_draft_tokens=tokens)
+        predicted = mean_tau(prompts[key], decoding, rounds=rounds, profile_set=profile_set)
+        out.append({"algorithm": algorithm, "prompts": key, "num_steps": steps, "topk": topk,
+                    "num_draft_tokens": tokens, "published": tau, "predicted": predicted, "source": source})
+    return out

@@ -483,8 +483,9 @@ class CostModel:
         Block drafters (DFlash, DDTree): drafter_fraction x a target pass over the drafted tokens (the block per
         request where drafter_per_token, else one). Draft models (SGLang's EAGLE worker): one forward over the
         num_steps + 1 tokens a round can accept (the draft extend, whose output is the first step's candidates),
-        then num_steps - 1 forwards over topk tokens a request; each forward the drafter's own cost on this GPU plus
-        draft_step_overhead. NGRAM: none (its lookup runs on the CPU, see decode_step)."""
+        then num_steps - 1 forwards over topk tokens a request; each forward the drafter's own cost on this GPU (with
+        the runtime's draft_layer_overhead and draft_attention_reads where it sets them) plus draft_step_overhead.
+        NGRAM: none (its lookup runs on the CPU, see decode_step)."""
         r, batch, kind = self.runtime, len(contexts), decoding.spec.drafting
         if kind in ("block", "block-tree"):
             drafted = decoding.verify_width() * batch if r.get("drafter_per_token") else batch
@@ -495,7 +496,10 @@ class CostModel:
         profile = self.draft_head(decoding.algorithm) if spec.draft_model == "head" else self.draft_model
         if profile is None:
             raise ValueError(f"{decoding.algorithm}: no draft model profile (sim.draft_model_profile)")
-        drafter = CostModel(self.gpu, profile, self.runtime, self.tp)
+        own = {k: r[f"draft_{k}"] for k in ("layer_overhead", "attention_reads") if f"draft_{k}" in r}
+        if "attention_reads" in own:  # a drafter forward's extra KV reads over several tokens a request
+            own["verify_attention_reads"] = own["verify_request_attention_reads"] = own.pop("attention_reads")
+        drafter = CostModel(self.gpu, profile, {**r, **own}, self.tp)
         overhead = r.get("draft_step_overhead", 0.0)
         topk = decoding.topk or 1
         extend = drafter.verify_seconds(batch * (decoding.num_steps + 1), contexts) + overhead
@@ -571,8 +575,11 @@ class CostModel:
         kernel takes + for DDTree in tree mode its construction (per node) and with the rank probe its top-32 over
         the drafter's logits (batch x (block - 1) x vocab x 4 bytes). The overlap scheduler prepares the next step
         on the CPU while the GPU runs this one, so only CPU work longer than the GPU's shows; without it (and for
-        DDTree, which runs without it) all of it adds. NGRAM's lookup (ngram_cpu_per_request x batch) runs
-        between two steps whatever the scheduler: it needs the last round's tokens.
+        DDTree, which runs without it) all of it adds. NGRAM's lookup (ngram_step_overhead + (ngram_cpu_per_request +
+        ngram_cpu_per_node x nodes) x batch) runs between two steps whatever the scheduler: it needs the last round's
+        tokens. A draft model adds
+        draft_per_request x batch (its per-request work beside its forwards), and for a tree draft_tree_per_node x
+        nodes x batch (choosing the nodes).
         """
         if not contexts:
             return 0.0
@@ -595,8 +602,13 @@ class CostModel:
                     gpu += logits / (self.gpu["bandwidth"] * r.get("bandwidth_efficiency", 1.0) * self.tp)
                 if self.model["hybrid"]:
                     gpu += r.get("hybrid_tree_per_node", 0.0) * max(0, width - 8) * len(contexts)
-            if spec.drafting == "lookup":
-                gpu += r.get("ngram_cpu_per_request", 0.0) * len(contexts)
+            if spec.drafting == "lookup":  # SGLang's n-gram match and tree mask, built for each request
+                per_request = r.get("ngram_cpu_per_request", 0.0) + r.get("ngram_cpu_per_node", 0.0) * width
+                gpu += r.get("ngram_step_overhead", 0.0) + per_request * len(contexts)
+            elif spec.drafting == "draft-model":  # a draft model's per-request work a round (its tree, its sampling)
+                gpu += r.get("draft_per_request", 0.0) * len(contexts)
+                if decoding.shape()[0] == "tree":  # choosing the tree's nodes from topk^2 candidates a step
+                    gpu += r.get("draft_tree_per_node", 0.0) * width * len(contexts)
         cpu = self.cpu_seconds(decoding, len(contexts))
         if decoding.overlap and spec.overlap:
             return max(gpu, cpu) if "cpu_step" in r else gpu

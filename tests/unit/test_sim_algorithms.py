@@ -1,0 +1,172 @@
+"""The simulated backend's NGRAM and draft-model mechanisms: acceptance from their own mechanism, costs from the
+drafter's size, SGLang's flags and answers over HTTP."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+import requests
+
+from conftest import start_sim
+from specsweep.sim import model as sim
+from specsweep.sim.calibration import mean_tau
+
+
+def ngram(tokens=16, breadth=8, match="BFS"):
+    return sim.Decoding("ngram", num_draft_tokens=tokens, max_bfs_breadth=breadth, match_type=match)
+
+
+def rounds(decoding, prompt, reply):
+    """Tokens per round over a whole reply (the first token from the prefill), and the drafter."""
+    drafter = sim.LookupDrafter(decoding, prompt, reply)
+    produced, count = 1, 0
+    while produced < len(reply):
+        produced += drafter.round(produced)[0]
+        count += 1
+    return (len(reply) - 1) / count, drafter
+
+
+def test_ngram_acceptance_follows_the_repetition_of_the_output():
+    prompt = [f"p{i}" for i in range(40)]
+    loop = ["a", "b", "c"] * 40
+    distinct = [f"t{i}" for i in range(120)]
+    tau_loop, _ = rounds(ngram(16), prompt, loop)
+    tau_distinct, _ = rounds(ngram(16), prompt, distinct)
+    assert tau_distinct == 1.0  # nothing ever recurs: every round commits its bonus token only
+    assert tau_loop > 8
+    # once the loop is established, a round commits the whole tree's depth: 15 drafted nodes and the bonus
+    assert sim.LookupDrafter(ngram(16), prompt, loop).round(60)[0] == 16
+    assert rounds(ngram(32), prompt, loop)[0] >= tau_loop  # a larger tree reaches no less far
+    # a phrase the output repeats from earlier in itself is drafted when it recurs
+    phrase = [f"w{i}" for i in range(12)]
+    repeat = [f"x{i}" for i in range(20)] + phrase + [f"y{i}" for i in range(20)] + phrase
+    drafter = sim.LookupDrafter(ngram(16), prompt, repeat)
+    start = 20 + 12 + 20 + 1  # the repeat's first token is known: its continuation comes from the first occurrence
+    assert drafter.round(start)[0] >= 8
+    assert drafter.round(5)[0] == 1
+
+
+def test_ngram_indexes_the_output_and_the_prompts_last_tokens_as_sglang_0_5_16_inserts():
+    body = [f"b{i}" for i in range(60)]
+    prompt = body + [f"tail{i}" for i in range(20)]
+    copy_of_body = body[10:50]  # an answer quoting the prompt's middle
+    tau, _ = rounds(ngram(16), prompt, ["start"] + copy_of_body)
+    assert tau == 1.0  # SGLang never inserts a prompt's body into its trie
+    tail_copy = ["x"] + prompt[-12:]  # the prompt's last tokens are in it
+    drafter = sim.LookupDrafter(ngram(16), prompt, tail_copy)
+    assert drafter.round(2)[0] > 1
+
+
+def test_ngram_tree_keeps_its_node_budget_and_breadth():
+    prompt = [f"p{i}" for i in range(5)]
+    # many different continuations of the same token: a bushy tree
+    reply = [tok for i in range(30) for tok in ("k", f"v{i % 13}", f"u{i % 7}")]
+    for tokens, breadth in ((8, 8), (32, 4), (64, 2), (128, 8)):
+        drafter = sim.LookupDrafter(ngram(tokens, breadth), prompt, reply)
+        drafter._catch_up(len(reply) - 1)
+        children = drafter.draft()
+        assert len(children) - 1 <= tokens - 1  # the root (the last token) and num_draft_tokens - 1 nodes
+        assert max(len(c) for c in children) <= breadth
+
+
+def test_ngram_bfs_drafts_the_latest_continuation_prob_the_most_frequent():
+    prompt = ["p"]
+    # after "k": "often" three times, then "late" once, most recently
+    reply = ["k", "often", "z1", "k", "often", "z2", "k", "often", "z3", "k", "late", "z4", "k"]
+    latest, frequent = ngram(4, 1, "BFS"), ngram(4, 1, "PROB")
+    for decoding, expected in ((latest, "late"), (frequent, "often")):
+        drafter = sim.LookupDrafter(decoding, prompt, reply + [expected, "end"])
+        assert drafter.round(len(reply))[0] >= 2, decoding  # the drafted child is the one the reply takes
+
+
+def eagle(topk=1, steps=3, tokens=None):
+    return sim.Decoding("eagle3", topk=topk, num_steps=steps, num_draft_tokens=tokens or steps + 1)
+
+
+def draws(decoding, a, acceptance, n=4000):
+    rng = random.Random(3)
+    return sum(sim.accepted_tokens(decoding, a, rng, acceptance=acceptance) for _ in range(n)) / n
+
+
+def test_draft_model_chains_and_trees_accept_as_their_shape_allows():
+    profile = {**sim.ACCEPTANCE, **sim.default_profiles()["drafters"]["eagle3"]}
+    taus = [draws(eagle(1, k), 0.8, profile) for k in (1, 3, 5, 7)]
+    assert taus == sorted(taus) and all(t <= k + 1 for t, k in zip(taus, (1, 3, 5, 7)))
+    assert max(sim.accepted_tokens(eagle(1, 3), 0.95, random.Random(1), acceptance=profile) for _ in range(300)) == 4
+    # a tree of many nodes catches what the chain misses
+    assert draws(eagle(4, 5, 40), 0.6, profile) > draws(eagle(1, 5), 0.6, profile) + 0.2
+    # a drafter less sure of itself than it is right branches early: at a few nodes its tree accepts less than
+    # the chain of as many nodes (SGLang's measured 5/3/6 and 7/4/8 trees against 5- and 7-step chains)
+    unsure = {**profile, "tree_confidence": 0.5}
+    assert draws(eagle(3, 5, 6), 0.8, unsure) < draws(eagle(1, 5), 0.8, unsure) - 0.3
+    sure = {**profile, "tree_confidence": 1.0}
+    assert draws(eagle(3, 5, 6), 0.8, sure) == pytest.approx(draws(eagle(1, 5), 0.8, sure), abs=0.05)
+
+
+def test_a_drafters_cost_comes_from_its_size_and_its_steps():
+    cost = sim.CostModel.named("H200", "qwen3-8b", "sglang-0.5.16-h200")
+    contexts = [1000] * 4
+    head = cost.draft_seconds(eagle(1, 4), contexts)
+    small_model = cost.draft_seconds(sim.Decoding("standalone", topk=1, num_steps=4, num_draft_tokens=5), contexts)
+    assert small_model > 2 * head > 0  # 28 layers against one
+    steps = [cost.draft_seconds(eagle(1, k), contexts) for k in (1, 3, 6)]
+    assert steps == sorted(steps) and steps[2] - steps[1] > 0
+    # NGRAM drafts on the CPU: no drafter pass, a lookup that grows with the batch, a verify with the tree's nodes
+    assert cost.draft_seconds(ngram(16), contexts) == 0
+    lookup = [cost.decode_step(ngram(16), [1000] * b) - cost.decode_step(sim.Decoding("ar"), [1000] * b)
+              for b in (1, 16)]
+    assert lookup[1] > lookup[0] > 0
+    widths = [cost.decode_step(ngram(n), [1000] * 16) for n in (8, 32, 128)]
+    assert widths == sorted(widths) and widths[2] > widths[0] * 1.5
+
+
+def test_plan_expects_ngram_to_draft_a_random_models_loop_and_nothing_else_to_accept():
+    prompts = ["<|im_start|>user\nWrite a haiku about rivers.<|im_end|>\n<|im_start|>assistant\n"] * 2
+    assert mean_tau(prompts, ngram(16), looping=True) > 8
+    assert mean_tau(prompts, ngram(16), looping=True) > mean_tau(prompts, ngram(16))
+
+
+def test_the_simulated_server_speaks_sglangs_ngram_and_eagle3_flags(tmp_path):
+    prompt = "Repeat after me: alpha beta gamma delta. " * 8
+    body = {"text": prompt, "stream": True, "sampling_params": {"max_new_tokens": 200, "temperature": 0,
+                                                                 "ignore_eos": True}}
+    flags = {"ngram": ["--speculative-algorithm", "NGRAM", "--speculative-num-draft-tokens", "16",
+                       "--speculative-ngram-max-bfs-breadth", "4"],
+             "eagle3": ["--speculative-algorithm", "EAGLE3", "--speculative-draft-model-path", "head",
+                        "--speculative-num-steps", "4", "--speculative-eagle-topk", "4",
+                        "--speculative-num-draft-tokens", "12"]}
+    for name, argv in flags.items():
+        server = start_sim(tmp_path / name, *argv)
+        try:
+            with requests.post(server.url + "/generate", json=body, stream=True, timeout=60) as resp:
+                chunks = [line for line in resp.iter_lines() if line.startswith(b"data: {")]
+            import json
+
+            last = json.loads(chunks[-1][6:])["meta_info"]
+            assert last["completion_tokens"] == 200 and last["spec_verify_ct"] >= 1
+            assert last["spec_accept_length"] == pytest.approx(200 / last["spec_verify_ct"])
+            assert len(chunks) == last["spec_verify_ct"] + 1  # one chunk per round, after the prefill's
+            info = requests.get(server.url + "/server_info", timeout=10).json()
+            expected = {"ngram": (16, 4, 4), "eagle3": (12, 4, 4)}[name]
+            assert (info["speculative_num_draft_tokens"], info["speculative_eagle_topk"],
+                    info["speculative_num_steps"]) == expected
+        finally:
+            server.stop()
+    with pytest.raises(Exception, match="exited with code 2"):
+        start_sim(tmp_path / "bad", "--speculative-algorithm", "EAGLE3", timeout=10)  # no draft model
+    with pytest.raises(Exception, match="exited with code 2"):
+        start_sim(tmp_path / "bad2", *flags["ngram"], "--speculative-draft-model-path", "d", timeout=10)
+
+
+def test_draft_model_acceptance_within_12_percent_of_every_published_engine_figure():
+    """The shipped drafter profiles against PUBLISHED_DRAFT_MODELS (benchmarks/README.md has the whole table)."""
+    from specsweep.sim.calibration import predict_draft_models
+
+    rows = predict_draft_models(count=20, rounds=150)
+    assert {r["algorithm"] for r in rows} == {"eagle", "eagle3", "standalone"}
+    for r in rows:
+        assert r["predicted"] == pytest.approx(r["published"], rel=0.12), r
+    # the shape SGLang measured: a tree of 6 nodes accepts less than the chain of 6
+    by = {(r["prompts"], r["num_steps"], r["topk"]): r["predicted"] for r in rows if r["algorithm"] == "eagle3"}
+    assert by["alpaca", 5, 3] < by["alpaca", 5, 1]
