@@ -1,4 +1,4 @@
-# specsweep: benchmark speculative decoding (AR, DFlash, DDTree) in SGLang.
+# specsweep: benchmark speculative decoding (AR, DFlash, DDTree and every algorithm SGLang ships) in SGLang.
 from snakemake.utils import min_version
 
 min_version("9.0")

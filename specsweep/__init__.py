@@ -1,4 +1,4 @@
-"""specsweep: benchmark speculative decoding (AR, DFlash, DDTree) in SGLang.
+"""specsweep: benchmark speculative decoding (AR, DFlash, DDTree and every algorithm SGLang ships) in SGLang.
 
 The package holds all logic of the workflow; the Snakefile, rules and scripts
 only connect it to Snakemake.

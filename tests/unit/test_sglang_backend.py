@@ -36,7 +36,7 @@ def test_every_full_plan_launch_command_parses_with_the_recorded_sglang_table():
         assert argv[:3] == ["/opt/sglang/bin/python", "-m", "sglang.launch_server"]
         check_argv(argv[3:], config["sglang"]["options_table"], config["sglang"]["extra_flags"])
         commands.append((server, argv, env))
-    assert len(commands) == 27
+    assert len(commands) == 36
     for server, argv, env in commands:
         assert argv[argv.index("--tp-size") + 1] == str(server["tp"])
         assert argv[argv.index("--max-running-requests") + 1] == "64"
@@ -46,6 +46,10 @@ def test_every_full_plan_launch_command_parses_with_the_recorded_sglang_table():
         if server["method"].startswith("ddtree"):
             assert argv[argv.index("--speculative-algorithm") + 1] == "DDTREE"
             assert env == {"SGLANG_DDTREE_MAX_TOPK": "8"}
+        if server["method"].startswith("eagle3"):  # its own head; NGRAM needs none
+            assert argv[argv.index("--speculative-draft-model-path") + 1] == "AngelSlim/Qwen3-8B_eagle3"
+        if server["method"] == "ngram":
+            assert "--speculative-draft-model-path" not in argv and argv[argv.index("--speculative-algorithm") + 1] == "NGRAM"
 
 
 def test_options_table_rejects_what_sglang_rejects():

@@ -34,14 +34,25 @@ PLANS = {
     "no-ar": dict(
         methods=[{"name": "dflash", "algorithm": "dflash"}, {"name": "ddtree", "algorithm": "ddtree", "budget": 8}],
         workloads=[{"name": "short", "family": "short"}], concurrency=[1, 2]),
+    "every-algorithm": dict(
+        concurrency=[1, 2],
+        methods=[{"name": "ar", "algorithm": "ar"},
+                 {"name": "ngram", "algorithm": "ngram", "num_draft_tokens": [8, 16], "max_bfs_breadth": 4},
+                 {"name": "e3-chain", "algorithm": "eagle3", "drafter": "heads/eagle3", "num_steps": 3},
+                 {"name": "e3-tree", "algorithm": "eagle3", "drafter": "heads/eagle3", "num_steps": 4, "topk": 4,
+                  "num_draft_tokens": 12},
+                 {"name": "eagle", "algorithm": "eagle", "drafter": "heads/eagle", "num_steps": 2},
+                 {"name": "small", "algorithm": "standalone", "drafter": "models/small"}],
+        workloads=[{"name": "short", "family": "short", "max_new_tokens": 96}]),
 }
 
 
 EXPECTED_TEXT = {
-    "no-ddtree-one-concurrency": ["fewer than two DDTree budgets", "one tensor-parallel size",
+    "no-ddtree-one-concurrency": ["measures no speculative algorithm at two or more sizes", "one tensor-parallel size",
                                   "one concurrency level", "No multi-turn workload"],
     "two-tp-budgets-agentic": ["Scaling efficiency", "Session completion time", "Prefix-cache hits per turn"],
     "no-ar": ["No AR baseline in this plan", "No comparison possible"],
+    "every-algorithm": ["What each speculative method verifies per round", "EAGLE-3, tree", "NGRAM, tree"],
 }
 
 
@@ -83,11 +94,31 @@ def test_reduced_plans_compile_and_say_what_has_no_data(tmp_path, name):
     assert len(prediction) == cells.groupby(["tp", "method"]).ngroups
     assert (prediction["cells"] == len(cells) // len(prediction)).all() and (prediction["predicted_s"] > 0).all()
     if name == "two-tp-budgets-agentic":  # budget 8 runs the pull request's chain, 16 its tree of width 2
-        modes = pd.read_csv(results / "report" / "data" / "ddtree_modes.csv").set_index("budget")
+        modes = pd.read_csv(results / "report" / "data" / "modes.csv")
+        modes = modes[modes["algorithm"] == "ddtree"].set_index("sweep_size")
         assert modes.loc[8, "tree_mode"] == "chain" and modes.loc[16, "tree_mode"] == "tree"
-        assert modes.loc[16, "tree_width"] == 2 and "What each DDTree budget runs" in tex
-        sweep = pd.read_csv(next((results / "report" / "data").glob("budget-throughput-*.csv")))
+        assert modes.loc[16, "tree_width"] == 2 and modes.loc[16, "verify_width"] == 17
+        assert "What each speculative method verifies per round" in tex
+        sweep = pd.read_csv(next((results / "report" / "data").glob("sweep-ddtree-throughput-*.csv")))
         assert sweep.filter(like="s").shape[1] >= 2  # the chain and the tree are two marked series
+        every_table_number_comes_from_the_aggregated_csv(results, tex)
+    if name == "every-algorithm":  # every section handles every algorithm of the registry
+        data = results / "report" / "data"
+        methods = {"ngram-d8", "ngram-d16", "e3-chain", "e3-tree", "eagle", "small"}
+        modes = pd.read_csv(data / "modes.csv").set_index("method")
+        assert set(modes.index) == methods
+        assert modes.loc["e3-chain", "tree_mode"] == "chain" and modes.loc["e3-tree", "tree_mode"] == "tree"
+        assert modes.loc["e3-tree", "verify_width"] == 12 and modes.loc["ngram-d16", "verify_width"] == 16
+        assert {p.name for p in data.glob("sweep-*-acceptance-*.csv")} == {
+            "sweep-ngram-acceptance-short-tp1.csv", "sweep-eagle3-acceptance-short-tp1.csv"}
+        acceptance = pd.read_csv(data / "acceptance.csv").set_index("method")
+        assert set(acceptance.index) == methods
+        assert (acceptance["acceptance_length_sglang"] > acceptance["acceptance_length"]).all()  # ours and SGLang's
+        for table in ("break_even", "lossless"):
+            assert set(pd.read_csv(data / f"{table}.csv")["method"]) == methods, table
+        assert set(pd.read_csv(data / "pareto-short.csv").columns) >= {"x0", "y0", "fx"}
+        speedups = pd.read_csv(results / "combined.csv").set_index(["method", "concurrency"])["speedup"]
+        assert speedups.loc[("ar", 1)] == 1.0 and speedups.drop("ar", level=0).notna().all()
         every_table_number_comes_from_the_aggregated_csv(results, tex)
 
 

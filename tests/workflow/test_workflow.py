@@ -65,7 +65,7 @@ def test_default_config_end_to_end(workflow):
     assert (spec["acceptance_length"] > 1).all()
     snakemake(workflow, "--report", "report.html")
     html = (workflow / "report.html").read_text(errors="replace")
-    assert "conc-throughput-short-tp1.png" in html and "report.pdf" in html and "budget-acceptance" in html
+    assert "conc-throughput-short-tp1.png" in html and "report.pdf" in html and "sweep-ddtree-acceptance" in html
 
 
 @pytest.mark.long(3.2)
