@@ -12,7 +12,7 @@ from .metrics import combine_launches, losslessness, speedup
 
 SUMMARY_COLUMNS = [
     "simulated", "tp", "method", "algorithm", "block_size", "budget", "topk", "num_steps", "num_draft_tokens",
-    "max_bfs_breadth", "match_type", "tree_build", "tree_mode", "tree_width", "verify_width", "sweep_size",
+    "max_bfs_breadth", "match_type", "drafter", "tree_build", "tree_mode", "tree_width", "verify_width", "sweep_size",
     "workload", "family",
     "concurrency", "concurrency_mean", "concurrency_peak", "concurrency_steady_mean", "concurrency_held",
     "steady_window_s", "steady_share", "repetition", "launches", "requests_sent", "requests_completed", "requests_failed", "output_tokens",
@@ -53,7 +53,7 @@ def cell_row(cell: dict, path: str) -> dict:
         "simulated": cell["simulated"], "tp": c["tp"], "method": c["method"], "algorithm": method["algorithm"],
         **{k: params.get(k) for k in ("block_size", "budget", "topk", "num_steps", "num_draft_tokens",
                                       "max_bfs_breadth", "match_type")},
-        "tree_build": tree_build, "tree_mode": mode, "tree_width": width,
+        "drafter": method.get("drafter"), "tree_build": tree_build, "tree_mode": mode, "tree_width": width,
         "verify_width": algorithm.verify_width(params), "sweep_size": params.get(algorithm.size),
         "workload": c["workload"], "family": cell["workload"]["family"],
         "concurrency": c["concurrency"], "concurrency_mean": held.get("mean"), "concurrency_peak": held.get("peak"),
@@ -204,12 +204,9 @@ BEST_COLUMNS = ["tp", "workload", "concurrency", "algorithm", "method", "sweep_s
 
 
 def best_budget(summary: pd.DataFrame) -> pd.DataFrame:
-    """Per (tp, workload, concurrency) and speculative algorithm measured at two or more settings (its
-    ``sweep_size``: DDTree's budget, NGRAM's and draft models' num_draft_tokens, DFlash's block): the setting with
-    the highest output throughput, and its speedup."""
+    """Per (tp, workload, concurrency) and speculative algorithm: its method (setting) with the highest output
+    throughput, and its speedup."""
     spec = summary[summary["algorithm"] != "ar"].dropna(subset=["output_throughput"])
-    swept = spec.groupby(["tp", "workload", "concurrency", "algorithm"])["method"].transform("nunique") > 1
-    spec = spec[swept]
     if spec.empty:
         return pd.DataFrame(columns=BEST_COLUMNS)
     idx = spec.groupby(["tp", "workload", "concurrency", "algorithm"])["output_throughput"].idxmax()

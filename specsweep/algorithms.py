@@ -42,6 +42,7 @@ class Parameter:
     default: object = None  # when neither the method nor ``defaults`` sets it; None: unset (required ones: an error)
     required: bool = False
     sweep_tag: str | None = None  # a list value sweeps it: one method per value, named <name>-<tag><value>
+    spelled: bool = True  # the server learns it from the spelling (tree_build: only specsweep's model of the build)
 
 
 # what the sweep tags and placeholders may name
@@ -114,18 +115,45 @@ class Algorithm:
         return self.resolve(params)
 
     def server_default(self, parameter: Parameter):
-        """What the server runs when its flag is absent (SGLang 0.5.16's defaults where they differ from ours)."""
+        """What the server runs when its spelling does not set the parameter (SGLang 0.5.16's own choice where it
+        differs from the registry's default; None: the server decides and specsweep does not know)."""
         return parameter.default
+
+    def spelled(self, spelling: dict) -> set[str]:
+        """The parameters a spelling passes to the server (its {placeholders} in flags and env)."""
+        values = list(spelling["flags"]) + list(spelling["env"].values())
+        return {name for v in values for name in _placeholders(str(v))}
+
+    def flags_set(self, spelling: dict) -> set[str]:
+        """The flags a spelling sets (each spelling of a --a|--b alternative)."""
+        return {f for flag in spelling["flags"] if str(flag).startswith("--") for f in str(flag).split("|")}
 
     def _flag_of(self, name: str) -> str:
         flags = self.spelling["flags"]
         return next((f for f, v in zip(flags, flags[1:]) if _placeholder(v) == name), name)
 
 
+def flag_value(argv: list[str], flag: str) -> str | None:
+    """The value a command line gives a flag (``--flag value`` or ``--flag=value``; the last one given wins, as
+    with SGLang's parser), or None."""
+    value = None
+    for i, arg in enumerate(argv):
+        if arg == flag and i + 1 < len(argv):
+            value = argv[i + 1]
+        elif arg.startswith(flag + "="):
+            value = arg[len(flag) + 1:]
+    return value
+
+
 def _page_size(flags: list[str]) -> int:
-    """The --page-size a command line sets (SGLang's default: 1); the last one given wins."""
-    values = [flags[i + 1] for i, f in enumerate(flags[:-1]) if f == "--page-size"]
-    return int(values[-1]) if values else 1
+    """The --page-size a command line sets (SGLang's default: 1)."""
+    return int(flag_value(flags, "--page-size") or 1)
+
+
+def _placeholders(text: str) -> list[str]:
+    import re
+
+    return re.findall(r"\{([a-z_]+)\}", text)
 
 
 def _placeholder(value) -> str | None:
@@ -179,6 +207,9 @@ class DDTree(Algorithm):
                 f"{params['block_size'] - 1}), which this build verifies only with {required} attention "
                 f"(algorithms.ddtree.attention_backend); remove attention_backend '{attention_backend}' from the method")
 
+    def server_default(self, parameter: Parameter):
+        return None if parameter.name == "topk" else parameter.default  # no SGLANG_DDTREE_MAX_TOPK: the build's cap
+
     def from_server(self, values: Mapping, env: Mapping) -> dict:
         params = super().from_server(values, env)
         params["block_size"] = DFLASH.from_server(values, env)["block_size"]
@@ -203,13 +234,14 @@ class Ngram(Algorithm):
 
     def check(self, params: Mapping, flags: list[str], attention_backend: str | None, spelling: dict) -> None:
         page = _page_size(flags)
-        if page > 1 and attention_backend != "flashinfer":
-            raise AlgorithmError(f"--page-size {page}: SGLang runs NGRAM on pages of more than one token only with "
-                                 "flashinfer attention; use --page-size 1 or attention_backend flashinfer")
+        if page > 1 and params["max_bfs_breadth"] > 1 and attention_backend != "flashinfer":
+            raise AlgorithmError(f"--page-size {page} with max_bfs_breadth {params['max_bfs_breadth']}: SGLang runs "
+                                 "NGRAM trees on pages of more than one token only with flashinfer attention; use "
+                                 "--page-size 1 or attention_backend flashinfer")
 
     def shape(self, params: Mapping) -> tuple[str, int]:
-        breadth = params["max_bfs_breadth"]
-        return ("chain", 1) if breadth == 1 else ("tree", breadth)
+        # a tree even at breadth 1: anchors of different lengths may draft different children of the root
+        return "tree", params["max_bfs_breadth"]
 
 
 # attention backends that verify an EAGLE tree (topk > 1) on pages of more than one token (SGLang 0.5.16,
@@ -288,7 +320,7 @@ DFLASH = DFlash(
 DDTREE = DDTree(
     "ddtree", "DDTree", "DDTREE",
     (BLOCK_SIZE, Parameter("budget", int, required=True, sweep_tag="b"), TOPK_CAP,
-     Parameter("tree_build", str, ddtree.DEFAULT_BUILD)),
+     Parameter("tree_build", str, ddtree.DEFAULT_BUILD, spelled=False)),
     drafter="shared", drafting="block-tree", size="budget", overlap=False, custom_mask=True,
     # sgl-project/sglang pull request 29907: page size 1, triton attention for tree budgets
     spelling={"flags": ["--speculative-algorithm", "DDTREE", "--speculative-draft-model-path", "{drafter}",

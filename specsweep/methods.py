@@ -57,7 +57,8 @@ def _substitute(template: str, values: dict, where: str) -> str:
 
 
 # What method expansion reads from a configuration; each distinct one is expanded once per process.
-EXPANSION_KEYS = ("methods", "defaults", "algorithms", "match_ddtree_scheduling", "match_ddtree_attention", "server")
+EXPANSION_KEYS = ("methods", "defaults", "algorithms", "match_ddtree_scheduling", "match_ddtree_attention", "server",
+                  "backend")
 
 
 def expand_methods(config: dict) -> list[Method]:
@@ -72,12 +73,25 @@ def expand_methods(config: dict) -> list[Method]:
 _EXPANDED: dict[str, tuple[Method, ...]] = {}
 
 
-def _grid(algorithm: algorithms.Algorithm, entry: dict, defaults: dict, where: str) -> tuple[list[dict], list]:
-    """(every combination of the method's parameter values, the swept parameters): its own value, else
-    ``defaults``, else the registry's; a list sweeps a parameter that has a sweep tag."""
-    axes, swept = {}, []
+# what the flat keys of ``defaults`` set, by algorithm (the keys of old: DFlash's and DDTree's block, DDTree's
+# width cap); every parameter of every algorithm can be set under defaults.<algorithm>
+FLAT_DEFAULTS = {"block_size": ("dflash", "ddtree"), "topk": ("ddtree",)}
+
+
+def _grid(algorithm: algorithms.Algorithm, entry: dict, defaults: dict, where: str) -> tuple[list[dict], list, set]:
+    """(every combination of the method's parameter values, the swept parameters, the parameters the configuration
+    sets): its own value, else ``defaults.<algorithm>``, else a flat ``defaults`` key meant for it, else the
+    registry's; a list sweeps a parameter that has a sweep tag."""
+    axes, swept, given = {}, [], set()
+    own = defaults.get(algorithm.name) or {}
     for p in algorithm.parameters:
-        value = entry.get(p.name, defaults.get(p.name, p.default))
+        flat = defaults.get(p.name) if algorithm.name in FLAT_DEFAULTS.get(p.name, ()) else None
+        for value in (entry.get(p.name), own.get(p.name), flat):
+            if value is not None:
+                given.add(p.name)
+                break
+        else:
+            value = p.default
         if value is None:
             if p.required:
                 raise ConfigError(f"{where}: algorithm '{algorithm.name}' needs '{p.name}'"
@@ -89,7 +103,20 @@ def _grid(algorithm: algorithms.Algorithm, entry: dict, defaults: dict, where: s
                                   "methods one by one")
             swept.append(p)
         axes[p.name] = value if isinstance(value, list) else [value]
-    return [dict(zip(axes, combo)) for combo in itertools.product(*axes.values())], swept
+    return [dict(zip(axes, combo)) for combo in itertools.product(*axes.values())], swept, given
+
+
+def _unspelled(algorithm: algorithms.Algorithm, spelling: dict, given: set, where: str) -> dict:
+    """The parameters the spelling in use does not pass to the server: set by the configuration, an error (the
+    server would never see it); else what the server runs without it (None: the server's own choice)."""
+    carried = algorithm.spelled(spelling)
+    missing = [p for p in algorithm.parameters if p.spelled and p.name not in carried]
+    for p in missing:
+        if p.name in given:
+            raise ConfigError(f"{where}: '{p.name}' is set, but the spelling of algorithm '{algorithm.name}' "
+                              f"(algorithms.{algorithm.name}) passes no {{{p.name}}} to the server; add it to the "
+                              "spelling's flags or env, or remove it from the method")
+    return {p.name: algorithm.server_default(p) for p in missing}
 
 
 def _drafter(algorithm: algorithms.Algorithm, entry: dict, config: dict, where: str) -> tuple[str | None, str]:
@@ -124,10 +151,16 @@ def _expand(config: dict) -> list[Method]:
                                   + ("; use algorithm 'ddtree' for a draft tree" if algorithm.name == "dflash" else ""))
         drafter, drafter_value = _drafter(algorithm, entry, config, where)
         spelling = algorithms.spelling(algorithm.name, config.get("algorithms"))
-        grid, swept = _grid(algorithm, entry, defaults, where)
+        grid, swept, given = _grid(algorithm, entry, defaults, where)
+        server_flags = list(config.get("server", {}).get("flags", []))
+        taken = algorithm.flags_set(spelling) & {f.split("=")[0] for f in list(entry.get("flags", [])) + server_flags}
+        if taken:
+            raise ConfigError(f"{where}: {', '.join(sorted(taken))} in flags (the method's or server.flags) is set "
+                              f"by the spelling of algorithm '{algorithm.name}' from its parameters; set the "
+                              "parameter instead, or change the spelling (algorithms)")
         for raw in grid:
             try:
-                params = algorithm.resolve(raw)
+                params = algorithm.resolve({**raw, **_unspelled(algorithm, spelling, given, where)})
             except AlgorithmError as exc:
                 raise ConfigError(_located(where, exc)) from None
             name = entry["name"] + "".join(f"-{p.sweep_tag}{params[p.name]}" for p in swept)
@@ -141,10 +174,12 @@ def _expand(config: dict) -> list[Method]:
                     and "--disable-overlap-schedule" not in flags):
                 flags.append("--disable-overlap-schedule")
             backend = _attention_backend(config, entry, flags, where)
+            # the server's flags come last on the command line: what they set is what runs
+            backend = algorithms.flag_value(flags + server_flags, "--attention-backend") or backend
             env = {k: _substitute(str(v), values, mwhere + ".env") for k, v in spelling["env"].items()}
             env.update({k: _substitute(str(v), values, where + ".env") for k, v in entry.get("env", {}).items()})
             try:
-                algorithm.check(params, flags + list(config.get("server", {}).get("flags", [])), backend, spelling)
+                algorithm.check(params, flags + server_flags, backend, spelling)
                 if algorithm is algorithms.DDTREE:
                     ddtree.with_environment(ddtree.build(params["tree_build"]), env)
             except AlgorithmError as exc:
@@ -153,6 +188,8 @@ def _expand(config: dict) -> list[Method]:
                 raise ConfigError(f"{where}.env: {exc}") from None
             methods.append(Method(name, algorithm.name, params, tuple(flags), env, backend,
                                   entry.get("min_free_slots_delay"), drafter))
+    if config.get("backend") == "sim":
+        _one_drafter_per_algorithm(methods, config)
     seen: dict[str, int] = {}
     for method in methods:
         if method.name in seen:
@@ -162,6 +199,20 @@ def _expand(config: dict) -> list[Method]:
             )
         seen[method.name] = 1
     return methods
+
+
+def _one_drafter_per_algorithm(methods: list[Method], config: dict) -> None:
+    """The simulated backend models one drafter per algorithm (its profile in sim_profiles.yaml ``drafters``, and
+    DFlash's model.drafter): methods that name different drafters of one algorithm would be simulated alike."""
+    drafters: dict[str, set] = {}
+    for m in methods:
+        if algorithms.get(m.algorithm).drafter:
+            drafters.setdefault(m.algorithm, set()).add(m.drafter or config["model"].get("drafter"))
+    for algorithm, names in drafters.items():
+        if len(names) > 1:
+            raise ConfigError(f"methods: the {algorithm} methods name {len(names)} drafters ({', '.join(sorted(names))}), "
+                              "but the simulated backend models one drafter per algorithm and would simulate them "
+                              "alike; give them one drafter, or compare drafters on the sglang backend")
 
 
 def _located(where: str, exc: AlgorithmError) -> str:
@@ -175,8 +226,8 @@ def _attention_backend(config: dict, entry: dict, flags: list, where: str) -> st
     ``match_ddtree_attention``, the DDTree spelling's backend for every method; then the algorithm's spelling;
     else None (the server's default). Whether the algorithm runs on it is the algorithm's check.
     """
-    if "--attention-backend" in flags:
-        given = flags[flags.index("--attention-backend") + 1] if flags.index("--attention-backend") + 1 < len(flags) else None
+    given = algorithms.flag_value(flags, "--attention-backend")
+    if given is not None:
         if entry.get("attention_backend") and entry["attention_backend"] != given:
             raise ConfigError(f"{where}: attention_backend '{entry['attention_backend']}' disagrees with "
                               f"--attention-backend {given} in its flags; keep one")

@@ -49,6 +49,10 @@ def _wide(frame: pd.DataFrame, series: list[str], series_col: str, x: str, y: st
           hi: str | None) -> pd.DataFrame:
     """One row per x; per series i: s<i>, s<i>_plus, s<i>_minus (error bar lengths, 0 without a CI)."""
     out = pd.DataFrame({x: sorted(frame[x].dropna().unique())})
+    twice = frame[frame.duplicated([series_col, x], keep=False)]
+    if len(twice):  # a point is one measurement: never the mean of two methods or cells
+        raise ReportError(f"chart of {y} against {x}: series {twice[series_col].iloc[0]!r} has "
+                          f"{len(twice)} rows for one point ({x} = {twice[x].iloc[0]})")
     for i, name in enumerate(series):
         sub = frame[frame[series_col] == name].groupby(x)
         mean = sub[y].mean()
@@ -184,7 +188,7 @@ def budget_sweep(t: Tables, figs: Figures, data: dict[str, str]) -> dict:
     width), DFlash as the reference line of the others; and the table of what every speculative method verifies."""
     summary, low, tps, lowest = t.summary, t.low, t.tps, t.lowest
     spec = low[low["algorithm"] != "ar"].dropna(subset=["sweep_size"])
-    spec = spec.assign(series=[f"{algorithms.get(a).title}, {m}" for a, m in zip(spec["algorithm"], spec["tree_mode"])])
+    spec = spec.assign(series=_sweep_series(spec))
     modes = (spec.drop_duplicates("method")[["method", "algorithm", "tree_build", "sweep_size", "topk", "tree_mode",
                                              "tree_width", "verify_width"]].sort_values(["algorithm", "sweep_size"]))
     modes = modes.assign(tree_build=modes["tree_build"].fillna("--"),
@@ -218,6 +222,23 @@ def budget_sweep(t: Tables, figs: Figures, data: dict[str, str]) -> dict:
                                                                else "."),
                           series_col="series", logx=True, reference=refs["output_throughput"])
     return {"has_modes": has_modes}
+
+
+def _sweep_series(spec: pd.DataFrame) -> list[str]:
+    """Each speculative row's series in the sweep charts: its algorithm's title and the shape it verifies, plus
+    every other parameter (and the drafter) that differs between that algorithm's methods, and the method's name
+    where two methods would still meet at one point: a point is one method's."""
+    labels = pd.Series("", index=spec.index)
+    for name, group in spec.groupby("algorithm"):
+        algorithm = algorithms.get(name)
+        others = [p.name for p in algorithm.parameters
+                  if p.name != algorithm.size and p.name in group and group[p.name].nunique(dropna=False) > 1]
+        others += ["drafter"] if "drafter" in group and group["drafter"].nunique(dropna=False) > 1 else []
+        for i, row in group.iterrows():
+            labels[i] = f"{algorithm.title}, {row['tree_mode']}" + "".join(f", {k} {row[k]}" for k in others)
+    keys = pd.DataFrame({"label": labels, "x": spec["sweep_size"], "tp": spec["tp"], "workload": spec["workload"]})
+    clash = keys.duplicated(keep=False)
+    return [f"{label} ({method})" if c else label for label, method, c in zip(labels, spec["method"], clash)]
 
 
 # the axis of a sweep chart, by the registry's size parameter

@@ -118,6 +118,25 @@ def build_tree(a_key: float, depths: int, budget: int, topk: int, build_name: st
     return ddtree.tree_prefixes(tree_build, log_probs, budget, width, mode)
 
 
+@lru_cache(maxsize=4096)
+def beam_tree(a_key: float, steps: int, nodes: int, topk: int, ratio: float = ACCEPTANCE["second_choice_ratio"],
+              decay: float = ACCEPTANCE["depth_decay"]) -> frozenset:
+    """The drafted nodes a draft model's tree verifies (prefixes of ranks), as SGLang's EAGLE worker chooses them:
+    the first step's topk candidates, then at each later step topk children of each of the topk best paths so far
+    (topk^2 candidates, of which the topk best are the next step's paths); of all topk + (steps - 1) x topk^2
+    candidates, the ``nodes`` of highest cumulative score (log-probability of the drafter's per-depth
+    distribution of top-1 ``a_key``). A parent scores at least its child, so the chosen nodes form a tree."""
+    log_probs = [[math.log(p) for p in depth_distribution(a_key, d, ratio, decay)[:topk]] for d in range(steps)]
+    beams, pool = [((), 0.0)], []
+    for d in range(steps):
+        candidates = [(prefix + (r,), score + log_probs[d][r]) for prefix, score in beams for r in range(topk)]
+        candidates.sort(key=lambda c: -c[1])
+        pool += candidates
+        beams = candidates[:topk]
+    pool.sort(key=lambda c: (-c[1], len(c[0])))
+    return frozenset(prefix for prefix, _ in pool[:nodes])
+
+
 @dataclass(frozen=True, repr=False)
 class Decoding:
     """How the simulated server decodes: an algorithm of the registry and its parameters.
@@ -238,7 +257,7 @@ def accepted_tokens(decoding: Decoding, a: float, rng: random.Random, ranks: lis
                     acceptance: dict | None = None) -> int:
     """Tokens committed by one verify round of a drafter with top-1 probability ``a`` (accepted drafts + bonus
     token), for the round's target ranks (drawn here when not given): the longest rank-0 prefix of a chain, the
-    deepest path of the tree the target's tokens walk. A draft model's tree is the best-first tree over its own
+    deepest path of the tree the target's tokens walk. A draft model's tree (beam_tree) is chosen by its own
     scores, whose top-1 is a x tree_confidence (a drafter less sure than it is right branches early)."""
     kind = _mechanism(decoding)
     if kind == "none":
@@ -256,10 +275,10 @@ def accepted_tokens(decoding: Decoding, a: float, rng: random.Random, ranks: lis
         return accepted + 1
     if kind == "block-tree":
         tree = build_tree(round(a, 3), depths, decoding.budget, decoding.topk, decoding.tree_build,
-                          decoding.depth_bonus)
-    else:  # a draft model's tree: num_draft_tokens - 1 drafted nodes, topk per depth, best first
-        tree = build_tree(round(a * p.get("tree_confidence", 1.0), 3), depths, decoding.num_draft_tokens - 1,
-                          decoding.topk, "paper", None, p["second_choice_ratio"], p["depth_decay"])
+                          decoding.depth_bonus, p["second_choice_ratio"], p["depth_decay"])
+    else:  # a draft model's tree, chosen as SGLang's EAGLE worker chooses it
+        tree = beam_tree(round(a * p.get("tree_confidence", 1.0), 3), depths, decoding.num_draft_tokens - 1,
+                         decoding.topk, p["second_choice_ratio"], p["depth_decay"])
     accepted = 0
     while accepted < depths and tuple(ranks[: accepted + 1]) in tree:
         accepted += 1

@@ -433,6 +433,9 @@ class SimServer:
             topk = decoding.topk if decoding.spec.drafting == "draft-model" else decoding.max_bfs_breadth
             info.update({"speculative_num_draft_tokens": decoding.num_draft_tokens, "speculative_eagle_topk": topk,
                          "speculative_num_steps": decoding.num_steps or decoding.num_draft_tokens // topk})
+            if decoding.spec.drafting == "lookup":
+                info.update({"speculative_ngram_max_bfs_breadth": decoding.max_bfs_breadth,
+                             "speculative_ngram_match_type": decoding.match_type})
         info.update({"version": f"specsweep-sim {__version__}", "simulated": True,
                      "internal_states": [{"avg_spec_accept_length": avg, "launched_at": self.launched}]})
         return web.json_response(info)

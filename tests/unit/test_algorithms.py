@@ -84,7 +84,12 @@ INVALID = [
      r"\(e3\): topk 4 with --page-size 16 on flashmla attention"),
     ("tree-on-trtllm", dict(EAGLE3_TREE, attention_backend="trtllm_mha"), r"\(e3\): topk 4 on trtllm_mha"),
     ("paged-ngram-off-flashinfer", {"name": "n", "algorithm": "ngram", "flags": ["--page-size", "32"]},
-     r"\(n\): --page-size 32: SGLang runs NGRAM on pages .* only with flashinfer"),
+     r"\(n\): --page-size 32 with max_bfs_breadth 10: SGLang runs NGRAM trees on pages .* only with flashinfer"),
+    ("paged-ngram-equals-form", {"name": "n", "algorithm": "ngram", "flags": ["--page-size=16"],
+                                 "attention_backend": "fa3"}, r"\(n\): --page-size 16"),
+    ("tree-on-trtllm-equals-form", dict(EAGLE3_TREE, flags=["--attention-backend=trtllm_mha"]), r"\(e3\): topk 4 on trtllm_mha"),
+    ("flag-set-by-the-spelling", {"name": "n", "algorithm": "ngram", "flags": ["--speculative-ngram-max-bfs-breadth", "4"]},
+     r"\(n\): --speculative-ngram-max-bfs-breadth in flags .* is set by the spelling of algorithm 'ngram'"),
     ("block-size-swept", {"name": "d", "algorithm": "dflash", "block_size": [8, 16]}, "block_size"),
 ]
 
@@ -99,8 +104,9 @@ def test_a_method_its_algorithm_refuses_is_a_config_error_naming_it(name, method
     assert re.search(message, str(info.value)), str(info.value)
 
 
-def test_server_flags_set_a_page_size_the_algorithm_check_sees():
-    """--page-size among the server's flags counts as much as among the method's."""
+def test_server_flags_set_what_the_algorithm_check_sees():
+    """--page-size and --attention-backend among the server's flags, which come last on the command line, count
+    as what runs."""
     config = load_default_config()
     config["methods"] = [dict(EAGLE3_TREE, attention_backend="flashmla")]
     config["server"] = {"flags": ["--page-size", "64"]}
@@ -108,6 +114,47 @@ def test_server_flags_set_a_page_size_the_algorithm_check_sees():
         validated(config)
     config["methods"][0]["attention_backend"] = "triton"  # a backend that verifies paged trees
     assert expand_methods(validated(config))[0].params["topk"] == 4
+    config["server"] = {"flags": ["--attention-backend", "trtllm_mha"]}  # the server's flag wins over the method's
+    with pytest.raises(cfg.ConfigError, match="topk 4 on trtllm_mha"):
+        validated(config)
+    config["methods"] = [{"name": "n", "algorithm": "ngram"}]
+    config["server"] = {"flags": ["--page-size", "16", "--attention-backend", "flashinfer"]}
+    (method,) = expand_methods(validated(config))
+    assert method.attention_backend == "flashinfer"  # recorded as it runs
+    config["methods"] = [{"name": "t", "algorithm": "ddtree", "budget": 64}]
+    config["server"] = {"flags": ["--attention-backend", "fa3"]}
+    with pytest.raises(cfg.ConfigError, match="DDTree budget 64 builds a tree"):
+        validated(config)
+    # NGRAM at breadth 1 on pages: SGLang's rule needs a tree of breadth above 1 to refuse it
+    config["methods"] = [{"name": "n", "algorithm": "ngram", "max_bfs_breadth": 1, "flags": ["--page-size", "16"],
+                          "attention_backend": "fa3"}]
+    config["server"] = {}
+    assert expand_methods(validated(config))[0].params["max_bfs_breadth"] == 1
+
+
+def test_a_parameter_the_spelling_never_passes_is_refused_or_left_to_the_server():
+    config = load_default_config()
+    config["algorithms"] = {"ngram": {"flags": ["--speculative-algorithm", "NGRAM", "--speculative-num-draft-tokens",
+                                                "{num_draft_tokens}"]}}
+    config["methods"] = [{"name": "n", "algorithm": "ngram", "max_bfs_breadth": 4}]
+    with pytest.raises(cfg.ConfigError, match=r"\(n\): 'max_bfs_breadth' is set, but the spelling .* passes no"):
+        validated(config)
+    config["methods"] = [{"name": "n", "algorithm": "ngram"}]  # not set: the server's own default, recorded
+    assert expand_methods(validated(config))[0].params["max_bfs_breadth"] == 10
+    # DDTree without SGLANG_DDTREE_MAX_TOPK in its spelling runs the build's own cap, and says so
+    config["algorithms"] = {"ddtree": {"env": {}}}
+    config["methods"] = [{"name": "t", "algorithm": "ddtree", "budget": 64}]
+    (method,) = expand_methods(validated(config))
+    assert method.params["topk"] is None and algorithms.DDTREE.shape(method.params) == ("tree", 5)
+
+
+def test_the_simulated_backend_refuses_drafters_it_would_simulate_alike():
+    config = load_default_config()
+    config["methods"] = [dict(EAGLE3_TREE), dict(EAGLE3_TREE, name="e3b", drafter="heads/another")]
+    with pytest.raises(cfg.ConfigError, match="eagle3 methods name 2 drafters .* simulate them alike"):
+        validated(config)
+    config["backend"], config["model"]["path"] = "sglang", "m"  # a real server runs each head it is given
+    assert len(expand_methods(validated(config))) == 2
 
 
 def test_sweeps_of_any_parameter_name_each_method_by_its_tags():
@@ -132,12 +179,13 @@ def test_sweeps_of_any_parameter_name_each_method_by_its_tags():
                       "tr-t4": (("tree", 4), 8)}
 
 
-def test_defaults_apply_to_every_algorithm_with_the_parameter():
+def test_defaults_are_per_algorithm_and_the_flat_keys_keep_their_old_meaning():
     methods = expand_methods(configured({"name": "t", "algorithm": "ddtree", "budget": 32},
-                                        {"name": "e", "algorithm": "eagle", "drafter": "h", "num_draft_tokens": 9},
-                                        defaults={"topk": 2}))
+                                        {"name": "e", "algorithm": "eagle", "drafter": "h"},
+                                        defaults={"topk": 2, "eagle": {"num_steps": 5}}))
     assert methods[0].params["topk"] == 2 and methods[0].env == {"SGLANG_DDTREE_MAX_TOPK": "2"}
-    assert methods[1].params == {"num_steps": 3, "topk": 2, "num_draft_tokens": 9}
+    # the flat topk is DDTree's width cap, not EAGLE's beam: the EAGLE method stays a chain
+    assert methods[1].params == {"num_steps": 5, "topk": 1, "num_draft_tokens": 6}
 
 
 def test_like_for_like_scheduling_takes_the_overlap_scheduler_from_every_speculative_method_that_has_it():

@@ -89,6 +89,16 @@ def draws(decoding, a, acceptance, n=4000):
     return sum(sim.accepted_tokens(decoding, a, rng, acceptance=acceptance) for _ in range(n)) / n
 
 
+def test_a_draft_models_tree_holds_only_candidates_of_its_beams():
+    """SGLang keeps the topk best paths a step: a node's parent is among them, never a path the beam dropped."""
+    for steps, topk, nodes in ((3, 2, 10), (4, 4, 15), (8, 8, 63), (5, 3, 5)):
+        tree = sim.beam_tree(0.3, steps, nodes, topk)
+        assert len(tree) == min(nodes, topk + (steps - 1) * topk * topk)
+        assert all(len(p) == 1 or p[:-1] in tree for p in tree)  # a tree
+        for depth in range(2, steps + 1):  # at most topk parents a depth
+            assert len({p[:-1] for p in tree if len(p) == depth}) <= topk
+
+
 def test_draft_model_chains_and_trees_accept_as_their_shape_allows():
     profile = {**sim.ACCEPTANCE, **sim.default_profiles()["drafters"]["eagle3"]}
     taus = [draws(eagle(1, k), 0.8, profile) for k in (1, 3, 5, 7)]
@@ -151,6 +161,8 @@ def test_the_simulated_server_speaks_sglangs_ngram_and_eagle3_flags(tmp_path):
             expected = {"ngram": (16, 4, 4), "eagle3": (12, 4, 4)}[name]
             assert (info["speculative_num_draft_tokens"], info["speculative_eagle_topk"],
                     info["speculative_num_steps"]) == expected
+            if name == "ngram":  # resolved as SGLang reports them, the match type from its default
+                assert (info["speculative_ngram_max_bfs_breadth"], info["speculative_ngram_match_type"]) == (4, "BFS")
         finally:
             server.stop()
     with pytest.raises(Exception, match="exited with code 2"):
