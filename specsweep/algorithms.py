@@ -69,9 +69,6 @@ class Algorithm:
     def speculative(self) -> bool:
         return self.sglang is not None
 
-    def parameter(self, name: str) -> Parameter:
-        return next(p for p in self.parameters if p.name == name)
-
     def resolve(self, params: dict) -> dict:
         """The parameters as the server runs them (derived ones filled); AlgorithmError for a combination SGLang
         would refuse or silently change."""
@@ -87,6 +84,12 @@ class Algorithm:
 
     def check(self, params: Mapping, flags: list[str], attention_backend: str | None, spelling: dict) -> None:
         """Settings the server refuses for this algorithm (AlgorithmError)."""
+
+    def server_flags(self, params: Mapping, drafter: str = "") -> list[str]:
+        """The speculative flags of the registry's own spelling for these parameters (resolved) and drafter: what a
+        server is started with outside a configuration (the replayed engine, the step-cost benchmark)."""
+        values = {"drafter": drafter, **{k: v for k, v in params.items() if v is not None}}
+        return [str(flag).format(**values) for flag in self.spelling["flags"]]
 
     def from_server(self, values: Mapping, env: Mapping) -> dict:
         """The parameters a server started with these flag values (by dest) and environment runs, read by

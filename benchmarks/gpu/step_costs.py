@@ -122,20 +122,21 @@ def dflash(out: Path, blocks: list[int], prompts: list[int], port: int = 30123) 
 
 def tree_argv(spec: str) -> tuple[str, list[str], dict]:
     """(label, speculative flags, server environment) of a tree spec: ngram:TOKENS:BREADTH (NGRAM, no drafter)
-    or eagle3:STEPS:TOPK:TOKENS (EAGLE-3 with the staged one-layer head, dummy weights)."""
-    kind, *numbers = spec.split(":")
+    or eagle3:STEPS:TOPK:TOKENS (EAGLE-3 with the staged one-layer head, dummy weights), its flags the registry's
+    spelling of those parameters."""
+    from specsweep import algorithms
+
+    decoding = tree_decoding(spec)
+    algorithm = algorithms.get(decoding["algorithm"])
+    params = {k: v for k, v in decoding.items() if k != "algorithm"}
+    flags = algorithm.server_flags(params, EAGLE3) + ["--page-size", "1"]
+    if algorithm.drafter:
+        flags += ["--speculative-draft-load-format", "dummy"]
+    label = f"{algorithm.name}-" + "-".join(f"{p.sweep_tag}{params[p.name]}" for p in algorithm.parameters
+                                            if p.name in params and p.name != "match_type")
     # the recipe's stand-in DeepGEMM module imports, so SGLang would use DeepGEMM unless told not to (an NGRAM
     # server without this variable died importing deep_gemm.utils: trees/failed-start-without-jit-deepgemm-off.log.gz)
-    env = {"SGLANG_ENABLE_JIT_DEEPGEMM": "0"}
-    if kind == "ngram":
-        tokens, breadth = numbers
-        return (f"ngram-d{tokens}-w{breadth}", ["--speculative-algorithm", "NGRAM", "--speculative-num-draft-tokens",
-                tokens, "--speculative-ngram-max-bfs-breadth", breadth, "--page-size", "1"], env)
-    steps, topk, tokens = numbers
-    return (f"eagle3-s{steps}-t{topk}-d{tokens}",
-            ["--speculative-algorithm", "EAGLE3", "--speculative-draft-model-path", EAGLE3, "--speculative-draft-load-format",
-             "dummy", "--speculative-num-steps", steps, "--speculative-eagle-topk", topk, "--speculative-num-draft-tokens",
-             tokens, "--page-size", "1"], env)
+    return label, flags, {"SGLANG_ENABLE_JIT_DEEPGEMM": "0"}
 
 
 def trees(out: Path, specs: list[str], prompts: list[int], port: int = 30124) -> None:

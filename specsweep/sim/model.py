@@ -14,13 +14,13 @@ mechanism is not there is refused (never simulated as another's):
   drafter yields, for each depth, a distribution over ranked candidates; the
   target's token is drawn from it (a calibrated drafter). A chain accepts the
   longest prefix of rank-0 tokens; a tree (DDTree's build, or a draft model's
-  best-first tree of num_draft_tokens - 1 nodes, topk per depth) is walked from
-  the root along the target's tokens.
+  num_draft_tokens - 1 nodes chosen from its beams as SGLang does) is walked
+  from the root along the target's tokens.
 - ``lookup`` (NGRAM): no drafter and no draw. Drafts continue the latest
-  earlier occurrences of the context's last tokens, in the request's own prompt
-  and output so far, grown breadth first as SGLang's n-gram trie does; the
-  target's actual next tokens walk that tree. Acceptance follows the content's
-  repetition.
+  earlier occurrences of the context's last tokens, in what SGLang indexes of
+  the request (its output and its prompt's last tokens), grown breadth first as
+  SGLang's n-gram trie does; the target's actual next tokens walk that tree.
+  Acceptance follows the output's repetition.
 
 Every round adds the bonus token.
 """
@@ -107,8 +107,7 @@ def build_tree(a_key: float, depths: int, budget: int, topk: int, build_name: st
                decay: float = ACCEPTANCE["depth_decay"]) -> frozenset:
     """The drafted nodes a tree build verifies for a drafter of top-1 probability ``a_key`` (prefixes of ranks):
     the build's chain or tree (specsweep.ddtree) over this drafter's per-depth distributions, with its own depth
-    bonus unless one is given. A draft model's tree (topk > 1) is the best-first tree of ``paper``: the ``budget``
-    most probable prefixes, ``topk`` candidates per depth."""
+    bonus unless one is given."""
     tree_build = ddtree.build(build_name)
     if depth_bonus is not None:
         tree_build = replace(tree_build, depth_bonus=depth_bonus)
@@ -200,11 +199,7 @@ class Decoding:
 
     def params(self) -> dict:
         """The algorithm's parameters (the registry's names) as this decoding has them."""
-        values = {"block_size": self.block_size, "budget": self.budget, "topk": self.topk,
-                  "tree_build": self.tree_build, "num_steps": self.num_steps,
-                  "num_draft_tokens": self.num_draft_tokens, "max_bfs_breadth": self.max_bfs_breadth,
-                  "match_type": self.match_type}
-        return {p.name: values[p.name] for p in self.spec.parameters}
+        return {p.name: getattr(self, p.name) for p in self.spec.parameters}  # every one is a field here
 
     def verify_width(self) -> int:
         """Tokens verified per request per step: 1 (AR), block (DFlash), budget + 1 (DDTree), num_draft_tokens

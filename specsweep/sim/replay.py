@@ -26,9 +26,8 @@ def engine(algorithm: str = "ar", block_size: int = 16, budget: int = 0, tp: int
             "--max-running-requests", str(max_running)]
     if spec.speculative:
         given = {"block_size": block_size, "budget": budget, **params}
-        values = spec.resolve({p.name: given.get(p.name, p.default) for p in spec.parameters})
-        values["drafter"] = "sim-drafter"
-        argv += [str(f).format(**{k: v for k, v in values.items() if v is not None}) for f in spec.spelling["flags"]]
+        argv += spec.server_flags(spec.resolve({p.name: given.get(p.name, p.default) for p in spec.parameters}),
+                                  "sim-drafter")
     if tree_build is not None:
         argv += ["--sim-ddtree-build", tree_build]
     return Engine(parse_args(argv))
