@@ -1,19 +1,75 @@
 """Configuration checks: what the schema cannot say, each mistake named by its key.
 
-Schema validation itself (JSON Schema draft 2020-12, defaults filled) is done by the workflow with
-``snakemake.utils.validate`` against config/schema.yaml, after ``coerce.coerce_to_schema``; ``normalise`` then
-rejects duplicates and cross-key mistakes and returns the normalised configuration every rule uses (methods are
-expanded by ``methods``, server jobs and cells listed by ``jobs``).
+The workflow first walks the merged configuration with ``check_values`` (its size, non-finite numbers, NUL
+characters); then schema validation (JSON Schema draft 2020-12, defaults filled) is done with
+``snakemake.utils.validate`` against config/schema.yaml, after ``coerce.coerce_to_schema``, its error cut to the key
+and the reason by ``schema_error``; ``normalise`` then rejects duplicates and cross-key mistakes and returns the
+normalised configuration every rule uses (methods are expanded by ``methods``, server jobs and cells listed by
+``jobs``).
 """
 
 from __future__ import annotations
 
 import copy
+import math
 import re
+
+MAX_VALUES = 100_000  # values in one configuration; a YAML anchor can make millions of a few lines
+MAX_SESSIONS = 10_000  # sessions one cell may send (load.min_requests, load.waves x concurrency, requests)
 
 
 class ConfigError(ValueError):
     """A configuration mistake; the message names the key and what to do."""
+
+
+def key_path(parts) -> str:
+    """A key as a user writes it: workloads[0].requests."""
+    out = ""
+    for part in parts:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out or "the configuration"
+
+
+def check_values(config) -> None:
+    """Refuse what a schema cannot see, before anything copies or prints the configuration: more than MAX_VALUES
+    values (a YAML anchor expanded into copies), numbers that are not finite (NaN, infinity: every number the
+    workflow uses must be a real one) and NUL characters (no path, flag or environment variable can hold one).
+    The walk stops at the limit, so it is quick whatever the anchors expand to. Each refusal names the key."""
+    count, stack = 0, [((), config)]
+    while stack:
+        parts, value = stack.pop()
+        count += 1
+        if count > MAX_VALUES:
+            raise ConfigError(f"{key_path(parts[:1])}: the configuration holds more than {MAX_VALUES} values (here "
+                              f"at {key_path(parts)}); a YAML anchor repeated inside itself expands into copies. "
+                              "Write the values out")
+        if isinstance(value, dict):
+            for k, v in value.items():
+                if "\0" in str(k):
+                    raise ConfigError(f"{key_path(parts)}: the key {str(k)!r} holds a NUL character; remove it")
+                stack.append((parts + (k,), v))
+        elif isinstance(value, list):
+            stack.extend((parts + (i,), v) for i, v in enumerate(value))
+        elif isinstance(value, float) and not math.isfinite(value):
+            raise ConfigError(f"{key_path(parts)}: {value} is not a finite number; give a number (NaN and "
+                              "infinity mean nothing here)")
+        elif isinstance(value, str) and "\0" in value:
+            raise ConfigError(f"{key_path(parts)}: the value holds a NUL character (\\0), which no path, flag or "
+                              "environment variable can carry; remove it")
+
+
+def schema_error(error) -> str:
+    """A schema validation error (jsonschema.ValidationError) as its key and the reason, cut short: never the
+    instance or the schema printed whole. Where a value matches none of a key's forms (oneOf: an integer or a
+    list), the reason is that of the form it came closest to: a bound it broke, or the list item that is wrong."""
+    while error.validator in ("oneOf", "anyOf"):
+        closer = [e for e in error.context
+                  if len(e.absolute_path) > len(error.absolute_path) or e.validator not in ("type", "enum")]
+        if not closer:
+            break
+        error = max(closer, key=lambda e: len(e.absolute_path))
+    reason = error.message if len(error.message) <= 300 else error.message[:300] + " ..."
+    return f"{key_path(error.absolute_path)}: {reason}"
 
 
 def normalise(config: dict) -> dict:
@@ -33,6 +89,10 @@ def normalise(config: dict) -> dict:
             raise ConfigError(f"workloads[{index}] ({w['name']}): 'path' is only read with source: file")
         if w.get("path"):
             w["source"] = "file"
+        if w["max_new_tokens"] >= config["model"]["context_length"]:
+            raise ConfigError(f"workloads[{index}] ({w['name']}).max_new_tokens: {w['max_new_tokens']} leaves no room "
+                              f"for a prompt in model.context_length {config['model']['context_length']}; lower it "
+                              "(or raise model.context_length to the model's)")
     for name in names:
         if names.count(name) > 1:
             raise ConfigError(f"workloads: duplicated workload name '{name}'; give each workload a unique name")
@@ -129,6 +189,10 @@ def check_cells_reach_label(config: dict) -> None:
         for c in workload_concurrency(config, w):
             n = cell_requests(w, c, config["load"])
             where = f"cell {w['name']} at concurrency {c} (workloads[{index}])"
+            if n > MAX_SESSIONS:
+                raise ConfigError(
+                    f"{where}: {n} sessions is more than the {MAX_SESSIONS} a cell may send; lower "
+                    f"workloads[{index}].requests, or load.waves and load.min_requests, or the concurrency")
             if available is not None and n > available:
                 raise ConfigError(
                     f"{where}: needs {n} sessions but its source has {available} distinct ones that fit "

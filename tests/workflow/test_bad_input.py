@@ -4,9 +4,13 @@ runs).
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
-from conftest import load_default_config, snakemake, write_config
+from conftest import fast_config, load_default_config, snakemake, write_config
+from specsweep.layout import REPORT_DATA
+from specsweep.report import tex_escape
 from unit.test_config import INVALID
 
 
@@ -47,3 +51,69 @@ def test_mistyped_flag_in_config_fails_before_any_job_naming_the_method(workflow
     assert proc.returncode != 0
     assert "method 'dflash'" in proc.stdout and "--speculative-draft-attention-backnd" in proc.stdout
     assert not (workflow / "results").exists()
+
+
+# each of these was accepted and then made the run or its plan go on for ever, or failed only inside a job
+AT_CONFIG_TIME = [
+    ("nan-temperature", lambda c: c["sampling"].update(temperature=float("nan")),
+     "sampling.temperature: nan is not a finite number"),
+    ("infinite-timeout", lambda c: c.update(server={"request_timeout": float("inf")}),
+     "server.request_timeout: inf is not a finite number"),
+    ("block-size", lambda c: c["methods"][1].update(block_size=100000),
+     "methods[1].block_size: 100000 is greater than the maximum of 256"),
+    ("warmup", lambda c: c.update(warmup=1000000), "warmup: 1000000 is greater than the maximum of 1000"),
+    ("poisson-rate", lambda c: c.update(load={"model": "poisson", "rate": 1e-300}),
+     "load.rate: 1e-300 is less than the minimum of 0.001"),
+    ("max-new-tokens", lambda c: c["workloads"][0].update(max_new_tokens=1e9),
+     "workloads[0] (short).max_new_tokens: 1000000000 leaves no room for a prompt"),
+    ("method-name-newline", lambda c: c["methods"][0].update(name="ar\n"), "methods[0].name: 'ar\\n' does not match"),
+    ("nul-in-env", lambda c: c.update(server={"env": {"A": "x\0y"}}), "server.env.A: the value holds a NUL character"),
+]
+
+
+@pytest.mark.parametrize("name,mutate,message", AT_CONFIG_TIME, ids=[a[0] for a in AT_CONFIG_TIME])
+def test_bad_values_stop_the_workflow_before_any_job_naming_the_key(workflow, name, mutate, message):
+    config = load_default_config()
+    mutate(config)
+    write_config(workflow, config)
+    proc = snakemake(workflow, "-n", check=False, timeout=120)  # a dry run: it used to spin in the plan
+    assert proc.returncode != 0
+    assert f"Invalid configuration: {message}" in proc.stdout, proc.stdout[-3000:]
+    assert not (workflow / "results").exists(), "the dry run wrote the plan's memo for an invalid configuration"
+
+
+def test_a_yaml_anchor_bomb_is_refused_and_never_printed(workflow):
+    lines = ["bomb:", "  - &a0 [1, 1, 1, 1, 1, 1, 1, 1, 1, 1]"]
+    lines += [f"  - &a{i} [{', '.join([f'*a{i - 1}'] * 10)}]" for i in range(1, 6)]  # 10^6 values in six lines
+    (workflow / "config" / "bomb.yaml").write_text("\n".join(lines) + "\n")
+    proc = snakemake(workflow, "-n", "--configfile", "config/config.yaml", "config/bomb.yaml", check=False, timeout=300)
+    assert proc.returncode != 0
+    assert "Invalid configuration: bomb: the configuration holds more than 100000 values" in proc.stdout, \
+        proc.stdout[-2000:]
+    assert len(proc.stdout) < 10_000, "the configuration was printed"
+
+
+def test_schema_errors_name_the_key_without_printing_the_configuration(workflow):
+    config = load_default_config()
+    config["concurency"] = [1, 4]
+    write_config(workflow, config)
+    proc = snakemake(workflow, "-n", check=False, timeout=120)
+    assert proc.returncode != 0
+    assert ("Invalid configuration: the configuration: Additional properties are not allowed ('concurency' was "
+            "unexpected)") in proc.stdout, proc.stdout[-3000:]
+    assert "On instance" not in proc.stdout and "Failed validating" not in proc.stdout
+
+
+def test_whole_floats_seed_1e3_and_braces_in_the_title_are_taken_as_written(workflow):
+    """`concurrency: [1, 2.0]` and `--config seed=1e3` used to fail blaming a method's flags; `{x}` in the report's
+    title made Snakemake raise a WildcardError. Now the floats are the integers they mean and the title reaches
+    the report literally."""
+    config = fast_config()
+    config["concurrency"] = [1, 2.0]
+    config["report"] = {"title": "Sweep {x} of {model}"}
+    write_config(workflow, config)
+    snakemake(workflow, REPORT_DATA, "--config", "seed=1e3")
+    context = json.loads((workflow / REPORT_DATA).read_text())["context"]
+    assert context["title"] == tex_escape("Sweep {x} of {model}")
+    cell = json.loads((workflow / "results/cells/tp1/ar/short/c2.json").read_text())
+    assert cell["cell"]["concurrency"] == 2 and cell["seed"] == 1000
