@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import copy
 import math
+import os
 import re
 
 MAX_VALUES = 100_000  # values in one configuration; a YAML anchor can make millions of a few lines
@@ -96,6 +97,7 @@ def normalise(config: dict) -> dict:
     for name in names:
         if names.count(name) > 1:
             raise ConfigError(f"workloads: duplicated workload name '{name}'; give each workload a unique name")
+    check_folders(config)
     if config["backend"] == "sglang" and not config["model"].get("path"):
         raise ConfigError("model.path: required on the sglang backend (the target model's path or hub id)")
     expand_methods(config)  # raises on parameters, drafters and spellings a method's algorithm refuses
@@ -130,6 +132,27 @@ def normalise(config: dict) -> dict:
     check_workload_files(config)
     check_cells_reach_label(config)
     return config
+
+
+def check_folders(config: dict) -> None:
+    """The folders the workflow writes into are folders of their own. None is empty (its files would start at the
+    filesystem root: '' + '/journal/...') or the filesystem root; the cell cache, which spreads its entries,
+    journals and plans over its folder, is neither the working folder nor one above it. Shared storage elsewhere
+    is fine."""
+    here = os.path.realpath(".")
+    for key, folder in (("cache_dir", config["cache_dir"]), ("gpu_pool.lock_dir", config["gpu_pool"].get("lock_dir")),
+                        ("sglang.env_dir", config["sglang"].get("env_dir"))):
+        if folder is None:
+            continue
+        if not folder.strip():
+            raise ConfigError(f"{key}: empty; give a folder of its own (files would be written from the filesystem "
+                              "root on), or leave the key out for its default")
+        real = os.path.realpath(folder)
+        if os.path.dirname(real) == real:
+            raise ConfigError(f"{key}: '{folder}' is the filesystem root; give a folder of its own")
+        if key == "cache_dir" and (here == real or here.startswith(real.rstrip(os.sep) + os.sep)):
+            raise ConfigError(f"cache_dir: '{folder}' is the working folder or one above it, where the cache's entries "
+                              "would mix with other files; give a folder of its own (default results/cache)")
 
 
 def check_sim_profiles(config: dict) -> None:

@@ -320,3 +320,28 @@ def test_a_value_of_none_of_a_keys_forms_gets_the_reason_of_the_closest(mutate, 
     with pytest.raises(cfg.ConfigError) as info:
         checked(config)
     assert str(info.value).startswith(message), str(info.value)
+
+
+# ------------------------------------------------------------------ folders the workflow writes into
+
+@pytest.mark.parametrize("key,mutate,message", [
+    ("cache_dir", lambda c: c.update(cache_dir=""), "empty"),
+    ("cache_dir", lambda c: c.update(cache_dir="  "), "empty"),
+    ("cache_dir", lambda c: c.update(cache_dir="/"), "the filesystem root"),
+    ("cache_dir", lambda c: c.update(cache_dir="//"), "the filesystem root"),
+    ("cache_dir", lambda c: c.update(cache_dir="/tmp/.."), "the filesystem root"),
+    ("cache_dir", lambda c: c.update(cache_dir="."), "the working folder or one above it"),
+    ("cache_dir", lambda c: c.update(cache_dir=".."), "the working folder or one above it"),
+    ("gpu_pool.lock_dir", lambda c: c.update(gpu_pool={"lock_dir": ""}), "empty"),
+    ("sglang.env_dir", lambda c: c.update(sglang={"env_dir": "/"}), "the filesystem root"),
+], ids=["empty", "blank", "root", "double-slash", "root-by-dots", "working-folder", "above", "lock-dir", "env-dir"])
+def test_folders_are_never_empty_or_the_filesystem_root(key, mutate, message):
+    config = load_default_config()
+    mutate(config)
+    with pytest.raises(cfg.ConfigError, match=rf"^{re.escape(key)}: .*{message}"):
+        checked(config)
+
+
+def test_a_cache_of_its_own_anywhere_is_accepted(tmp_path):
+    for folder in ("results/cache", str(tmp_path / "shared-cache"), "../elsewhere/cache"):
+        assert checked(dict(load_default_config(), cache_dir=folder))["cache_dir"] == folder

@@ -117,3 +117,31 @@ def test_whole_floats_seed_1e3_and_braces_in_the_title_are_taken_as_written(work
     assert context["title"] == tex_escape("Sweep {x} of {model}")
     cell = json.loads((workflow / "results/cells/tp1/ar/short/c2.json").read_text())
     assert cell["cell"]["concurrency"] == 2 and cell["seed"] == 1000
+
+
+@pytest.mark.parametrize("folder", ["", "/", "//"], ids=["empty", "root", "double-slash"])
+def test_a_cache_dir_at_the_filesystem_root_stops_the_workflow_before_any_write(workflow, folder):
+    """`cache_dir: ""` wrote journals to /journal, and `cache_dir: "/"` made a dry run write /plan/<digest>.json."""
+    config = load_default_config()
+    config["cache_dir"] = folder
+    write_config(workflow, config)
+    proc = snakemake(workflow, "-n", check=False, timeout=120)
+    assert proc.returncode != 0
+    assert "Invalid configuration: cache_dir: " in proc.stdout, proc.stdout[-3000:]
+    assert not (workflow / "results").exists()
+
+
+def test_a_dry_run_writes_only_into_results_and_the_cache(workflow, tmp_path):
+    config = load_default_config()
+    config["cache_dir"] = str(tmp_path / "cache")
+    write_config(workflow, config)
+
+    def files():
+        return {p for p in tmp_path.rglob("*") if p.is_file()}
+
+    before = files()
+    snakemake(workflow, "-n")
+    written = files() - before
+    allowed = (workflow / "results", workflow / ".snakemake", tmp_path / "cache")
+    assert any(p.is_relative_to(tmp_path / "cache" / "plan") for p in written)  # the plan's memo
+    assert [p for p in written if not any(p.is_relative_to(a) for a in allowed)] == []
