@@ -1,19 +1,23 @@
 """Configuration checks: what the schema cannot say, each mistake named by its key.
 
-The workflow first walks the merged configuration with ``check_values`` (its size, non-finite numbers, NUL
-characters); then schema validation (JSON Schema draft 2020-12, defaults filled) is done with
-``snakemake.utils.validate`` against config/schema.yaml, after ``coerce.coerce_to_schema``, its error cut to the key
-and the reason by ``schema_error``; ``normalise`` then rejects duplicates and cross-key mistakes and returns the
-normalised configuration every rule uses (methods are expanded by ``methods``, server jobs and cells listed by
-``jobs``).
+The workflow first reads each configuration file again with ``read_config_file`` (a duplicated key refused) and
+walks the merged configuration with ``check_values`` (its size, non-finite numbers, NUL characters); then schema
+validation (JSON Schema draft 2020-12, defaults filled) is done with ``snakemake.utils.validate`` against
+config/schema.yaml, after ``coerce.coerce_to_schema``, its error cut to the key and the reason by ``schema_error``;
+``normalise`` then rejects duplicates and cross-key mistakes and returns the normalised configuration every rule
+uses (methods are expanded by ``methods``, server jobs and cells listed by ``jobs``).
 """
 
 from __future__ import annotations
 
 import copy
+import json
 import math
 import os
 import re
+from pathlib import Path
+
+import yaml
 
 MAX_VALUES = 100_000  # values in one configuration; a YAML anchor can make millions of a few lines
 MAX_SESSIONS = 10_000  # sessions one cell may send (load.min_requests, load.waves x concurrency, requests)
@@ -29,6 +33,59 @@ def key_path(parts) -> str:
     for part in parts:
         out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
     return out or "the configuration"
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """PyYAML's safe loader, refusing a key given twice in one mapping (PyYAML keeps the last silently)."""
+
+    def construct_mapping(self, node, deep=False):
+        seen = {}
+        for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                continue
+            key, line = self.construct_object(key_node, deep=deep), key_node.start_mark.line + 1
+            try:
+                first = seen.get(key)
+            except TypeError:  # an unhashable key: the safe loader refuses it itself
+                continue
+            if first is not None:
+                raise ConfigError(f"{self.name}: line {line}: duplicated key '{key}' (first given at line {first}); "
+                                  "keep one of them (YAML would keep the last silently)")
+            seen[key] = line
+        return super().construct_mapping(node, deep)
+
+
+class DuplicateKey(ValueError):
+    """A key given twice in one JSON object (json keeps the last silently); the argument is the key."""
+
+
+def unique_pairs(pairs) -> dict:
+    """A json object_pairs_hook: the object as a dict, refusing a key given twice (DuplicateKey)."""
+    out = {}
+    for key, value in pairs:
+        if key in out:
+            raise DuplicateKey(key)
+        out[key] = value
+    return out
+
+
+def read_config_file(path: str | Path):
+    """A configuration file's content (JSON or YAML, as Snakemake reads it), refusing a duplicated key by file, key
+    (and line, in YAML): Snakemake's loader keeps the last one silently."""
+    text = Path(path).read_text(encoding="utf-8")
+    try:
+        return json.loads(text, object_pairs_hook=unique_pairs)
+    except DuplicateKey as exc:
+        raise ConfigError(f"{path}: duplicated key '{exc.args[0]}'; keep one of them (JSON would keep the last "
+                          "silently)") from None
+    except json.JSONDecodeError:
+        pass
+    loader = _UniqueKeyLoader(text)
+    loader.name = str(path)
+    try:
+        return loader.get_single_data()
+    finally:
+        loader.dispose()
 
 
 def check_values(config) -> None:
@@ -119,6 +176,7 @@ def normalise(config: dict) -> dict:
     for key in ("startup_timeout", "request_timeout"):
         config["server"][key] = float(config["server"][key])
     config["server"]["env"] = {k: str(v) for k, v in config["server"]["env"].items()}
+    check_acceptance(config)
     if config["backend"] == "sim":
         check_sim_profiles(config)
     devices = config["gpu_pool"]["devices"]
@@ -153,6 +211,16 @@ def check_folders(config: dict) -> None:
         if key == "cache_dir" and (here == real or here.startswith(real.rstrip(os.sep) + os.sep)):
             raise ConfigError(f"cache_dir: '{folder}' is the working folder or one above it, where the cache's entries "
                               "would mix with other files; give a folder of its own (default results/cache)")
+
+
+def check_acceptance(config: dict) -> None:
+    """Every sim.acceptance key is a parameter of the acceptance model (the simulator and the plan read them)."""
+    from .sim.model import ACCEPTANCE
+
+    unknown = sorted(set(config["sim"]["acceptance"]) - set(ACCEPTANCE))
+    if unknown:
+        raise ConfigError(f"sim.acceptance.{unknown[0]}: not a parameter of the acceptance model; known: "
+                          f"{', '.join(sorted(ACCEPTANCE))} (specsweep/sim/model.py ACCEPTANCE)")
 
 
 def check_sim_profiles(config: dict) -> None:

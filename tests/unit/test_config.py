@@ -162,6 +162,8 @@ INVALID = [
     ("method-name-with-slash", lambda c: c["methods"][0].update(name="a/b"), "name"),
     ("max-new-tokens-zero", lambda c: c["workloads"][0].update(max_new_tokens=0), "max_new_tokens"),
     ("string-in-budget-list", lambda c: c["methods"][2].update(budget=[8, "lots"]), "budget"),
+    ("unknown-acceptance-key", lambda c: c["sim"].update(acceptance={"bsae": 0.5}),
+     "sim.acceptance.bsae: not a parameter of the acceptance model; known: base, cap, depth_decay"),
 ]
 
 
@@ -345,3 +347,29 @@ def test_folders_are_never_empty_or_the_filesystem_root(key, mutate, message):
 def test_a_cache_of_its_own_anywhere_is_accepted(tmp_path):
     for folder in ("results/cache", str(tmp_path / "shared-cache"), "../elsewhere/cache"):
         assert checked(dict(load_default_config(), cache_dir=folder))["cache_dir"] == folder
+
+
+
+# ------------------------------------------------------------------ configuration files
+
+@pytest.mark.parametrize("text,message", [
+    ("warmup: 2\nseed: 0\nwarmup: 5\n", "line 3: duplicated key 'warmup' (first given at line 1)"),
+    ("sampling:\n  temperature: 0.0\n  top_p: 1.0\n  temperature: 0.7\n",
+     "line 4: duplicated key 'temperature' (first given at line 2)"),
+    ("methods:\n  - {name: ar, algorithm: ar, name: dflash}\n", "line 2: duplicated key 'name' (first given at line 2)"),
+    ('{"warmup": 2, "warmup": 3}', "duplicated key 'warmup'; keep one of them (JSON"),
+], ids=["top-level", "nested", "flow-mapping", "json"])
+def test_a_key_given_twice_in_a_config_file_is_refused_naming_file_line_and_key(tmp_path, text, message):
+    path = tmp_path / "twice.yaml"
+    path.write_text(text)
+    with pytest.raises(cfg.ConfigError) as info:
+        cfg.read_config_file(path)
+    assert str(info.value).startswith(f"{path}: {message}")
+
+
+def test_config_files_without_repeated_keys_read_as_yaml_does(tmp_path):
+    path = tmp_path / "anchors.yaml"
+    path.write_text("base: &base {block_size: 16, topk: 8}\nddtree: {<<: *base, topk: 4}\n")
+    assert cfg.read_config_file(path) == yaml.safe_load(path.read_text())
+    for name in ("config.yaml", "plan-full.yaml", "gpu-check.yaml", "gpu-spec.yaml"):
+        assert cfg.read_config_file(REPO / "config" / name) == yaml.safe_load((REPO / "config" / name).read_text())

@@ -145,3 +145,48 @@ def test_a_dry_run_writes_only_into_results_and_the_cache(workflow, tmp_path):
     allowed = (workflow / "results", workflow / ".snakemake", tmp_path / "cache")
     assert any(p.is_relative_to(tmp_path / "cache" / "plan") for p in written)  # the plan's memo
     assert [p for p in written if not any(p.is_relative_to(a) for a in allowed)] == []
+
+
+def test_a_key_given_twice_in_a_config_file_stops_the_workflow_naming_file_line_and_key(workflow):
+    path = write_config(workflow, load_default_config())
+    first = path.read_text().splitlines().index("warmup: 2") + 1
+    path.write_text(path.read_text() + "warmup: 5\n")  # YAML keeps the last one silently
+    proc = snakemake(workflow, "-n", check=False, timeout=120)
+    assert proc.returncode != 0
+    lines = len(path.read_text().splitlines())
+    assert (f"Invalid configuration: config/config.yaml: line {lines}: duplicated key 'warmup' (first given at line "
+            f"{first})") in proc.stdout, proc.stdout[-3000:]
+    assert not (workflow / "results").exists()
+
+
+def test_undecodable_prompt_file_stops_the_workflow_naming_file_and_line(workflow, tmp_path):
+    path = tmp_path / "latin1.jsonl"
+    path.write_bytes(b'{"prompt": "fine"}\n{"prompt": "fine too"}\n{"prompt": "caf\xe9"}\n')
+    config = load_default_config()
+    config["workloads"] = [{"name": "mine", "family": "short", "source": "file", "path": str(path), "requests": 2}]
+    config["concurrency"] = [1]
+    write_config(workflow, config)
+    proc = snakemake(workflow, "-n", check=False, timeout=120)
+    assert proc.returncode != 0
+    assert f"{path}: line 3: not valid UTF-8 (byte 0xe9 at column 16)" in proc.stdout, proc.stdout[-3000:]
+    assert not (workflow / "results").exists()
+
+
+def test_repeated_prompts_are_counted_once_with_a_warning(workflow, tmp_path):
+    """Twenty identical lines were twenty distinct sessions; now one prompt, said so, and a cell asking for more
+    distinct sessions than the file has is refused before any job."""
+    path = tmp_path / "twenty.jsonl"
+    path.write_text("".join(json.dumps({"prompt": "Summarise the plot of Hamlet."}) + "\n" for _ in range(20))
+                    + "".join(json.dumps({"prompt": f"What is {i} squared?"}) + "\n" for i in range(3)))
+    config = load_default_config()
+    config["workloads"] = [{"name": "mine", "family": "short", "source": "file", "path": str(path), "requests": 8}]
+    config["concurrency"] = [1]
+    write_config(workflow, config)
+    proc = snakemake(workflow, "-n", check=False, timeout=120)
+    assert proc.returncode != 0
+    assert "19 entries repeat an earlier entry's first turn" in proc.stdout, proc.stdout[-3000:]
+    assert "cell mine at concurrency 1 (workloads[0]): needs 8 sessions but its source has 4 distinct" in proc.stdout
+    config["workloads"][0]["requests"] = 4
+    write_config(workflow, config)
+    proc = snakemake(workflow, "-n")
+    assert "19 entries repeat an earlier entry's first turn" in proc.stdout
