@@ -159,14 +159,20 @@ def test_a_key_given_twice_in_a_config_file_stops_the_workflow_naming_file_line_
     assert not (workflow / "results").exists()
 
 
+def dry_run_of_prompt_file(workflow, path, requests: int):
+    """A dry run of one workload read from the prompt file ``path``, at concurrency 1."""
+    config = load_default_config()
+    config["workloads"] = [{"name": "mine", "family": "short", "source": "file", "path": str(path),
+                            "requests": requests}]
+    config["concurrency"] = [1]
+    write_config(workflow, config)
+    return snakemake(workflow, "-n", check=False, timeout=120)
+
+
 def test_undecodable_prompt_file_stops_the_workflow_naming_file_and_line(workflow, tmp_path):
     path = tmp_path / "latin1.jsonl"
     path.write_bytes(b'{"prompt": "fine"}\n{"prompt": "fine too"}\n{"prompt": "caf\xe9"}\n')
-    config = load_default_config()
-    config["workloads"] = [{"name": "mine", "family": "short", "source": "file", "path": str(path), "requests": 2}]
-    config["concurrency"] = [1]
-    write_config(workflow, config)
-    proc = snakemake(workflow, "-n", check=False, timeout=120)
+    proc = dry_run_of_prompt_file(workflow, path, 2)
     assert proc.returncode != 0
     assert f"{path}: line 3: not valid UTF-8 (byte 0xe9 at column 16)" in proc.stdout, proc.stdout[-3000:]
     assert not (workflow / "results").exists()
@@ -178,15 +184,9 @@ def test_repeated_prompts_are_counted_once_with_a_warning(workflow, tmp_path):
     path = tmp_path / "twenty.jsonl"
     path.write_text("".join(json.dumps({"prompt": "Summarise the plot of Hamlet."}) + "\n" for _ in range(20))
                     + "".join(json.dumps({"prompt": f"What is {i} squared?"}) + "\n" for i in range(3)))
-    config = load_default_config()
-    config["workloads"] = [{"name": "mine", "family": "short", "source": "file", "path": str(path), "requests": 8}]
-    config["concurrency"] = [1]
-    write_config(workflow, config)
-    proc = snakemake(workflow, "-n", check=False, timeout=120)
+    proc = dry_run_of_prompt_file(workflow, path, 8)
     assert proc.returncode != 0
     assert "19 entries repeat an earlier entry's first turn" in proc.stdout, proc.stdout[-3000:]
     assert "cell mine at concurrency 1 (workloads[0]): needs 8 sessions but its source has 4 distinct" in proc.stdout
-    config["workloads"][0]["requests"] = 4
-    write_config(workflow, config)
-    proc = snakemake(workflow, "-n")
-    assert "19 entries repeat an earlier entry's first turn" in proc.stdout
+    proc = dry_run_of_prompt_file(workflow, path, 4)
+    assert proc.returncode == 0 and "19 entries repeat an earlier entry's first turn" in proc.stdout
