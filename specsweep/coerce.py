@@ -74,6 +74,8 @@ def coerce_to_schema(instance: Any, schema: dict, root: dict | None = None) -> A
 
 
 def _matches_type(value: Any, schema: dict) -> bool:
+    if "enum" in schema and "type" not in schema:
+        return value in schema["enum"]
     types = schema.get("type")
     types = [types] if isinstance(types, str) else list(types or [])
     checks = {

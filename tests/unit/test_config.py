@@ -373,3 +373,12 @@ def test_config_files_without_repeated_keys_read_as_yaml_does(tmp_path):
     assert cfg.read_config_file(path) == yaml.safe_load(path.read_text())
     for name in ("config.yaml", "plan-full.yaml", "gpu-check.yaml", "gpu-spec.yaml"):
         assert cfg.read_config_file(REPO / "config" / name) == yaml.safe_load((REPO / "config" / name).read_text())
+
+
+def test_a_whole_float_is_an_integer_also_in_a_key_of_several_forms():
+    config = load_default_config()
+    config["server"] = {"min_free_slots_delay": 4.0}  # disabled, sglang or an integer
+    config["methods"][2]["budget"] = [8.0, 32]
+    checked_config = checked(config)
+    assert type(checked_config["server"]["min_free_slots_delay"]) is int
+    assert [m.name for m in expand_methods(checked_config)][2:] == ["ddtree-b8", "ddtree-b32"]
