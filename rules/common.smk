@@ -1,6 +1,8 @@
 # Config -> validated, normalised config; the tables and params every rule uses.
 import os
+import re
 
+from jsonschema import ValidationError
 from snakemake.utils import validate
 import yaml
 
@@ -13,13 +15,23 @@ from specsweep.canon import canonical_json, package_digest
 with open(workflow.source_path("../config/schema.yaml")) as _schema_file:
     _SCHEMA = yaml.safe_load(_schema_file)
 
-# --config values arrive as strings: coerce them to the schema's types first.
-config.update(coerce_to_schema(dict(config), _SCHEMA))
-validate(config, "../config/schema.yaml")
+# Before anything copies or prints the configuration: each file read again with a duplicated key refused, and the
+# merged values walked (their number bounded, NaN, infinity and NUL refused). Then --config values, which arrive as
+# strings, are coerced to the schema's types, validated (the error cut to its key and reason) and normalised.
 try:
+    for _path in workflow.configfiles:
+        ss_config.read_config_file(_path)
+    ss_config.check_values(config)
+    config.update(coerce_to_schema(dict(config), _SCHEMA))
+    try:
+        validate(config, "../config/schema.yaml")
+    except WorkflowError as _invalid:
+        if not isinstance(_invalid.__context__, ValidationError):
+            raise
+        raise ss_config.ConfigError(ss_config.schema_error(_invalid.__context__)) from None
     CONFIG = ss_config.normalise(config)
 except ss_config.ConfigError as _error:
-    raise WorkflowError(f"Invalid configuration: {_error}")
+    raise WorkflowError(f"Invalid configuration: {_error}") from None
 
 SERVERS = jobs.servers(CONFIG)
 
@@ -90,12 +102,19 @@ def server_gpus(wildcards):
     return 0
 
 
+def params_text(value):
+    """Canonical JSON for a rule's params. Snakemake reads {name} in a params string as a wildcard (a WildcardError,
+    or silently the wildcard's value): a brace that would open one, in a title or a path from the configuration, is
+    written as the JSON escape \\u007b, which reads back as the brace itself."""
+    return re.sub(r"\{(?=\s*\w)", r"\\u007b", canonical_json(value))
+
+
 def environment_params_json():
     """What the environment depends on: the backend and, for SGLang, how it is built."""
     settings = {"backend": CONFIG["backend"]}
     if CONFIG["backend"] == "sglang":
         settings["sglang"] = {k: CONFIG["sglang"][k] for k in ("python", "install", "build", "env_dir")}
-    return canonical_json(settings)
+    return params_text(settings)
 
 
 def report_params_json():
@@ -112,7 +131,7 @@ def report_params_json():
         "sim_profile": f"{CONFIG['sim']['model_profile']} on {CONFIG['sim']['gpu']}" if CONFIG["backend"] == "sim" else "",
         "plan_profile": f"{CONFIG['sim']['runtime']} ({CONFIG['sim']['model_profile']} on {CONFIG['sim']['gpu']})",
     }
-    return canonical_json(view)
+    return params_text(view)
 
 
 wildcard_constraints:

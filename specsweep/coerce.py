@@ -13,11 +13,15 @@ def _coerce_scalar(value: Any, types: list[str]) -> Any:
     if not isinstance(value, str):
         if isinstance(value, int) and not isinstance(value, bool) and "integer" not in types and "number" in types:
             return float(value)
+        if isinstance(value, float) and "integer" in types and "number" not in types and value.is_integer():
+            return int(value)
         return value
     if "string" in types:
         return value
     if "integer" in types and _INT.match(value):
         return int(value)
+    if "integer" in types and "number" not in types and _FLOAT.match(value) and float(value).is_integer():
+        return int(float(value))
     if "number" in types and _FLOAT.match(value):
         return float(value)
     if "boolean" in types and value.lower() in ("true", "false"):
@@ -31,7 +35,10 @@ def coerce_to_schema(instance: Any, schema: dict, root: dict | None = None) -> A
     ``snakemake --config tp=[1,4]`` yields ``['1', '4']``; this turns it into
     ``[1, 4]`` so that validation and rerun triggers see the same values as
     a YAML file would give. Numbers where the schema wants a float become floats
-    (``temperature: 0`` and ``0.0`` are the same setting).
+    (``temperature: 0`` and ``0.0`` are the same setting), and whole numbers written as floats become integers
+    where it wants an integer (``requests: 8.0``, ``--config seed=1e3``): JSON Schema counts 4.0 as an integer,
+    so without this a float would pass validation and reach a server's flags or a loop as 4.0. A float with a
+    fraction stays one, and the schema refuses it naming its key.
     """
     root = root or schema
     if "$ref" in schema:
@@ -67,6 +74,8 @@ def coerce_to_schema(instance: Any, schema: dict, root: dict | None = None) -> A
 
 
 def _matches_type(value: Any, schema: dict) -> bool:
+    if "enum" in schema and "type" not in schema:
+        return value in schema["enum"]
     types = schema.get("type")
     types = [types] if isinstance(types, str) else list(types or [])
     checks = {

@@ -1,19 +1,133 @@
 """Configuration checks: what the schema cannot say, each mistake named by its key.
 
-Schema validation itself (JSON Schema draft 2020-12, defaults filled) is done by the workflow with
-``snakemake.utils.validate`` against config/schema.yaml, after ``coerce.coerce_to_schema``; ``normalise`` then
-rejects duplicates and cross-key mistakes and returns the normalised configuration every rule uses (methods are
-expanded by ``methods``, server jobs and cells listed by ``jobs``).
+The workflow first reads each configuration file again with ``read_config_file`` (a duplicated key refused) and
+walks the merged configuration with ``check_values`` (its size, non-finite numbers, NUL characters); then schema
+validation (JSON Schema draft 2020-12, defaults filled) is done with ``snakemake.utils.validate`` against
+config/schema.yaml, after ``coerce.coerce_to_schema``, its error cut to the key and the reason by ``schema_error``;
+``normalise`` then rejects duplicates and cross-key mistakes and returns the normalised configuration every rule
+uses (methods are expanded by ``methods``, server jobs and cells listed by ``jobs``).
 """
 
 from __future__ import annotations
 
 import copy
+import json
+import math
+import os
 import re
+from pathlib import Path
+
+import yaml
+
+MAX_VALUES = 100_000  # values in one configuration; a YAML anchor can make millions of a few lines
+MAX_SESSIONS = 10_000  # sessions one cell may send (load.min_requests, load.waves x concurrency, requests)
 
 
 class ConfigError(ValueError):
     """A configuration mistake; the message names the key and what to do."""
+
+
+def key_path(parts) -> str:
+    """A key as a user writes it: workloads[0].requests."""
+    out = ""
+    for part in parts:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out or "the configuration"
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """PyYAML's safe loader, refusing a key given twice in one mapping (PyYAML keeps the last silently)."""
+
+    def construct_mapping(self, node, deep=False):
+        seen = {}
+        for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                continue
+            key, line = self.construct_object(key_node, deep=deep), key_node.start_mark.line + 1
+            try:
+                first = seen.get(key)
+            except TypeError:  # an unhashable key: the safe loader refuses it itself
+                continue
+            if first is not None:
+                raise ConfigError(f"{self.name}: line {line}: duplicated key '{key}' (first given at line {first}); "
+                                  "keep one of them (YAML would keep the last silently)")
+            seen[key] = line
+        return super().construct_mapping(node, deep)
+
+
+class DuplicateKey(ValueError):
+    """A key given twice in one JSON object (json keeps the last silently); the argument is the key."""
+
+
+def unique_pairs(pairs) -> dict:
+    """A json object_pairs_hook: the object as a dict, refusing a key given twice (DuplicateKey)."""
+    out = {}
+    for key, value in pairs:
+        if key in out:
+            raise DuplicateKey(key)
+        out[key] = value
+    return out
+
+
+def read_config_file(path: str | Path):
+    """A configuration file's content (JSON or YAML, as Snakemake reads it), refusing a duplicated key by file, key
+    (and line, in YAML): Snakemake's loader keeps the last one silently."""
+    text = Path(path).read_text(encoding="utf-8")
+    try:
+        return json.loads(text, object_pairs_hook=unique_pairs)
+    except DuplicateKey as exc:
+        raise ConfigError(f"{path}: duplicated key '{exc.args[0]}'; keep one of them (JSON would keep the last "
+                          "silently)") from None
+    except json.JSONDecodeError:
+        pass
+    loader = _UniqueKeyLoader(text)
+    loader.name = str(path)
+    try:
+        return loader.get_single_data()
+    finally:
+        loader.dispose()
+
+
+def check_values(config) -> None:
+    """Refuse what a schema cannot see, before anything copies or prints the configuration: more than MAX_VALUES
+    values (a YAML anchor expanded into copies), numbers that are not finite (NaN, infinity: every number the
+    workflow uses must be a real one) and NUL characters (no path, flag or environment variable can hold one).
+    The walk stops at the limit, so it is quick whatever the anchors expand to. Each refusal names the key."""
+    count, stack = 0, [((), config)]
+    while stack:
+        parts, value = stack.pop()
+        count += 1
+        if count > MAX_VALUES:
+            raise ConfigError(f"{key_path(parts[:1])}: the configuration holds more than {MAX_VALUES} values (here "
+                              f"at {key_path(parts)}); a YAML anchor repeated inside itself expands into copies. "
+                              "Write the values out")
+        if isinstance(value, dict):
+            for k, v in value.items():
+                if "\0" in str(k):
+                    raise ConfigError(f"{key_path(parts)}: the key {str(k)!r} holds a NUL character; remove it")
+                stack.append((parts + (k,), v))
+        elif isinstance(value, list):
+            stack.extend((parts + (i,), v) for i, v in enumerate(value))
+        elif isinstance(value, float) and not math.isfinite(value):
+            raise ConfigError(f"{key_path(parts)}: {value} is not a finite number; give a number (NaN and "
+                              "infinity mean nothing here)")
+        elif isinstance(value, str) and "\0" in value:
+            raise ConfigError(f"{key_path(parts)}: the value holds a NUL character (\\0), which no path, flag or "
+                              "environment variable can carry; remove it")
+
+
+def schema_error(error) -> str:
+    """A schema validation error (jsonschema.ValidationError) as its key and the reason, cut short: never the
+    instance or the schema printed whole. Where a value matches none of a key's forms (oneOf: an integer or a
+    list), the reason is that of the form it came closest to: a bound it broke, or the list item that is wrong."""
+    while error.validator in ("oneOf", "anyOf"):
+        closer = [e for e in error.context
+                  if len(e.absolute_path) > len(error.absolute_path) or e.validator not in ("type", "enum")]
+        if not closer:
+            break
+        error = max(closer, key=lambda e: len(e.absolute_path))
+    reason = error.message if len(error.message) <= 300 else error.message[:300] + " ..."
+    return f"{key_path(error.absolute_path)}: {reason}"
 
 
 def normalise(config: dict) -> dict:
@@ -33,9 +147,14 @@ def normalise(config: dict) -> dict:
             raise ConfigError(f"workloads[{index}] ({w['name']}): 'path' is only read with source: file")
         if w.get("path"):
             w["source"] = "file"
+        if w["max_new_tokens"] >= config["model"]["context_length"]:
+            raise ConfigError(f"workloads[{index}] ({w['name']}).max_new_tokens: {w['max_new_tokens']} leaves no room "
+                              f"for a prompt in model.context_length {config['model']['context_length']}; lower it "
+                              "(or raise model.context_length to the model's)")
     for name in names:
         if names.count(name) > 1:
             raise ConfigError(f"workloads: duplicated workload name '{name}'; give each workload a unique name")
+    check_folders(config)
     if config["backend"] == "sglang" and not config["model"].get("path"):
         raise ConfigError("model.path: required on the sglang backend (the target model's path or hub id)")
     expand_methods(config)  # raises on parameters, drafters and spellings a method's algorithm refuses
@@ -57,6 +176,7 @@ def normalise(config: dict) -> dict:
     for key in ("startup_timeout", "request_timeout"):
         config["server"][key] = float(config["server"][key])
     config["server"]["env"] = {k: str(v) for k, v in config["server"]["env"].items()}
+    check_acceptance(config)
     if config["backend"] == "sim":
         check_sim_profiles(config)
     devices = config["gpu_pool"]["devices"]
@@ -70,6 +190,37 @@ def normalise(config: dict) -> dict:
     check_workload_files(config)
     check_cells_reach_label(config)
     return config
+
+
+def check_folders(config: dict) -> None:
+    """The folders the workflow writes into are folders of their own. None is empty (its files would start at the
+    filesystem root: '' + '/journal/...') or the filesystem root; the cell cache, which spreads its entries,
+    journals and plans over its folder, is neither the working folder nor one above it. Shared storage elsewhere
+    is fine."""
+    here = os.path.realpath(".")
+    for key, folder in (("cache_dir", config["cache_dir"]), ("gpu_pool.lock_dir", config["gpu_pool"].get("lock_dir")),
+                        ("sglang.env_dir", config["sglang"].get("env_dir"))):
+        if folder is None:
+            continue
+        if not folder.strip():
+            raise ConfigError(f"{key}: empty; give a folder of its own (files would be written from the filesystem "
+                              "root on), or leave the key out for its default")
+        real = os.path.realpath(folder)
+        if os.path.dirname(real) == real:
+            raise ConfigError(f"{key}: '{folder}' is the filesystem root; give a folder of its own")
+        if key == "cache_dir" and (here == real or here.startswith(real.rstrip(os.sep) + os.sep)):
+            raise ConfigError(f"cache_dir: '{folder}' is the working folder or one above it, where the cache's entries "
+                              "would mix with other files; give a folder of its own (default results/cache)")
+
+
+def check_acceptance(config: dict) -> None:
+    """Every sim.acceptance key is a parameter of the acceptance model (the simulator and the plan read them)."""
+    from .sim.model import ACCEPTANCE
+
+    unknown = sorted(set(config["sim"]["acceptance"]) - set(ACCEPTANCE))
+    if unknown:
+        raise ConfigError(f"sim.acceptance.{unknown[0]}: not a parameter of the acceptance model; known: "
+                          f"{', '.join(sorted(ACCEPTANCE))} (specsweep/sim/model.py ACCEPTANCE)")
 
 
 def check_sim_profiles(config: dict) -> None:
@@ -129,6 +280,10 @@ def check_cells_reach_label(config: dict) -> None:
         for c in workload_concurrency(config, w):
             n = cell_requests(w, c, config["load"])
             where = f"cell {w['name']} at concurrency {c} (workloads[{index}])"
+            if n > MAX_SESSIONS:
+                raise ConfigError(
+                    f"{where}: {n} sessions is more than the {MAX_SESSIONS} a cell may send; lower "
+                    f"workloads[{index}].requests, or load.waves and load.min_requests, or the concurrency")
             if available is not None and n > available:
                 raise ConfigError(
                     f"{where}: needs {n} sessions but its source has {available} distinct ones that fit "

