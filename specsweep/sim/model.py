@@ -495,14 +495,15 @@ class CostModel:
         """GPU time of one round's drafting.
 
         Block drafters (DFlash, DDTree): drafter_fraction x a target pass over the drafted tokens (the block per
-        request where drafter_per_token, else one). Draft models (SGLang's EAGLE worker): one forward over the
-        num_steps + 1 tokens a round can accept (the draft extend, whose output is the first step's candidates),
-        then num_steps - 1 forwards over topk tokens a request; each forward the drafter's own cost on this GPU (with
+        request where drafter_per_token, else one; a DDTree tree is built from that one pass, whatever its budget).
+        Draft models (SGLang's EAGLE worker): one forward over the num_steps + 1 tokens a round can accept (the
+        draft extend, whose output is the first step's candidates), then num_steps - 1 forwards over topk tokens a
+        request; each forward the drafter's own cost on this GPU (with
         the runtime's draft_layer_overhead and draft_attention_reads where it sets them) plus draft_step_overhead.
         NGRAM: none (its lookup runs on the CPU, see decode_step)."""
         r, batch, kind = self.runtime, len(contexts), decoding.spec.drafting
         if kind in ("block", "block-tree"):
-            drafted = decoding.verify_width() * batch if r.get("drafter_per_token") else batch
+            drafted = decoding.block_size * batch if r.get("drafter_per_token") else batch
             return r["drafter_fraction"] * self.verify_seconds(drafted, [0] * batch)
         if kind != "draft-model":
             return 0.0
@@ -539,14 +540,17 @@ class CostModel:
         shared = m["weight_bytes"] - m["expert_bytes"]
         return shared + m["expert_bytes"] * self.experts_touched(tokens) / m["experts"]
 
-    def verify_seconds(self, tokens: int, contexts: list[int]) -> float:
+    def verify_seconds(self, tokens: int, contexts: list[int], shared: float = 0.0) -> float:
         """Target forward over ``tokens`` tokens of a batch with these context lengths (no drafter).
 
         roofline(weights read, compute) + attention + layers x per-layer overhead + TP all-reduces; attention
         reads every request's KV cache at the runtime's attention bandwidth (attention_bandwidth_efficiency, else
         bandwidth_efficiency, of the GPU's), and no faster for one request than
         ``attention_request_bandwidth`` (a lone long request leaves most of the GPU idle), where the runtime sets it;
-        verification may read it more than once (verify_attention_reads).
+        verification may read it more than once (verify_attention_reads). ``shared`` context tokens are KV pages
+        that another request of the batch also reads (one copy in the radix cache: the same prompt in flight twice);
+        the kernel reads them again at shared_kv_reads of their cost (the rest hits the GPU's L2), so attention reads
+        sum(contexts) - (1 - shared_kv_reads) x shared tokens (1, no saving, where the runtime does not set it).
         """
         r, m, g = self.runtime, self.model, self.gpu
         if "eager_floor" in r:
@@ -559,7 +563,8 @@ class CostModel:
         width = tokens / len(contexts) if contexts else 1.0
         reads = 1.0 + (r.get("verify_attention_reads", 0.0) if width > 1 else 0.0)
         kv_bw = g["bandwidth"] * r.get("attention_bandwidth_efficiency", r["bandwidth_efficiency"]) * self.tp
-        attention = reads * sum(contexts) * m["kv_bytes_per_token"] / kv_bw
+        read_tokens = sum(contexts) - (1.0 - min(1.0, r.get("shared_kv_reads", 1.0))) * shared
+        attention = reads * read_tokens * m["kv_bytes_per_token"] / kv_bw
         if r.get("attention_request_bandwidth") and contexts:
             # one request's reads are parallel over its verified tokens too, so they may cost less than the
             # batch's (verify_request_attention_reads, where the runtime sets it)
@@ -580,8 +585,9 @@ class CostModel:
             seconds += r.get("rank_probe_cpu_per_request", 0.0) * batch
         return seconds + (r.get("spec_cpu_per_request", 0.0) * batch if decoding.algorithm != "ar" else 0.0)
 
-    def decode_step(self, decoding: Decoding, contexts: list[int]) -> float:
-        """Seconds for one decode/verify step of a batch with these context lengths.
+    def decode_step(self, decoding: Decoding, contexts: list[int], shared: float = 0.0) -> float:
+        """Seconds for one decode/verify step of a batch with these context lengths (``shared`` of their tokens read
+        by two or more of its requests: see verify_seconds).
 
         step = GPU + exposed CPU. GPU = verify(width x batch tokens) + drafting (draft_seconds) + for a tree
         verified with a custom mask (DDTree at every budget, NGRAM, a draft model's tree) the mask read per layer
@@ -599,7 +605,7 @@ class CostModel:
             return 0.0
         r, spec = self.runtime, decoding.spec
         width = decoding.verify_width()
-        gpu = self.verify_seconds(width * len(contexts), contexts)
+        gpu = self.verify_seconds(width * len(contexts), contexts, shared)
         if decoding.algorithm != "ar":
             gpu += self.draft_seconds(decoding, contexts)
             masked = spec.custom_mask and (spec.drafting != "draft-model" or decoding.shape()[0] == "tree")

@@ -169,6 +169,7 @@ class Request:
     rng: random.Random
     queue: asyncio.Queue
     drafter: object = None  # its rounds' drafts (specsweep.sim.model.request_drafter); None for AR
+    page_keys: list[str] = field(default_factory=list)  # its prompt's prefix-cache pages
     cached_tokens: int = 0
     produced: int = 0
     verify_ct: int = 0
@@ -194,6 +195,7 @@ class Engine:
         self.running: list[Request] = []
         self.wakeup = asyncio.Event()
         self.prefix_cache: OrderedDict[str, None] = OrderedDict()
+        self._shared: tuple[tuple, int] = ((), 0)  # (the batch's request ids, its shared tokens)
         self.counters = {"prompt_tokens": 0, "generation_tokens": 0, "requests": 0, "verify_calls": 0,
                          "accepted_tokens": 0, "cached_tokens": 0, "steps": 0}
 
@@ -206,9 +208,10 @@ class Engine:
             keys.append(h.copy().hexdigest())
         return keys
 
-    def cached_prefix(self, tokens: list[str]) -> int:
+    def cached_prefix(self, keys: list[str]) -> int:
+        """Tokens of the longest cached prefix of a prompt with these page keys."""
         hit = 0
-        for n, key in enumerate(self._page_keys(tokens), start=1):
+        for n, key in enumerate(keys, start=1):
             if key not in self.prefix_cache:
                 break
             self.prefix_cache.move_to_end(key)
@@ -225,6 +228,16 @@ class Engine:
     def flush(self) -> None:
         self.prefix_cache.clear()
 
+    def shared_tokens(self, batch: list[Request]) -> int:
+        """Prompt tokens of the batch held once for several of its requests (the same prompt pages in flight more
+        than once: the radix cache keeps one copy): PAGE x (pages of every request - distinct pages); counted again
+        only when the batch's requests change."""
+        members = tuple(map(id, batch))
+        if self._shared[0] != members:
+            pages = [key for req in batch for key in req.page_keys]
+            self._shared = (members, PAGE * (len(pages) - len(set(pages))))
+        return self._shared[1]
+
     # requests --------------------------------------------------------------
     def submit(self, prompt: str, sampling: dict, input_ids: list[int] | None = None) -> Request:
         """Queue a request; ``input_ids`` (SGLang's pre-tokenised prompt) are its tokens where given."""
@@ -238,7 +251,7 @@ class Engine:
         thinking = not prompt.rstrip().endswith("</think>")
         a = top1_probability(prompt, temperature, thinking and "<|im_start|>" in prompt, self.acceptance)
         rng = random.Random(f"{prompt}|{self.decoding}|{self.args.random_seed}")
-        req = Request(prompt, tokens, reply, natural, a, rng, asyncio.Queue())
+        req = Request(prompt, tokens, reply, natural, a, rng, asyncio.Queue(), page_keys=self._page_keys(tokens))
         req.drafter = request_drafter(self.decoding, a, rng, self.acceptance, tokens, reply)
         self.waiting.append(req)
         self.counters["requests"] += 1
@@ -256,13 +269,14 @@ class Engine:
         if admitted:  # prefill batch: each admitted request gets its first token
             new, pairs = 0, 0.0
             for req in admitted:
-                req.cached_tokens = self.cached_prefix(req.prompt_tokens)
+                req.cached_tokens = self.cached_prefix(req.page_keys)
                 fresh = len(req.prompt_tokens) - req.cached_tokens
                 new += fresh
                 pairs += fresh * req.cached_tokens + fresh * fresh / 2
             step += self.cost.prefill(new, pairs) + self.cost.decode_step(Decoding(), [len(r.prompt_tokens) for r in admitted])
         batch = list(self.running)
-        step += self.cost.decode_step(self.decoding, [len(r.prompt_tokens) + r.produced for r in batch])
+        step += self.cost.decode_step(self.decoding, [len(r.prompt_tokens) + r.produced for r in batch],
+                                      self.shared_tokens(batch))
         return admitted, batch, step
 
     def commit_step(self, admitted: list[Request], batch: list[Request]) -> None:
