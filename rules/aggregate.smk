@@ -12,7 +12,9 @@ rule aggregate:
             if (name, ext) != ("summary", "csv")
         ],
     params:
-        jobs=lambda wildcards: canonical_json([jobs.server_job(CONFIG, s["tp"], s["method"], s["repetition"]).as_dict() for s in SERVERS]),
+        jobs=lambda wildcards: canonical_json(
+            [jobs.server_job(CONFIG, s["tp"], s["method"], s["repetition"]).as_dict() for s in SERVERS]
+        ),
         failures=canonical_json(CONFIG["failures"]),
         code=AGGREGATE_CODE,
     log:

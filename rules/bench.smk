@@ -15,7 +15,8 @@ if CONFIG["remeasure"] and not bench.remeasured_outputs(CONFIG["remeasure"], all
 
 def server_cell_outputs(wildcards):
     """This server job's cell outputs."""
-    return [c["path"] for c in jobs.cells_of_server(CONFIG, int(wildcards.tp), wildcards.method, _repetition(wildcards))]
+    cells = jobs.cells_of_server(CONFIG, int(wildcards.tp), wildcards.method, _repetition(wildcards))
+    return [c["path"] for c in cells]
 
 
 rule bench_server:

@@ -165,7 +165,8 @@ def verified_cells(paths: list[str], jobs: list[ServerJob], identity_digest: str
     thresholds (cells.unfinished) unless ``failures.keep_going``; AggregateError naming every other cell and what
     to do."""
     built: dict = {}
-    expected = {os.path.normpath(c["path"]): c for job in jobs for c in keyed_cells(job, identity_digest, built=built)[0]}
+    expected = {os.path.normpath(c["path"]): c
+                for job in jobs for c in keyed_cells(job, identity_digest, built=built)[0]}
     cells, refused = {}, []
     for path in paths:
         want = expected.get(os.path.normpath(path))
@@ -294,7 +295,8 @@ def pareto(summary: pd.DataFrame) -> pd.DataFrame:
     return frame[["tp", "method", "workload", "concurrency", "interactivity", "output_throughput_per_gpu", "on_frontier"]]
 
 
-def write_tables(cells: dict[str, dict], out_dir: str | Path, thresholds: dict | None = None) -> dict[str, pd.DataFrame]:
+def write_tables(cells: dict[str, dict], out_dir: str | Path,
+                 thresholds: dict | None = None) -> dict[str, pd.DataFrame]:
     """All aggregated tables of these cells ({cell file: cell JSON}), each as CSV and Parquet in out_dir: summary
     (one row per launch of a cell), combined (repetitions combined), requests, turns, best_budget, break_even,
     pareto (the last three from combined)."""

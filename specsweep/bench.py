@@ -213,9 +213,9 @@ def bench_server(job: ServerJob, outputs: list[str], environment: dict, log_dir:
                 signal.signal(signal.SIGTERM, previous)
     if not_final and not failures["keep_going"]:
         raise CellError(f"server {server_name}: {len(not_final)} cell(s) not final, so not cached:\n  "
-                        + "\n  ".join(f"{output}: {why}" for output, why in not_final) + "\nThe other cells are cached; the next run measures these "
-                        "again (set failures.keep_going: true to go on with them, or change the thresholds under "
-                        "failures)")
+                        + "\n  ".join(f"{output}: {why}" for output, why in not_final)
+                        + "\nThe other cells are cached; the next run measures these again (set "
+                        "failures.keep_going: true to go on with them, or change the thresholds under failures)")
     for cell in cells:  # verified cache entries and final measurements, as the cache holds them
         atomic_write_json(cell["output"], results[cell["output"]])
     done = {"hits": len(cells) - len(missing), "measured": len(missing), "server_started": started,

@@ -18,6 +18,7 @@ import requests
 from conftest import fast_config, Journal, server_processes_under, snakemake, write_config
 from specsweep.cache import CellCache
 from specsweep.counters import parse_prometheus
+from specsweep.report import Tables
 
 
 def no_partial_files(workflow):
@@ -104,6 +105,8 @@ def test_request_faults_are_counted_never_dropped(workflow, fault, category):
     with open(workflow / "results" / "summary.csv", newline="") as table:
         written = [row["e2e_p99_with_failures"] for row in csv.DictReader(table) if row["requests_failed"] != "0"]
     assert written == ["inf"] * len(failed)
+    reported = Tables.read(workflow / "results").summary  # what the report reads
+    assert (reported.loc[reported["requests_failed"] > 0, "e2e_p99_with_failures"] == math.inf).all()
     assert server_processes_under(workflow) == []
 
 
