@@ -154,11 +154,6 @@ class AggregateError(RuntimeError):
     """Cells that cannot be aggregated; the message names each and what to do."""
 
 
-def read_cells(paths: list[str]) -> dict[str, dict]:
-    """{path: cell JSON}, read as they are (no check: see verified_cells)."""
-    return {p: json.loads(Path(p).read_text()) for p in paths}
-
-
 def verified_cells(paths: list[str], jobs: list[ServerJob], identity_digest: str, failures: dict) -> dict[str, dict]:
     """{path: cell} of the cells at these paths, each verified against the cell the configuration (its server
     ``jobs`` and the environment's identity) gives that path (cells.cell_problem) and final under the failure
@@ -192,12 +187,11 @@ def verified_cells(paths: list[str], jobs: list[ServerJob], identity_digest: str
     return cells
 
 
-def summarise_cells(cells: dict[str, dict], thresholds: dict | None = None,
-                    measures: dict[str, dict] | None = None) -> pd.DataFrame:
-    """One row per cell ({cell file: cell JSON}), every metric computed from its records (cell_measures, or the
-    ``measures`` given for them), with speedup over AR at the same (tp, workload, concurrency, repetition) and,
-    with failure ``thresholds``, whether each is final."""
-    measures = measures or {p: cell_measures(c) for p, c in cells.items()}
+def summarise_cells(cells: dict[str, dict], thresholds: dict | None = None) -> pd.DataFrame:
+    """One row per cell ({cell file: cell JSON}), every metric computed from its records (cell_measures), with
+    speedup over AR at the same (tp, workload, concurrency, repetition) and, with failure ``thresholds``, whether
+    each is final."""
+    measures = {p: cell_measures(c) for p, c in cells.items()}
     rows = [cell_row(c, p, measures[p], thresholds) for p, c in cells.items()]
     ar = {(c["cell"]["tp"], c["cell"]["workload"], c["cell"]["concurrency"], c["cell"]["repetition"]): p
           for p, c in cells.items() if c["method"]["algorithm"] == "ar"}
