@@ -129,7 +129,7 @@ COMBINED = {"output_throughput": ("output_throughput_lo", "output_throughput_hi"
 def combine_repetitions(summary: pd.DataFrame) -> pd.DataFrame:
     """One row per (tp, method, workload, concurrency): a single launch as it is; several launches (repetitions)
     combined, each estimate the mean over launches with a Student-t interval across them (combine_launches), counts
-    summed, other columns averaged or taken from the first launch."""
+    summed (a gauge's mean over all its samples), other columns averaged or taken from the first launch."""
     keys = ["tp", "method", "workload", "concurrency"]
     rows = []
     for _, group in summary.groupby(keys, sort=False):
@@ -140,11 +140,17 @@ def combine_repetitions(summary: pd.DataFrame) -> pd.DataFrame:
         for col in group.columns:
             if col in keys or not pd.api.types.is_numeric_dtype(group[col]) or pd.api.types.is_bool_dtype(group[col]):
                 continue
-            row[col] = group[col].sum() if col.startswith("requests_") or col == "output_tokens" else group[col].mean()
+            counted = col.startswith("requests_") or col == "output_tokens" or col.endswith("_samples")
+            row[col] = group[col].sum() if counted else group[col].mean()
+        if row["server_running_samples"]:  # the gauge's mean over every launch's samples
+            row["server_running_mean"] = float((group["server_running_mean"].fillna(0)
+                                                * group["server_running_samples"]).sum() / row["server_running_samples"])
         for col, (lo, hi) in COMBINED.items():
             combined = combine_launches(list(group[col]))
             ci = combined["ci"] or [None, None]
             row.update({col: combined["mean"], lo: ci[0], hi: ci[1]})
+        if group["final"].notna().all():
+            row["final"] = bool(group["final"].all())  # final only when every launch is
         row.update(repetition=None, launches=len(group), cell_file="; ".join(group["cell_file"]))
         rows.append(row)
     return pd.DataFrame(rows, columns=summary.columns).reset_index(drop=True)
