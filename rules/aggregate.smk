@@ -1,6 +1,8 @@
+# Every cell of the configuration, verified against it (key, prompts, digest, schema), into the tables.
 rule aggregate:
     input:
         cells=all_cell_outputs(),
+        environment=layout.environment_path(CONFIG["backend"]),
     output:
         summary=layout.table_path("summary"),
         tables=[
@@ -10,6 +12,10 @@ rule aggregate:
             if (name, ext) != ("summary", "csv")
         ],
     params:
+        jobs=lambda wildcards: canonical_json(
+            [jobs.server_job(CONFIG, s["tp"], s["method"], s["repetition"]).as_dict() for s in SERVERS]
+        ),
+        failures=canonical_json(CONFIG["failures"]),
         code=AGGREGATE_CODE,
     log:
         "logs/aggregate.log",

@@ -2,7 +2,21 @@
 # Each job first checks every configured method against the installed server's
 # capabilities, so a method the build cannot run stops the workflow before any
 # server starts; jobs start in the plan's packing order (priority).
+from specsweep import bench
+
 REP = "{rep}" if CONFIG["repetitions"] > 1 else None
+
+if CONFIG["remeasure"] and not bench.remeasured_outputs(CONFIG["remeasure"], all_cell_outputs()):
+    raise WorkflowError(
+        f"remeasure: '{CONFIG['remeasure']}' names no cell of this configuration; give globs of cell names such "
+        "as tp1/ar/short/c4, tp1/ar/* or */c16 (comma-separated), or cell paths"
+    )
+
+
+def server_cell_outputs(wildcards):
+    """This server job's cell outputs."""
+    cells = jobs.cells_of_server(CONFIG, int(wildcards.tp), wildcards.method, _repetition(wildcards))
+    return [c["path"] for c in cells]
 
 
 rule bench_server:
@@ -17,6 +31,13 @@ rule bench_server:
         run=layout.run_record_path("{tp}", "{method}", REP),
     params:
         job=server_job_json,
+        failures=canonical_json(CONFIG["failures"]),
+        # the cells `--config remeasure=<globs>` names: measured again even when cached
+        remeasure=lambda wildcards: canonical_json(
+            bench.remeasured_outputs(CONFIG["remeasure"], server_cell_outputs(wildcards))
+        ),
+        # cells whose output is there though they were not final (failures.keep_going): measured again next run
+        unfinished=lambda wildcards: canonical_json(bench.unfinished_outputs(server_cell_outputs(wildcards))),
     resources:
         gpu=server_gpus,
     priority: server_job_priority

@@ -143,5 +143,5 @@ wildcard_constraints:
 
 # Package code changes do not rerun rules by themselves; these digests do for
 # aggregation and the report (measurements are versioned by HARNESS_VERSION).
-AGGREGATE_CODE = package_digest("aggregate.py", "metrics.py", "algorithms.py", "ddtree.py")
+AGGREGATE_CODE = package_digest("aggregate.py", "cells.py", "metrics.py", "algorithms.py", "ddtree.py")
 REPORT_CODE = package_digest("report.py", "cache.py", "metrics.py", "algorithms.py", "templates/report.tex.j2")

@@ -22,7 +22,9 @@ rule predictions:
     output:
         layout.PREDICTIONS,
     params:
-        config=lambda wildcards: canonical_json({k: v for k, v in CONFIG.items() if k != "report"}),
+        config=lambda wildcards: canonical_json(
+            {k: v for k, v in CONFIG.items() if k not in ("report", "failures", "remeasure")}
+        ),
     log:
         "logs/predictions.log",
     script:

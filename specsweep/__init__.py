@@ -6,8 +6,11 @@ only connect it to Snakemake.
 
 __version__ = "0.1.0"
 
-# Bump when the meaning of a measurement changes: every cached cell becomes
-# stale and is measured again.
+# Part of every cell's key. It covers what is measured and how: how requests are sent, timed and recorded
+# (client, HTTP reader, load models), how a server is launched and which records a cell keeps. Bump it when
+# one of those changes: every cached cell becomes stale and is measured again. It does not cover formulas:
+# every metric in a table is computed from a cell's records by the code of the day (metrics.cell_measures), so
+# a changed definition needs no measurement and is never a reason to bump it.
 HARNESS_VERSION = 3  # 3: streams read at the protocol level (chunk times at 256 streams were up to 20 ms late)
 
 # Version of the cell JSON layout (see specsweep/cell.schema.json).

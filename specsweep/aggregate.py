@@ -1,14 +1,22 @@
-"""Aggregation: cell JSON files into one tidy table (one row per cell), speedups over AR."""
+"""Aggregation: cell JSON files into one tidy table (one row per cell), speedups over AR.
+
+Every number is computed from the cells' raw records by today's formulas (metrics.cell_measures); the metrics a
+cell stores are a copy for its readers and never feed a table. The workflow aggregates only verified cells
+(verified_cells): each must be the cell, with the prompts and key, that the configuration gives its path.
+"""
 
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pandas as pd
 
 from . import algorithms
-from .metrics import combine_launches, losslessness, speedup
+from .cells import cell_problem, keyed_cells, unfinished
+from .jobs import ServerJob
+from .metrics import cell_measures, combine_launches, losslessness, speedup
 
 SUMMARY_COLUMNS = [
     "simulated", "tp", "method", "algorithm", "block_size", "budget", "topk", "num_steps", "num_draft_tokens",
@@ -23,7 +31,8 @@ SUMMARY_COLUMNS = [
     "tpot_n", "tpot_mean", "tpot_p50", "tpot_p50_lo", "tpot_p50_hi", "tpot_p99", "itl_n", "itl_p50", "itl_p99",
     "e2e_n", "e2e_p50", "e2e_p99",
     "acceptance_length", "acceptance_length_server", "acceptance_length_sglang", "tokens_per_chunk",
-    "acceptance_disagree", "failures", "length_mismatches", "server_running_mean", "server_running_peak",
+    "acceptance_disagree", "failures", "final", "length_mismatches", "server_running_mean", "server_running_peak",
+    "server_running_samples",
     "attention_backend", "load_format", "stream", "min_free_slots_delay",
     "content_mix", "sessions", "precision", "precision_target", "precision_stop",
     "ttft_p99_with_failures", "e2e_p99_with_failures", "session_completion_p50",
@@ -41,8 +50,9 @@ def _ci(metrics: dict, name: str, stat: str, side: int):
     return ci[side] if ci else None
 
 
-def cell_row(cell: dict, path: str) -> dict:
-    m, c, method = cell["metrics"], cell["cell"], cell["method"]
+def cell_row(cell: dict, path: str, m: dict, thresholds: dict | None = None) -> dict:
+    """A cell's row from its measures (cell_measures); ``final`` judged by the failure thresholds where given."""
+    c, method = cell["cell"], cell["method"]
     algorithm = algorithms.get(method["algorithm"])  # a cell of an algorithm this code does not know is refused
     tree_build, mode, width = algorithms.method_shape(method)
     params = method["params"]
@@ -82,16 +92,18 @@ def cell_row(cell: dict, path: str) -> dict:
         "acceptance_length_sglang": m.get("acceptance_length_sglang"),
         "acceptance_disagree": (m.get("acceptance_agreement") or {}).get("disagree"),
         "failures": "; ".join(f"{k}: {v}" for k, v in sorted(m["failures"].items())),
+        "final": unfinished(cell["requests"], thresholds) is None if thresholds else None,
         "length_mismatches": m.get("length_mismatches", 0),
-        "server_running_mean": (cell.get("server_load") or {}).get("running_mean"),
-        "server_running_peak": (cell.get("server_load") or {}).get("running_peak"),
+        "server_running_mean": m["server_load"]["running"]["mean"],
+        "server_running_peak": m["server_load"]["running"]["peak"],
+        "server_running_samples": m["server_load"]["running"]["samples"],
         "attention_backend": attention_backend(cell),
         "load_format": cell["provenance"].get("load_format", "auto"),
         "stream": (cell.get("load") or {}).get("stream"),
         "min_free_slots_delay": str(cell["provenance"].get("min_free_slots_delay", "sglang")),
         "content_mix": ", ".join(f"{k} {v:.0%}" for k, v in sorted(cell["workload"]["content_mix"].items())),
         "sessions": cell["workload"]["sessions"],
-        "precision": (cell.get("precision") or {}).get("achieved"),
+        "precision": m["precision"],
         "precision_target": (cell.get("precision") or {}).get("target"),
         "precision_stop": (cell.get("precision") or {}).get("stopped"),
         "ttft_p99_with_failures": (m.get("ttft_with_failures") or {}).get("p99"),
@@ -108,10 +120,6 @@ def attention_backend(cell: dict) -> str:
     return info.get("attention_backend") or configured or "server default"
 
 
-def _window(cell: dict) -> list[float] | None:
-    return (cell["metrics"].get("concurrency") or {}).get("window")
-
-
 # Estimates combined across launches (a Student-t interval over repetitions) and the interval columns they fill.
 COMBINED = {"output_throughput": ("output_throughput_lo", "output_throughput_hi"), "speedup": ("speedup_lo", "speedup_hi"),
             "ttft_p50": ("ttft_p50_lo", "ttft_p50_hi"), "ttft_p99": ("ttft_p99_lo", "ttft_p99_hi"),
@@ -121,7 +129,7 @@ COMBINED = {"output_throughput": ("output_throughput_lo", "output_throughput_hi"
 def combine_repetitions(summary: pd.DataFrame) -> pd.DataFrame:
     """One row per (tp, method, workload, concurrency): a single launch as it is; several launches (repetitions)
     combined, each estimate the mean over launches with a Student-t interval across them (combine_launches), counts
-    summed, other columns averaged or taken from the first launch."""
+    summed (a gauge's mean over all its samples), other columns averaged or taken from the first launch."""
     keys = ["tp", "method", "workload", "concurrency"]
     rows = []
     for _, group in summary.groupby(keys, sort=False):
@@ -132,30 +140,76 @@ def combine_repetitions(summary: pd.DataFrame) -> pd.DataFrame:
         for col in group.columns:
             if col in keys or not pd.api.types.is_numeric_dtype(group[col]) or pd.api.types.is_bool_dtype(group[col]):
                 continue
-            row[col] = group[col].sum() if col.startswith("requests_") or col == "output_tokens" else group[col].mean()
+            counted = col.startswith("requests_") or col == "output_tokens" or col.endswith("_samples")
+            row[col] = group[col].sum() if counted else group[col].mean()
+        if row["server_running_samples"]:  # the gauge's mean over every launch's samples
+            row["server_running_mean"] = float((group["server_running_mean"].fillna(0)
+                                                * group["server_running_samples"]).sum() / row["server_running_samples"])
         for col, (lo, hi) in COMBINED.items():
             combined = combine_launches(list(group[col]))
             ci = combined["ci"] or [None, None]
             row.update({col: combined["mean"], lo: ci[0], hi: ci[1]})
+        if group["final"].notna().all():
+            row["final"] = bool(group["final"].all())  # final only when every launch is
         row.update(repetition=None, launches=len(group), cell_file="; ".join(group["cell_file"]))
         rows.append(row)
     return pd.DataFrame(rows, columns=summary.columns).reset_index(drop=True)
 
 
-def summarise_cells(paths: list[str]) -> pd.DataFrame:
-    """One row per cell, with speedup over AR at the same (tp, workload, concurrency, repetition)."""
-    cells = {p: json.loads(Path(p).read_text()) for p in paths}
-    rows = [cell_row(c, p) for p, c in cells.items()]
-    ar = {(c["cell"]["tp"], c["cell"]["workload"], c["cell"]["concurrency"], c["cell"]["repetition"]): c
-          for c in cells.values() if c["method"]["algorithm"] == "ar"}
-    for row, cell in zip(rows, cells.values()):
+class AggregateError(RuntimeError):
+    """Cells that cannot be aggregated; the message names each and what to do."""
+
+
+def verified_cells(paths: list[str], jobs: list[ServerJob], identity_digest: str, failures: dict) -> dict[str, dict]:
+    """{path: cell} of the cells at these paths, each verified against the cell the configuration (its server
+    ``jobs`` and the environment's identity) gives that path (cells.cell_problem) and final under the failure
+    thresholds (cells.unfinished) unless ``failures.keep_going``; AggregateError naming every other cell and what
+    to do."""
+    built: dict = {}
+    expected = {os.path.normpath(c["path"]): c
+                for job in jobs for c in keyed_cells(job, identity_digest, built=built)[0]}
+    cells, refused = {}, []
+    for path in paths:
+        want = expected.get(os.path.normpath(path))
+        try:
+            cell = json.loads(Path(path).read_text())
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+            refused.append(f"{path}: it cannot be read as JSON ({exc})")
+            continue
+        problem = "the configuration has no such cell" if want is None else cell_problem(cell, want)
+        if problem is None and not failures["keep_going"]:
+            why = unfinished(cell["requests"], failures)
+            problem = f"it is not final: {why} (failures.keep_going: false)" if why else None
+        if problem:
+            refused.append(f"{path}: {problem}")
+        else:
+            cells[path] = cell
+    if refused:
+        raise AggregateError(
+            f"{len(refused)} cell(s) refused: they do not belong to the configuration being aggregated or cannot be "
+            "trusted:\n  " + "\n  ".join(refused) + "\nDelete each refused cell file and run again: its server job "
+            "restores it from the cell cache (after verifying it) or measures it for this configuration; a cell "
+            "that is not final is measured again (or set failures.keep_going: true to aggregate it as it is)")
+    return cells
+
+
+def summarise_cells(cells: dict[str, dict], thresholds: dict | None = None) -> pd.DataFrame:
+    """One row per cell ({cell file: cell JSON}), every metric computed from its records (cell_measures), with
+    speedup over AR at the same (tp, workload, concurrency, repetition) and, with failure ``thresholds``, whether
+    each is final."""
+    measures = {p: cell_measures(c) for p, c in cells.items()}
+    rows = [cell_row(c, p, measures[p], thresholds) for p, c in cells.items()]
+    ar = {(c["cell"]["tp"], c["cell"]["workload"], c["cell"]["concurrency"], c["cell"]["repetition"]): p
+          for p, c in cells.items() if c["method"]["algorithm"] == "ar"}
+    for row, (path, cell) in zip(rows, cells.items()):
         base = ar.get((row["tp"], row["workload"], row["concurrency"], row["repetition"]))
-        s = (speedup(cell["requests"], base["requests"], _window(cell), _window(base)) if base else
+        s = (speedup(cell["requests"], cells[base]["requests"], measures[path]["concurrency"]["window"],
+                     measures[base]["concurrency"]["window"]) if base else
              {"speedup": None, "speedup_ci": None, "pairs": 0})
         ci = s["speedup_ci"] or [None, None]
         row.update(speedup=s["speedup"], speedup_lo=ci[0], speedup_hi=ci[1], speedup_pairs=s["pairs"])
         if base is not None and cell["method"]["algorithm"] != "ar" and cell["sampling"]["temperature"] == 0:
-            lossless = losslessness(cell["requests"], base["requests"])
+            lossless = losslessness(cell["requests"], cells[base]["requests"])
             row.update(lossless_compared=lossless["compared"], lossless_exact_rate=lossless["exact_match_rate"],
                        lossless_first_divergence_median=lossless["first_divergence_median"],
                        lossless_first_divergence_min=lossless["first_divergence_min"])
@@ -163,13 +217,12 @@ def summarise_cells(paths: list[str]) -> pd.DataFrame:
     return frame.sort_values(["tp", "workload", "concurrency", "method", "repetition"]).reset_index(drop=True)
 
 
-def request_rows(paths: list[str]) -> pd.DataFrame:
+def request_rows(cells: dict[str, dict]) -> pd.DataFrame:
     """One row per measured request: its cell, turn, timings (s), tokens and failure category."""
     from .metrics import e2e, queue_delay, tpot, ttft, user_ttft
 
     rows = []
-    for path in paths:
-        cell = json.loads(Path(path).read_text())
+    for cell in cells.values():
         c = cell["cell"]
         for r in cell["requests"]:
             rows.append({"simulated": cell["simulated"], "tp": c["tp"], "method": c["method"], "workload": c["workload"],
@@ -242,15 +295,17 @@ def pareto(summary: pd.DataFrame) -> pd.DataFrame:
     return frame[["tp", "method", "workload", "concurrency", "interactivity", "output_throughput_per_gpu", "on_frontier"]]
 
 
-def write_tables(paths: list[str], out_dir: str | Path) -> dict[str, pd.DataFrame]:
-    """All aggregated tables, each as CSV and Parquet in out_dir: summary (one row per launch of a cell), combined
-    (repetitions combined), requests, turns, best_budget, break_even, pareto (the last three from combined)."""
+def write_tables(cells: dict[str, dict], out_dir: str | Path,
+                 thresholds: dict | None = None) -> dict[str, pd.DataFrame]:
+    """All aggregated tables of these cells ({cell file: cell JSON}), each as CSV and Parquet in out_dir: summary
+    (one row per launch of a cell), combined (repetitions combined), requests, turns, best_budget, break_even,
+    pareto (the last three from combined)."""
     from .canon import atomic_write_text
 
     out_dir = Path(out_dir)
-    summary = summarise_cells(paths)
+    summary = summarise_cells(cells, thresholds)
     combined = combine_repetitions(summary)
-    requests = request_rows(paths)
+    requests = request_rows(cells)
     tables = {"summary": summary, "combined": combined, "requests": requests, "turns": turn_rows(requests),
               "best_budget": best_budget(combined), "break_even": break_even(combined), "pareto": pareto(combined)}
     for name, frame in tables.items():

@@ -1,13 +1,14 @@
 """One bench job: every cell of one server (tp, method[, repetition]), measuring only what the cache lacks.
 
 The job checks every configured method against the installed server, matches its outputs to its cells by path,
-starts the server only if a cell is missing from the cache (holding its GPUs from the pool), measures the missing
-cells one by one, records each failure beside the outputs and in the job's journal, always stops the server, and
-copies every cell from the cache to its output.
+verifies each cell's cache entry, starts the server only if a cell has no usable entry (holding its GPUs from the
+pool), measures those cells one by one, caches the final ones, records each failure beside the outputs and in the
+job's journal, always stops the server, and writes every cell to its output.
 """
 
 from __future__ import annotations
 
+import fnmatch
 import os
 import signal
 import socket
@@ -19,9 +20,9 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from .cache import CellCache, Journal, write_run_record
-from .canon import atomic_write_json, atomic_write_text
-from .cells import CellError, cell_digest, cell_key, cell_sessions, measure_cell
-from .jobs import ServerJob, cells_of_server
+from .canon import atomic_write_json
+from .cells import DEFAULT_FAILURES, IDENTITY, CellError, cell_problem, keyed_cells, measure_cell, unfinished
+from .jobs import ServerJob
 from .environment import check_methods
 from .gpus import GpuPool, visible_devices, wait_until_released
 from . import layout
@@ -104,42 +105,53 @@ def _max_context(job: ServerJob, sessions_by_workload: dict) -> int:
 
 def bench_server(job: ServerJob, outputs: list[str], environment: dict, log_dir: str | Path,
                  run_record: str | Path | None = None, all_methods: list[dict] | None = None,
-                 planned=None) -> dict:
+                 planned=None, failures: dict | None = None, remeasure: list[str] = ()) -> dict:
     """Produce every cell output of one server, measuring only what the cache lacks.
 
     ``all_methods`` (every configured method) are checked against the server's capabilities first, so that
     any job stops the workflow before a server starts. ``planned(sessions)`` returns {cell output: predicted
     seconds} for the progress lines' time left; it is asked only when a cell is to be measured, once the
-    workloads are built. What the job does goes to the server's journal (layout.journal_path, in the cache);
-    ``run_record`` (the job's declared output) gets its run record. Returns {"hits": n, "measured": n,
-    "server_started": bool}.
+    workloads are built. A cache entry is used only when it is verified (cells.cell_problem) and final under
+    ``failures`` (cells.unfinished); any other entry is refused with a warning naming it, and the cell is measured
+    again, as are the outputs named in ``remeasure``. A measured cell that is not final is not cached: the job
+    says so and fails after its other cells (their outputs are then removed, the cache keeps them), or, with
+    ``failures.keep_going``, writes it to its output and records it as failed, so that the next run measures it
+    again. What the job does goes to the server's journal (layout.journal_path, in the cache); ``run_record`` (the
+    job's declared output) gets its run record. Returns {"hits": n, "measured": n, "server_started": bool,
+    "not_final": [outputs]}.
     """
     tp, method = job.tp, job.method
+    failures = failures or DEFAULT_FAILURES
     check_methods(all_methods or [method], environment)
     server_name = job.name
     journal = Journal(layout.journal_path(job.cache_dir, tp, method["name"], job.repetition))
     cache = CellCache(job.cache_dir)
-    thinking = job.sampling.get("thinking", False)
-    config_like = {"workloads": job.workloads, "concurrency": job.concurrency, "load": job.load}
-    cells = cells_of_server(config_like, tp, method["name"], job.repetition)
+    adaptive = job.adaptive
+    cells, sessions = keyed_cells(job, environment["identity_digest"], adaptive["max_requests"] if adaptive else 0)
     by_path = {os.path.normpath(out): out for out in outputs}  # outputs matched to cells by path, not position
     unmatched = [c["path"] for c in cells if os.path.normpath(c["path"]) not in by_path]
     if unmatched or len(cells) != len(outputs):
         raise CellError(f"server {server_name}: the job's {len(outputs)} outputs do not match its {len(cells)} cells "
                         f"(no output for {', '.join(unmatched[:3]) or 'none'}): the rule's outputs and "
                         "layout.cell_path must name the same files")
-    adaptive = job.adaptive
-    sessions = cell_sessions(job.workloads, cells, job.seed, thinking, job.model.get("path"),
-                             job.model["context_length"], adaptive["max_requests"] if adaptive else 0)
+    remeasure = {os.path.normpath(p) for p in remeasure}
+    results: dict[str, dict] = {}
+    missing = []
     for cell in cells:
         cell["output"] = by_path[os.path.normpath(cell["path"])]
-        cell["digest"] = cell_digest(sessions, cell)
-        cell["key"] = cell_key(job, cell, cell["digest"], environment["identity_digest"])
-    missing = [c for c in cells if cache.get(c["key"]) is None]
-    for c in cells:
-        if c not in missing:
-            journal.write("cache_hit", server=server_name, cell=c["output"], key=c["key"])
-    started = False
+        entry, why = _usable_entry(cache, cell, failures)
+        if entry is not None and os.path.normpath(cell["output"]) in remeasure:
+            why = "remeasure asks for it"
+        if why is None and entry is not None:
+            results[cell["output"]] = entry
+            journal.write("cache_hit", server=server_name, cell=cell["output"], key=cell["key"])
+            continue
+        if why is not None:
+            print(f"server {server_name}: cache entry {cache.path(cell['key'])} for {cell['output']} not used: {why}; "
+                  "measuring the cell again", file=sys.stderr, flush=True)
+            journal.write("cache_refused", server=server_name, cell=cell["output"], key=cell["key"], reason=why)
+        missing.append(cell)
+    started, not_final = False, []
     if missing:
         _check_writable(cache.root, "cache_dir")
         pool_config = job.gpu_pool
@@ -173,12 +185,23 @@ def bench_server(job: ServerJob, outputs: list[str], environment: dict, log_dir:
                     except Exception as exc:
                         record_failure(cell, exc, server, journal, server_name)
                         raise
+                    why = unfinished(result["requests"], failures)
+                    if why is not None:
+                        not_final.append((cell["output"], why))
+                        record_failure(cell, CellError(f"the cell is not final: {why}"), server, journal,
+                                       server_name, measurement=result)
+                        print(f"server {server_name}: cell {cell['output']} is not final: {why}; it is not cached "
+                              "and the next run measures it again", file=sys.stderr, flush=True)
+                        if failures["keep_going"]:
+                            results[cell["output"]] = result
+                        continue
                     try:
                         cache.put(cell["key"], result)
                     except OSError as exc:
                         raise CellError(f"cell {cell['output']}: cannot write the cell cache under "
                                         f"{job.cache_dir} ({exc.strerror or exc}); free space or fix the folder "
                                         "(cache_dir), then rerun: cells already cached are kept") from exc
+                    results[cell["output"]] = result
                     clear_failure(cell)
                     journal.write("measured", server=server_name, cell=cell["output"], key=cell["key"])
             finally:
@@ -188,12 +211,55 @@ def bench_server(job: ServerJob, outputs: list[str], environment: dict, log_dir:
                         wait_until_released(gpus)
                 journal.write("server_stop", server=server_name)
                 signal.signal(signal.SIGTERM, previous)
-    for cell in cells:  # the cache holds each cell exactly as an output must be: copy it
-        atomic_write_text(cell["output"], cache.path(cell["key"]).read_text())
-    done = {"hits": len(cells) - len(missing), "measured": len(missing), "server_started": started}
+    if not_final and not failures["keep_going"]:
+        raise CellError(f"server {server_name}: {len(not_final)} cell(s) not final, so not cached:\n  "
+                        + "\n  ".join(f"{output}: {why}" for output, why in not_final)
+                        + "\nThe other cells are cached; the next run measures these again (set "
+                        "failures.keep_going: true to go on with them, or change the thresholds under failures)")
+    for cell in cells:  # verified cache entries and final measurements, as the cache holds them
+        atomic_write_json(cell["output"], results[cell["output"]])
+    done = {"hits": len(cells) - len(missing), "measured": len(missing), "server_started": started,
+            "not_final": [output for output, _ in not_final]}
     if run_record is not None:
         write_run_record(run_record, server_name, journal)
     return done
+
+
+def _usable_entry(cache: CellCache, cell: dict, failures: dict) -> tuple[dict | None, str | None]:
+    """(the cache entry of a cell, None) when it is verified and final; (None, None) when there is none; (None,
+    why) when there is one that must not be used."""
+    entry, why = cache.read(cell["key"])
+    if entry is None:
+        return None, why
+    why = cell_problem(entry, cell)
+    if why is None:
+        not_final = unfinished(entry["requests"], failures)
+        why = f"it is not final: {not_final}" if not_final else None
+    return (None, why) if why else (entry, None)
+
+
+def remeasured_outputs(pattern: str, cell_paths: list[str]) -> list[str]:
+    """The cell paths that the ``remeasure`` setting names: comma-separated globs, each matched against a cell's
+    name (tp1/ar/short/c4, with -r<n> for a repetition) and its path (results/cells/tp1/ar/short/c4.json)."""
+    globs = [g.strip() for g in pattern.split(",") if g.strip()]
+    prefix = layout.CELLS + "/"
+    return [p for p in cell_paths
+            if any(fnmatch.fnmatchcase(p, g) or fnmatch.fnmatchcase(p.removeprefix(prefix).removesuffix(".json"), g)
+                   for g in globs)]
+
+
+def unfinished_outputs(cell_paths: list[str]) -> dict[str, int]:
+    """{cell path: when its failure record was written (ns)} of the cells whose output is there although their
+    latest measurement failed or was not final (failures.keep_going): a bench job's rerun trigger, so that the next
+    run measures them again."""
+    out = {}
+    for path in cell_paths:
+        try:
+            if os.path.exists(path):
+                out[path] = os.stat(failure_path(path)).st_mtime_ns
+        except FileNotFoundError:
+            continue
+    return out
 
 
 def _check_writable(folder: Path, key: str) -> None:
@@ -239,12 +305,13 @@ def start_server(job: ServerJob, sessions: dict, environment: dict, log_path: Pa
     raise AssertionError("unreachable")
 
 
-def record_failure(cell: dict, exc: BaseException, server, journal: Journal, server_name: str) -> None:
-    """Record a failed cell with its cause and the server log's tail (kept until the cell succeeds)."""
-    record = {"cell": {k: cell[k] for k in ("tp", "method", "workload", "concurrency", "repetition")},
-              "key": cell["key"], "cause": f"{type(exc).__name__}: {exc}",
+def record_failure(cell: dict, exc: BaseException, server, journal: Journal, server_name: str,
+                   measurement: dict | None = None) -> None:
+    """Record a failed cell with its cause and the server log's tail (kept until the cell succeeds), and the
+    measurement of a cell that is not final."""
+    record = {"cell": {k: cell[k] for k in IDENTITY}, "key": cell["key"], "cause": f"{type(exc).__name__}: {exc}",
               "server_log_tail": server.log_tail(40) if server is not None else None,
-              "time": datetime.now(timezone.utc).isoformat()}
+              "time": datetime.now(timezone.utc).isoformat(), "measurement": measurement}
     try:
         atomic_write_json(failure_path(cell["output"]), record)
     except OSError:

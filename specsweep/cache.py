@@ -17,7 +17,11 @@ from .canon import atomic_write_json, canonical_json
 
 
 class CellCache:
-    """Finished cells stored under their key, written atomically (temp file + rename)."""
+    """Final cells stored under their key, written atomically (temp file + rename).
+
+    An entry is only read here: whoever uses one verifies it first (cells.cell_problem), since anything may have
+    changed it since it was written.
+    """
 
     def __init__(self, root: str | Path):
         self.root = Path(root)
@@ -25,13 +29,18 @@ class CellCache:
     def path(self, key: str) -> Path:
         return self.root / key[:2] / f"{key}.json"
 
-    def get(self, key: str) -> dict | None:
+    def read(self, key: str) -> tuple[object, str | None]:
+        """(the entry's JSON, None); (None, None) when there is no entry; (None, why) when it cannot be read."""
         try:
-            return json.loads(self.path(key).read_text())
+            return json.loads(self.path(key).read_text()), None
         except (FileNotFoundError, NotADirectoryError):
-            return None
-        except json.JSONDecodeError:  # never written by us (writes are atomic); treat as missing
-            return None
+            return None, None
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:  # writes are atomic: never ours
+            return None, f"it cannot be read as JSON (truncated or damaged: {exc})"
+
+    def get(self, key: str) -> object | None:
+        """The entry's JSON, unverified; None when there is none or it cannot be read."""
+        return self.read(key)[0]
 
     def put(self, key: str, cell: dict) -> None:
         atomic_write_json(self.path(key), cell)

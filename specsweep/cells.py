@@ -1,13 +1,17 @@
-"""Cells: one cell's measurement on a running server, its JSON and its content address.
+"""Cells: one cell's measurement on a running server, its JSON, its content address and its verification.
 
 A cell is one (server, workload, concurrency, repetition) measurement and produces one JSON file. Its key digests
-everything that decides its numbers: the server's parameters, the cell's, the exact prompts, the environment's
-identity and HARNESS_VERSION (see ``bench`` for the job that measures a server's cells through the cache).
+everything that decides what was measured: the server's parameters, the cell's, the exact prompts, the
+environment's identity and HARNESS_VERSION (see ``bench`` for the job that measures a server's cells through the
+cache). Its digest covers its whole content. A cell is used (copied from the cache, aggregated) only when
+``cell_problem`` finds nothing wrong with it: it follows the cell schema, matches its digest and is the cell, with
+the prompts and key, that the current configuration asks for.
 """
 
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import asdict, dataclass, replace
 from datetime import datetime, timezone
 from importlib import resources
@@ -17,18 +21,20 @@ import jsonschema
 import requests
 
 from . import CELL_SCHEMA_VERSION, HARNESS_VERSION, __version__
-from .canon import digest
+from .canon import canonical_json, digest
 from .client import LoadModel, measure
 from .counters import (SERVER_INFO_KEYS, LoadSampler, counter_deltas, scrape, server_cumulative_acceptance,
                        server_info)
 from .gpus import gpu_memory_used
+from .jobs import ServerJob, cells_of_server
 from .launcher import Server, min_free_slots_delay, redact, stream_mode
-from .metrics import acceptance_agreement, cell_metrics, precision_of, relative_precision
+from .metrics import cell_metrics, failures, precision_of, relative_precision
 from .workloads import build, content_mix, workload_digest
 
 if TYPE_CHECKING:
     from .bench import Progress
-    from .jobs import ServerJob
+
+IDENTITY = ("tp", "method", "workload", "concurrency", "repetition")  # what names a cell
 
 
 class CellError(RuntimeError):
@@ -42,6 +48,65 @@ def cell_schema() -> dict:
 def validate_cell(cell: dict) -> None:
     """Raise jsonschema.ValidationError if a cell JSON does not follow the cell schema."""
     jsonschema.validate(cell, cell_schema())
+
+
+def content_digest(cell: dict) -> str:
+    """A cell's digest: SHA-256 of its canonical JSON, less its own ``digest`` field."""
+    return digest({k: v for k, v in cell.items() if k != "digest"})
+
+
+def cell_problem(cell, expected: dict) -> str | None:
+    """Why a cell JSON cannot stand for the ``expected`` cell (one of keyed_cells), or None when it can: it must
+    follow the cell schema, match the digest written with it, and be that cell (tp, method, workload, concurrency,
+    repetition), with the digest of its prompts and the key the current configuration gives it."""
+    if not isinstance(cell, dict) or not cell:
+        return "it is empty" if cell == {} else "it is not a JSON object"
+    try:
+        validate_cell(cell)
+    except jsonschema.ValidationError as exc:
+        where = "/".join(str(p) for p in exc.absolute_path) or "the top level"
+        return f"it does not follow the cell schema (at {where}: {exc.message[:160]})"
+    if "digest" not in cell:
+        return "it carries no digest (written before cells were verified)"
+    if cell["digest"] != content_digest(cell):
+        return "its content does not match its digest (it was changed after it was written)"
+    identity = {k: expected[k] for k in IDENTITY}
+    if cell["cell"] != identity:
+        return f"it holds the cell {cell_name(cell['cell'])}, not {cell_name(identity)}"
+    if cell["workload"]["digest"] != expected["digest"]:
+        return (f"its prompts (digest {cell['workload']['digest'][:12]}) are not the prompts this configuration "
+                f"sends (digest {expected['digest'][:12]}): it was measured for another configuration")
+    if cell["key"] != expected["key"]:
+        return (f"its key {cell['key'][:12]} is not the key this configuration gives it ({expected['key'][:12]}): it "
+                "was measured for another configuration")
+    return None
+
+
+def cell_name(cell: dict) -> str:
+    """tp{tp}/{method}/{workload}/c{concurrency}[-r{repetition}] (the repetition only when it is not 0)."""
+    rep = f"-r{cell['repetition']}" if cell.get("repetition") else ""
+    return f"tp{cell['tp']}/{cell['method']}/{cell['workload']}/c{cell['concurrency']}{rep}"
+
+
+# The failure thresholds where none are configured (the schema's defaults of the config key failures)
+DEFAULT_FAILURES = {"max_timeouts": 0, "max_failed_share": 0.01, "keep_going": False}
+
+
+def unfinished(records: list[dict], thresholds: dict) -> str | None:
+    """Why a measured cell is not final, or None when it is: more timed-out requests than
+    ``failures.max_timeouts``, or a larger share of failed requests (any category) than
+    ``failures.max_failed_share``, or no request at all."""
+    sent, failed = len(records), failures(records)
+    if not sent:
+        return "it holds no request"
+    timeouts, total = failed.get("timeout", 0), sum(failed.values())
+    if timeouts > thresholds["max_timeouts"]:
+        return (f"{timeouts} of {sent} requests timed out (failures.max_timeouts: {thresholds['max_timeouts']})")
+    if total / sent > thresholds["max_failed_share"]:
+        kinds = ", ".join(f"{k} {v}" for k, v in sorted(failed.items()))
+        return (f"{total} of {sent} requests failed ({kinds}; failures.max_failed_share: "
+                f"{thresholds['max_failed_share']:g})")
+    return None
 
 
 @dataclass(frozen=True)
@@ -67,10 +132,23 @@ class CellResult:
     requests: list  # one record per request (client.RequestRecord.as_dict)
 
     def as_dict(self) -> dict:
-        """The cell's JSON: plain JSON values only (NaN refused), validated against the cell schema."""
+        """The cell's JSON with its digest: plain JSON values only (NaN refused), validated against the cell
+        schema."""
         result = json.loads(json.dumps(asdict(self), allow_nan=False))
+        result["digest"] = content_digest(result)
         validate_cell(result)
         return result
+
+
+def _json_numbers(value):
+    """A value with every infinite float written as the string "inf" or "-inf" (JSON has no infinity)."""
+    if isinstance(value, dict):
+        return {k: _json_numbers(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_json_numbers(v) for v in value]
+    if isinstance(value, float) and value in (math.inf, -math.inf):
+        return "inf" if value > 0 else "-inf"
+    return value
 
 
 def cell_key(job: ServerJob, cell: dict, prompts_digest: str, identity_digest: str) -> str:
@@ -87,6 +165,30 @@ def cell_key(job: ServerJob, cell: dict, prompts_digest: str, identity_digest: s
         "prompts": prompts_digest,
         "environment": identity_digest,
     })
+
+
+def keyed_cells(job: ServerJob, identity_digest: str, at_least: int = 0,
+                built: dict | None = None) -> tuple[list[dict], dict]:
+    """(every cell of one server job, each with the digest of its prompts and its key; the sessions by workload,
+    built for at least ``at_least`` sessions). ``built`` keeps sessions already built for other jobs of the same
+    workloads (they are the same for every server)."""
+    cells = cells_of_server({"workloads": job.workloads, "concurrency": job.concurrency, "load": job.load}, job.tp,
+                            job.method["name"], job.repetition)
+    thinking = job.sampling.get("thinking", False)
+    inputs = [job.workloads, [c["requests"] for c in cells], job.seed, thinking, job.model.get("path"),
+              job.model["context_length"], at_least]
+    memo = canonical_json(inputs)
+    if built is None or memo not in built:
+        sessions = cell_sessions(job.workloads, cells, job.seed, thinking, job.model.get("path"),
+                                 job.model["context_length"], at_least)
+        if built is not None:
+            built[memo] = sessions
+    else:
+        sessions = built[memo]
+    for cell in cells:
+        cell["digest"] = cell_digest(sessions, cell)
+        cell["key"] = cell_key(job, cell, cell["digest"], identity_digest)
+    return cells, sessions
 
 
 def cell_sessions(workloads: list[dict], cells: list[dict], seed: int, thinking: bool, model_path: str | None,
@@ -185,13 +287,8 @@ def measure_cell(server: Server, job: ServerJob, cell: dict, sessions: list, pro
     server.check_alive(f"after {where}")
     records = [r.as_dict() for r in records]
     deltas = counter_deltas(before, after)
-    metrics = cell_metrics(records, job.tp, cell["concurrency"], load.model, seed=job.seed)
-    verify = deltas.get("sglang:spec_verify_calls_total", 0.0)
-    done = metrics["requests_completed"]
-    metrics["acceptance_length_server"] = (
-        (deltas.get("sglang:generation_tokens_total", 0.0) - done) / verify if verify else None)
-    metrics["acceptance_agreement"] = acceptance_agreement({
-        k: metrics[k] for k in ("acceptance_length", "acceptance_length_server", "tokens_per_chunk")})
+    # a copy for readers of the cell: every table computes its metrics again from the records (cell_measures)
+    metrics = _json_numbers(cell_metrics(records, job.tp, cell["concurrency"], load.model, job.seed, deltas))
     # The server's own average is cumulative since launch (warm-up and earlier cells included):
     # kept for reference only, never used as the cell's value.
     metrics["server_cumulative_accept_length_not_used"] = cumulative
@@ -230,7 +327,7 @@ def measure_cell(server: Server, job: ServerJob, cell: dict, sessions: list, pro
             "server_info": {k: info[k] for k in SERVER_INFO_KEYS if k in info},
         },
         server_counters=deltas,
-        server_load=sampler.summary(),
+        server_load={**sampler.summary(), "gauges": [list(sample) for sample in sampler.samples]},
         metrics=metrics,
         precision=precision or {"metric": "output_throughput", "adaptive": False,
                                 "achieved": precision_of(metrics["output_throughput"],

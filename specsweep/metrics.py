@@ -350,9 +350,8 @@ def summarise_with_failures(values: list[float | None], failed: int) -> dict:
     if data.size == 0:
         return {"n": 0}
     out = {"n": int(data.size)}
-    for p in PERCENTILES:
-        value = float(np.percentile(data, p, method="inverted_cdf")) if failed else float(np.percentile(data, p))
-        out[f"p{p}"] = value if math.isfinite(value) else None  # None: the percentile falls among failures
+    for p in PERCENTILES:  # +inf where the percentile falls among the failures
+        out[f"p{p}"] = float(np.percentile(data, p, method="inverted_cdf")) if failed else float(np.percentile(data, p))
     return out
 
 
@@ -420,12 +419,44 @@ def user_ttft(r: dict) -> float | None:
     return r["chunk_times"][0] - r["t_sched"] if r["chunk_times"] else None
 
 
-def cell_metrics(records: list[dict], tp: int, concurrency: int, load_model: str = "closed", seed: int = 0) -> dict:
-    """All per-cell aggregates of METRICS.md from the measured (non-warm-up) request records."""
+def server_acceptance_length(counters: dict, completed: int) -> float | None:
+    """Acceptance length (server) = (generation tokens - completed requests) / verify calls, from the server's
+    Prometheus counters differenced over the measurement window (the prefill token of each request excluded)."""
+    verify = counters.get("sglang:spec_verify_calls_total", 0.0)
+    return (counters.get("sglang:generation_tokens_total", 0.0) - completed) / verify if verify else None
+
+
+def gauge_summary(values: list[float]) -> dict:
+    """A sampled gauge = mean and peak of its samples, with the number of samples (mean and peak None without
+    one)."""
+    if not values:
+        return {"samples": 0, "mean": None, "peak": None}
+    return {"samples": len(values), "mean": sum(values) / len(values), "peak": max(values)}
+
+
+def server_load(sampled: dict) -> dict:
+    """Server running and queued requests = gauge_summary of sglang:num_running_reqs and sglang:num_queue_reqs
+    sampled while the cell was measured (``sampled``: the cell's server_load; cells written before the samples
+    were kept give the sampler's own summary)."""
+    if "gauges" not in sampled:
+        n = sampled.get("samples", 0)
+        return {name: {"samples": n, "mean": sampled.get(f"{name}_mean"), "peak": sampled.get(f"{name}_peak")}
+                for name in ("running", "queued")}
+    return {name: gauge_summary([sample[i] for sample in sampled["gauges"]])
+            for i, name in enumerate(("running", "queued"))}
+
+
+def cell_metrics(records: list[dict], tp: int, concurrency: int, load_model: str = "closed", seed: int = 0,
+                 counters: dict | None = None) -> dict:
+    """All per-cell aggregates of METRICS.md from the measured (non-warm-up) request records and, where given, the
+    server's counters differenced over the measurement window."""
     ok = [r for r in records if r["error"] is None]
     held = concurrency_report(records, concurrency, load_model)
     window = held["window"]
     throughput = output_throughput(records, window)
+    acceptance = {"acceptance_length": acceptance_length(records),
+                  "acceptance_length_server": server_acceptance_length(counters or {}, len(ok)),
+                  "tokens_per_chunk": tokens_per_chunk(records)}
     return {
         "requests_sent": len(records),
         "requests_completed": len(ok),
@@ -450,11 +481,33 @@ def cell_metrics(records: list[dict], tp: int, concurrency: int, load_model: str
         "e2e_with_failures": summarise_with_failures([e2e(r) for r in ok], len(records) - len(ok)),
         "session_completion": summarise(session_completion(records), None, seed),
         "per_turn": per_turn(records, seed) if any(r["turn"] for r in records) else {},
-        "acceptance_length": acceptance_length(records),
+        **acceptance,
+        "acceptance_agreement": acceptance_agreement(acceptance),
         "acceptance_length_per_request": acceptance_length_per_request(records),
         "acceptance_length_sglang": acceptance_length_sglang(records),
-        "tokens_per_chunk": tokens_per_chunk(records),
     }
+
+
+def cell_measures(cell: dict) -> dict:
+    """Every metric of one cell JSON, computed from its raw records by today's formulas (the metrics stored in a
+    cell are a copy for readers, never read back): cell_metrics of its requests at its TP, concurrency, load model
+    and seed, with its server counters; its server load (server_load); its precision (metric_precision of its
+    precision metric)."""
+    c = cell["cell"]
+    out = cell_metrics(cell["requests"], c["tp"], c["concurrency"], cell["load"]["model"], cell["seed"],
+                       cell["server_counters"])
+    out["server_load"] = server_load(cell.get("server_load") or {})
+    out["precision"] = metric_precision(out, (cell.get("precision") or {}).get("metric", "output_throughput"))
+    return out
+
+
+def metric_precision(metrics: dict, metric: str = "output_throughput") -> float | None:
+    """Relative precision of a cell's metric (output_throughput or <metric>.<stat>) from its cell_metrics:
+    precision_of its estimate and interval."""
+    if metric == "output_throughput":
+        return precision_of(metrics["output_throughput"], metrics["output_throughput_ci"])
+    name, stat = metric.split(".")
+    return precision_of(metrics[name].get(stat), metrics[name].get(f"{stat}_ci"))
 
 
 def definitions() -> list[tuple[str, str]]:

@@ -136,7 +136,8 @@ def predict(config: dict, memo_dir: str | None = None) -> list[dict]:
 
     memo = None
     if memo_dir:
-        key = digest({"config": {k: v for k, v in config.items() if k != "report"}, "code": _code_digest()})
+        measured = {k: v for k, v in config.items() if k not in ("report", "failures", "remeasure")}
+        key = digest({"config": measured, "code": _code_digest()})
         memo = Path(plan_memo_path(memo_dir, key))
         try:
             return json.loads(memo.read_text())

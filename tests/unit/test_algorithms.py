@@ -62,7 +62,7 @@ def test_an_unknown_algorithm_is_refused_everywhere(monkeypatch):
 
     monkeypatch.delitem(algorithms.REGISTRY, "medusa")
     with pytest.raises(algorithms.AlgorithmError, match="medusa"):
-        cell_row({"metrics": {}, "cell": {}, "method": {"algorithm": "medusa", "params": {}}}, "x.json")
+        cell_row({"cell": {}, "method": {"algorithm": "medusa", "params": {}}}, "x.json", {})
 
 
 INVALID = [

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import csv
 import json
+import math
 import os
 import subprocess
 import sys
@@ -11,8 +13,12 @@ import time
 import pandas as pd
 import psutil
 import pytest
+import requests
 
 from conftest import fast_config, Journal, server_processes_under, snakemake, write_config
+from specsweep.cache import CellCache
+from specsweep.counters import parse_prometheus
+from specsweep.report import Tables
 
 
 def no_partial_files(workflow):
@@ -81,17 +87,108 @@ def test_request_faults_are_counted_never_dropped(workflow, fault, category):
     config = fast_config(**fault)
     config["methods"] = [{"name": "ar", "algorithm": "ar"}]
     config["server"] = {"request_timeout": 2}
+    config["failures"] = {"keep_going": True}  # cells with failures are not final: go on with them
     write_config(workflow, config)
     snakemake(workflow, "results/summary.csv")
     summary = pd.read_csv(workflow / "results" / "summary.csv")
     assert (summary["requests_sent"] == 4).all()
     assert summary["requests_failed"].sum() > 0
-    assert all(category in f for f in summary.loc[summary["requests_failed"] > 0, "failures"])
+    failed = summary[summary["requests_failed"] > 0]
+    assert all(category in f for f in failed["failures"])
+    assert not failed["final"].any() and summary.loc[summary["requests_failed"] == 0, "final"].all()
     for path in (workflow / "results" / "cells").rglob("*.json"):
         cell = json.loads(path.read_text())
         assert len(cell["requests"]) == 4
         assert sum(cell["metrics"]["failures"].values()) == cell["metrics"]["requests_failed"]
+    # the 99th percentile with failures as +inf falls among them (1 of 4 requests is more than 1%), written "inf"
+    assert (failed["e2e_p99_with_failures"] == math.inf).all() and (failed["ttft_p99_with_failures"] == math.inf).all()
+    with open(workflow / "results" / "summary.csv", newline="") as table:
+        written = [row["e2e_p99_with_failures"] for row in csv.DictReader(table) if row["requests_failed"] != "0"]
+    assert written == ["inf"] * len(failed)
+    reported = Tables.read(workflow / "results").summary  # what the report reads
+    assert (reported.loc[reported["requests_failed"] > 0, "e2e_p99_with_failures"] == math.inf).all()
     assert server_processes_under(workflow) == []
+
+
+def server_port(process) -> int:
+    argv = process.cmdline()
+    return int(argv[argv.index("--port") + 1])
+
+
+def test_a_server_that_stalls_leaves_a_cell_that_is_not_final(workflow):
+    """SIGSTOP the server mid-cell for longer than the request timeout: the cell keeps its timeouts, is not cached,
+    the run says so and fails; the next run measures the cell again."""
+    config = fast_config(requests=8, max_new_tokens=256)
+    config["methods"] = [{"name": "ar", "algorithm": "ar"}]
+    config["concurrency"] = [2]
+    config["server"] = {"request_timeout": 2}
+    write_config(workflow, config)
+    run = subprocess.Popen([sys.executable, "-m", "snakemake", "--cores", "2", "results/summary.csv"], cwd=workflow,
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline, stalled = time.monotonic() + 120, None
+        while stalled is None and time.monotonic() < deadline and run.poll() is None:
+            for process in server_processes_under(workflow):
+                try:
+                    gauges = parse_prometheus(requests.get(f"http://127.0.0.1:{server_port(process)}/metrics",
+                                                           timeout=1).text)
+                except (requests.RequestException, ValueError, psutil.NoSuchProcess):
+                    continue
+                if gauges.get("sglang:num_running_reqs", 0) > 0:
+                    process.suspend()  # SIGSTOP with requests in flight
+                    stalled = process
+                    break
+            time.sleep(0.05)
+        assert stalled is not None, "the cell never had requests in flight"
+        time.sleep(4)
+        stalled.resume()
+        out, _ = run.communicate(timeout=300)
+    finally:
+        if run.poll() is None:
+            run.kill()
+            run.wait()
+    assert run.returncode != 0, out[-3000:]
+    cell = "results/cells/tp1/ar/short/c2.json"
+    assert f"cell {cell} is not final: " in out and "requests timed out (failures.max_timeouts: 0)" in out
+    assert "not cached" in out and "the next run measures these again" in out
+    record = json.loads((workflow / "results" / "failed" / "tp1" / "ar" / "short" / "c2.json").read_text())
+    assert "the cell is not final" in record["cause"]
+    assert record["measurement"]["metrics"]["failures"]["timeout"] > 0  # what was measured is kept beside it
+    assert CellCache(workflow / "results" / "cache").get(record["key"]) is None
+    assert not (workflow / cell).exists()
+    assert server_processes_under(workflow) == []
+    # the next run measures it again (no stall now) and caches it
+    journal = Journal(workflow)
+    journal.new_events()
+    snakemake(workflow, "results/summary.csv")
+    assert [e["cell"] for e in journal.new_events() if e["event"] == "measured"] == [cell]
+    summary = pd.read_csv(workflow / "results" / "summary.csv")
+    assert summary["final"].all() and (summary["requests_failed"] == 0).all()
+    assert not (workflow / "results" / "failed" / "tp1" / "ar" / "short" / "c2.json").exists()
+
+
+def test_keep_going_aggregates_a_cell_that_is_not_final_and_the_next_run_measures_it_again(workflow):
+    config = fast_config(error_rate=0.5)
+    config["methods"] = [{"name": "ar", "algorithm": "ar"}]
+    config["concurrency"] = [1]
+    config["workloads"][0]["requests"] = 8
+    config["failures"] = {"keep_going": True}
+    write_config(workflow, config)
+    journal = Journal(workflow)
+    out = snakemake(workflow, "results/summary.csv").stdout
+    cell = "results/cells/tp1/ar/short/c1.json"
+    assert f"cell {cell} is not final: " in out and "failures.max_failed_share: 0.01" in out
+    summary = pd.read_csv(workflow / "results" / "summary.csv")
+    assert not summary["final"].any() and summary["requests_failed"].sum() > 0
+    assert [e["cell"] for e in journal.new_events() if e["event"] == "measured"] == []  # not cached as final
+    for _ in range(2):  # every later run measures it again while it is not final
+        snakemake(workflow, "results/summary.csv")
+        assert [e["cell"] for e in journal.new_events() if e["event"] == "cell_failed"] == [cell]
+    # without keep_going the cell it left is refused by aggregation
+    config["failures"] = {"keep_going": False}
+    write_config(workflow, config)
+    proc = snakemake(workflow, "results/summary.csv", "--allowed-rules", "aggregate", check=False)
+    assert proc.returncode != 0 and f"{cell}: it is not final: " in proc.stdout
 
 
 def test_gpu_lock_held_by_a_dead_process_is_recovered(workflow):

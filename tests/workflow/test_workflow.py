@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import io
 import json
+import math
 import os
 import time
 
@@ -12,7 +14,7 @@ import pytest
 from conftest import Journal, load_default_config, snakemake, write_config
 from specsweep.cells import validate_cell
 from specsweep.jobs import all_cells
-from specsweep.metrics import combine_launches
+from specsweep.metrics import cell_measures, combine_launches
 
 
 def small_config() -> dict:
@@ -63,6 +65,23 @@ def test_default_config_end_to_end(workflow):
     assert (ar["speedup"] == 1.0).all()
     spec = summary[summary["algorithm"] != "ar"]
     assert (spec["acceptance_length"] > 1).all()
+    # what summary.csv and the report's table of all cells print is each cell's records computed by today's code
+    data = json.loads((workflow / "results" / "report" / "data.json").read_text())
+    printed = pd.read_csv(io.StringIO(data["csv"]["cells.csv"])).set_index(["tp", "method", "workload", "concurrency"])
+    rows = summary.set_index("cell_file")
+    for path in cell_files(workflow):
+        cell = json.loads((workflow / path).read_text())
+        today, row, c = cell_measures(cell), rows.loc[path], cell["cell"]
+        shown = printed.loc[(c["tp"], c["method"], c["workload"], c["concurrency"])]
+        for value, expected in ((row["output_throughput"], today["output_throughput"]),
+                                (shown["output_throughput"], today["output_throughput"]),
+                                (row["ttft_p99"], today["ttft"]["p99"]),
+                                (shown["ttft_p50_ms"], today["ttft"]["p50"] * 1000),
+                                (row["tpot_p50"], today["tpot"]["p50"]),
+                                (shown["tpot_p50_ms"], today["tpot"]["p50"] * 1000),
+                                (row["acceptance_length"], today["acceptance_length"] or math.nan),
+                                (shown["requests_completed"], today["requests_completed"])):
+            assert value == pytest.approx(expected, rel=1e-12, nan_ok=True), path
     snakemake(workflow, "--report", "report.html")
     html = (workflow / "report.html").read_text(errors="replace")
     assert "conc-throughput-short-tp1.png" in html and "report.pdf" in html and "sweep-ddtree-acceptance" in html
