@@ -103,8 +103,9 @@ class Connection:
         self._parser: httptools.HttpResponseParser | None = httptools.HttpResponseParser(self)  # for every answer
         reader.watch(self)
 
-    async def request(self, data: bytes, on_event, grace: float = 1.0) -> Answer:
-        """Send one request (head and body) and read its answer."""
+    async def request(self, data: bytes, on_event, on_send=None, grace: float = 1.0) -> Answer:
+        """Send one request (head and body) and read its answer; ``on_send()``, if given, is called once the
+        connection is ready for the answer, just before the bytes go to the kernel."""
         if self.closed or (self._future is not None and not self._future.done()):
             raise RuntimeError("connection not ready for a request")
         loop = asyncio.get_running_loop()
@@ -113,6 +114,8 @@ class Connection:
         self._now, self._first, self._lines, self._body = 0.0, b"", bytearray(), bytearray()
         self._received, self._status, self._until_close = 0, 0, False
         self.reusable = False
+        if on_send is not None:
+            on_send()
         try:
             await loop.sock_sendall(self.sock, data)
         except OSError as exc:
@@ -399,8 +402,7 @@ class Pool:
                 opened = time.monotonic()
                 connection = await self._open()
             try:
-                on_sent(time.monotonic(), opened)
-                answer = await connection.request(data, on_event)
+                answer = await connection.request(data, on_event, lambda: on_sent(time.monotonic(), opened))
             except Disconnected as exc:
                 if reused and not exc.answered and attempt == 0:
                     continue  # a kept-alive connection the server had closed: once more on a new one
