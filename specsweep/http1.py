@@ -147,7 +147,8 @@ class Connection:
     def received(self, data: bytes, when) -> None:
         """Take in what ``read`` returned, in the order it was read: every body piece parsed from ``data`` is dated
         ``when``, the time its bytes were received."""
-        if self.closed:
+        parser = self._parser
+        if parser is None:  # closed
             return
         if not data:
             self._lost(when)
@@ -160,7 +161,7 @@ class Connection:
         self._received += len(data)
         self._now = when
         try:
-            self._parser.feed_data(data)
+            parser.feed_data(data)
             if not self._status and self._received > _MAX_HEAD:
                 raise self._malformed("the answer's head is longer than 64 KiB")
         except httptools.HttpParserCallbackError as exc:  # what a callback below (or on_event) raised
@@ -192,7 +193,7 @@ class Connection:
     # httptools' callbacks, called from feed_data in the order of the bytes
 
     def on_message_begin(self) -> None:
-        if self._future.done():
+        if self._future is None or self._future.done():
             raise MalformedAnswer("bytes after the end of the answer")
         self._framing: dict[bytes, bytes] = {}
 
@@ -207,10 +208,12 @@ class Connection:
             self._framing[name] = value
 
     def on_headers_complete(self) -> None:
-        status = self._parser.get_status_code()
+        parser = self._parser
+        assert parser is not None  # the parser calls it
+        status = parser.get_status_code()
         if status < 200:
             return  # informational: the real answer follows
-        self._status, self._keep = status, self._parser.should_keep_alive()
+        self._status, self._keep = status, parser.should_keep_alive()
         self._until_close = not self._framing and status not in (204, 304)
 
     def on_message_complete(self) -> None:
