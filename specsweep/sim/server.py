@@ -448,7 +448,8 @@ class SimServer:
         if not self.args.enable_metrics:
             raise web.HTTPNotFound(text="metrics are disabled; start with --enable-metrics")
         engine = self.engine
-        c, label = engine.counters, f'{{model_name="{self.model_name}"}}'
+        escaped = self.model_name.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")  # as Prometheus asks
+        c, label = engine.counters, f'{{model_name="{escaped}"}}'
         lines = []
         for name, value, kind in (
             ("sglang:prompt_tokens_total", c["prompt_tokens"], "counter"),

@@ -57,8 +57,9 @@ def test_text_that_is_not_prometheus_is_refused_with_the_url_named():
         server.server_close()
 
 
-def test_a_served_model_name_with_a_brace_keeps_every_generated_token(tmp_path):
-    server = start_sim(tmp_path, "--served-model-name", "qwen3 {tp=1}")
+@pytest.mark.parametrize("name", ["qwen3 {tp=1}", 'say "}" \\ twice'])
+def test_a_served_model_name_with_a_brace_a_quote_or_a_backslash_keeps_every_generated_token(tmp_path, name):
+    server = start_sim(tmp_path, "--served-model-name", name)
     try:
         before = scrape(server.url)
         sessions = [Session(f"s{i}", "chat", [{"role": "user", "content": f"count to {i}"}], [], 500)
