@@ -321,6 +321,7 @@ def measure_cell(server: Server, job: ServerJob, cell: dict, sessions: list, pro
             "started_at": began.isoformat(),
             "finished_at": ended.isoformat(),
             "sim_profile": job.sim,
+            "chat_template": "the server's" if load.protocol == "openai-chat" else measured[0].chat_template.source,
             "load_format": job.model.get("load_format", "auto"),
             "attention_backend": job.method.get("attention_backend"),
             "min_free_slots_delay": min_free_slots_delay(job),

@@ -37,7 +37,7 @@ from dataclasses import asdict, dataclass, field
 import orjson
 
 from .http1 import ConnectFailed, Disconnected, Pool
-from .text import chat_prompt
+from .text import QWEN_CHATML, ChatTemplate
 from .workloads import Session
 
 # Failure categories (METRICS.md): a failed request is recorded, never dropped.
@@ -93,9 +93,12 @@ class RequestRecord:
         return asdict(self)
 
 
-def _payload(protocol: str, messages: list[dict], thinking: bool, sampling: dict) -> tuple[str, dict]:
+def _payload(protocol: str, messages: list[dict], thinking: bool, sampling: dict,
+             template: ChatTemplate) -> tuple[str, dict]:
+    """Path and body of a request; the native and completions prompts are the messages rendered by ``template``
+    (openai-chat sends the messages: the server applies its own template)."""
     if protocol == "native":
-        return "/generate", {"text": chat_prompt(messages, thinking), "sampling_params": sampling, "stream": True}
+        return "/generate", {"text": template.render(messages, thinking), "sampling_params": sampling, "stream": True}
     common = {"model": "default", "stream": True, "temperature": sampling.get("temperature", 0.0),
               "top_p": sampling.get("top_p", 1.0), "max_tokens": sampling.get("max_new_tokens"),
               "stream_options": {"include_usage": True, "continuous_usage_stats": True}}
@@ -104,7 +107,7 @@ def _payload(protocol: str, messages: list[dict], thinking: bool, sampling: dict
     if protocol == "openai-chat":
         return "/v1/chat/completions", {**common, "messages": messages,
                                         "chat_template_kwargs": {"enable_thinking": thinking}}
-    return "/v1/completions", {**common, "prompt": chat_prompt(messages, thinking)}
+    return "/v1/completions", {**common, "prompt": template.render(messages, thinking)}
 
 
 class StreamError(Exception):
@@ -158,7 +161,7 @@ def _parse_chunk(protocol: str, chunk: dict, record: RequestRecord, last_tokens:
 
 async def send(pool: Pool, messages: list[dict], sampling: dict, record: RequestRecord, timeout: float,
                protocol: str = "native", thinking: bool = False, alive=None, on_chunk=None,
-               incremental: bool = False, setup_in_ttft: bool = False) -> None:
+               incremental: bool = False, setup_in_ttft: bool = False, template: ChatTemplate = QWEN_CHATML) -> None:
     """Send one streaming request and fill ``record`` with what arrived and when.
 
     ``record.t0`` is when the request's bytes went to the kernel (or, with ``setup_in_ttft``, when its connection's
@@ -166,9 +169,8 @@ async def send(pool: Pool, messages: list[dict], sampling: dict, record: Request
 
     Whatever goes wrong with this request becomes its failure (record.error, with a category); nothing raised
     while reading one stream escapes to the cell. ``on_chunk(arrival_time, chunk)``, if given, sees every parsed
-    chunk (used to measure the client's own timing error).
+    chunk (used to measure the client's own timing error). ``template`` renders the prompt text (its session's).
     """
-    path, payload = _payload(protocol, messages, thinking, sampling)
     if sampling.get("ignore_eos"):
         record.expected_tokens = int(sampling["max_new_tokens"])
     done = False  # the stream's [DONE] arrived; record.output_tokens holds the tokens so far
@@ -195,6 +197,7 @@ async def send(pool: Pool, messages: list[dict], sampling: dict, record: Request
 
     record.t0 = time.monotonic()
     try:
+        path, payload = _payload(protocol, messages, thinking, sampling, template)  # a template may refuse a turn
         async with asyncio.timeout(timeout):
             answer = await pool.post(path, orjson.dumps(payload), on_event, on_sent)
         if answer.status != 200:
@@ -335,7 +338,7 @@ async def run_sessions(url: str, sessions: list[Session], concurrency: int, samp
                     params["ignore_eos"] = True
                 await gate.wait()
                 await send(pool, state.messages, params, record, timeout, load.protocol, thinking, alive, on_chunk,
-                           load.incremental, load.connections == "per-request")
+                           load.incremental, load.connections == "per-request", session.chat_template)
                 records.append(record)
                 if on_record is not None:
                     on_record(record)

@@ -2,33 +2,38 @@
 
 from __future__ import annotations
 
-import re
 import threading
 
 import requests
+from prometheus_client.parser import text_string_to_metric_families
 
 
 def parse_prometheus(text: str) -> dict[str, float]:
-    """Sum of each metric's samples over labels, from Prometheus text format."""
+    """Sum of each sample name's values over its label sets, from Prometheus text format (read with
+    prometheus_client's parser: label values may hold any character, "}" and escaped quotes included).
+
+    Raises ValueError, naming what could not be read, when the text is not Prometheus text format."""
     out: dict[str, float] = {}
-    for line in text.splitlines():
-        if not line or line.startswith("#"):
-            continue
-        match = re.match(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})?\s+(\S+)", line)
-        if match:
-            try:
-                out[match.group(1)] = out.get(match.group(1), 0.0) + float(match.group(3))
-            except ValueError:
-                continue
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            out[sample.name] = out.get(sample.name, 0.0) + float(sample.value)
     return out
 
 
 def scrape(url: str, headers: dict | None = None) -> dict[str, float]:
+    """The server's /metrics, summed per sample name (parse_prometheus); {} when it has none (unreachable, or not
+    200: SGLang serves it only with --enable-metrics). Raises ValueError when the answer is not Prometheus text."""
     try:
         resp = requests.get(url + "/metrics", timeout=10, headers=headers)
-        return parse_prometheus(resp.text) if resp.status_code == 200 else {}
     except requests.RequestException:
         return {}
+    if resp.status_code != 200:
+        return {}
+    try:
+        return parse_prometheus(resp.text)
+    except ValueError as exc:
+        raise ValueError(f"{url}/metrics answered text that is not Prometheus text format ({exc}); the server's "
+                         "counters cannot be read: check that the URL is the SGLang server itself") from None
 
 
 def server_info(url: str, headers: dict | None = None) -> dict:

@@ -2,8 +2,9 @@
 
 The load generator's connections are read from one epoll set, which the event loop watches as a single file.
 When any of them is readable, ``Reader`` reads each ready socket once (``recvmsg``, with the time the kernel
-received the bytes), takes the HTTP framing (status line, headers, chunked or sized body) and the event lines
-apart, and hands each ``data:`` payload to its request's callback. Only the end of an answer wakes the task that
+received the bytes), then feeds what was read to httptools' parser (llhttp, strict) for the HTTP framing (status
+line, headers, chunked or sized body), takes the event lines apart and hands each ``data:`` payload, dated when
+its bytes were received, to its request's callback. Only the end of an answer wakes the task that
 sent the request. At a few hundred streams, asyncio's transport and a task wake-up per chunk cost more CPU than
 the chunks themselves, and a client that falls behind by more than a chunk's interval dates chunks late: the
 kernel merges two packets waiting in one socket and keeps the later one's time (benchmarks/README.md, "Client
@@ -12,7 +13,7 @@ overhead").
 What is read: plain-HTTP/1.1 answers to one request at a time per connection (no pipelining), bodies framed by
 ``Transfer-Encoding: chunked``, by ``Content-Length`` or by the connection's end; informational (1xx) answers are
 skipped. A 200 answer's body is read as server-sent events; any other answer's body is kept (its first 64 KiB)
-for the error message. Lines of any length are read.
+for the error message. Lines of any length are read. Malformed framing fails the request (MalformedAnswer).
 """
 
 from __future__ import annotations
@@ -25,6 +26,8 @@ import time
 from collections import deque
 from dataclasses import dataclass
 from urllib.parse import urlsplit
+
+import httptools
 
 SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35)  # Linux
 STAMP_SPACE = 64  # ancillary bytes to ask recvmsg for
@@ -73,7 +76,8 @@ class Answer:
     body: bytes = b""
 
 
-_HEAD, _CHUNK_SIZE, _CHUNK_DATA, _CHUNK_END, _TRAILER, _SIZED, _UNTIL_CLOSE, _IDLE = range(8)
+class MalformedAnswer(ValueError):
+    """The server's answer breaks HTTP/1.1's framing (the message says how); its connection is not used again."""
 
 
 class Connection:
@@ -83,6 +87,12 @@ class Connection:
     bytes are read; it returns True once the answer is complete (the stream's ``[DONE]``), after which the body
     has ``grace`` seconds to end. Whatever ``on_event`` raises ends the request with that exception and closes
     the connection.
+
+    The framing is httptools' (llhttp's strict parser, one for the connection's answers), fed every read in the
+    order read; its callbacks (the ``on_*`` methods) take the head and the body pieces. An answer the parser
+    refuses (a chunk size such as `` +0x1_0 ``, a Content-Length that is not digits, a repeated Content-Length),
+    or one this reader does not read (a repeated Transfer-Encoding header, a transfer coding other than chunked, a
+    head over 64 KiB) fails its request with MalformedAnswer and closes the connection.
     """
 
     def __init__(self, sock: socket.socket, reader: "Reader"):
@@ -90,19 +100,22 @@ class Connection:
         self.closed = False
         self.reusable = False
         self._future: asyncio.Future | None = None
-        self._state = _IDLE
-        self._rest = b""
+        self._parser: httptools.HttpResponseParser | None = httptools.HttpResponseParser(self)  # for every answer
         reader.watch(self)
 
-    async def request(self, data: bytes, on_event, grace: float = 1.0) -> Answer:
-        """Send one request (head and body) and read its answer."""
-        if self.closed or self._state != _IDLE:
+    async def request(self, data: bytes, on_event, on_send=None, grace: float = 1.0) -> Answer:
+        """Send one request (head and body) and read its answer; ``on_send()``, if given, is called once the
+        connection is ready for the answer, just before the bytes go to the kernel."""
+        if self.closed or (self._future is not None and not self._future.done()):
             raise RuntimeError("connection not ready for a request")
         loop = asyncio.get_running_loop()
         self._future = loop.create_future()
         self._on_event, self._grace, self._grace_timer = on_event, grace, None
-        self._state, self._rest, self._lines, self._body = _HEAD, b"", bytearray(), bytearray()
-        self._received, self._status, self.reusable = 0, 0, False
+        self._now, self._first, self._lines, self._body = 0.0, b"", bytearray(), bytearray()
+        self._received, self._status, self._until_close = 0, 0, False
+        self.reusable = False
+        if on_send is not None:
+            on_send()
         try:
             await loop.sock_sendall(self.sock, data)
         except OSError as exc:
@@ -111,7 +124,8 @@ class Connection:
 
     def close(self) -> None:
         if not self.closed:
-            self.closed = True
+            self.closed, self.reusable = True, False
+            self._parser = None  # it holds this connection's callbacks
             self.reader.forget(self)
             self.sock.close()
 
@@ -131,8 +145,10 @@ class Connection:
         return data, arrival(ancillary, time.monotonic())
 
     def received(self, data: bytes, when) -> None:
-        """Take in what ``read`` returned, in the order it was read."""
-        if self.closed:
+        """Take in what ``read`` returned, in the order it was read: every body piece parsed from ``data`` is dated
+        ``when``, the time its bytes were received."""
+        parser = self._parser
+        if parser is None:  # closed
             return
         if not data:
             self._lost(when)
@@ -140,15 +156,33 @@ class Connection:
         if self._future is None or self._future.done():
             self.close()  # bytes nobody asked for: this connection cannot be trusted with another request
             return
+        if not self._received:
+            self._first = data[:80]
         self._received += len(data)
+        self._now = when
         try:
-            self._take(self._rest + data if self._rest else data, when)
+            parser.feed_data(data)
+            if not self._status and self._received > _MAX_HEAD:
+                raise self._malformed("the answer's head is longer than 64 KiB")
+        except httptools.HttpParserCallbackError as exc:  # what a callback below (or on_event) raised
+            self._fail(exc.__context__ or MalformedAnswer(str(exc)))
+        except httptools.HttpParserError as exc:  # the framing llhttp refuses
+            self._fail(self._malformed(str(exc)))
+        except httptools.HttpParserUpgrade:
+            self._fail(self._malformed("the server switched protocols, which no request asked for"))
         except Exception as exc:  # a broken answer or whatever on_event raised ends this request only
             self._fail(exc)
 
+    def _malformed(self, reason: str) -> MalformedAnswer:
+        status_line = self._first.partition(b"\r\n")[0].decode("latin-1")
+        if not status_line.startswith("HTTP/"):
+            return MalformedAnswer(f"not an HTTP answer ({reason}): {self._first!r}")
+        return MalformedAnswer(f"malformed HTTP/1.1 framing in the server's answer '{status_line}': {reason} "
+                               f"(after {self._received} bytes)")
+
     def _lost(self, exc: OSError | None) -> None:
         pending = self._future is not None and not self._future.done()
-        if pending and self._state == _UNTIL_CLOSE:
+        if pending and self._until_close:
             self._finish(keep=False)
         elif pending:
             why = f": {exc}" if exc else ""
@@ -156,88 +190,39 @@ class Connection:
                                     f"{why}", self._received > 0))
         self.close()
 
-    def _take(self, buf: bytes, now: float) -> None:
-        pos, end_of_data = 0, len(buf)
-        while pos < end_of_data and not self._future.done():
-            state = self._state
-            if state == _CHUNK_SIZE:
-                end = buf.find(b"\r\n", pos)
-                if end < 0:
-                    break
-                size_line = buf[pos:end]
-                size = int(size_line.split(b";")[0] if b";" in size_line else size_line, 16)
-                start, stop = end + 2, end + 2 + size
-                if size and buf[stop:stop + 2] == b"\r\n":  # the whole chunk is here (most reads)
-                    self._payload(buf[start:stop], now)
-                    pos = stop + 2
-                    continue
-                self._left, pos = size, start
-                self._state = _CHUNK_DATA if size else _TRAILER
-            elif state == _CHUNK_DATA or state == _SIZED:
-                take = min(self._left, end_of_data - pos)
-                self._payload(buf[pos:pos + take], now)
-                pos += take
-                self._left -= take
-                if self._left == 0:
-                    if state == _SIZED:
-                        self._finish(keep=True)
-                    else:
-                        self._state = _CHUNK_END
-            elif state == _CHUNK_END:
-                if end_of_data - pos < 2:
-                    break
-                if buf[pos:pos + 2] != b"\r\n":
-                    raise ValueError("malformed chunked body")
-                pos += 2
-                self._state = _CHUNK_SIZE
-            elif state == _HEAD:
-                end = buf.find(b"\r\n\r\n", pos)
-                if end < 0:
-                    if end_of_data - pos > _MAX_HEAD:
-                        raise ValueError("response head longer than 64 KiB")
-                    break
-                self._start_body(buf[pos:end])
-                pos = end + 4
-                if self._state == _SIZED and self._left == 0:
-                    self._finish(keep=True)
-            elif state == _TRAILER:
-                end = buf.find(b"\r\n", pos)
-                if end < 0:
-                    break
-                if end == pos:
-                    self._finish(keep=True)
-                pos = end + 2
-            else:  # _UNTIL_CLOSE
-                self._payload(buf[pos:], now)
-                pos = end_of_data
-        self._rest = buf[pos:] if pos < end_of_data else b""
-        if self._rest and self._future.done():
-            self.reusable = False  # bytes after the answer: do not trust this connection with another request
+    # httptools' callbacks, called from feed_data in the order of the bytes
 
-    def _start_body(self, head: bytes) -> None:
-        lines = head.decode("latin-1").split("\r\n")
-        parts = lines[0].split(" ", 2)
-        if len(parts) < 2 or not parts[0].startswith("HTTP/"):
-            raise ValueError(f"not an HTTP answer: {lines[0][:80]!r}")
-        status = int(parts[1])
-        headers = {}
-        for line in lines[1:]:
-            name, _, value = line.partition(":")
-            headers[name.strip().lower()] = value.strip()
-        if 100 <= status < 200:
+    def on_message_begin(self) -> None:
+        if self._future is None or self._future.done():
+            raise MalformedAnswer("bytes after the end of the answer")
+        self._framing: dict[bytes, bytes] = {}
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        name = name.lower()
+        if name == b"content-length" or name == b"transfer-encoding":
+            if name in self._framing:
+                raise self._malformed(f"the answer repeats its {name.decode()} header "
+                                      f"({self._framing[name]!r}, then {value!r})")
+            if name == b"transfer-encoding" and value.strip().lower() != b"chunked":
+                raise self._malformed(f"Transfer-Encoding {value!r}: only chunked is read")
+            self._framing[name] = value
+
+    def on_headers_complete(self) -> None:
+        parser = self._parser
+        assert parser is not None  # the parser calls it
+        status = parser.get_status_code()
+        if status < 200:
             return  # informational: the real answer follows
-        self._status = status
-        self._keep = headers.get("connection", "").lower() != "close" and parts[0] != "HTTP/1.0"
-        if status in (204, 304):
-            self._state, self._left = _SIZED, 0
-        elif "chunked" in headers.get("transfer-encoding", "").lower():
-            self._state = _CHUNK_SIZE
-        elif "content-length" in headers:
-            self._state, self._left = _SIZED, int(headers["content-length"])
-        else:
-            self._state, self._keep = _UNTIL_CLOSE, False
+        self._status, self._keep = status, parser.should_keep_alive()
+        self._until_close = not self._framing and status not in (204, 304)
 
-    def _payload(self, piece: bytes, now: float) -> None:
+    def on_message_complete(self) -> None:
+        if self._status:  # not the end of an informational answer
+            self._finish(keep=True)
+
+    def on_body(self, piece: bytes) -> None:
+        """A piece of the body (chunk framing removed): a 200 answer's event lines, each ``data:`` payload handed to
+        on_event with the time its bytes were received; another answer's body is kept for its error message."""
         if self._status != 200:
             if len(self._body) < _KEPT_BODY:
                 self._body += piece[:_KEPT_BODY - len(self._body)]
@@ -254,7 +239,7 @@ class Connection:
             self._lines += rest
         for line in lines:
             if line[:5] == b"data:" and self._grace_timer is None:
-                if self._on_event(now, line[5:].strip()):
+                if self._on_event(self._now, line[5:].strip()):
                     self._grace_timer = asyncio.get_running_loop().call_later(self._grace, self._complete_early)
 
     def _complete_early(self) -> None:
@@ -267,7 +252,6 @@ class Connection:
         if self._grace_timer is not None:
             self._grace_timer.cancel()
         self.reusable = keep and self._keep and not self.closed
-        self._state = _IDLE
         if not self._future.done():
             self._future.set_result(Answer(self._status, bytes(self._body)))
 
@@ -421,8 +405,7 @@ class Pool:
                 opened = time.monotonic()
                 connection = await self._open()
             try:
-                on_sent(time.monotonic(), opened)
-                answer = await connection.request(data, on_event)
+                answer = await connection.request(data, on_event, lambda: on_sent(time.monotonic(), opened))
             except Disconnected as exc:
                 if reused and not exc.answered and attempt == 0:
                     continue  # a kept-alive connection the server had closed: once more on a new one

@@ -43,7 +43,7 @@ import yaml
 
 from .canon import digest
 from .config import DuplicateKey, unique_pairs
-from .text import chat_prompt
+from .text import QWEN_CHATML, ChatTemplate, chat_template
 
 DEFAULT_CONTEXT = {"long": 8000, "very_long": 32000}
 DEFAULT_TURNS = {"agentic_1": 6, "agentic_2": 4}
@@ -101,10 +101,14 @@ class Session:
     followups: list[dict] = field(default_factory=list)
     max_new_tokens: int = 512
     tokens: int = 0  # first turn's prompt length with the workload tokenizer
+    chat_template: ChatTemplate = QWEN_CHATML  # renders each turn's prompt text (native and completions protocols)
 
     def as_dict(self) -> dict:
+        """What the session sends; the chat template counts where it is the model's (the fallback's prompts are
+        those of every earlier version)."""
+        template = {"chat_template": self.chat_template.digest} if self.chat_template.digest else {}
         return {"id": self.id, "kind": self.kind, "messages": self.messages, "followups": self.followups,
-                "max_new_tokens": self.max_new_tokens, "tokens": self.tokens}
+                "max_new_tokens": self.max_new_tokens, "tokens": self.tokens, **template}
 
 
 # ------------------------------------------------------------------ tokenizer
@@ -374,11 +378,15 @@ def build(workload: dict, seed: int, thinking: bool = False, model_path: str | N
     source = workload.get("source") or default_source(family)
     rng = random.Random(f"{seed}:{name}:{family}:{source}")
     max_new = workload.get("max_new_tokens", 512)
+    try:
+        template = chat_template(model_path)
+    except ValueError as exc:  # the model folder's chat template cannot be read
+        raise WorkloadError(f"model.path: {exc}") from None
     items: list[tuple[str, list, list]] = []
     if source == "file":
         entries = read_user_file(workload["path"], workload.get("format", "jsonl"))
         for number, _, first, _ in entries:  # every entry must fit, whichever are drawn
-            tokens = count_tokens(chat_prompt(first, thinking), model_path)
+            tokens = _prompt_tokens(template, first, thinking, model_path, f"{workload['path']}: line {number}")
             if context_length and tokens + max_new > context_length:
                 raise WorkloadError(f"{workload['path']}: line {number}: a prompt of {tokens} tokens + max_new_tokens "
                                     f"{max_new} exceeds model.context_length {context_length}; shorten it, lower "
@@ -457,13 +465,24 @@ def build(workload: dict, seed: int, thinking: bool = False, model_path: str | N
         raise WorkloadError(f"workload '{name}': source '{source}' does not provide family '{family}'")
     sessions = []
     for i, (kind, first, rest) in enumerate(items):
-        tokens = count_tokens(chat_prompt(first, thinking), model_path)
+        tokens = _prompt_tokens(template, first, thinking, model_path, f"workload '{name}': session {i}")
         if context_length and tokens + max_new > context_length:
             raise WorkloadError(f"workload '{name}': session {i} has a prompt of {tokens} tokens + max_new_tokens "
                                 f"{max_new}, more than model.context_length {context_length}; lower context_tokens "
                                 "or max_new_tokens, or raise model.context_length")
-        sessions.append(Session(f"{name}-{i}", kind, first, rest, max_new, tokens))
+        sessions.append(Session(f"{name}-{i}", kind, first, rest, max_new, tokens, template))
     return sessions
+
+
+def _prompt_tokens(template: ChatTemplate, messages: list[dict], thinking: bool, model_path: str | None,
+                   where: str) -> int:
+    """Tokens of the first turn's prompt as the chat template renders it; a template that refuses it is named."""
+    try:
+        text = template.render(messages, thinking)
+    except ValueError as exc:
+        raise WorkloadError(f"{where}: {exc}; use a model folder whose template takes a system and a user message, "
+                            "or remove its chat template to use the Qwen ChatML fallback") from None
+    return count_tokens(text, model_path)
 
 
 def warmup_sessions(workload: dict, count: int, seed: int, thinking: bool = False, model_path: str | None = None,
@@ -482,8 +501,8 @@ def warmup_sessions(workload: dict, count: int, seed: int, thinking: bool = Fals
         first = session.messages[0]
         messages = [dict(first, content=f"[warm-up {i + 1} of {count}, not measured]\n{first['content']}"),
                     *session.messages[1:]]
-        marked.append(replace(session, messages=messages,
-                              tokens=count_tokens(chat_prompt(messages, thinking), model_path)))
+        tokens = _prompt_tokens(session.chat_template, messages, thinking, model_path, f"warm-up session {i}")
+        marked.append(replace(session, messages=messages, tokens=tokens))
     return marked
 
 

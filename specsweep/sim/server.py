@@ -24,7 +24,7 @@ from aiohttp import web
 
 from .. import __version__, algorithms
 from ..ddtree import DEFAULT_BUILD, RankProbe, builds as ddtree_builds
-from ..text import chat_prompt, split_tokens
+from ..text import chat_template, split_tokens
 from ..workloads import WorkloadError, tokenizer
 from .model import (CostModel, Decoding, drafter_acceptance, profiles, reply_tokens, request_drafter,
                     top1_probability)
@@ -462,7 +462,8 @@ class SimServer:
         if not self.args.enable_metrics:
             raise web.HTTPNotFound(text="metrics are disabled; start with --enable-metrics")
         engine = self.engine
-        c, label = engine.counters, f'{{model_name="{self.model_name}"}}'
+        escaped = self.model_name.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")  # as Prometheus asks
+        c, label = engine.counters, f'{{model_name="{escaped}"}}'
         lines = []
         for name, value, kind in (
             ("sglang:prompt_tokens_total", c["prompt_tokens"], "counter"),
@@ -537,7 +538,10 @@ class SimServer:
             raise web.HTTPBadRequest(text="request body is not JSON")
         if chat:
             thinking = (body.get("chat_template_kwargs") or {}).get("enable_thinking", True)
-            prompt = chat_prompt(body.get("messages") or [], thinking)
+            try:  # the model folder's chat template, as SGLang applies it (Qwen ChatML without one)
+                prompt = chat_template(self.args.model_path).render(body.get("messages") or [], thinking)
+            except ValueError as exc:
+                raise web.HTTPBadRequest(text=str(exc))
         else:
             prompt = body.get("prompt")
             if not isinstance(prompt, str):

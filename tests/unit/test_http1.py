@@ -186,3 +186,51 @@ def test_a_server_that_answers_nothing_times_out_and_is_not_retried():
         records = measure(server.url, [one("hi", 8)], 1, {}, timeout=1)
     assert records[0].error == "timeout"
     assert server.requests == 1
+
+
+ONE_CHUNK = b'data: {"a": 1}\n\n'  # 16 bytes
+MALFORMED = {
+    "chunk size with sign, prefix and digit separator": (
+        STREAM_HEAD + b"Transfer-Encoding: chunked\r\n\r\n +0x1_0 \r\n" + ONE_CHUNK + b"\r\n0\r\n\r\n",
+        "Invalid character in chunk size"),
+    "repeated Content-Length": (
+        STREAM_HEAD + b"Content-Length: 16\r\nContent-Length: 16\r\n\r\n" + ONE_CHUNK, "Duplicate Content-Length"),
+    "Content-Length not digits": (STREAM_HEAD + b"Content-Length: +16\r\n\r\n" + ONE_CHUNK,
+                                  "Invalid character in Content-Length"),
+    "repeated Transfer-Encoding": (
+        STREAM_HEAD + b"Transfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n\r\n10\r\n" + ONE_CHUNK
+        + b"\r\n0\r\n\r\n", "repeats its transfer-encoding header"),
+    "a transfer coding other than chunked": (
+        STREAM_HEAD + b"Transfer-Encoding: gzip, chunked\r\n\r\n10\r\n" + ONE_CHUNK + b"\r\n0\r\n\r\n",
+        "only chunked is read"),
+    "both Content-Length and Transfer-Encoding": (
+        STREAM_HEAD + b"Content-Length: 16\r\nTransfer-Encoding: chunked\r\n\r\n10\r\n" + ONE_CHUNK + b"\r\n0\r\n\r\n",
+        "Transfer-Encoding can't be present with Content-Length"),
+    "chunk data longer than its size": (
+        STREAM_HEAD + b"Transfer-Encoding: chunked\r\n\r\n8\r\n" + ONE_CHUNK + b"\r\n0\r\n\r\n",
+        "Expected LF after chunk data"),
+    "a header line without a colon": (STREAM_HEAD + b"Content-Length 16\r\n\r\n" + ONE_CHUNK,
+                                      "Invalid header field char"),
+}
+
+
+@pytest.mark.parametrize("case", list(MALFORMED))
+def test_malformed_framing_fails_its_request_with_what_was_wrong_and_its_connection_is_dropped(case):
+    answer, reason = MALFORMED[case]
+    with Scripted([lambda c, i: (answer, "keep"), stream_answer]) as server:
+        records = run(server, 2)
+    assert records[0].error == "client_error"
+    assert "malformed HTTP/1.1 framing in the server's answer 'HTTP/1.1 200 OK'" in records[0].error_detail
+    assert reason in records[0].error_detail
+    assert records[0].chunk_times == []  # nothing of a malformed answer is taken as content
+    assert (records[1].error, records[1].output_tokens) == (None, 5)
+    assert server.connections == 2  # the next request went out on a new connection
+
+
+def test_bytes_after_the_answer_keep_the_answer_but_not_the_connection():
+    body = sse(*native(3))
+    extra = STREAM_HEAD + b"Content-Length: %d\r\n\r\n" % len(body) + body + b"HTTP/1.1 200 OK\r\n"
+    with Scripted([lambda c, i: (extra, "keep"), stream_answer]) as server:
+        records = run(server, 2)
+    assert [(r.error, r.output_tokens) for r in records] == [(None, 3), (None, 5)]
+    assert server.connections == 2
