@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import time
 from pathlib import Path
 
@@ -44,13 +45,39 @@ class Journal:
         self.path = Path(path)
 
     def write(self, event: str, **fields) -> None:
+        """Append one event as one line; after a damaged last line (a writer killed mid-line, a full disk) the event
+        starts a line of its own, so that only the damaged line is lost."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
         line = canonical_json({"time": time.time(), "event": event, **fields}) + "\n"
-        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
         try:
+            size = os.fstat(fd).st_size
+            if size and os.pread(fd, 1, size - 1) != b"\n":
+                line = "\n" + line
             os.write(fd, line.encode())
         finally:
             os.close(fd)
+
+
+def journal_events(journal: str | Path) -> list[dict]:
+    """The events of one journal file, in order; a damaged line (not one JSON object) is skipped with a warning
+    naming the file and the line."""
+    events = []
+    with open(journal, encoding="utf-8", errors="replace") as handle:
+        for number, line in enumerate(handle, start=1):
+            if not line.strip():
+                continue
+            try:
+                event = json.loads(line)
+            except json.JSONDecodeError as exc:
+                event = exc
+            if not (isinstance(event, dict) and isinstance(event.get("event"), str)
+                    and isinstance(event.get("time"), (int, float))):
+                print(f"warning: journal {journal}, line {number}: damaged ({line.strip()[:60]!r}), skipped",
+                      file=sys.stderr, flush=True)
+                continue
+            events.append(event)
+    return events
 
 
 def server_runs(journal: str | Path) -> dict[str, tuple[float, list[str]]]:
@@ -60,8 +87,7 @@ def server_runs(journal: str | Path) -> dict[str, tuple[float, list[str]]]:
     if not journal.exists():
         return {}
     open_runs, runs = {}, {}
-    for line in journal.read_text().splitlines():
-        event = json.loads(line)
+    for event in journal_events(journal):
         server = event.get("server")
         if event["event"] == "server_start":
             open_runs[server] = (event["time"], [])
