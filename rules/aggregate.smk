@@ -1,6 +1,6 @@
 rule aggregate:
     input:
-        cells=all_cell_outputs(),
+        cells=rebuilt_when_missing(all_cell_outputs()),
     output:
         summary=layout.table_path("summary"),
         tables=[

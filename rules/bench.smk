@@ -7,7 +7,7 @@ REP = "{rep}" if CONFIG["repetitions"] > 1 else None
 
 rule bench_server:
     input:
-        environment=layout.environment_path(CONFIG["backend"]),
+        environment=rebuilt_when_missing(layout.environment_path(CONFIG["backend"])),
     output:
         cells=[
             layout.cell_path("{tp}", "{method}", w["name"], c, REP)
