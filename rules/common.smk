@@ -5,7 +5,7 @@ from snakemake.utils import validate
 import yaml
 
 from specsweep import config as ss_config
-from specsweep import jobs, layout
+from specsweep import jobs, layout, runs
 from specsweep.coerce import coerce_to_schema
 from specsweep.methods import expand_methods
 from specsweep.canon import canonical_json, package_digest
@@ -22,6 +22,10 @@ except ss_config.ConfigError as _error:
     raise WorkflowError(f"Invalid configuration: {_error}")
 
 SERVERS = jobs.servers(CONFIG)
+
+# One id per invocation, inherited by its jobs (here and on cluster nodes): journals are kept per run (runs.py).
+if workflow.is_main_process:
+    runs.start()
 
 
 def all_cell_outputs():

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import sys
 import tempfile
 import time
@@ -23,8 +22,8 @@ from .canon import atomic_write_json, atomic_write_text
 from .cells import CellError, cell_digest, cell_key, cell_sessions, measure_cell
 from .jobs import ServerJob, cells_of_server
 from .environment import check_methods
-from .gpus import GpuPool, visible_devices, wait_until_released
-from . import layout
+from .gpus import GpuPool, lock_folder, visible_devices, wait_until_released
+from . import layout, runs
 from .layout import failure_path
 from .launcher import Server, ServerError, api_key_config, free_port, launch_command
 from .text import approximate_tokens, chat_prompt
@@ -117,7 +116,8 @@ def bench_server(job: ServerJob, outputs: list[str], environment: dict, log_dir:
     tp, method = job.tp, job.method
     check_methods(all_methods or [method], environment)
     server_name = job.name
-    journal = Journal(layout.journal_path(job.cache_dir, tp, method["name"], job.repetition))
+    run = runs.current()
+    journal = Journal(layout.journal_path(job.cache_dir, tp, method["name"], job.repetition, run), run)
     cache = CellCache(job.cache_dir)
     thinking = job.sampling.get("thinking", False)
     config_like = {"workloads": job.workloads, "concurrency": job.concurrency, "load": job.load}
@@ -140,17 +140,22 @@ def bench_server(job: ServerJob, outputs: list[str], environment: dict, log_dir:
         if c not in missing:
             journal.write("cache_hit", server=server_name, cell=c["output"], key=c["key"])
     started = False
-    if missing:
-        _check_writable(cache.root, "cache_dir")
-        pool_config = job.gpu_pool
-        devices = visible_devices(pool_config["devices"]) if job.backend == "sglang" or pool_config["devices"] else []
-        with ExitStack() as stack:
-            gpus = None
+    with ExitStack() as stack:
+        gpus = None
+        if missing:
+            _check_writable(cache.root, "cache_dir")
+            pool_config = job.gpu_pool
+            pooled = job.backend == "sglang" or pool_config["devices"]
+            devices = visible_devices(pool_config["devices"]) if pooled else []
             if devices:
-                pool = GpuPool(Path(pool_config["lock_dir"]) / socket.gethostname(), devices)
+                pool = GpuPool(lock_folder(pool_config["lock_dir"]), devices)
                 need = len(devices) if pool_config["exclusive"] else tp
                 print(f"server {server_name}: waiting for {need} GPU(s) from the pool", file=sys.stderr, flush=True)
                 gpus = stack.enter_context(pool.acquire(need, holder=server_name))
+                for cell in [c for c in missing if cache.get(c["key"]) is not None]:  # measured by another run
+                    missing.remove(cell)                                               # while this one waited
+                    journal.write("cache_hit", server=server_name, cell=cell["output"], key=cell["key"])
+        if missing:
             log_path = Path(log_dir) / layout.server_log_name(tp, method["name"])
             secrets = stack.enter_context(tempfile.TemporaryDirectory(prefix="specsweep-"))
             extra_args, headers = api_key_config(job.server.get("api_key_env"), secrets)
@@ -192,7 +197,7 @@ def bench_server(job: ServerJob, outputs: list[str], environment: dict, log_dir:
         atomic_write_text(cell["output"], cache.path(cell["key"]).read_text())
     done = {"hits": len(cells) - len(missing), "measured": len(missing), "server_started": started}
     if run_record is not None:
-        write_run_record(run_record, server_name, journal)
+        write_run_record(run_record, server_name, journal, {c["key"] for c in cells})
     return done
 
 
@@ -249,7 +254,7 @@ def record_failure(cell: dict, exc: BaseException, server, journal: Journal, ser
         atomic_write_json(failure_path(cell["output"]), record)
     except OSError:
         pass
-    journal.write("cell_failed", server=server_name, cell=cell["output"], cause=record["cause"])
+    journal.write("cell_failed", server=server_name, cell=cell["output"], key=cell["key"], cause=record["cause"])
 
 
 def clear_failure(cell: dict) -> None:

@@ -1,0 +1,31 @@
+"""A workflow run: the id every job of one Snakemake invocation shares.
+
+The workflow's main process names its run once (``start``, from rules/common.smk) in the environment, which its
+jobs inherit, on this host and, through sbatch, on a cluster's nodes. Journals are kept per run and every event
+names its run, so that two runs on one cache (two results folders, two hosts) never mix their records.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+
+RUN_ENV = "SPECSWEEP_RUN"
+
+
+def new_run_id() -> str:
+    """{UTC start time}-{host}-{pid}: sortable by start, unique per host and process, safe as a file name."""
+    host = "".join(c if c.isalnum() or c in "-." else "-" for c in socket.gethostname()) or "host"
+    return f"{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}-{host}-{os.getpid()}"
+
+
+def start() -> str:
+    """Name a new run for this process and the jobs it starts (the workflow's main process calls it)."""
+    os.environ[RUN_ENV] = new_run_id()
+    return os.environ[RUN_ENV]
+
+
+def current() -> str:
+    """This process's run: the workflow's, else (a job started outside a workflow) a run of its own."""
+    return os.environ.get(RUN_ENV) or start()
