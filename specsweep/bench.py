@@ -25,7 +25,7 @@ from .environment import check_methods
 from .gpus import GpuPool, lock_folder, visible_devices, wait_until_released
 from . import layout, runs
 from .layout import failure_path
-from .launcher import Server, ServerError, api_key_config, free_port, launch_command
+from .launcher import ApiKeyFile, Server, ServerError, free_port, launch_command
 from .text import approximate_tokens, chat_prompt
 
 
@@ -157,19 +157,20 @@ def bench_server(job: ServerJob, outputs: list[str], environment: dict, log_dir:
                     journal.write("cache_hit", server=server_name, cell=cell["output"], key=cell["key"])
         if missing:
             log_path = Path(log_dir) / layout.server_log_name(tp, method["name"])
-            secrets = stack.enter_context(tempfile.TemporaryDirectory(prefix="specsweep-"))
-            extra_args, headers = api_key_config(job.server.get("api_key_env"), secrets)
             previous = signal.signal(signal.SIGTERM, _raise_interrupt)
+            stack.callback(signal.signal, signal.SIGTERM, previous)
+            key = stack.enter_context(ApiKeyFile(job.server.get("api_key_env")))
             server = None
             try:
                 journal.write("server_start", server=server_name, gpus=gpus, offered=devices)
                 started = True
                 try:
-                    server, argv, env = start_server(job, sessions, environment, log_path, gpus, extra_args, headers)
+                    server, argv, env = start_server(job, sessions, environment, log_path, gpus, key.args, key.headers)
                 except ServerError as exc:
                     for cell in missing:
                         record_failure(cell, exc, None, journal, server_name)
                     raise
+                key.remove()  # the server read it when it started
                 progress = Progress(server_name, cells, missing, planned(sessions) if planned else None)
                 for cell in missing:
                     try:
@@ -192,7 +193,6 @@ def bench_server(job: ServerJob, outputs: list[str], environment: dict, log_dir:
                     if gpus and job.backend == "sglang":
                         wait_until_released(gpus)
                 journal.write("server_stop", server=server_name)
-                signal.signal(signal.SIGTERM, previous)
     for cell in cells:  # the cache holds each cell exactly as an output must be: copy it
         atomic_write_text(cell["output"], cache.path(cell["key"]).read_text())
     done = {"hits": len(cells) - len(missing), "measured": len(missing), "server_started": started}

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+from pathlib import Path
 
 import pytest
 
@@ -89,3 +91,62 @@ def test_a_run_record_names_the_run_that_measured_this_jobs_cells_never_another_
     _run(Journal(folder / "run-d.jsonl", "run-d"), "tp1/ar", ["k1", "k2"])
     write_run_record(tmp_path / "record.json", "tp1/ar", this_job, {"k1", "k2"})
     assert json.loads((tmp_path / "record.json").read_text())["latest_run"]["run"] == "run-c"
+
+
+def test_an_api_key_file_is_private_and_gone_on_every_way_out_this_process_runs_code_on(tmp_path, monkeypatch):
+    import tempfile
+
+    from specsweep.launcher import ApiKeyFile, secrets_folder
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    monkeypatch.setenv("SPECSWEEP_TEST_KEY", "sk-unit-1")
+    with ApiKeyFile("SPECSWEEP_TEST_KEY") as key:
+        path = Path(key.args[1])
+        assert key.args[0] == "--config" and path.read_text() == 'api-key: "sk-unit-1"\n'
+        assert path.stat().st_mode & 0o777 == 0o600 and secrets_folder().stat().st_mode & 0o777 == 0o700
+        key.remove()  # the server is ready: it read the file
+        assert not path.exists() and key.headers == {"Authorization": "Bearer sk-unit-1"}
+    with pytest.raises(RuntimeError):
+        with ApiKeyFile("SPECSWEEP_TEST_KEY") as key:
+            path = Path(key.args[1])
+            raise RuntimeError("the server failed")
+    assert not path.exists() and list(secrets_folder().iterdir()) == []
+
+
+def test_a_key_file_a_sigkill_left_is_swept_at_the_next_start(tmp_path):
+    import subprocess
+    import sys
+
+    code = ("import sys, time\nfrom specsweep.launcher import ApiKeyFile\n"
+            "with ApiKeyFile('SPECSWEEP_TEST_KEY') as key:\n    print(key.args[1], flush=True)\n    time.sleep(600)\n")
+    env = {**os.environ, "TMPDIR": str(tmp_path), "SPECSWEEP_TEST_KEY": "sk-unit-2"}
+    holder = subprocess.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.PIPE, text=True)
+    try:
+        path = Path(holder.stdout.readline().strip())
+        check = "from specsweep.launcher import sweep_secrets\nprint(len(sweep_secrets()))\n"
+        assert subprocess.run([sys.executable, "-c", check], env=env, capture_output=True, text=True,
+                              timeout=60).stdout.strip() == "0"  # its owner runs: kept
+        holder.kill()
+        holder.wait(timeout=30)
+        assert path.exists()
+        assert subprocess.run([sys.executable, "-c", check], env=env, capture_output=True, text=True,
+                              timeout=60).stdout.strip() == "1"
+        assert not path.exists() and not path.parent.exists()
+    finally:
+        holder.kill()
+
+
+def test_a_secrets_folder_others_may_read_is_refused_by_name(tmp_path, monkeypatch):
+    import tempfile
+
+    from specsweep.launcher import ApiKeyFile, ServerError
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    folder = tmp_path / f"specsweep-secrets-{os.getuid()}"
+    folder.mkdir(mode=0o755)
+    folder.chmod(0o755)
+    monkeypatch.setenv("SPECSWEEP_TEST_KEY", "sk-unit-3")
+    with pytest.raises(ServerError, match=f"{folder} is not a private folder"):
+        with ApiKeyFile("SPECSWEEP_TEST_KEY"):
+            pass
+    assert list(folder.iterdir()) == []

@@ -8,6 +8,7 @@ import subprocess
 import sys
 import time
 
+import psutil
 import pytest
 
 from conftest import Journal, fast_config, snakemake, write_config
@@ -126,3 +127,104 @@ def test_two_results_folders_on_one_cache_never_double_book_a_gpu_nor_mix_their_
         cells = sorted(p.relative_to(folder) for p in (folder / "results" / "cells").rglob("*.json"))
         assert [(folders[0] / c).read_text() for c in cells] == [(folder / c).read_text() for c in cells]
     assert server_processes_under(tmp_path) == []
+
+
+SECRET = "sk-specsweep-kill-test-51c2"
+
+
+def bench_jobs_under(path):
+    """Bench job processes (Snakemake's script for rule bench_server) whose working folder is inside ``path``."""
+    found = []
+    for proc in psutil.process_iter(["cmdline", "cwd"]):
+        try:
+            if "bench_server.py" in " ".join(proc.info["cmdline"] or []) and (proc.info["cwd"] or "").startswith(
+                    str(path)):
+                found.append(proc)
+        except psutil.Error:
+            continue
+    return found
+
+
+def files_holding(folder, secret: str) -> list:
+    return [p for p in folder.rglob("*") if p.is_file() and secret.encode() in p.read_bytes()]
+
+
+def wait_for(condition, timeout: float, what: str):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = condition()
+        if value:
+            return value
+        time.sleep(0.1)
+    raise AssertionError(f"not within {timeout:g} s: {what}")
+
+
+def start_run(workflow, tmpdir, log):
+    env = {**os.environ, "TMPDIR": str(tmpdir), "SPECSWEEP_TEST_KEY": SECRET}
+    return subprocess.Popen([sys.executable, "-m", "snakemake", "--cores", "2", "results/summary.csv"], cwd=workflow,
+                            env=env, stdout=open(log, "w"), stderr=subprocess.STDOUT, start_new_session=True)
+
+
+def keyed_config(requests: int, startup: float) -> dict:
+    config = fast_config(requests=requests, startup=startup)
+    config["methods"] = [{"name": "ar", "algorithm": "ar"}]
+    config["server"] = {"api_key_env": "SPECSWEEP_TEST_KEY", "startup_timeout": 120}
+    return config
+
+
+def measuring(workflow) -> bool:
+    log = workflow / "logs" / "bench" / "tp1-ar.log"
+    return log.exists() and "cell 1 of 2" in log.read_text()  # the server is ready and a cell under way
+
+
+def test_a_bench_job_killed_outright_leaves_no_server_and_no_key_file(workflow, tmp_path):
+    from conftest import server_processes_under
+
+    tmpdir = tmp_path / "host-tmp"
+    tmpdir.mkdir()
+    write_config(workflow, keyed_config(requests=4, startup=60))  # killed while its server starts
+    run = start_run(workflow, tmpdir, tmp_path / "first.log")
+    try:
+        wait_for(lambda: server_processes_under(workflow) and files_holding(tmpdir, SECRET), 120,
+                 "a server starting with its key file")
+        (job,) = bench_jobs_under(workflow)
+        job.kill()
+        run.wait(timeout=120)
+        wait_for(lambda: not server_processes_under(workflow), 30, "the server stopped (parent-death signal)")
+        assert files_holding(tmpdir, SECRET)  # a SIGKILL runs no code: the file waits for the next start
+
+        write_config(workflow, keyed_config(requests=200, startup=0.1))
+        run = start_run(workflow, tmpdir, tmp_path / "second.log")
+        wait_for(lambda: measuring(workflow), 120, "the next server measuring")
+        assert files_holding(tmpdir, SECRET) == []  # the stale file swept; this server's removed once it was ready
+        (job,) = bench_jobs_under(workflow)
+        job.kill()  # mid-cell
+        run.wait(timeout=120)
+        wait_for(lambda: not server_processes_under(workflow), 30, "the server stopped (parent-death signal)")
+        assert files_holding(tmpdir, SECRET) == []
+    finally:
+        for proc in bench_jobs_under(workflow) + server_processes_under(workflow):
+            proc.kill()
+        run.kill()
+
+
+def test_snakemake_killed_outright_stops_its_server_jobs(workflow, tmp_path):
+    from conftest import server_processes_under
+
+    tmpdir = tmp_path / "host-tmp"
+    tmpdir.mkdir()
+    write_config(workflow, keyed_config(requests=200, startup=0.1))  # minutes of cells after the kill
+    run = start_run(workflow, tmpdir, tmp_path / "run.log")
+    try:
+        wait_for(lambda: measuring(workflow), 120, "a server measuring")
+        run.kill()  # Snakemake alone, as kill -9 <pid> does: its jobs get no signal
+        run.wait(timeout=30)
+        wait_for(lambda: not bench_jobs_under(workflow) and not server_processes_under(workflow), 30,
+                 "the orphaned bench job and its server stopped")
+        assert files_holding(tmpdir, SECRET) == []
+        events = Journal(workflow).new_events()
+        assert [e["event"] for e in events if e["event"].startswith("server_")] == ["server_start", "server_stop"]
+        assert "the workflow that started this job" in (workflow / "logs" / "bench" / "tp1-ar.log").read_text()
+    finally:
+        for proc in bench_jobs_under(workflow) + server_processes_under(workflow):
+            proc.kill()
