@@ -179,9 +179,13 @@ class ApiKeyFile:
         self.folder = secrets_folder() / f"{me.pid}-{me.create_time():.3f}"
         self.folder.mkdir(mode=0o700)
         path = self.folder / "server-secrets.yaml"
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        with os.fdopen(fd, "w") as handle:
-            handle.write(f"api-key: {json.dumps(key)}\n")
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(fd, "w") as handle:
+                handle.write(f"api-key: {json.dumps(key)}\n")
+        except BaseException:  # a full disk: no partial file left
+            self.remove()
+            raise
         self.args, self.headers = ["--config", str(path)], {"Authorization": f"Bearer {key}"}
         return self
 
@@ -195,15 +199,19 @@ class ApiKeyFile:
         self.remove()
 
 
-def secrets_folder() -> Path:
+def secrets_folder(create: bool = True) -> Path | None:
     """This user's folder of server secrets on this host: specsweep-secrets-<uid> in the temporary folder, private
-    to its owner (refused, naming it, when another user owns it or others may read it)."""
+    to its owner (refused, naming it, when another user owns it or others may read it); None when it does not exist
+    and ``create`` is false."""
     folder = Path(tempfile.gettempdir()) / f"specsweep-secrets-{os.getuid()}"
     try:
-        folder.mkdir(mode=0o700)
+        if create:
+            folder.mkdir(mode=0o700)
+        info = folder.lstat()
     except FileExistsError:
-        pass
-    info = folder.lstat()
+        info = folder.lstat()
+    except FileNotFoundError:
+        return None
     if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid() or info.st_mode & 0o077:
         raise ServerError(f"{folder} is not a private folder of this user's (owner, mode or type); remove it and "
                           "rerun")
@@ -214,7 +222,11 @@ def sweep_secrets() -> list[Path]:
     """Remove the secrets of server jobs that are gone (a job killed with SIGKILL runs no code to remove them):
     each job's folder is named after its process id and start time. Returns what was removed."""
     removed = []
-    for entry in secrets_folder().iterdir():
+    try:
+        folder = secrets_folder(create=False)
+    except ServerError:  # not this user's to sweep; a server that needs its key refuses it, naming it
+        return removed
+    for entry in folder.iterdir() if folder else []:
         pid, _, started = entry.name.partition("-")
         try:
             alive = abs(psutil.Process(int(pid)).create_time() - float(started)) < 1.0
