@@ -76,8 +76,11 @@ def most_at_once(events) -> int:
     return most
 
 
-def test_two_results_folders_on_one_cache_never_double_book_a_gpu_nor_mix_their_records(tmp_path):
+def test_two_results_folders_on_one_cache_never_double_book_a_gpu_nor_mix_their_records(tmp_path, monkeypatch):
+    import tempfile
+
     from conftest import copy_workflow, server_processes_under
+    from specsweep.gpus import GpuPool, lock_folder
 
     cache = tmp_path / "shared-cache"
     config = fast_config()
@@ -88,30 +91,29 @@ def test_two_results_folders_on_one_cache_never_double_book_a_gpu_nor_mix_their_
     folders = [copy_workflow(tmp_path / name) for name in ("first", "second")]
     for folder in folders:
         write_config(folder, config)
-    env = {**os.environ, "TMPDIR": str(tmp_path / "host-tmp")}  # the host's temporary folder, for both runs
-    (tmp_path / "host-tmp").mkdir()
-    journal = Journal(tmp_path, "shared-cache")
+    host_tmp = tmp_path / "host-tmp"  # the host's temporary folder, for both runs and this test
+    host_tmp.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(host_tmp))
+    env = {**os.environ, "TMPDIR": str(host_tmp)}
+    logs = [folder / "logs" / "bench" / "tp1-ar.log" for folder in folders]
     runs = []
     try:
-        for folder in folders:
-            if runs:  # the first run holds the GPU before the second starts
-                deadline = time.monotonic() + 120
-                while time.monotonic() < deadline and not any(e["event"] == "server_start"
-                                                              for e in journal.new_events()):
-                    time.sleep(0.1)
-            runs.append(subprocess.Popen([sys.executable, "-m", "snakemake", "--cores", "2", "results/summary.csv"],
-                                         cwd=folder, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                         text=True))
+        with GpuPool(lock_folder(None), ["0"]).acquire(1, holder="a third workflow"):  # both runs wait for it
+            for folder in folders:
+                runs.append(subprocess.Popen([sys.executable, "-m", "snakemake", "--cores", "2",
+                                              "results/summary.csv"], cwd=folder, env=env, stdout=subprocess.PIPE,
+                                             stderr=subprocess.STDOUT, text=True))
+            wait_for(lambda: all(log.exists() and "waiting for 1 GPU(s) from the pool" in log.read_text()
+                                 for log in logs), 180, "both runs waiting for the GPU")
+            assert not server_processes_under(tmp_path)
         outputs = [run.communicate(timeout=600)[0] for run in runs]
     finally:
         for run in runs:
             run.kill()
     assert [run.returncode for run in runs] == [0, 0], outputs[1][-3000:]
     events = Journal(tmp_path, "shared-cache").new_events()
-    # the second run asked for the GPU while the first held it, and got it only once the first had let it go
-    assert "waiting for 1 GPU(s) from the pool" in (folders[1] / "logs" / "bench" / "tp1-ar.log").read_text()
     assert most_at_once(events) == 1
-    assert len([e for e in events if e["event"] == "measured"]) == 2  # the second run took the first run's cells
+    assert len([e for e in events if e["event"] == "measured"]) == 2  # the later run took the first one's cells
     (measuring,) = {e["run"] for e in events if e["event"] == "server_start"}
     files = journal_files(tmp_path, "tp1-ar", "shared-cache")
     assert len(files) == 2  # a journal per run, each with the events of its run only
