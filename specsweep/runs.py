@@ -45,8 +45,11 @@ def stop_with_parent(poll: float = 1.0) -> threading.Thread:
     def watch() -> None:
         while os.getppid() == parent:
             time.sleep(poll)
-        print(f"the workflow that started this job (process {parent}) is gone: stopping", file=sys.stderr,
-              flush=True)
+        try:
+            print(f"the workflow that started this job (process {parent}) is gone: stopping", file=sys.stderr,
+                  flush=True)
+        except (OSError, ValueError):  # its console may have gone with it
+            pass
         os.kill(os.getpid(), signal.SIGTERM)
 
     thread = threading.Thread(target=watch, name="stop-with-parent", daemon=True)
