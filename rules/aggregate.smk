@@ -1,7 +1,7 @@
 # Every cell of the configuration, verified against it (key, prompts, digest, schema), into the tables.
 rule aggregate:
     input:
-        cells=all_cell_outputs(),
+        cells=rebuilt_when_missing(all_cell_outputs()),
         environment=layout.environment_path(CONFIG["backend"]),
     output:
         summary=layout.table_path("summary"),

@@ -7,7 +7,7 @@ from snakemake.utils import validate
 import yaml
 
 from specsweep import config as ss_config
-from specsweep import jobs, layout
+from specsweep import jobs, layout, runs
 from specsweep.coerce import coerce_to_schema
 from specsweep.methods import expand_methods
 from specsweep.canon import canonical_json, package_digest
@@ -35,6 +35,10 @@ except ss_config.ConfigError as _error:
 
 SERVERS = jobs.servers(CONFIG)
 
+# One id per invocation, inherited by its jobs (here and on cluster nodes): journals are kept per run (runs.py).
+if workflow.is_main_process:
+    runs.start()
+
 
 def all_cell_outputs():
     return [cell["path"] for cell in jobs.all_cells(CONFIG)]
@@ -42,6 +46,29 @@ def all_cell_outputs():
 
 def all_run_records():
     return [layout.run_record_path(s["tp"], s["method"], s["repetition"]) for s in SERVERS]
+
+
+def rebuilt_when_missing(paths):
+    """Input function: ``paths`` (a list, or one path), any of them that is missing rebuilt for every target that
+    reaches this rule.
+
+    Snakemake (since 7.7) rebuilds a missing file only for a job that has to run anyway: with the tables and the
+    report already there, a deleted cell, table or run record was restored for the default target alone, and
+    `snakemake results/summary.csv` said "Nothing to be done". Marking the missing files as forced, as
+    `--forcerun FILE` would, rebuilds them and then everything downstream of them, for whichever target's DAG
+    reaches the rule that reads them (so `snakemake plan` still starts nothing)."""
+
+    def inputs(wildcards):
+        missing = [p for p in ([paths] if isinstance(paths, str) else paths) if not os.path.exists(p)]
+        if missing and workflow.is_main_process:
+            forced = getattr(workflow.dag, "forcefiles", None)
+            if forced is None:
+                raise WorkflowError(f"{missing[0]} is missing and this Snakemake version offers no way to rebuild it "
+                                    f"for this target: name it as a target too (snakemake {missing[0]} ...)")
+            forced.update(missing)
+        return paths
+
+    return inputs
 
 
 def _repetition(wildcards):

@@ -2,10 +2,10 @@
 # context); report_pdf renders and compiles the LaTeX, report_figures draws the same charts for the HTML report.
 rule report_data:
     input:
-        tables=[layout.table_path(name) for name in layout.TABLES],
-        environment=layout.environment_path(CONFIG["backend"]),
-        predictions=layout.PREDICTIONS,
-        runs=all_run_records(),
+        tables=rebuilt_when_missing([layout.table_path(name) for name in layout.TABLES]),
+        environment=rebuilt_when_missing(layout.environment_path(CONFIG["backend"])),
+        predictions=rebuilt_when_missing(layout.PREDICTIONS),
+        runs=rebuilt_when_missing(all_run_records()),
     output:
         layout.REPORT_DATA,
     params:
@@ -19,7 +19,7 @@ rule report_data:
 
 rule report_pdf:
     input:
-        data=layout.REPORT_DATA,
+        data=rebuilt_when_missing(layout.REPORT_DATA),
     output:
         pdf=report(
             "results/report/report.pdf",
@@ -36,7 +36,7 @@ rule report_pdf:
 
 rule report_figures:
     input:
-        data=layout.REPORT_DATA,
+        data=rebuilt_when_missing(layout.REPORT_DATA),
     output:
         **{
             section: report(

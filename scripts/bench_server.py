@@ -10,6 +10,9 @@ from specsweep.bench import bench_server
 from specsweep.jobs import ServerJob
 from specsweep.methods import expand_methods
 from specsweep.plan import predict_server
+from specsweep.runs import stop_with_parent
+
+stop_with_parent()  # Snakemake killed outright: stop the server rather than leave it running as an orphan
 
 # every configured method, for the capability check (from the validated config, not a rerun trigger)
 all_methods = [m.as_dict() for m in expand_methods(snakemake.config)]

@@ -11,7 +11,6 @@ from __future__ import annotations
 import fnmatch
 import os
 import signal
-import socket
 import sys
 import tempfile
 import time
@@ -24,10 +23,10 @@ from .canon import atomic_write_json
 from .cells import DEFAULT_FAILURES, IDENTITY, CellError, cell_problem, keyed_cells, measure_cell, unfinished
 from .jobs import ServerJob
 from .environment import check_methods
-from .gpus import GpuPool, visible_devices, wait_until_released
-from . import layout
+from .gpus import GpuPool, lock_folder, visible_devices, wait_until_released
+from . import layout, runs
 from .layout import failure_path
-from .launcher import Server, ServerError, api_key_config, free_port, launch_command
+from .launcher import ApiKeyFile, Server, ServerError, free_port, launch_command
 from .text import approximate_tokens, chat_prompt
 
 
@@ -124,7 +123,8 @@ def bench_server(job: ServerJob, outputs: list[str], environment: dict, log_dir:
     failures = failures or DEFAULT_FAILURES
     check_methods(all_methods or [method], environment)
     server_name = job.name
-    journal = Journal(layout.journal_path(job.cache_dir, tp, method["name"], job.repetition))
+    run = runs.current()
+    journal = Journal(layout.journal_path(job.cache_dir, tp, method["name"], job.repetition, run), run)
     cache = CellCache(job.cache_dir)
     adaptive = job.adaptive
     cells, sessions = keyed_cells(job, environment["identity_digest"], adaptive["max_requests"] if adaptive else 0)
@@ -152,31 +152,40 @@ def bench_server(job: ServerJob, outputs: list[str], environment: dict, log_dir:
             journal.write("cache_refused", server=server_name, cell=cell["output"], key=cell["key"], reason=why)
         missing.append(cell)
     started, not_final = False, []
-    if missing:
-        _check_writable(cache.root, "cache_dir")
-        pool_config = job.gpu_pool
-        devices = visible_devices(pool_config["devices"]) if job.backend == "sglang" or pool_config["devices"] else []
-        with ExitStack() as stack:
-            gpus = None
+    with ExitStack() as stack:
+        gpus = None
+        if missing:
+            _check_writable(cache.root, "cache_dir")
+            pool_config = job.gpu_pool
+            pooled = job.backend == "sglang" or pool_config["devices"]
+            devices = visible_devices(pool_config["devices"]) if pooled else []
             if devices:
-                pool = GpuPool(Path(pool_config["lock_dir"]) / socket.gethostname(), devices)
+                pool = GpuPool(lock_folder(pool_config["lock_dir"]), devices)
                 need = len(devices) if pool_config["exclusive"] else tp
                 print(f"server {server_name}: waiting for {need} GPU(s) from the pool", file=sys.stderr, flush=True)
                 gpus = stack.enter_context(pool.acquire(need, holder=server_name))
+                for cell in list(missing):  # measured by another run while this one waited
+                    entry, why = _usable_entry(cache, cell, failures)
+                    if entry is not None and why is None and os.path.normpath(cell["output"]) not in remeasure:
+                        missing.remove(cell)
+                        results[cell["output"]] = entry
+                        journal.write("cache_hit", server=server_name, cell=cell["output"], key=cell["key"])
+        if missing:
             log_path = Path(log_dir) / layout.server_log_name(tp, method["name"])
-            secrets = stack.enter_context(tempfile.TemporaryDirectory(prefix="specsweep-"))
-            extra_args, headers = api_key_config(job.server.get("api_key_env"), secrets)
             previous = signal.signal(signal.SIGTERM, _raise_interrupt)
+            stack.callback(signal.signal, signal.SIGTERM, previous)
+            key = stack.enter_context(ApiKeyFile(job.server.get("api_key_env")))
             server = None
             try:
                 journal.write("server_start", server=server_name, gpus=gpus, offered=devices)
                 started = True
                 try:
-                    server, argv, env = start_server(job, sessions, environment, log_path, gpus, extra_args, headers)
+                    server, argv, env = start_server(job, sessions, environment, log_path, gpus, key.args, key.headers)
                 except ServerError as exc:
                     for cell in missing:
                         record_failure(cell, exc, None, journal, server_name)
                     raise
+                key.remove()  # the server read it when it started
                 progress = Progress(server_name, cells, missing, planned(sessions) if planned else None)
                 for cell in missing:
                     try:
@@ -210,7 +219,6 @@ def bench_server(job: ServerJob, outputs: list[str], environment: dict, log_dir:
                     if gpus and job.backend == "sglang":
                         wait_until_released(gpus)
                 journal.write("server_stop", server=server_name)
-                signal.signal(signal.SIGTERM, previous)
     if not_final and not failures["keep_going"]:
         raise CellError(f"server {server_name}: {len(not_final)} cell(s) not final, so not cached:\n  "
                         + "\n  ".join(f"{output}: {why}" for output, why in not_final)
@@ -221,7 +229,7 @@ def bench_server(job: ServerJob, outputs: list[str], environment: dict, log_dir:
     done = {"hits": len(cells) - len(missing), "measured": len(missing), "server_started": started,
             "not_final": [output for output, _ in not_final]}
     if run_record is not None:
-        write_run_record(run_record, server_name, journal)
+        write_run_record(run_record, server_name, journal, {c["key"] for c in cells})
     return done
 
 
@@ -316,7 +324,7 @@ def record_failure(cell: dict, exc: BaseException, server, journal: Journal, ser
         atomic_write_json(failure_path(cell["output"]), record)
     except OSError:
         pass
-    journal.write("cell_failed", server=server_name, cell=cell["output"], cause=record["cause"])
+    journal.write("cell_failed", server=server_name, cell=cell["output"], key=cell["key"], cause=record["cause"])
 
 
 def clear_failure(cell: dict) -> None:

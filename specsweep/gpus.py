@@ -7,12 +7,18 @@ jobs never pick the same device; the kernel releases a flock when its holder
 dies, even after SIGKILL, so a crashed job never keeps a GPU. Under a
 cluster scheduler the pool chooses only among the devices the scheduler
 granted (CUDA_VISIBLE_DEVICES at job start).
+
+The lock files live in one folder per host that every run on the host sees, whatever its working directory or
+cache (``lock_folder``), so that two workflows on one host (two results folders, one cache or two) never
+double-book a GPU.
 """
 
 from __future__ import annotations
 
 import fcntl
 import os
+import socket
+import tempfile
 import time
 from contextlib import contextmanager
 from pathlib import Path
@@ -34,6 +40,25 @@ def visible_devices(configured: int | None = None) -> list[str]:
     return [str(g["index"]) for g in gpu_inventory()]
 
 
+HOST_LOCKS = "specsweep-gpu-locks"  # the host-wide folder of the pool's locks, in the host's temporary folder
+
+
+def lock_folder(lock_dir: str | None = None) -> Path:
+    """Where this host's GPU locks live: ``<lock_dir>/<hostname>`` (gpu_pool.lock_dir: a folder that several hosts
+    may share), by default ``<temporary folder>/specsweep-gpu-locks/<hostname>``, one folder for every run and user
+    on the host (created sticky and writable by all, as /tmp is)."""
+    if lock_dir:
+        return Path(lock_dir) / socket.gethostname()
+    folder = Path(tempfile.gettempdir()) / HOST_LOCKS / socket.gethostname()
+    for level in (folder.parent, folder):
+        try:
+            level.mkdir(mode=0o1777)
+            os.chmod(level, 0o1777)  # mkdir's mode is cut by the umask
+        except FileExistsError:
+            pass
+    return folder
+
+
 class GpuPool:
     """One lock file per device in ``lock_dir``; ``acquire(n)`` waits for n free devices."""
 
@@ -42,8 +67,22 @@ class GpuPool:
         self.devices = list(devices)
         self.lock_dir.mkdir(parents=True, exist_ok=True)
 
+    def _open(self, name: str) -> int:
+        """A lock file, shared by every user of the folder (a lock another user created is locked read-only)."""
+        path = self.lock_dir / name
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o666)
+            os.fchmod(fd, 0o666)  # open's mode is cut by the umask
+            return fd
+        except FileExistsError:
+            pass
+        try:
+            return os.open(path, os.O_RDWR)
+        except PermissionError:
+            return os.open(path, os.O_RDONLY)  # flock needs no write access
+
     def _try_lock(self, name: str):
-        fd = os.open(self.lock_dir / name, os.O_RDWR | os.O_CREAT, 0o644)
+        fd = self._open(name)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -60,7 +99,7 @@ class GpuPool:
         deadline = time.monotonic() + timeout
         held: list[tuple[str, int]] = []
         while True:
-            mutex = os.open(self.lock_dir / "pool.mutex", os.O_RDWR | os.O_CREAT, 0o644)
+            mutex = self._open("pool.mutex")
             try:
                 fcntl.flock(mutex, fcntl.LOCK_EX)
                 for device in self.devices:
@@ -82,8 +121,11 @@ class GpuPool:
             time.sleep(poll)
         try:
             for device, fd in held:
-                os.ftruncate(fd, 0)
-                os.write(fd, f"{os.getpid()} {holder}\n".encode())
+                try:
+                    os.ftruncate(fd, 0)
+                    os.write(fd, f"{os.getpid()} {holder}\n".encode())
+                except OSError:  # a lock file of another user's, opened read-only: held all the same
+                    pass
             yield [device for device, _ in held]
         finally:
             for _, fd in held:

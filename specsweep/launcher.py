@@ -14,14 +14,18 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import socket
+import stat
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import psutil
 import requests
 
 from . import algorithms
@@ -147,25 +151,94 @@ def launch_command(job: ServerJob, port: int, max_context: int, python: str | No
     return argv, env
 
 
-def api_key_config(env_name: str | None, folder: str | Path) -> tuple[list[str], dict]:
-    """(extra launch args, client headers) for an API key read from the environment variable ``env_name``.
+class ApiKeyFile:
+    """The server's API key, read from the environment variable ``env_name``, for the server and the client.
 
-    The key goes to the server in a private YAML file passed with --config (SGLang reads launch options
-    from it), never on the command line where `ps` shows it; the client sends it as a bearer token.
+    The key goes to the server in a private YAML file passed with --config (SGLang reads launch options from it
+    at start), never on the command line where `ps` shows it; the client sends it as a bearer token (``headers``).
+    The file lives in a folder of this process's own (``secrets_folder``), is removed as soon as the server is
+    ready (``remove``) and on every way out of the block this process runs code on (an error, SIGTERM, Ctrl-C);
+    what a SIGKILL leaves behind is removed when this user next starts a server on this host (``sweep_secrets``).
     """
-    if not env_name:
-        return [], {}
-    key = os.environ.get(env_name)
-    if not key:
-        raise ServerError(f"server.api_key_env names {env_name}, but that environment variable is empty or unset; "
-                          "export it before running")
-    folder = Path(folder)
-    folder.mkdir(parents=True, exist_ok=True, mode=0o700)
-    path = folder / "server-secrets.yaml"
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as handle:
-        handle.write(f"api-key: {json.dumps(key)}\n")
-    return ["--config", str(path)], {"Authorization": f"Bearer {key}"}
+
+    def __init__(self, env_name: str | None):
+        self.env_name = env_name
+        self.args: list[str] = []
+        self.headers: dict = {}
+        self.folder: Path | None = None
+
+    def __enter__(self) -> "ApiKeyFile":
+        sweep_secrets()
+        if not self.env_name:
+            return self
+        key = os.environ.get(self.env_name)
+        if not key:
+            raise ServerError(f"server.api_key_env names {self.env_name}, but that environment variable is empty or "
+                              "unset; export it before running")
+        me = psutil.Process()
+        self.folder = secrets_folder() / f"{me.pid}-{me.create_time():.3f}"
+        self.folder.mkdir(mode=0o700)
+        path = self.folder / "server-secrets.yaml"
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(fd, "w") as handle:
+                handle.write(f"api-key: {json.dumps(key)}\n")
+        except BaseException:  # a full disk: no partial file left
+            self.remove()
+            raise
+        self.args, self.headers = ["--config", str(path)], {"Authorization": f"Bearer {key}"}
+        return self
+
+    def remove(self) -> None:
+        """Remove the key's file (the server has read it); the client keeps its header."""
+        if self.folder is not None:
+            shutil.rmtree(self.folder, ignore_errors=True)
+            self.folder = None
+
+    def __exit__(self, *exc) -> None:
+        self.remove()
+
+
+def secrets_folder(create: bool = True) -> Path | None:
+    """This user's folder of server secrets on this host: specsweep-secrets-<uid> in the temporary folder, private
+    to its owner (refused, naming it, when another user owns it or others may read it); None when it does not exist
+    and ``create`` is false."""
+    folder = Path(tempfile.gettempdir()) / f"specsweep-secrets-{os.getuid()}"
+    try:
+        if create:
+            folder.mkdir(mode=0o700)
+        info = folder.lstat()
+    except FileExistsError:
+        info = folder.lstat()
+    except FileNotFoundError:
+        return None
+    if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid() or info.st_mode & 0o077:
+        raise ServerError(f"{folder} is not a private folder of this user's (owner, mode or type); remove it and "
+                          "rerun")
+    return folder
+
+
+def sweep_secrets() -> list[Path]:
+    """Remove the secrets of server jobs that are gone (a job killed with SIGKILL runs no code to remove them):
+    each job's folder is named after its process id and start time. Returns what was removed."""
+    removed = []
+    try:
+        folder = secrets_folder(create=False)
+    except ServerError:  # not this user's to sweep; a server that needs its key refuses it, naming it
+        return removed
+    for entry in folder.iterdir() if folder else []:
+        pid, _, started = entry.name.partition("-")
+        try:
+            alive = abs(psutil.Process(int(pid)).create_time() - float(started)) < 1.0
+        except (ValueError, psutil.Error):
+            alive = False
+        if not alive:
+            if entry.is_dir():
+                shutil.rmtree(entry, ignore_errors=True)
+            else:
+                entry.unlink(missing_ok=True)
+            removed.append(entry)
+    return removed
 
 
 def redact(env: dict) -> dict:

@@ -12,7 +12,7 @@ The rules (rules/*.smk) and the package both build paths and names from here, so
                                                 the template's context (report_pdf writes the CSVs to data/ for LaTeX)
     results/report/report.pdf, figures/{section}/
     {cache_dir}/{key[:2]}/{key}.json            the cell cache (outside the DAG: see cache.py)
-    {cache_dir}/journal/tp{tp}-{method}[-r{rep}].jsonl   a server's journal, appended across runs
+    {cache_dir}/journal/tp{tp}-{method}[-r{rep}]/{run}.jsonl   a server's journal of one workflow run (runs.py)
     {cache_dir}/plan/{digest}.json              the plan's predictions for one configuration (see plan.predict)
 """
 
@@ -69,10 +69,16 @@ def plan_memo_path(cache_dir: str, digest: str) -> str:
     return f"{cache_dir}/plan/{digest}.json"
 
 
-def journal_path(cache_dir: str, tp, method: str, repetition=None) -> str:
-    """A server's journal lives beside the cells it cached, outside the DAG: Snakemake removes a job's outputs
-    and logs before it runs, and the journal must outlive them (the run record names the latest server run)."""
-    return f"{cache_dir}/journal/tp{tp}-{method}{_rep(repetition)}.jsonl"
+def journal_folder(cache_dir: str, tp, method: str, repetition=None) -> str:
+    """A server's journals live beside the cells it cached, outside the DAG: Snakemake removes a job's outputs
+    and logs before it runs, and the journals must outlive them (the run record names the latest server run)."""
+    return f"{cache_dir}/journal/tp{tp}-{method}{_rep(repetition)}"
+
+
+def journal_path(cache_dir: str, tp, method: str, repetition=None, run: str = "") -> str:
+    """A server's journal of one workflow run: one writer per file, so that runs sharing a cache (two results
+    folders, two hosts on shared storage) never interleave or mix their events."""
+    return f"{journal_folder(cache_dir, tp, method, repetition)}/{run}.jsonl"
 
 
 def bench_log_path(tp, method: str, repetition=None) -> str:

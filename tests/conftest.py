@@ -82,7 +82,7 @@ def snakemake(workdir: Path, *args: str, timeout: float = 900, check: bool = Tru
 
 
 class Journal:
-    """Reads the servers' journals ({cache_dir}/journal/*.jsonl), new events only, in time order."""
+    """Reads the servers' journals ({cache_dir}/journal/<server>/<run>.jsonl), new events only, in time order."""
 
     def __init__(self, workdir: Path, cache_dir: str | Path = "results/cache"):
         self.folder = workdir / cache_dir / "journal"
@@ -90,7 +90,7 @@ class Journal:
 
     def new_events(self) -> list[dict]:
         events = []
-        for path in sorted(self.folder.glob("*.jsonl")) if self.folder.is_dir() else []:
+        for path in sorted(self.folder.rglob("*.jsonl")) if self.folder.is_dir() else []:
             lines = path.read_text().splitlines()
             if lines and not path.read_text().endswith("\n"):
                 lines = lines[:-1]  # a line still being written

@@ -1,0 +1,152 @@
+"""Processes, locks and journals: nothing left behind, nothing double-booked, damaged lines cost only themselves."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from specsweep.cache import Journal, server_runs
+
+
+def _run(journal: Journal, server: str, cells: list[str]) -> None:
+    journal.write("server_start", server=server)
+    for cell in cells:
+        journal.write("measured", server=server, cell=cell, key=cell)
+    journal.write("server_stop", server=server)
+
+
+def test_a_damaged_journal_line_is_skipped_with_a_warning_naming_the_file_and_line(tmp_path, capsys):
+    path = tmp_path / "journal.jsonl"
+    journal = Journal(path)
+    _run(journal, "tp1/ar", ["c1"])
+    lines = path.read_text().splitlines(keepends=True)
+    lines[1] = lines[1][: len(lines[1]) // 2] + "\n"  # the measured event cut in half
+    path.write_text("".join(lines))
+    runs = server_runs(path)
+    assert f"warning: journal {path}, line 2: damaged" in capsys.readouterr().err
+    assert list(runs) == ["tp1/ar"] and runs["tp1/ar"][1] == []
+
+
+def test_a_run_after_a_writer_killed_mid_line_is_read_back(tmp_path, capsys):
+    path = tmp_path / "journal.jsonl"
+    journal = Journal(path)
+    _run(journal, "tp1/ar", ["c1"])
+    with open(path, "a") as handle:  # a job killed while it wrote: no newline at the end
+        handle.write(json.dumps({"time": 1.0, "event": "server_start", "server": "tp1/ar"})[:25])
+    _run(journal, "tp1/ar", ["c2", "c3"])
+    runs = server_runs(path)
+    assert f"warning: journal {path}, line 4: damaged" in capsys.readouterr().err
+    assert runs["tp1/ar"][1] == ["c2", "c3"]  # the later run, whole
+    assert len(path.read_text().splitlines()) == 8
+
+
+@pytest.mark.parametrize("line", ["[1, 2]", '{"event": "server_stop"}', '"text"', "\x00\x00\x00"])
+def test_lines_that_are_json_but_no_event_are_damaged_too(tmp_path, capsys, line):
+    path = tmp_path / "journal.jsonl"
+    _run(Journal(path), "tp1/ar", ["c1"])
+    with open(path, "a") as handle:
+        handle.write(line + "\n")
+    assert server_runs(path)["tp1/ar"][1] == ["c1"]
+    assert f"warning: journal {path}, line 4: damaged" in capsys.readouterr().err
+
+
+def test_the_default_gpu_lock_folder_is_one_per_host_whatever_the_working_folder(tmp_path, monkeypatch):
+    import tempfile
+
+    from specsweep.gpus import GpuPool, GpuPoolError, lock_folder
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "host-tmp"))
+    (tmp_path / "host-tmp").mkdir()
+    pools = []
+    for name in ("first", "second"):  # two results folders
+        (tmp_path / name).mkdir()
+        monkeypatch.chdir(tmp_path / name)
+        pools.append(GpuPool(lock_folder(None), ["0", "1"]))
+    assert pools[0].lock_dir == pools[1].lock_dir and pools[0].lock_dir.is_relative_to(tmp_path / "host-tmp")
+    assert pools[0].lock_dir.stat().st_mode & 0o7777 == 0o1777  # every user of the host shares it
+    with pools[0].acquire(2, holder="first"):
+        with pytest.raises(GpuPoolError, match="not free within"):
+            with pools[1].acquire(1, timeout=0.3, poll=0.1, holder="second"):
+                pass
+    with pools[1].acquire(2, holder="second") as devices:
+        assert devices == ["0", "1"]
+
+
+def test_a_run_record_names_the_run_that_measured_this_jobs_cells_never_another_configurations(tmp_path):
+    from specsweep.cache import write_run_record
+
+    folder = tmp_path / "journal" / "tp1-ar"
+    ours = Journal(folder / "run-a.jsonl", "run-a")
+    _run(ours, "tp1/ar", ["k1", "k2"])  # this configuration's cells (key = cell name here)
+    _run(Journal(folder / "run-b.jsonl", "run-b"), "tp1/ar", ["x1"])  # later: another configuration, same server
+    this_job = Journal(folder / "run-c.jsonl", "run-c")
+    this_job.write("cache_hit", server="tp1/ar", cell="k1", key="k1")  # every cell from the cache
+    write_run_record(tmp_path / "record.json", "tp1/ar", this_job, {"k1", "k2"})
+    record = json.loads((tmp_path / "record.json").read_text())["latest_run"]
+    assert record["run"] == "run-a" and record["cells"] == ["k1", "k2"]
+    _run(this_job, "tp1/ar", ["k2"])  # a job that measured is its own run, whatever ran after it elsewhere
+    _run(Journal(folder / "run-d.jsonl", "run-d"), "tp1/ar", ["k1", "k2"])
+    write_run_record(tmp_path / "record.json", "tp1/ar", this_job, {"k1", "k2"})
+    assert json.loads((tmp_path / "record.json").read_text())["latest_run"]["run"] == "run-c"
+
+
+def test_an_api_key_file_is_private_and_gone_on_every_way_out_this_process_runs_code_on(tmp_path, monkeypatch):
+    import tempfile
+
+    from specsweep.launcher import ApiKeyFile, secrets_folder
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    monkeypatch.setenv("SPECSWEEP_TEST_KEY", "sk-unit-1")
+    with ApiKeyFile("SPECSWEEP_TEST_KEY") as key:
+        path = Path(key.args[1])
+        assert key.args[0] == "--config" and path.read_text() == 'api-key: "sk-unit-1"\n'
+        assert path.stat().st_mode & 0o777 == 0o600 and secrets_folder().stat().st_mode & 0o777 == 0o700
+        key.remove()  # the server is ready: it read the file
+        assert not path.exists() and key.headers == {"Authorization": "Bearer sk-unit-1"}
+    with pytest.raises(RuntimeError):
+        with ApiKeyFile("SPECSWEEP_TEST_KEY") as key:
+            path = Path(key.args[1])
+            raise RuntimeError("the server failed")
+    assert not path.exists() and list(secrets_folder().iterdir()) == []
+
+
+def test_a_key_file_a_sigkill_left_is_swept_at_the_next_start(tmp_path):
+    import subprocess
+    import sys
+
+    code = ("import sys, time\nfrom specsweep.launcher import ApiKeyFile\n"
+            "with ApiKeyFile('SPECSWEEP_TEST_KEY') as key:\n    print(key.args[1], flush=True)\n    time.sleep(600)\n")
+    env = {**os.environ, "TMPDIR": str(tmp_path), "SPECSWEEP_TEST_KEY": "sk-unit-2"}
+    holder = subprocess.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.PIPE, text=True)
+    try:
+        path = Path(holder.stdout.readline().strip())
+        check = "from specsweep.launcher import sweep_secrets\nprint(len(sweep_secrets()))\n"
+        assert subprocess.run([sys.executable, "-c", check], env=env, capture_output=True, text=True,
+                              timeout=60).stdout.strip() == "0"  # its owner runs: kept
+        holder.kill()
+        holder.wait(timeout=30)
+        assert path.exists()
+        assert subprocess.run([sys.executable, "-c", check], env=env, capture_output=True, text=True,
+                              timeout=60).stdout.strip() == "1"
+        assert not path.exists() and not path.parent.exists()
+    finally:
+        holder.kill()
+
+
+def test_a_secrets_folder_others_may_read_is_refused_by_name(tmp_path, monkeypatch):
+    import tempfile
+
+    from specsweep.launcher import ApiKeyFile, ServerError
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    folder = tmp_path / f"specsweep-secrets-{os.getuid()}"
+    folder.mkdir(mode=0o755)
+    folder.chmod(0o755)
+    monkeypatch.setenv("SPECSWEEP_TEST_KEY", "sk-unit-3")
+    with pytest.raises(ServerError, match=f"{folder} is not a private folder"):
+        with ApiKeyFile("SPECSWEEP_TEST_KEY"):
+            pass
+    assert list(folder.iterdir()) == []
