@@ -29,7 +29,7 @@ from .gpus import gpu_memory_used
 from .jobs import ServerJob, cells_of_server
 from .launcher import Server, min_free_slots_delay, redact, stream_mode
 from .metrics import cell_metrics, failures, precision_of, relative_precision
-from .workloads import build, content_mix, workload_digest
+from .workloads import build, content_mix, warmup_sessions, workload_digest
 
 if TYPE_CHECKING:
     from .bench import Progress
@@ -258,8 +258,8 @@ def measure_cell(server: Server, job: ServerJob, cell: dict, sessions: list, pro
                      incremental=stream == "incremental", ignore_eos=bool(job.sampling.get("ignore_eos")),
                      connections=load_config.get("connections", "keep-alive"))
     if job.warmup:
-        warm = build(dict(workload, name=workload["name"] + "-warmup", requests=job.warmup), job.seed,
-                     thinking, job.model.get("path"), job.model["context_length"])
+        warm = warmup_sessions(workload, job.warmup, job.seed, thinking, job.model.get("path"),
+                               job.model["context_length"])
         # the cell's protocol, stream and connections, as a closed loop without think time
         measure(server.url, warm, cell["concurrency"], sampling, timeout, thinking, server.alive,
                 replace(load, model="closed", rate=0.0, think_time=0.0, seed=0))
