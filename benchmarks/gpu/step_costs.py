@@ -294,11 +294,12 @@ FITTED = ("attention_bandwidth_efficiency", "layer_overhead", "attention_request
           "attention_compute_efficiency", "prefill_fixed", "drafter_fraction", "cpu_step", "verify_attention_reads",
           "verify_request_attention_reads", "draft_step_overhead", "ngram_cpu_per_request", "draft_layer_overhead",
           "draft_attention_reads", "ngram_step_overhead", "draft_per_request", "draft_tree_per_node",
-          "ngram_cpu_per_node", "shared_kv_reads")
+          "ngram_cpu_per_node", "shared_kv_reads", "verify_per_request")
 # where a fit starts for the parameters the shipped profile does not have yet
 NEW = {"draft_step_overhead": 2e-4, "ngram_cpu_per_request": 2.5e-4, "draft_layer_overhead": 4e-5,
        "draft_attention_reads": 3.0, "ngram_step_overhead": 1e-3, "draft_per_request": 5e-5,
-       "draft_tree_per_node": 5e-6, "ngram_cpu_per_node": 2e-6, "shared_kv_reads": 0.5}
+       "draft_tree_per_node": 5e-6, "ngram_cpu_per_node": 2e-6, "shared_kv_reads": 0.5,
+       "verify_per_request": 5e-5}
 
 
 def _from_free(name: str, x: float) -> float:

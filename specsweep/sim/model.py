@@ -597,9 +597,9 @@ class CostModel:
         on the CPU while the GPU runs this one, so only CPU work longer than the GPU's shows; without it (and for
         DDTree, which runs without it) all of it adds. NGRAM's lookup (ngram_step_overhead + (ngram_cpu_per_request +
         ngram_cpu_per_node x nodes) x batch) runs between two steps whatever the scheduler: it needs the last round's
-        tokens. A draft model adds
-        draft_per_request x batch (its per-request work beside its forwards), and for a tree draft_tree_per_node x
-        nodes x batch (choosing the nodes).
+        tokens. Every speculative round adds verify_per_request x batch on the GPU (each request's acceptance walk
+        and sampling over its drafted tokens); a draft model adds draft_per_request x batch (its per-request work
+        beside its forwards), and for a tree draft_tree_per_node x nodes x batch (choosing the nodes).
         """
         if not contexts:
             return 0.0
@@ -607,7 +607,7 @@ class CostModel:
         width = decoding.verify_width()
         gpu = self.verify_seconds(width * len(contexts), contexts, shared)
         if decoding.algorithm != "ar":
-            gpu += self.draft_seconds(decoding, contexts)
+            gpu += self.draft_seconds(decoding, contexts) + r.get("verify_per_request", 0.0) * len(contexts)
             masked = spec.custom_mask and (spec.drafting != "draft-model" or decoding.shape()[0] == "tree")
             if masked:
                 # the triton kernel reads the request's custom tree mask in every layer (one byte per node and

@@ -217,8 +217,8 @@ def test_reply_to_a_chinese_prompt_has_the_size_of_its_tokens():
 
 def test_measured_h200_profile_reproduces_the_recorded_step_costs():
     # the shipped runtime profile against the committed H200 records (benchmarks/gpu/step_costs.py): the step costs
-    # of 2026-11-30, and the tree rounds and the workflow's own cells of every algorithm of 2026-12-01: 169 of the
-    # 170 shapes within 10%, the other (DFlash, width 64, batch 16) at +10.04% (benchmarks/README.md says why)
+    # of 2026-11-30, and the tree rounds and the workflow's own cells of every algorithm of 2026-12-01: every one of
+    # the 170 shapes within 10% (benchmarks/README.md has every figure)
     import sys
 
     from conftest import REPO
@@ -238,8 +238,7 @@ def test_measured_h200_profile_reproduces_the_recorded_step_costs():
     assert {r["context"] for r in rows if r["kind"] == "eagle3"} >= {1104, 8272}  # 1k and 8k contexts
     assert max(r["shared"] for r in rows if r["kind"] == "ar") > 0.5 * 64 * 2995  # long prompts in flight twice
     ratios = [step_costs.simulated(cost, row) / row["seconds"] for row in rows]
-    assert all(0.90 <= ratio <= 1.101 for ratio in ratios), min(ratios, key=lambda r: -abs(r - 1))
-    assert sum(0.90 <= ratio <= 1.10 for ratio in ratios) >= 169
+    assert all(0.90 <= ratio <= 1.10 for ratio in ratios), min(ratios, key=lambda r: -abs(r - 1))
 
 
 def test_overlap_scheduler_hides_cpu_work_up_to_the_gpu_step():
