@@ -8,6 +8,7 @@ import json
 import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import psutil
@@ -111,6 +112,19 @@ def server_processes_under(path: Path) -> list[psutil.Process]:
         if "specsweep.sim" in cmd and cwd.startswith(str(path)):
             found.append(proc)
     return found
+
+
+@pytest.fixture(autouse=True)
+def host_temporary_folder(monkeypatch):
+    """A temporary folder of each test's own for what specsweep keeps host-wide (the GPU pool's locks, API-key
+    files): tests running at once on one host (two test processes, two checkouts) never wait for each other's
+    simulated GPUs. The processes a test starts inherit it (TMPDIR); a short path, as Unix sockets need."""
+    folder = tempfile.mkdtemp(prefix="specsweep-test-")
+    monkeypatch.setenv("TMPDIR", folder)
+    monkeypatch.setattr(tempfile, "tempdir", None)  # read TMPDIR again in this process too
+    yield Path(folder)
+    monkeypatch.setattr(tempfile, "tempdir", None)
+    shutil.rmtree(folder, ignore_errors=True)
 
 
 @pytest.fixture(name="workflow")  # a global named workflow would make snakemake.utils.validate take it for its own
