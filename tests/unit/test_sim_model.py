@@ -98,7 +98,9 @@ def test_openai_python_client_reads_the_simulator(tmp_path):
                                            temperature=0, stream=True, stream_options={"include_usage": True})
         chunks = list(stream)
         text = "".join(c.choices[0].text for c in chunks if c.choices)
-        assert text and chunks[-1].usage.completion_tokens == 24 or chunks[-1].usage.completion_tokens > 0
+        finished = [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason]
+        assert text and finished == ["length"]  # it ran to max_tokens
+        assert not chunks[-1].choices and chunks[-1].usage.completion_tokens == 24  # the usage chunk comes last
     finally:
         server.stop()
 

@@ -1,4 +1,4 @@
-"""The report: reduced plans compile with no empty chart, and every table number comes from the aggregated CSVs."""
+"""The cell cache's journals: what the report reads back from them."""
 
 from __future__ import annotations
 
