@@ -421,7 +421,8 @@ def user_ttft(r: dict) -> float | None:
 
 
 def cell_metrics(records: list[dict], tp: int, concurrency: int, load_model: str = "closed", seed: int = 0) -> dict:
-    """All per-cell aggregates of METRICS.md from the measured (non-warm-up) request records."""
+    """All per-cell aggregates (each defined in its function's docstring) from the measured (non-warm-up) request
+    records."""
     ok = [r for r in records if r["error"] is None]
     held = concurrency_report(records, concurrency, load_model)
     window = held["window"]

@@ -12,6 +12,7 @@ the cache report for OpenAI protocols, the min-free-slots delay, dummy weights a
 from __future__ import annotations
 
 import subprocess
+from dataclasses import replace
 
 import pytest
 import yaml
@@ -23,8 +24,8 @@ from specsweep.methods import expand_methods
 from specsweep import metrics as m
 from specsweep.bench import Progress, start_server
 from specsweep.client import LoadModel, measure
-from specsweep.environment import EnvironmentError_, probe, resolve_git_refs
-from specsweep.launcher import ServerError, launch_command, server_arguments, stream_mode
+from specsweep.environment import ServerEnvironmentError, probe, resolve_git_refs
+from specsweep.launcher import ServerError, launch_command, min_free_slots_delay, server_arguments, stream_mode
 
 
 SCHEDULE = "0.01:1,0.01:1,0.01:1,0.01:1,0.01:1,0.01:1"  # six chunks of one token
@@ -214,6 +215,12 @@ def test_min_free_slots_delay_is_a_setting_per_server_and_method():
     config["server"] = {"min_free_slots_delay": "sglang"}
     c = validated(config)
     assert "--min-free-slots-delay" not in server_arguments(server_job(c, 1, "dflash"), 1, 8192)
+    # a job that names no setting gets the schema's default, the one a configuration without the key gets
+    schema = yaml.safe_load((REPO / "config" / "schema.yaml").read_text())
+    default = schema["properties"]["server"]["properties"]["min_free_slots_delay"]["default"]
+    unset = server_job(c, 1, "dflash")
+    unset = replace(unset, server={}, method={**unset.method, "min_free_slots_delay": None})
+    assert min_free_slots_delay(unset) == default
 
 
 def test_dummy_weights_load_for_target_and_drafter():
@@ -282,7 +289,7 @@ def test_a_moving_git_ref_is_pinned_to_a_commit_that_is_part_of_the_identity(tmp
     assert a["server"]["commit"] == first and b["server"]["commit"] == second
     assert a["identity_digest"] != b["identity_digest"]  # two hosts that built different heads share no cells
     assert a["software"]["sglang-kernel"] == "0.4.5"
-    with pytest.raises(EnvironmentError_, match="cannot resolve 'no-such-branch'"):
+    with pytest.raises(ServerEnvironmentError, match="cannot resolve 'no-such-branch'"):
         resolve_git_refs([f"x @ git+file://{repo}@no-such-branch"])
 
 

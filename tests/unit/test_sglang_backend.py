@@ -14,7 +14,7 @@ import yaml
 from conftest import FIXTURES, REPO, load_default_config, validated
 from specsweep.jobs import server_job, servers
 from specsweep.methods import expand_methods
-from specsweep.environment import EnvironmentError_, check_methods, probe
+from specsweep.environment import ServerEnvironmentError, check_methods, probe
 from specsweep.gpus import GpuPool, GpuPoolError, visible_devices
 from specsweep.launcher import Server, free_port, launch_command, redact
 from specsweep.sglang_options import FlagError, check_argv
@@ -85,7 +85,7 @@ def test_capability_probe_without_ddtree_fails_the_ddtree_method():
     config = plan_full()
     methods = {m.name: m.as_dict() for m in expand_methods(config)}
     check_methods([methods["ar"], methods["dflash"]], environment)
-    with pytest.raises(EnvironmentError_, match="method 'ddtree-b4'.*--speculative-algorithm DDTREE"):
+    with pytest.raises(ServerEnvironmentError, match="method 'ddtree-b4'.*--speculative-algorithm DDTREE"):
         check_methods([methods["ddtree-b4"]], environment)
 
 

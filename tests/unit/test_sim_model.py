@@ -273,7 +273,8 @@ def test_moe_step_reads_the_experts_its_tokens_touch():
         one + moe.model["expert_bytes"] * (moe.experts_touched(16) - k) / experts)
     dense = CostModel.named("H200", "qwen3-8b")
     assert dense._bytes_read(1) == dense._bytes_read(16) == dense.model["weight_bytes"]
-    # at batch 1 a DFlash round committing 6 tokens (code, CALIBRATION.md) beats six AR steps on the MoE model
+    # at batch 1 a DFlash round committing 6 tokens (code: the README's calibration) beats six AR steps on the MoE
+    # model
     assert 6 * moe.decode_step(Decoding("ar"), [1000]) > moe.decode_step(Decoding("dflash", 16), [1000])
 
 
