@@ -1,0 +1,39 @@
+"""The report's pieces: names that break in any column, and appendices that show only what their titles say."""
+
+from __future__ import annotations
+
+import io
+import json
+import re
+
+import pandas as pd
+
+from conftest import REPO
+from specsweep import report
+
+
+def test_a_name_may_break_within_every_run_of_a_few_characters_and_stays_what_it_was():
+    for name in ("ar", "dflash-b16", "ngram_d8", "a--b", "qwen3instructdflashblocksixteentritonh200", "tp1/e.x:y"):
+        tex = report.tex_name(name)
+        visible = re.sub(r"\\allowbreak\{\}|\\penalty200\{\}", "|", tex)
+        assert visible.replace("|", "") == report.tex_escape(name).replace(r"\allowbreak{}", "")
+        assert max(len(run) for run in re.split(r"[|]", visible)) <= report.NAME_RUN + 1, tex
+        assert "--" not in visible, tex  # two hyphens stay two hyphens (no en dash)
+    assert report.tex_name("ar") == "ar" and report.tex_name("x_y") == r"x\_\allowbreak{}y"
+
+
+def test_waiting_for_a_slot_lists_open_loop_cells_only():
+    """The committed H200 record ran closed loop; its client sent some requests milliseconds after their slot came
+    free (host jitter at concurrency 64): no request waited for a slot."""
+    record = REPO / "benchmarks" / "gpu" / "spec-2026-12-01"
+    summary = pd.read_csv(record / "summary.csv")
+    late = summary[summary["queue_delay_p99"] > 0.001]
+    assert len(late) >= 5
+    tables = report.Tables(summary, *(pd.DataFrame() for _ in range(4)))
+    environment = json.loads((record / "environment.json").read_text())
+    view = {"model": "Qwen3-8B", "sampling": "temperature 0", "load_model": "closed"}
+    data: dict[str, str] = {}
+    assert not report.setup_tables(tables, environment, view, False, data)["has_queue"]
+    assert report.setup_tables(tables, environment, {**view, "load_model": "poisson"}, False, data)["has_queue"]
+    shown = pd.read_csv(io.StringIO(data["queue.csv"]))
+    assert len(shown) == len(late)
