@@ -44,8 +44,8 @@ class ReportError(RuntimeError):
 
 TEX_SPECIAL = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_", "{": r"\{",
                "}": r"\}", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}"}
-NAME_BREAKS = "-_./:"  # a name may break after each of these
-NAME_RUN = 8  # and, where it must, within every run of this many characters without one
+NAME_BREAKS = "./:"  # a name may break after each of these, after an underscore (tex_escape) and a hyphen (TeX)
+NAME_RUN = 12  # and, where it must, within every run of more than this many characters without one
 
 
 def tex_escape(text) -> str:
@@ -55,16 +55,16 @@ def tex_escape(text) -> str:
 
 def tex_name(text) -> str:
     """A name from the configuration (method, workload, server, drafter) for LaTeX: escaped, with a place to break
-    after each of NAME_BREAKS and, at a cost that makes a line break at a space rather than there, within every run
-    of more than NAME_RUN characters without one, so that a table's column or a line of any width holds it; '--'
-    in a name stays two hyphens (no en dash)."""
+    after each of NAME_BREAKS and, at a cost that makes a line break at a space or a hyphen rather than there,
+    within every run of more than NAME_RUN characters without one, so that a table's column or a line of any width
+    holds it; '--' stays two hyphens (no en dash). Short words joined by hyphens stay as written."""
     out = []
-    for part in re.split(f"([{re.escape(NAME_BREAKS)} ])", str(text)):
+    for part in re.split(f"([-_ {re.escape(NAME_BREAKS)}])", str(text)):
         if len(part) == 1 and part in NAME_BREAKS:
-            out.append(TEX_SPECIAL.get(part, part) + r"\allowbreak{}")
+            out.append(part + r"\allowbreak{}")
         else:
             out.append(r"\penalty200{}".join(tex_escape(part[i:i + NAME_RUN]) for i in range(0, len(part), NAME_RUN)))
-    return "".join(out)
+    return "".join(out).replace("--", "-{}-").replace("--", "-{}-")
 
 
 def _wide(frame: pd.DataFrame, series: list[str], series_col: str, x: str, y: str, lo: str | None,
@@ -141,7 +141,7 @@ class Figures:
             spec["xticks"] = ",".join(f"{v:g}" for v in wide[x])
         if kind == "bar":
             spec["xticks"] = ",".join(str(i) for i in range(len(extra["xlabels"])))
-            spec["xlabels_tex"] = ",".join("{" + tex_name(v) + "}" for v in extra["xlabels"])
+            spec["xlabels_tex"] = ",".join(r"{\hspace{0pt}" + tex_name(v) + "}" for v in extra["xlabels"])  # may break
             spec["bar_width"] = max(3, min(14, int(260 / max(1, len(series) * len(extra["xlabels"])))))
             spec["xlabel_width_cm"] = round(0.8 * CHART_WIDTH_CM / len(extra["xlabels"]), 2)  # a long name wraps
         entries = [str(s) for s in series] + [r["text"] for r in extra.get("reference") or []]
