@@ -98,8 +98,8 @@ def resolve_git_refs(requirements: list[str], ls_remote=git_ls_remote) -> tuple[
         url, ref = match.group("url"), match.group("ref")
         commit = ref if _COMMIT.match(ref) else ls_remote(url, ref)
         if not commit:
-            raise ServerEnvironmentError(f"sglang.install: cannot resolve {ref!r} of {url} to a commit (git ls-remote); "
-                                    "check the URL and ref, or give a commit")
+            raise ServerEnvironmentError(f"sglang.install: cannot resolve {ref!r} of {url} to a commit (git "
+                                         "ls-remote); check the URL and ref, or give a commit")
         pinned.append(requirement[:match.start("ref")] + commit + requirement[match.end("ref"):])
         pins.append({"requirement": requirement, "url": url, "ref": ref, "commit": commit})
     return pinned, pins
@@ -126,7 +126,7 @@ def prepare_python(sglang: dict, log=sys.stderr, ls_remote=git_ls_remote) -> tup
     proc = subprocess.run([str(python), "-m", "pip", "install", *requirements], stdout=log, stderr=subprocess.STDOUT)
     if proc.returncode != 0:
         raise ServerEnvironmentError(f"installing the server environment failed (sglang.install = {install!r}); "
-                                f"see the environment log")
+                                     f"see the environment log")
     atomic_write_text(done, "\n".join(requirements))
     return str(python), pins
 
@@ -179,7 +179,7 @@ def probe(backend: str, python: str | None = None, help_text: str | None = None,
         if help_text is None:
             if not server_versions.get("sglang"):
                 raise ServerEnvironmentError(f"SGLang is not installed for {python}; set sglang.install (e.g. "
-                                        "'sglang==0.5.23' or a git URL of a DDTree branch) or sglang.python")
+                                             "'sglang==0.5.23' or a git URL of a DDTree branch) or sglang.python")
             help_text = command_output([python, "-m", "sglang.launch_server", "--help"], timeout=600) or ""
         software["server_python"] = server_versions.pop("python", None)
         software.update({k: v for k, v in server_versions.items()})
