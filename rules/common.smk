@@ -152,6 +152,7 @@ def report_params_json():
         "model": CONFIG["model"]["name"],
         "methods": [m.name for m in expand_methods(CONFIG)],
         "warmup": CONFIG["warmup"],
+        "load_model": CONFIG["load"]["model"],
         "sampling": f"temperature {CONFIG['sampling']['temperature']:g}, top-p {CONFIG['sampling']['top_p']:g}, "
         f"thinking {'on' if CONFIG['sampling']['thinking'] else 'off'}, load {CONFIG['load']['model']}, "
         f"protocol {CONFIG['load']['protocol']}",

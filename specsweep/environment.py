@@ -27,7 +27,7 @@ from . import HARNESS_VERSION, __version__
 from .canon import atomic_write_text, digest
 
 
-class EnvironmentError_(RuntimeError):
+class ServerEnvironmentError(RuntimeError):
     """The server environment cannot run the configured plan; the message says what to do."""
 
 
@@ -98,8 +98,8 @@ def resolve_git_refs(requirements: list[str], ls_remote=git_ls_remote) -> tuple[
         url, ref = match.group("url"), match.group("ref")
         commit = ref if _COMMIT.match(ref) else ls_remote(url, ref)
         if not commit:
-            raise EnvironmentError_(f"sglang.install: cannot resolve {ref!r} of {url} to a commit (git ls-remote); "
-                                    "check the URL and ref, or give a commit")
+            raise ServerEnvironmentError(f"sglang.install: cannot resolve {ref!r} of {url} to a commit (git "
+                                         "ls-remote); check the URL and ref, or give a commit")
         pinned.append(requirement[:match.start("ref")] + commit + requirement[match.end("ref"):])
         pins.append({"requirement": requirement, "url": url, "ref": ref, "commit": commit})
     return pinned, pins
@@ -125,8 +125,8 @@ def prepare_python(sglang: dict, log=sys.stderr, ls_remote=git_ls_remote) -> tup
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
     proc = subprocess.run([str(python), "-m", "pip", "install", *requirements], stdout=log, stderr=subprocess.STDOUT)
     if proc.returncode != 0:
-        raise EnvironmentError_(f"installing the server environment failed (sglang.install = {install!r}); "
-                                f"see the environment log")
+        raise ServerEnvironmentError(f"installing the server environment failed (sglang.install = {install!r}); "
+                                     f"see the environment log")
     atomic_write_text(done, "\n".join(requirements))
     return str(python), pins
 
@@ -178,8 +178,8 @@ def probe(backend: str, python: str | None = None, help_text: str | None = None,
         server_versions = json.loads(versions) if versions else {}
         if help_text is None:
             if not server_versions.get("sglang"):
-                raise EnvironmentError_(f"SGLang is not installed for {python}; set sglang.install (e.g. "
-                                        "'sglang==0.5.23' or a git URL of a DDTree branch) or sglang.python")
+                raise ServerEnvironmentError(f"SGLang is not installed for {python}; set sglang.install (e.g. "
+                                             "'sglang==0.5.23' or a git URL of a DDTree branch) or sglang.python")
             help_text = command_output([python, "-m", "sglang.launch_server", "--help"], timeout=600) or ""
         software["server_python"] = server_versions.pop("python", None)
         software.update({k: v for k, v in server_versions.items()})
@@ -225,12 +225,12 @@ def check_methods(methods: list[dict], environment: dict) -> None:
         if "--speculative-algorithm" in flags:
             wanted = flags[flags.index("--speculative-algorithm") + 1]
             if caps["algorithms"] and wanted not in caps["algorithms"]:
-                raise EnvironmentError_(
+                raise ServerEnvironmentError(
                     f"method '{method['name']}': the installed {backend} server does not offer "
                     f"--speculative-algorithm {wanted} (it offers {', '.join(caps['algorithms'])}); install a "
                     "build that has it (sglang.install) or remove the method")
         for flag in flags:
             if flag.startswith("--") and caps["flags"] and flag.split("=")[0] not in caps["flags"]:
-                raise EnvironmentError_(
+                raise ServerEnvironmentError(
                     f"method '{method['name']}': the installed {backend} server does not accept {flag}; "
                     "install a build that has it (sglang.install) or fix the method's flags")

@@ -103,7 +103,7 @@ def choose_flags(flags: list[str], offered: set[str]) -> list[str]:
 
 def min_free_slots_delay(job: ServerJob) -> str | int:
     """The method's min-free-slots delay setting, else the server's (disabled, sglang or a slot count)."""
-    return job.method.get("min_free_slots_delay") or job.server.get("min_free_slots_delay", "sglang")
+    return job.method.get("min_free_slots_delay") or job.server.get("min_free_slots_delay", "disabled")
 
 
 def _required(offered: set[str], flag: str, key: str) -> str:

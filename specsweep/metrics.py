@@ -1,7 +1,7 @@
 """What the numbers mean: per-request metrics and per-cell aggregates.
 
-Each metric is a small function whose docstring's first line is its
-definition; the report prints these lines as its methodology.
+Each metric is a small function whose docstring's first paragraph is its
+definition; the report prints these paragraphs as its methodology.
 Request records are dicts with the fields of client.RequestRecord.
 """
 
@@ -448,8 +448,8 @@ def server_load(sampled: dict) -> dict:
 
 def cell_metrics(records: list[dict], tp: int, concurrency: int, load_model: str = "closed", seed: int = 0,
                  counters: dict | None = None) -> dict:
-    """All per-cell aggregates of METRICS.md from the measured (non-warm-up) request records and, where given, the
-    server's counters differenced over the measurement window."""
+    """All per-cell aggregates (each defined in its function's docstring) from the measured (non-warm-up) request
+    records and, where given, the server's counters differenced over the measurement window."""
     ok = [r for r in records if r["error"] is None]
     held = concurrency_report(records, concurrency, load_model)
     window = held["window"]
@@ -510,22 +510,26 @@ def metric_precision(metrics: dict, metric: str = "output_throughput") -> float 
     return precision_of(metrics[name].get(stat), metrics[name].get(f"{stat}_ci"))
 
 
+def _first_paragraph(func) -> tuple[str, str]:
+    """(name, the first paragraph of its docstring on one line), the constants it names given their values."""
+    text = " ".join(func.__doc__.strip().split("\n\n")[0].split())
+    return func.__name__, text.replace("MIN_SESSIONS", str(MIN_SESSIONS)).replace("TAIL_VALUES", str(TAIL_VALUES))
+
+
 def definitions() -> list[tuple[str, str]]:
-    """(name, definition) for every metric, from the first line of each docstring."""
+    """(name, definition) for every metric: the first paragraph of each docstring, whole sentences."""
     funcs = [ttft, user_ttft, e2e, tpot, interactivity, itl_per_token, chunk_gaps, queue_delay, end_time,
              achieved_concurrency, steady_window, output_throughput, acceptance_length,
              acceptance_length_per_request, acceptance_length_sglang, tokens_per_chunk, length_mismatches,
              acceptance_agreement, summarise_with_failures, session_completion, per_turn, failures,
              first_divergence, losslessness]
-    return [(f.__name__, f.__doc__.strip().splitlines()[0]) for f in funcs]
+    return [_first_paragraph(f) for f in funcs]
 
 
 def statistics() -> list[tuple[str, str]]:
-    """(name, explanation) of how intervals are made, from the docstrings of the functions that make them."""
-    funcs = [steady_window, summarise, throughput_ci, speedup, combine_launches, relative_precision]
-    text = {f.__name__: " ".join(f.__doc__.strip().split("\n\n")[0].split()) for f in funcs}
-    return [(name, line.replace("MIN_SESSIONS", str(MIN_SESSIONS)).replace("TAIL_VALUES", str(TAIL_VALUES)))
-            for name, line in text.items()]
+    """(name, explanation) of how intervals are made, from the docstrings of the functions that make them (the
+    steady-state window they rest on is among the definitions)."""
+    return [_first_paragraph(f) for f in (summarise, throughput_ci, speedup, combine_launches, relative_precision)]
 
 
 def speedup(method_records: list[dict], ar_records: list[dict], method_window: list[float] | None = None,

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 import shutil
 import subprocess
 from dataclasses import dataclass
@@ -31,6 +32,8 @@ TEX_MISSING = (
     "texlive-science lmodern latexmk (or run the README's set-up command tools/setup.sh)."
 )
 COLORS = ["blue", "red", "green!60!black", "orange", "violet", "cyan", "brown", "magenta", "gray", "teal"]
+LEGEND_CHARACTERS = 90  # characters of legend entries (with their marks) that fit across a chart
+CHART_WIDTH_CM = 14  # a chart's axis, where its tick labels go (0.9 of the text block)
 MPL_COLORS = ["#1f3fbf", "#bf1f1f", "#2e8b2e", "#e08000", "#8a2be2", "#008b8b", "#8b4513", "#c71585", "#666666",
               "#006d6d"]
 
@@ -39,10 +42,29 @@ class ReportError(RuntimeError):
     pass
 
 
+TEX_SPECIAL = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_", "{": r"\{",
+               "}": r"\}", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}"}
+NAME_BREAKS = "./:"  # a name may break after each of these, after an underscore (tex_escape) and a hyphen (TeX)
+NAME_RUN = 12  # and, where it must, within every run of more than this many characters without one
+
+
 def tex_escape(text) -> str:
-    table = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_",
-             "{": r"\{", "}": r"\}", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}"}
-    return "".join(table.get(ch, ch) for ch in str(text))
+    """Text for LaTeX, its special characters escaped; a break allowed after each underscore."""
+    return "".join(TEX_SPECIAL.get(ch, ch) + (r"\allowbreak{}" if ch == "_" else "") for ch in str(text))
+
+
+def tex_name(text) -> str:
+    """A name from the configuration (method, workload, server, drafter) for LaTeX: escaped, with a place to break
+    after each of NAME_BREAKS and, at a cost that makes a line break at a space or a hyphen rather than there,
+    within every run of more than NAME_RUN characters without one, so that a table's column or a line of any width
+    holds it; '--' stays two hyphens (no en dash). Short words joined by hyphens stay as written."""
+    out = []
+    for part in re.split(f"([-_ {re.escape(NAME_BREAKS)}])", str(text)):
+        if len(part) == 1 and part in NAME_BREAKS:
+            out.append(part + r"\allowbreak{}")
+        else:
+            out.append(r"\penalty200{}".join(tex_escape(part[i:i + NAME_RUN]) for i in range(0, len(part), NAME_RUN)))
+    return "".join(out).replace("--", "-{}-").replace("--", "-{}-")
 
 
 def _wide(frame: pd.DataFrame, series: list[str], series_col: str, x: str, y: str, lo: str | None,
@@ -119,8 +141,12 @@ class Figures:
             spec["xticks"] = ",".join(f"{v:g}" for v in wide[x])
         if kind == "bar":
             spec["xticks"] = ",".join(str(i) for i in range(len(extra["xlabels"])))
-            spec["xlabels_tex"] = ",".join("{" + tex_escape(v) + "}" for v in extra["xlabels"])
+            spec["xlabels_tex"] = ",".join(r"{\hspace{0pt}" + tex_name(v) + "}" for v in extra["xlabels"])  # may break
             spec["bar_width"] = max(3, min(14, int(260 / max(1, len(series) * len(extra["xlabels"])))))
+            spec["xlabel_width_cm"] = round(0.8 * CHART_WIDTH_CM / len(extra["xlabels"]), 2)  # a long name wraps
+        entries = [str(s) for s in series] + [r["text"] for r in extra.get("reference") or []]
+        entries += ["Pareto frontier"] if kind == "scatter" else []
+        spec["legend_columns"] = max(1, min(4, LEGEND_CHARACTERS // (max(map(len, entries)) + 6)))
         self.specs.append(spec)
 
 
@@ -128,7 +154,7 @@ def _table(frame: pd.DataFrame, data: dict[str, str], name: str, string_cols=())
     """Put a table's CSV text in ``data`` under ``name`` (text columns escaped for LaTeX, commas made semicolons:
     pgfplotstable reads no quoted fields); True when it has rows."""
     for col in (c for c in string_cols if c in frame):
-        frame = frame.assign(**{col: frame[col].map(lambda v: tex_escape(v).replace(",", ";"))})
+        frame = frame.assign(**{col: frame[col].map(lambda v: tex_name(v).replace(",", ";"))})
     data[name] = frame.to_csv(index=False)
     return not frame.empty
 
@@ -204,10 +230,10 @@ def budget_sweep(t: Tables, figs: Figures, data: dict[str, str]) -> dict:
                 if sub["sweep_size"].nunique() < 2:
                     continue
                 c = chain[(chain["tp"] == tp) & (chain["workload"] == workload)] if name != "dflash" else chain[0:0]
-                refs = {col: [{"label": f"DFlash {tex_escape(m)}", "value": float(v)} for m, v in
+                refs = {col: [{"label": f"DFlash {tex_escape(m)}", "text": f"DFlash {m}", "value": float(v)} for m, v in
                               zip(c["method"], c[col]) if pd.notna(v)]
                         for col in ("acceptance_length", "output_throughput")}
-                where = f"{algorithm.title}, workload {tex_escape(workload)}, TP {tp}, concurrency {lowest}"
+                where = f"{algorithm.title}, workload {tex_name(workload)}, TP {tp}, concurrency {lowest}"
                 figs.line("budget", f"sweep-{name}-acceptance-{workload}-tp{tp}", sub, "sweep_size",
                           "acceptance_length", None, None, axis, "Acceptance length (tokens per round)",
                           f"Acceptance length against the {axis.lower()}, {where}; marks: the shape each setting "
@@ -256,7 +282,7 @@ def tensor_parallelism(t: Tables, figs: Figures, data: dict[str, str]) -> dict:
             figs.bars("tp", f"tp-throughput-{workload}", sub.assign(tp_label=sub["tp"].map(lambda v: f"TP {v}")),
                       "tp_label", "output_throughput", "output_throughput_lo", "output_throughput_hi",
                       "Tensor-parallel size", "Output throughput (tokens/s)",
-                      f"Output throughput per TP size and method, workload {tex_escape(workload)}, concurrency {lowest} "
+                      f"Output throughput per TP size and method, workload {tex_name(workload)}, concurrency {lowest} "
                       "(error bars: 95\\% CI).")
         base = low[low["tp"] == tps[0]].set_index(["method", "workload"])["output_throughput"]
         scaling = low[["tp", "method", "workload", "output_throughput"]].copy()
@@ -274,7 +300,7 @@ def concurrency(t: Tables, figs: Figures, data: dict[str, str]) -> dict:
     for tp in tps:
         for workload in summary["workload"].unique():
             sub = summary[(summary["tp"] == tp) & (summary["workload"] == workload)]
-            label = f"workload {tex_escape(workload)}, TP {tp}"
+            label = f"workload {tex_name(workload)}, TP {tp}"
             figs.line("concurrency", f"conc-throughput-{workload}-tp{tp}", sub, "concurrency", "output_throughput",
                       "output_throughput_lo", "output_throughput_hi", "Concurrency (requests in flight)",
                       "Output throughput (tokens/s)", f"Output throughput against concurrency, {label} "
@@ -290,7 +316,7 @@ def concurrency(t: Tables, figs: Figures, data: dict[str, str]) -> dict:
     for workload in pareto["workload"].unique():
         figs.scatter("concurrency", f"pareto-{workload}", pareto[pareto["workload"] == workload], "interactivity",
                      "output_throughput_per_gpu", "Interactivity (tokens/s per user)", "Output throughput per GPU (tokens/s)",
-                     f"Throughput per GPU against interactivity (1/TPOT p50), workload {tex_escape(workload)}, every "
+                     f"Throughput per GPU against interactivity (1/TPOT p50), workload {tex_name(workload)}, every "
                      "TP size and concurrency; circled points joined by a dotted line form the Pareto frontier.")
     has_break_even = _table(t.breakeven, data, "break_even.csv", ["method", "workload"])
     has_best = _table(t.best, data, "best_budget.csv", ["method", "workload", "algorithm"])
@@ -306,10 +332,10 @@ def agentic(t: Tables, figs: Figures, data: dict[str, str]) -> dict:
             sub = turns[(turns["workload"] == workload) & (turns["tp"] == tp) & (turns["concurrency"] == lowest)]
             figs.line("agentic", f"turn-ttft-{workload}-tp{tp}", sub.assign(v=sub["ttft_p50"] * 1000), "turn", "v",
                       None, None, "Turn", "TTFT p50 (ms)", f"Time to first token per turn, workload "
-                      f"{tex_escape(workload)}, TP {tp}, concurrency {lowest}.")
+                      f"{tex_name(workload)}, TP {tp}, concurrency {lowest}.")
             figs.line("agentic", f"turn-cache-{workload}-tp{tp}", sub.assign(v=sub["cache_hit_share"] * 100), "turn",
                       "v", None, None, "Turn", "Prompt tokens from the prefix cache (\\%)",
-                      f"Prefix-cache hits per turn, workload {tex_escape(workload)}, TP {tp}, concurrency {lowest}.")
+                      f"Prefix-cache hits per turn, workload {tex_name(workload)}, TP {tp}, concurrency {lowest}.")
     sessions = summary[summary["workload"].isin(agentic_workloads)][
         ["tp", "method", "workload", "concurrency", "session_completion_p50", "output_throughput"]]
     has_sessions = _table(sessions, data, "sessions.csv", ["method", "workload"])
@@ -358,7 +384,9 @@ def setup_tables(t: Tables, environment: dict, view: dict, simulated: bool, data
                     (summary["concurrency_peak"] < summary["concurrency"])][["tp", "method", "workload", "concurrency",
                                                                             "concurrency_mean", "concurrency_peak"]]
     has_below = _table(below, data, "below_label.csv", ["method", "workload"])
-    queued = summary[summary["queue_delay_p99"].fillna(0) > 0.001][
+    # waiting for a slot is open-loop load's: under closed loop a late client (host jitter) is no wait
+    open_loop = view["load_model"] != "closed"
+    queued = summary[open_loop & (summary["queue_delay_p99"].fillna(0) > 0.001)][
         ["tp", "method", "workload", "concurrency", "ttft_p50", "queue_delay_p50", "user_ttft_p50", "user_ttft_p99"]]
     queued = queued.assign(**{c: queued[c] * 1000 for c in ("ttft_p50", "queue_delay_p50", "user_ttft_p50",
                                                             "user_ttft_p99")})
@@ -413,12 +441,12 @@ def prepare(tables_dir: str | Path, environment: dict, view: dict, predictions: 
         **flags,
         "simulated": simulated, "methods": methods, "sections": SECTIONS, "figures": by_section,
         "title": tex_escape(view["title"]), "author": tex_escape(view["author"]), "date": date.today().isoformat(),
-        "model": tex_escape(view["model"]), "backend": tex_escape(environment["backend"]),
+        "model": tex_name(view["model"]), "backend": tex_escape(environment["backend"]),
         "sim_profile": tex_escape(view.get("sim_profile", "")),
         "sim_runtime": tex_escape(view.get("plan_profile", "")),
         "n_servers": summary[["tp", "method"]].drop_duplicates().shape[0], "n_cells": len(summary),
-        "tps": ", ".join(str(tp) for tp in tps), "method_list": ", ".join(tex_escape(m) for m in methods),
-        "workload_list": ", ".join(tex_escape(w) for w in summary["workload"].unique()),
+        "tps": ", ".join(str(tp) for tp in tps), "method_list": ", ".join(tex_name(m) for m in methods),
+        "workload_list": ", ".join(tex_name(w) for w in summary["workload"].unique()),
         "concurrency_list": ", ".join(str(c) for c in sorted(summary["concurrency"].unique())),
         "lowest_concurrency": lowest, "n_concurrency": int(summary["concurrency"].nunique()),
         "warmup": view["warmup"], "resamples": BOOTSTRAP_RESAMPLES,
@@ -505,8 +533,9 @@ def plot_figures(data_json: str, out_dirs: dict[str, str]) -> None:
             ax.set_xlabel(spec["xlabel"].replace("\\%", "%"))
             ax.set_ylabel(spec["ylabel"].replace("\\%", "%"))
             ax.grid(alpha=0.3)
-            ax.legend(fontsize=8, ncol=min(4, len(spec["labels"]) + len(spec.get("reference") or [])),
-                      loc="upper center", bbox_to_anchor=(0.5, -0.16), frameon=False)
+            entries = len(spec["labels"]) + len(spec.get("reference") or [])
+            ax.legend(fontsize=8, ncol=min(spec["legend_columns"], entries), loc="upper center",
+                      bbox_to_anchor=(0.5, -0.16), frameon=False)
             if ctx["simulated"]:
                 fig.suptitle("SIMULATED BACKEND: not measured on GPUs", color="darkred", fontsize=10)
             fig.tight_layout()
@@ -523,7 +552,7 @@ def _draw(ax, spec: dict, data: pd.DataFrame) -> None:
                         color=MPL_COLORS[i % len(MPL_COLORS)])
         for j, ref in enumerate(spec.get("reference") or []):
             ax.axhline(ref["value"], linestyle="--", color="black", alpha=0.6 - 0.15 * j,
-                       label=ref["label"].replace("\\_", "_"))
+                       label=ref["text"])
         if spec.get("logx"):
             ax.set_xscale("log", base=2)
     elif spec["kind"] == "bar":

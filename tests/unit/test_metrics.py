@@ -173,8 +173,17 @@ def test_identical_sessions_give_no_zero_width_interval():
     assert m.relative_precision(same) is None
 
 
-def test_definitions_come_from_the_code():
+def test_definitions_are_whole_sentences_from_the_code():
+    printed = m.definitions() + m.statistics()  # what the report prints, in its two lists
+    names = [name for name, _ in printed]
+    assert len(names) == len(set(names)), "a metric defined twice"
+    for name, text in printed:
+        assert text.endswith("."), f"{name}: cut mid-sentence: {text!r}"
+        assert text.count("(") == text.count(")") and text.count("[") == text.count("]"), f"{name}: {text!r}"
+        assert "  " not in text and "\n" not in text, name
     defs = dict(m.definitions())
-    for name in ("ttft", "tpot", "itl_per_token", "e2e", "output_throughput", "acceptance_length", "queue_delay"):
-        assert defs[name] == getattr(m, name).__doc__.strip().splitlines()[0]
-    assert "(t_last - t_first) / (N - N_first)" in defs["tpot"]
+    assert "(t_last - t_first) / (N - N_first)" in defs["tpot"]  # the formula of the code that computes it
+    assert defs["steady_window"].endswith("(closed loop; open loop: from the first to the last send); None when "
+                                          "the concurrency was never reached.")
+    assert "``pieces``" not in defs["achieved_concurrency"]  # the definition, not the notes on arguments
+    assert "no CI below 10 sessions" in dict(m.statistics())["summarise"]  # MIN_SESSIONS given its value

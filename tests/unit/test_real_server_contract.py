@@ -1,5 +1,9 @@
 """What a real SGLang server does that the client and the launch commands must match (SGLang 0.5.16 on a GPU).
 
+Checked offline against what that server answered and offered on an H200 (the cells of benchmarks/gpu, its help
+text in tests/fixtures, its option table in specsweep/data), and on loopback through the timing stub and the
+simulated server, which reproduce that behaviour. Tests with a live SGLang: test_sglang_live.py (on demand).
+
 In-band failures, aborts, long stream lines, incremental streams, fixed output lengths, SGLang's own
 acceptance length, the attention backend per method, the DDTree spelling, flags chosen from the probed build,
 the cache report for OpenAI protocols, the min-free-slots delay, dummy weights and git pins.
@@ -8,6 +12,7 @@ the cache report for OpenAI protocols, the min-free-slots delay, dummy weights a
 from __future__ import annotations
 
 import subprocess
+from dataclasses import replace
 
 import pytest
 import yaml
@@ -19,8 +24,8 @@ from specsweep.methods import expand_methods
 from specsweep import metrics as m
 from specsweep.bench import Progress, start_server
 from specsweep.client import LoadModel, measure
-from specsweep.environment import EnvironmentError_, probe, resolve_git_refs
-from specsweep.launcher import ServerError, launch_command, server_arguments, stream_mode
+from specsweep.environment import ServerEnvironmentError, probe, resolve_git_refs
+from specsweep.launcher import ServerError, launch_command, min_free_slots_delay, server_arguments, stream_mode
 
 
 SCHEDULE = "0.01:1,0.01:1,0.01:1,0.01:1,0.01:1,0.01:1"  # six chunks of one token
@@ -210,6 +215,12 @@ def test_min_free_slots_delay_is_a_setting_per_server_and_method():
     config["server"] = {"min_free_slots_delay": "sglang"}
     c = validated(config)
     assert "--min-free-slots-delay" not in server_arguments(server_job(c, 1, "dflash"), 1, 8192)
+    # a job that names no setting gets the schema's default, the one a configuration without the key gets
+    schema = yaml.safe_load((REPO / "config" / "schema.yaml").read_text())
+    default = schema["properties"]["server"]["properties"]["min_free_slots_delay"]["default"]
+    unset = server_job(c, 1, "dflash")
+    unset = replace(unset, server={}, method={**unset.method, "min_free_slots_delay": None})
+    assert min_free_slots_delay(unset) == default
 
 
 def test_dummy_weights_load_for_target_and_drafter():
@@ -278,7 +289,7 @@ def test_a_moving_git_ref_is_pinned_to_a_commit_that_is_part_of_the_identity(tmp
     assert a["server"]["commit"] == first and b["server"]["commit"] == second
     assert a["identity_digest"] != b["identity_digest"]  # two hosts that built different heads share no cells
     assert a["software"]["sglang-kernel"] == "0.4.5"
-    with pytest.raises(EnvironmentError_, match="cannot resolve 'no-such-branch'"):
+    with pytest.raises(ServerEnvironmentError, match="cannot resolve 'no-such-branch'"):
         resolve_git_refs([f"x @ git+file://{repo}@no-such-branch"])
 
 
@@ -328,3 +339,25 @@ def test_the_committed_gpu_record_is_valid_and_complete():
     environment = json.loads((record / "environment.json").read_text())
     assert environment["server"]["version"] == "0.5.16" and environment["software"]["sglang-kernel"] == "0.4.5"
     assert [g["name"] for g in environment["hardware"]["gpus"]] == ["NVIDIA H200", "NVIDIA H200"]
+
+
+def test_sglang_0516s_recorded_answers_keep_the_contract_the_client_and_the_simulator_follow():
+    """Every request SGLang 0.5.16 answered on the H200 (the committed GPU records): token counts, fixed output
+    lengths and SGLang's own acceptance length are what the client reads and the simulator reproduces."""
+    import json
+
+    paths = sorted((REPO / "benchmarks" / "gpu").glob("*/cells/**/*.json"))
+    assert len(paths) >= 20
+    speculative = 0
+    for path in paths:
+        cell = json.loads(path.read_text())
+        assert cell["simulated"] is False and cell["provenance"]["server_info"]["version"] == "0.5.16", path
+        for r in cell["requests"]:
+            assert r["error"] is None and sum(r["chunk_tokens"]) == r["output_tokens"], path  # incremental chunks
+            assert r["output_tokens"] == r["expected_tokens"] and r["finish_reason"] == "length", path
+            if cell["method"]["algorithm"] == "ar":
+                assert r["verify_ct"] is None and r["server_accept_length"] is None, path
+            else:  # spec_accept_length = N / verify rounds, the prefill token included (the simulator's, above)
+                assert r["server_accept_length"] == pytest.approx(r["output_tokens"] / r["verify_ct"]), path
+                speculative += 1
+    assert speculative > 1000

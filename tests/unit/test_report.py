@@ -1,24 +1,40 @@
-"""The report: reduced plans compile with no empty chart, and every table number comes from the aggregated CSVs."""
+"""The report's pieces: names that break in any column, and appendices that show only what their titles say."""
 
 from __future__ import annotations
 
+import io
 import json
+import re
 
-from specsweep.cache import server_runs
+import pandas as pd
+
+from conftest import REPO
+from specsweep import report
 
 
-def test_a_servers_latest_run_counts_only_the_cells_it_measured(tmp_path):
-    events = [
-        {"event": "server_start", "server": "tp1/a", "time": 0.0},
-        {"event": "measured", "server": "tp1/a", "cell": "c1", "time": 5.0},
-        {"event": "server_stop", "server": "tp1/a", "time": 9.0},  # killed after c1
-        {"event": "cache_hit", "server": "tp1/a", "cell": "c1", "time": 20.0},
-        {"event": "server_start", "server": "tp1/a", "time": 21.0},
-        {"event": "measured", "server": "tp1/a", "cell": "c2", "time": 30.0},
-        {"event": "failed", "server": "tp1/a", "cell": "c3", "time": 35.0},
-        {"event": "server_stop", "server": "tp1/a", "time": 36.0},
-        {"event": "server_start", "server": "tp1/b", "time": 40.0},  # still running: no stop yet
-    ]
-    journal = tmp_path / "journal.jsonl"
-    journal.write_text("".join(json.dumps(e) + "\n" for e in events))
-    assert server_runs(journal) == {"tp1/a": (15.0, ["c2", "c3"])}
+def test_a_name_may_break_within_every_run_of_a_few_characters_and_stays_what_it_was():
+    breaks = r"\\allowbreak\{\}|\\penalty200\{\}"
+    for name in ("ar", "dflash-b16", "ngram_d8", "a--b", "qwen3instructdflashblocksixteentritonh200", "tp1/e.x:y"):
+        tex = report.tex_name(name)
+        assert re.sub(breaks, "", tex).replace("-{}", "-").replace("\\_", "_") == name, tex  # nothing else added
+        assert max(len(run) for run in re.split(breaks + "|-", tex)) <= report.NAME_RUN + 1, tex
+        assert "--" not in tex, tex  # two hyphens stay two hyphens (no en dash)
+    assert report.tex_name("ddtree-b8") == "ddtree-b8"  # TeX breaks after a hyphen: short words stay as written
+    assert report.tex_name("x_y") == r"x\_\allowbreak{}y"
+
+
+def test_waiting_for_a_slot_lists_open_loop_cells_only():
+    """The committed H200 record ran closed loop; its client sent some requests milliseconds after their slot came
+    free (host jitter at concurrency 64): no request waited for a slot."""
+    record = REPO / "benchmarks" / "gpu" / "spec-2026-12-01"
+    summary = pd.read_csv(record / "summary.csv")
+    late = summary[summary["queue_delay_p99"] > 0.001]
+    assert len(late) >= 5
+    tables = report.Tables(summary, *(pd.DataFrame() for _ in range(4)))
+    environment = json.loads((record / "environment.json").read_text())
+    view = {"model": "Qwen3-8B", "sampling": "temperature 0", "load_model": "closed"}
+    data: dict[str, str] = {}
+    assert not report.setup_tables(tables, environment, view, False, data)["has_queue"]
+    assert report.setup_tables(tables, environment, {**view, "load_model": "poisson"}, False, data)["has_queue"]
+    shown = pd.read_csv(io.StringIO(data["queue.csv"]))
+    assert len(shown) == len(late)

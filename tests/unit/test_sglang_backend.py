@@ -14,7 +14,7 @@ import yaml
 from conftest import FIXTURES, REPO, load_default_config, validated
 from specsweep.jobs import server_job, servers
 from specsweep.methods import expand_methods
-from specsweep.environment import EnvironmentError_, check_methods, probe
+from specsweep.environment import ServerEnvironmentError, check_methods, probe
 from specsweep.gpus import GpuPool, GpuPoolError, visible_devices
 from specsweep.launcher import Server, free_port, launch_command, redact
 from specsweep.sglang_options import FlagError, check_argv
@@ -85,41 +85,50 @@ def test_capability_probe_without_ddtree_fails_the_ddtree_method():
     config = plan_full()
     methods = {m.name: m.as_dict() for m in expand_methods(config)}
     check_methods([methods["ar"], methods["dflash"]], environment)
-    with pytest.raises(EnvironmentError_, match="method 'ddtree-b4'.*--speculative-algorithm DDTREE"):
+    with pytest.raises(ServerEnvironmentError, match="method 'ddtree-b4'.*--speculative-algorithm DDTREE"):
         check_methods([methods["ddtree-b4"]], environment)
 
 
 # ------------------------------------------------------------------ GPU pool
 
 _ACQUIRE = """
-import json, sys, time
+import json, os, sys, time
 from specsweep.gpus import GpuPool
 pool = GpuPool(sys.argv[1], [str(i) for i in range(8)])
 with pool.acquire(int(sys.argv[2]), poll=0.05, holder=sys.argv[3]) as gpus:
-    start = time.monotonic()
     print(json.dumps({"gpus": gpus, "start": time.time()}), flush=True)
+    if len(sys.argv) > 5:  # hold until every job of the barrier folder holds its GPUs (at most 60 s)
+        open(os.path.join(sys.argv[5], sys.argv[3]), "w").close()
+        deadline = time.monotonic() + 60
+        while len(os.listdir(sys.argv[5])) < int(sys.argv[6]) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        print(json.dumps({"holding_together": len(os.listdir(sys.argv[5]))}), flush=True)
     time.sleep(float(sys.argv[4]))
     print(json.dumps({"end": time.time()}), flush=True)
 """
 
 
-def _acquirers(lock_dir, count, need, hold):
-    procs = [subprocess.Popen([sys.executable, "-c", _ACQUIRE, str(lock_dir), str(need), f"job{i}", str(hold)],
-                              stdout=subprocess.PIPE, text=True) for i in range(count)]
+def _acquirers(lock_dir, count, need, hold, barrier=None):
+    together = [str(barrier), str(count)] if barrier else []
+    procs = [subprocess.Popen([sys.executable, "-c", _ACQUIRE, str(lock_dir), str(need), f"job{i}", str(hold),
+                               *together], stdout=subprocess.PIPE, text=True) for i in range(count)]
     results = []
     for p in procs:
-        out, _ = p.communicate(timeout=60)
+        out, _ = p.communicate(timeout=90)
         lines = [json.loads(l) for l in out.splitlines()]
-        results.append({**lines[0], **lines[1]})
+        results.append({k: v for line in lines for k, v in line.items()})
     return results
 
 
 def test_gpu_pool_hands_disjoint_devices_to_eight_concurrent_jobs(tmp_path):
-    results = _acquirers(tmp_path, 8, 1, 1.5)
+    barrier = tmp_path / "holding"
+    barrier.mkdir()
+    results = _acquirers(tmp_path / "locks", 8, 1, 0, barrier)
     devices = [r["gpus"][0] for r in results]
     assert sorted(devices) == [str(i) for i in range(8)]
-    # all eight held their GPU at the same time (no one waited for another)
-    assert max(r["start"] for r in results) < min(r["end"] for r in results)
+    # all eight held their GPU at the same time (no one waited for another): each kept it until it saw all eight
+    # holding theirs, however slowly the interpreters started
+    assert [r["holding_together"] for r in results] == [8] * 8
 
 
 def test_gpu_pool_never_hands_out_more_than_exist(tmp_path):

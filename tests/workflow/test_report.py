@@ -1,5 +1,5 @@
-"""The report through real Snakemake runs: reduced plans compile with no empty chart, and every table number comes from
-the aggregated CSVs.
+"""The report through real Snakemake runs: reduced plans whose methods and workloads have names of about 40 characters
+compile with no empty chart and nothing past the text block, and every table number comes from the aggregated CSVs.
 """
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ import pandas as pd
 import pytest
 
 from conftest import copy_workflow, load_default_config, server_processes_under, snakemake, write_config
+from specsweep.report import tex_name
 
 
 def tiny(config: dict) -> dict:
@@ -56,11 +57,21 @@ EXPECTED_TEXT = {
 }
 
 
+# names as users write them: every method and workload of the plans gets this suffix (about 40 characters in all)
+SUFFIX = "-qwen3-8b-h200-node7-2026-12-01-run4"
+
+
+def long(name: str) -> str:
+    return name + SUFFIX
+
+
 def reduced_plan(root, name: str):
-    """The results folder of a reduced plan's report, run in ``root``."""
+    """The results folder of a reduced plan's report, run in ``root``, its methods and workloads given long names."""
     workdir = copy_workflow(root / "wf")
     config = load_default_config()
     config.update(PLANS[name])
+    config["methods"] = [{**m, "name": long(m["name"])} for m in config["methods"]]
+    config["workloads"] = [{**w, "name": long(w["name"])} for w in config["workloads"]]
     write_config(workdir, tiny(config))
     snakemake(workdir, "results/report/report.pdf", "results/report/figures/setup", cores=4)
     assert server_processes_under(root) == [], "a server was left running"
@@ -87,6 +98,9 @@ def test_reduced_plans_compile_and_say_what_has_no_data(tmp_path, name):
     for text in EXPECTED_TEXT[name]:
         assert text in tex, text
     figures_have_data(tex, results / "report")
+    everything_fits_the_text_block(results / "report" / "report.log")
+    definitions_are_whole_and_given_once(tex)
+    assert "Waiting for a slot" not in tex  # closed loop: a client late by host jitter waited for no slot
     assert "SIMULATED BACKEND" in tex
     # the appendix sets each server's run against the plan's prediction for the cells that run measured
     prediction = pd.read_csv(results / "report" / "data" / "prediction.csv")
@@ -104,21 +118,25 @@ def test_reduced_plans_compile_and_say_what_has_no_data(tmp_path, name):
         every_table_number_comes_from_the_aggregated_csv(results, tex)
     if name == "every-algorithm":  # every section handles every algorithm of the registry
         data = results / "report" / "data"
-        methods = {"ngram-d8", "ngram-d16", "e3-chain", "e3-tree", "eagle", "small"}
+        names = [long(m) for m in ("e3-chain", "e3-tree", "eagle", "small")] + [long("ngram") + "-d8",
+                                                                                long("ngram") + "-d16"]
+        shown = {name: tex_name(name) for name in names}  # as the report's CSVs hold them (escaped for LaTeX)
         modes = pd.read_csv(data / "modes.csv").set_index("method")
-        assert set(modes.index) == methods
-        assert modes.loc["e3-chain", "tree_mode"] == "chain" and modes.loc["e3-tree", "tree_mode"] == "tree"
-        assert modes.loc["e3-tree", "verify_width"] == 12 and modes.loc["ngram-d16", "verify_width"] == 16
+        assert set(modes.index) == set(shown.values())
+        assert modes.loc[shown[long("e3-chain")], "tree_mode"] == "chain"
+        assert modes.loc[shown[long("e3-tree")], "tree_mode"] == "tree"
+        assert modes.loc[shown[long("e3-tree")], "verify_width"] == 12
+        assert modes.loc[shown[long("ngram") + "-d16"], "verify_width"] == 16
         assert {p.name for p in data.glob("sweep-*-acceptance-*.csv")} == {
-            "sweep-ngram-acceptance-short-tp1.csv", "sweep-eagle3-acceptance-short-tp1.csv"}
+            f"sweep-ngram-acceptance-{long('short')}-tp1.csv", f"sweep-eagle3-acceptance-{long('short')}-tp1.csv"}
         acceptance = pd.read_csv(data / "acceptance.csv").set_index("method")
-        assert set(acceptance.index) == methods
+        assert set(acceptance.index) == set(shown.values())
         assert (acceptance["acceptance_length_sglang"] > acceptance["acceptance_length"]).all()  # ours and SGLang's
         for table in ("break_even", "lossless"):
-            assert set(pd.read_csv(data / f"{table}.csv")["method"]) == methods, table
-        assert set(pd.read_csv(data / "pareto-short.csv").columns) >= {"x0", "y0", "fx"}
+            assert set(pd.read_csv(data / f"{table}.csv")["method"]) == set(shown.values()), table
+        assert set(pd.read_csv(data / f"pareto-{long('short')}.csv").columns) >= {"x0", "y0", "fx"}
         speedups = pd.read_csv(results / "combined.csv").set_index(["method", "concurrency"])["speedup"]
-        assert speedups.loc[("ar", 1)] == 1.0 and speedups.drop("ar", level=0).notna().all()
+        assert speedups.loc[(long("ar"), 1)] == 1.0 and speedups.drop(long("ar"), level=0).notna().all()
         every_table_number_comes_from_the_aggregated_csv(results, tex)
 
 
@@ -129,10 +147,10 @@ def every_table_number_comes_from_the_aggregated_csv(results, tex: str):
     body = re.sub(r"\\pgfplotstabletypeset\[.*?\]\s*\{[^}]+\}", "", tex, flags=re.S)
     assert not re.search(r"&\s*\d", body), "a hand-typed tabular row"
     summary = pd.read_csv(results / "summary.csv")
+    summary = summary.assign(method=summary["method"].map(tex_name), workload=summary["workload"].map(tex_name))
     key = ["tp", "method", "workload", "concurrency"]
     cells = pd.read_csv(results / "report" / "data" / "cells.csv")
-    merged = cells.merge(summary.assign(method=summary["method"], workload=summary["workload"]), on=key,
-                         suffixes=("", "_agg"))
+    merged = cells.merge(summary, on=key, suffixes=("", "_agg"))
     assert len(merged) == len(cells) == len(summary)
     pd.testing.assert_series_equal(merged["output_throughput"], merged["output_throughput_agg"], check_names=False)
     pd.testing.assert_series_equal(merged["speedup"], merged["speedup_agg"], check_names=False)
@@ -141,8 +159,25 @@ def every_table_number_comes_from_the_aggregated_csv(results, tex: str):
     for name in ("best_budget", "break_even"):
         shown = pd.read_csv(results / "report" / "data" / f"{name}.csv")
         source = pd.read_csv(results / f"{name}.csv")
+        source = source.assign(**{c: source[c].map(tex_name) for c in ("method", "workload", "algorithm")
+                                  if c in source})
         pd.testing.assert_frame_equal(shown.reset_index(drop=True), source.reset_index(drop=True))
     acceptance = pd.read_csv(results / "report" / "data" / "acceptance.csv").merge(
         summary[summary["concurrency"] == 1], on=["tp", "method", "workload"], suffixes=("", "_agg"))
     assert (acceptance["acceptance_length"] == acceptance["acceptance_length_agg"]).all()
     assert len(acceptance) > 0
+
+
+def everything_fits_the_text_block(log):
+    """No line, table row or chart is wider (or a page taller) than the text block: LaTeX reports each one that is."""
+    over = [line for line in log.read_text(errors="replace").splitlines() if line.startswith("Overfull")]
+    assert not over, "\n".join(over)
+
+
+def definitions_are_whole_and_given_once(tex: str):
+    """Every metric and statistic the report defines, once each, in whole sentences."""
+    items = re.findall(r"\\item\[\\texttt\{(.+?)\}\] (.*)", tex)
+    names = [name for name, _ in items]
+    assert "steady\\_\\allowbreak{}window" in names and len(names) == len(set(names)), names
+    for name, text in items:
+        assert text.endswith(".") and text.count("(") == text.count(")"), (name, text)
