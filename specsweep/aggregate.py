@@ -16,7 +16,8 @@ import pandas as pd
 from . import algorithms
 from .cells import cell_problem, keyed_cells, unfinished
 from .jobs import ServerJob
-from .metrics import cell_measures, combine_launches, losslessness, speedup
+from .canon import atomic_write_text
+from .metrics import cell_measures, combine_launches, e2e, losslessness, queue_delay, speedup, tpot, ttft, user_ttft
 
 SUMMARY_COLUMNS = [
     "simulated", "tp", "method", "algorithm", "block_size", "budget", "topk", "num_steps", "num_draft_tokens",
@@ -219,8 +220,6 @@ def summarise_cells(cells: dict[str, dict], thresholds: dict | None = None) -> p
 
 def request_rows(cells: dict[str, dict]) -> pd.DataFrame:
     """One row per measured request: its cell, turn, timings (s), tokens and failure category."""
-    from .metrics import e2e, queue_delay, tpot, ttft, user_ttft
-
     rows = []
     for cell in cells.values():
         c = cell["cell"]
@@ -300,8 +299,6 @@ def write_tables(cells: dict[str, dict], out_dir: str | Path,
     """All aggregated tables of these cells ({cell file: cell JSON}), each as CSV and Parquet in out_dir: summary
     (one row per launch of a cell), combined (repetitions combined), requests, turns, best_budget, break_even,
     pareto (the last three from combined)."""
-    from .canon import atomic_write_text
-
     out_dir = Path(out_dir)
     summary = summarise_cells(cells, thresholds)
     combined = combine_repetitions(summary)

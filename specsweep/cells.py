@@ -15,7 +15,6 @@ import math
 from dataclasses import asdict, dataclass, replace
 from datetime import datetime, timezone
 from importlib import resources
-from typing import TYPE_CHECKING
 
 import jsonschema
 import requests
@@ -29,10 +28,8 @@ from .gpus import gpu_memory_used
 from .jobs import ServerJob, cells_of_server
 from .launcher import Server, min_free_slots_delay, redact, stream_mode
 from .metrics import cell_metrics, failures, precision_of, relative_precision
+from .progress import Progress
 from .workloads import build, content_mix, warmup_sessions, workload_digest
-
-if TYPE_CHECKING:
-    from .bench import Progress
 
 IDENTITY = ("tp", "method", "workload", "concurrency", "repetition")  # what names a cell
 

@@ -25,6 +25,7 @@ from pathlib import Path
 
 from . import HARNESS_VERSION, __version__
 from .canon import atomic_write_text, digest
+from .launcher import choose_flags
 
 
 class EnvironmentError_(RuntimeError):
@@ -216,8 +217,6 @@ def check_methods(methods: list[dict], environment: dict) -> None:
     ``methods`` are Method.as_dict() values; the check uses the capability probe
     (algorithms and flags listed by the launcher's --help).
     """
-    from .launcher import choose_flags
-
     caps = environment["capabilities"]
     backend = environment["backend"]
     for method in methods:

@@ -23,15 +23,13 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import psutil
 import requests
 
 from . import algorithms
-
-if TYPE_CHECKING:
-    from .jobs import ServerJob
+from .jobs import ServerJob
+from .sglang_options import known_flags
 
 SECRET_MARKERS = ("KEY", "TOKEN", "SECRET", "PASSWORD")
 
@@ -62,8 +60,6 @@ def server_arguments(job: ServerJob, port: int, max_context: int, offered: set[s
     target and drafter; the min-free-slots delay follows server.min_free_slots_delay; then the method's and
     the global flags.
     """
-    from .sglang_options import known_flags
-
     method, server, model = job.method, job.server, job.model
     if offered is None:
         offered = known_flags(job.sglang["options_table"], job.sglang["extra_flags"])

@@ -42,7 +42,7 @@ from pathlib import Path
 import yaml
 
 from .canon import digest
-from .config import DuplicateKey, unique_pairs
+from .errors import DuplicateKey, unique_pairs
 from .text import QWEN_CHATML, ChatTemplate, chat_template
 
 DEFAULT_CONTEXT = {"long": 8000, "very_long": 32000}
