@@ -13,6 +13,7 @@ import os
 import signal
 import sys
 import tempfile
+from collections.abc import Sequence
 from contextlib import ExitStack
 from datetime import datetime, timezone
 from pathlib import Path
@@ -45,7 +46,7 @@ def _max_context(job: ServerJob, sessions_by_workload: dict) -> int:
 
 def bench_server(job: ServerJob, outputs: list[str], environment: dict, log_dir: str | Path,
                  run_record: str | Path | None = None, all_methods: list[dict] | None = None,
-                 planned=None, failures: dict | None = None, remeasure: list[str] = ()) -> dict:
+                 planned=None, failures: dict | None = None, remeasure: Sequence[str] = ()) -> dict:
     """Produce every cell output of one server, measuring only what the cache lacks.
 
     ``all_methods`` (every configured method) are checked against the server's capabilities first, so that
@@ -75,13 +76,13 @@ def bench_server(job: ServerJob, outputs: list[str], environment: dict, log_dir:
         raise CellError(f"server {server_name}: the job's {len(outputs)} outputs do not match its {len(cells)} cells "
                         f"(no output for {', '.join(unmatched[:3]) or 'none'}): the rule's outputs and "
                         "layout.cell_path must name the same files")
-    remeasure = {os.path.normpath(p) for p in remeasure}
+    asked = {os.path.normpath(p) for p in remeasure}  # the outputs to measure again
     results: dict[str, dict] = {}
     missing = []
     for cell in cells:
         cell["output"] = by_path[os.path.normpath(cell["path"])]
         entry, why = _usable_entry(cache, cell, failures)
-        if entry is not None and os.path.normpath(cell["output"]) in remeasure:
+        if entry is not None and os.path.normpath(cell["output"]) in asked:
             why = "remeasure asks for it"
         if why is None and entry is not None:
             results[cell["output"]] = entry
@@ -107,7 +108,7 @@ def bench_server(job: ServerJob, outputs: list[str], environment: dict, log_dir:
                 gpus = stack.enter_context(pool.acquire(need, holder=server_name))
                 for cell in list(missing):  # measured by another run while this one waited
                     entry, why = _usable_entry(cache, cell, failures)
-                    if entry is not None and why is None and os.path.normpath(cell["output"]) not in remeasure:
+                    if entry is not None and why is None and os.path.normpath(cell["output"]) not in asked:
                         missing.remove(cell)
                         results[cell["output"]] = entry
                         journal.write("cache_hit", server=server_name, cell=cell["output"], key=cell["key"])

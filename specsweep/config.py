@@ -44,7 +44,7 @@ class _UniqueKeyLoader(yaml.SafeLoader):
     """PyYAML's safe loader, refusing a key given twice in one mapping (PyYAML keeps the last silently)."""
 
     def construct_mapping(self, node, deep=False):
-        seen = {}
+        seen: dict = {}  # key: the line it was first given at
         for key_node, _ in node.value:
             if key_node.tag == "tag:yaml.org,2002:merge":
                 continue
@@ -84,7 +84,8 @@ def check_values(config) -> None:
     values (a YAML anchor expanded into copies), numbers that are not finite (NaN, infinity: every number the
     workflow uses must be a real one) and NUL characters (no path, flag or environment variable can hold one).
     The walk stops at the limit, so it is quick whatever the anchors expand to. Each refusal names the key."""
-    count, stack = 0, [((), config)]
+    count = 0
+    stack: list[tuple[tuple, object]] = [((), config)]  # (key path, value) still to walk
     while stack:
         parts, value = stack.pop()
         count += 1

@@ -21,6 +21,7 @@ import re
 import shutil
 import subprocess
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 from . import HARNESS_VERSION, __version__
@@ -149,7 +150,7 @@ print(json.dumps(out))
 """
 
 
-def probe(backend: str, python: str | None = None, help_text: str | None = None, pins: list[dict] = (),
+def probe(backend: str, python: str | None = None, help_text: str | None = None, pins: Sequence[dict] = (),
           build: str | None = None) -> dict:
     """Versions, hardware and capabilities of a backend on this host.
 
@@ -205,7 +206,7 @@ def probe(backend: str, python: str | None = None, help_text: str | None = None,
     }
 
 
-def _source_commit(versions: dict, pins: list[dict]) -> str | None:
+def _source_commit(versions: dict, pins: Sequence[dict]) -> str | None:
     """The commit SGLang was built from: pip's record of a VCS install, else the resolved pin."""
     vcs = (versions.get("sglang_source") or {}).get("vcs_info") or {}
     return vcs.get("commit_id") or next((p["commit"] for p in pins), None)

@@ -199,11 +199,11 @@ ORDERS = {
 def pack(durations: dict[str, tuple[int, float]], gpus: int, exclusive: bool = False) -> dict:
     """List scheduling of servers onto ``gpus`` GPUs in the best of a few orders (longest first, widest first,
     largest GPU-time first): start times, makespan and its lower bound."""
-    best = None
+    best: dict = {}
     for name, key in ORDERS.items():
         order = sorted(durations, key=lambda s: key(durations[s]))
         result = _schedule(durations, order, gpus, exclusive)
-        if best is None or result["makespan_s"] < best["makespan_s"] - 1e-9:
+        if not best or result["makespan_s"] < best["makespan_s"] - 1e-9:
             best = {**result, "heuristic": name}
     return best
 

@@ -18,7 +18,8 @@ class Progress:
                  every: float = 10.0, out=None):
         self.server, self.cells, self.todo, self.planned = server, cells, todo, planned or {}
         self.every, self.out = every, out or sys.stderr
-        self.cell, self.done, self.total = todo[0] if todo else None, 0, 0
+        self.cell: dict = todo[0] if todo else {}
+        self.done = self.total = 0
         self.measured = self.planned_done = 0.0
         self.cell_started = self.last = 0.0
 
