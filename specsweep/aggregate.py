@@ -8,6 +8,7 @@ cell stores are a copy for its readers and never feed a table. The workflow aggr
 from __future__ import annotations
 
 import json
+import math
 import os
 from pathlib import Path
 
@@ -16,30 +17,8 @@ import pandas as pd
 from . import algorithms
 from .cells import cell_problem, keyed_cells, unfinished
 from .jobs import ServerJob
-from .metrics import cell_measures, combine_launches, losslessness, speedup
-
-SUMMARY_COLUMNS = [
-    "simulated", "tp", "method", "algorithm", "block_size", "budget", "topk", "num_steps", "num_draft_tokens",
-    "max_bfs_breadth", "match_type", "drafter", "tree_build", "tree_mode", "tree_width", "verify_width", "sweep_size",
-    "workload", "family",
-    "concurrency", "concurrency_mean", "concurrency_peak", "concurrency_steady_mean", "concurrency_held",
-    "steady_window_s", "steady_share", "repetition", "launches", "requests_sent", "requests_completed", "requests_failed", "output_tokens",
-    "output_throughput", "output_throughput_lo", "output_throughput_hi", "output_throughput_per_gpu",
-    "output_throughput_run", "speedup", "speedup_lo", "speedup_hi", "speedup_pairs",
-    "ttft_n", "ttft_p50", "ttft_p50_lo", "ttft_p50_hi", "ttft_p99", "ttft_p99_lo", "ttft_p99_hi",
-    "queue_delay_p50", "queue_delay_p99", "user_ttft_p50", "user_ttft_p99",
-    "tpot_n", "tpot_mean", "tpot_p50", "tpot_p50_lo", "tpot_p50_hi", "tpot_p99", "itl_n", "itl_p50", "itl_p99",
-    "e2e_n", "e2e_p50", "e2e_p99",
-    "acceptance_length", "acceptance_length_server", "acceptance_length_sglang", "tokens_per_chunk",
-    "acceptance_disagree", "failures", "final", "length_mismatches", "server_running_mean", "server_running_peak",
-    "server_running_samples",
-    "attention_backend", "load_format", "stream", "min_free_slots_delay",
-    "content_mix", "sessions", "precision", "precision_target", "precision_stop",
-    "ttft_p99_with_failures", "e2e_p99_with_failures", "session_completion_p50",
-    "lossless_compared", "lossless_exact_rate", "lossless_first_divergence_median", "lossless_first_divergence_min",
-    "cell_file",
-]
-
+from .canon import atomic_write_text
+from .metrics import cell_measures, combine_launches, e2e, losslessness, queue_delay, speedup, tpot, ttft, user_ttft
 
 def _get(metrics: dict, name: str, stat: str):
     return metrics.get(name, {}).get(stat)
@@ -50,8 +29,11 @@ def _ci(metrics: dict, name: str, stat: str, side: int):
     return ci[side] if ci else None
 
 
-def cell_row(cell: dict, path: str, m: dict, thresholds: dict | None = None) -> dict:
-    """A cell's row from its measures (cell_measures); ``final`` judged by the failure thresholds where given."""
+def cell_row(cell: dict, path: str, m: dict, thresholds: dict | None = None, versus_ar: dict | None = None,
+             lossless: dict | None = None) -> dict:
+    """A cell's row of the summary from its measures (cell_measures), its keys the summary's columns in order;
+    ``final`` judged by the failure thresholds where given; ``versus_ar`` its speedup over AR's cell (metrics.speedup)
+    and ``lossless`` its replies against AR's (metrics.losslessness) where they were compared."""
     c, method = cell["cell"], cell["method"]
     algorithm = algorithms.get(method["algorithm"])  # a cell of an algorithm this code does not know is refused
     tree_build, mode, width = algorithms.method_shape(method)
@@ -59,6 +41,9 @@ def cell_row(cell: dict, path: str, m: dict, thresholds: dict | None = None) -> 
     ci = m.get("output_throughput_ci") or [None, None]
     held = m.get("concurrency") or {}
     window = held.get("window")
+    versus_ar = versus_ar or {"speedup": None, "speedup_ci": None, "pairs": 0}
+    speedup_ci = versus_ar["speedup_ci"] or [None, None]
+    lossless = lossless or {}  # not compared: NaN in its columns
     return {
         "simulated": cell["simulated"], "tp": c["tp"], "method": c["method"], "algorithm": method["algorithm"],
         **{k: params.get(k) for k in ("block_size", "budget", "topk", "num_steps", "num_draft_tokens",
@@ -75,21 +60,23 @@ def cell_row(cell: dict, path: str, m: dict, thresholds: dict | None = None) -> 
         "output_throughput": m["output_throughput"], "output_throughput_lo": ci[0], "output_throughput_hi": ci[1],
         "output_throughput_per_gpu": m.get("output_throughput_per_gpu"),
         "output_throughput_run": m.get("output_throughput_run"),
-        "ttft_n": _get(m, "ttft", "n"), "tpot_n": _get(m, "tpot", "n"), "itl_n": _get(m, "itl", "n"),
-        "e2e_n": _get(m, "e2e", "n"),
+        "speedup": versus_ar["speedup"], "speedup_lo": speedup_ci[0], "speedup_hi": speedup_ci[1],
+        "speedup_pairs": versus_ar["pairs"],
+        "ttft_n": _get(m, "ttft", "n"), "ttft_p50": _get(m, "ttft", "p50"),
+        "ttft_p50_lo": _ci(m, "ttft", "p50", 0), "ttft_p50_hi": _ci(m, "ttft", "p50", 1),
+        "ttft_p99": _get(m, "ttft", "p99"), "ttft_p99_lo": _ci(m, "ttft", "p99", 0),
+        "ttft_p99_hi": _ci(m, "ttft", "p99", 1),
         "queue_delay_p50": _get(m, "queue_delay", "p50"), "queue_delay_p99": _get(m, "queue_delay", "p99"),
         "user_ttft_p50": _get(m, "user_ttft", "p50"), "user_ttft_p99": _get(m, "user_ttft", "p99"),
-        "ttft_p50": _get(m, "ttft", "p50"), "ttft_p99": _get(m, "ttft", "p99"),
-        "ttft_p50_lo": _ci(m, "ttft", "p50", 0), "ttft_p50_hi": _ci(m, "ttft", "p50", 1),
-        "ttft_p99_lo": _ci(m, "ttft", "p99", 0), "ttft_p99_hi": _ci(m, "ttft", "p99", 1),
-        "tpot_mean": _get(m, "tpot", "mean"), "tpot_p50": _get(m, "tpot", "p50"), "tpot_p99": _get(m, "tpot", "p99"),
+        "tpot_n": _get(m, "tpot", "n"), "tpot_mean": _get(m, "tpot", "mean"), "tpot_p50": _get(m, "tpot", "p50"),
         "tpot_p50_lo": _ci(m, "tpot", "p50", 0), "tpot_p50_hi": _ci(m, "tpot", "p50", 1),
-        "itl_p50": _get(m, "itl", "p50"), "itl_p99": _get(m, "itl", "p99"),
-        "e2e_p50": _get(m, "e2e", "p50"), "e2e_p99": _get(m, "e2e", "p99"),
+        "tpot_p99": _get(m, "tpot", "p99"),
+        "itl_n": _get(m, "itl", "n"), "itl_p50": _get(m, "itl", "p50"), "itl_p99": _get(m, "itl", "p99"),
+        "e2e_n": _get(m, "e2e", "n"), "e2e_p50": _get(m, "e2e", "p50"), "e2e_p99": _get(m, "e2e", "p99"),
         "acceptance_length": m.get("acceptance_length"),
         "acceptance_length_server": m.get("acceptance_length_server"),
-        "tokens_per_chunk": m.get("tokens_per_chunk"),
         "acceptance_length_sglang": m.get("acceptance_length_sglang"),
+        "tokens_per_chunk": m.get("tokens_per_chunk"),
         "acceptance_disagree": (m.get("acceptance_agreement") or {}).get("disagree"),
         "failures": "; ".join(f"{k}: {v}" for k, v in sorted(m["failures"].items())),
         "final": unfinished(cell["requests"], thresholds) is None if thresholds else None,
@@ -109,6 +96,10 @@ def cell_row(cell: dict, path: str, m: dict, thresholds: dict | None = None) -> 
         "ttft_p99_with_failures": (m.get("ttft_with_failures") or {}).get("p99"),
         "e2e_p99_with_failures": (m.get("e2e_with_failures") or {}).get("p99"),
         "session_completion_p50": _get(m, "session_completion", "p50"),
+        "lossless_compared": lossless.get("compared", math.nan),
+        "lossless_exact_rate": lossless.get("exact_match_rate", math.nan),
+        "lossless_first_divergence_median": lossless.get("first_divergence_median", math.nan),
+        "lossless_first_divergence_min": lossless.get("first_divergence_min", math.nan),
         "cell_file": path,
     }
 
@@ -198,29 +189,25 @@ def summarise_cells(cells: dict[str, dict], thresholds: dict | None = None) -> p
     speedup over AR at the same (tp, workload, concurrency, repetition) and, with failure ``thresholds``, whether
     each is final."""
     measures = {p: cell_measures(c) for p, c in cells.items()}
-    rows = [cell_row(c, p, measures[p], thresholds) for p, c in cells.items()]
     ar = {(c["cell"]["tp"], c["cell"]["workload"], c["cell"]["concurrency"], c["cell"]["repetition"]): p
           for p, c in cells.items() if c["method"]["algorithm"] == "ar"}
-    for row, (path, cell) in zip(rows, cells.items()):
-        base = ar.get((row["tp"], row["workload"], row["concurrency"], row["repetition"]))
-        s = (speedup(cell["requests"], cells[base]["requests"], measures[path]["concurrency"]["window"],
-                     measures[base]["concurrency"]["window"]) if base else
-             {"speedup": None, "speedup_ci": None, "pairs": 0})
-        ci = s["speedup_ci"] or [None, None]
-        row.update(speedup=s["speedup"], speedup_lo=ci[0], speedup_hi=ci[1], speedup_pairs=s["pairs"])
-        if base is not None and cell["method"]["algorithm"] != "ar" and cell["sampling"]["temperature"] == 0:
-            lossless = losslessness(cell["requests"], cells[base]["requests"])
-            row.update(lossless_compared=lossless["compared"], lossless_exact_rate=lossless["exact_match_rate"],
-                       lossless_first_divergence_median=lossless["first_divergence_median"],
-                       lossless_first_divergence_min=lossless["first_divergence_min"])
-    frame = pd.DataFrame(rows, columns=SUMMARY_COLUMNS)
+    rows = []
+    for path, cell in cells.items():
+        c = cell["cell"]
+        base = ar.get((c["tp"], c["workload"], c["concurrency"], c["repetition"]))
+        versus_ar = lossless = None
+        if base is not None:
+            versus_ar = speedup(cell["requests"], cells[base]["requests"], measures[path]["concurrency"]["window"],
+                                measures[base]["concurrency"]["window"])
+            if cell["method"]["algorithm"] != "ar" and cell["sampling"]["temperature"] == 0:
+                lossless = losslessness(cell["requests"], cells[base]["requests"])
+        rows.append(cell_row(cell, path, measures[path], thresholds, versus_ar, lossless))
+    frame = pd.DataFrame(rows)
     return frame.sort_values(["tp", "workload", "concurrency", "method", "repetition"]).reset_index(drop=True)
 
 
 def request_rows(cells: dict[str, dict]) -> pd.DataFrame:
     """One row per measured request: its cell, turn, timings (s), tokens and failure category."""
-    from .metrics import e2e, queue_delay, tpot, ttft, user_ttft
-
     rows = []
     for cell in cells.values():
         c = cell["cell"]
@@ -300,8 +287,6 @@ def write_tables(cells: dict[str, dict], out_dir: str | Path,
     """All aggregated tables of these cells ({cell file: cell JSON}), each as CSV and Parquet in out_dir: summary
     (one row per launch of a cell), combined (repetitions combined), requests, turns, best_budget, break_even,
     pareto (the last three from combined)."""
-    from .canon import atomic_write_text
-
     out_dir = Path(out_dir)
     summary = summarise_cells(cells, thresholds)
     combined = combine_repetitions(summary)

@@ -13,7 +13,7 @@ import os
 import signal
 import sys
 import tempfile
-import time
+from collections.abc import Sequence
 from contextlib import ExitStack
 from datetime import datetime, timezone
 from pathlib import Path
@@ -27,66 +27,8 @@ from .gpus import GpuPool, lock_folder, visible_devices, wait_until_released
 from . import layout, runs
 from .layout import failure_path
 from .launcher import ApiKeyFile, Server, ServerError, free_port, launch_command
+from .progress import Progress
 from .text import approximate_tokens, chat_prompt
-
-
-class Progress:
-    """Progress lines in a server job's log: cell i of N, requests done, time left estimated from the plan.
-
-    Time left = (the plan's seconds for the rest of this cell and the cells still to measure after it) x
-    (measured / planned seconds of the cells finished so far, 1 before the first), printed when a cell starts
-    and ends and at most every ``every`` seconds in between. Cells taken from the cache cost nothing.
-    """
-
-    def __init__(self, server: str, cells: list[dict], todo: list[dict], planned: dict[str, float] | None = None,
-                 every: float = 10.0, out=None):
-        self.server, self.cells, self.todo, self.planned = server, cells, todo, planned or {}
-        self.every, self.out = every, out or sys.stderr
-        self.cell, self.done, self.total = todo[0] if todo else None, 0, 0
-        self.measured = self.planned_done = 0.0
-        self.cell_started = self.last = 0.0
-
-    def start(self, cell: dict, total_requests: int) -> None:
-        self.cell, self.done, self.total = cell, 0, total_requests
-        self.cell_started = self.last = time.monotonic()
-        self._print("started")
-
-    def request_done(self, *_) -> None:
-        self.done += 1
-        if time.monotonic() - self.last >= self.every and self.done < self.total:
-            self._print("")
-
-    def finish(self) -> None:
-        seconds = time.monotonic() - self.cell_started
-        planned = self.planned.get(self.cell["output"])
-        if planned:
-            self.measured += seconds
-            self.planned_done += planned
-        self._print(f"finished in {seconds:.0f} s")
-
-    def time_left(self) -> float | None:
-        if self.cell["output"] not in self.planned:
-            return None
-        share = 1 - self.done / self.total if self.total else 1
-        later = self.todo[self.todo.index(self.cell) + 1:]
-        scale = self.measured / self.planned_done if self.planned_done else 1.0
-        return scale * (self.planned[self.cell["output"]] * share +
-                        sum(self.planned.get(c["output"], 0.0) for c in later))
-
-    def _print(self, note: str) -> None:
-        self.last = time.monotonic()
-        cell, left = self.cell, self.time_left()
-        eta = f"; about {_duration(left)} left for this server (plan)" if left is not None else ""
-        print(f"[{self.server}] cell {self.cells.index(cell) + 1} of {len(self.cells)} ({cell['workload']}, "
-              f"concurrency {cell['concurrency']}; {self.todo.index(cell) + 1} of {len(self.todo)} to measure): "
-              f"{self.done}/{self.total} requests done{eta}" + (f"; {note}" if note else ""),
-              file=self.out, flush=True)
-
-
-def _duration(seconds: float) -> str:
-    seconds = max(0, int(round(seconds)))
-    return f"{seconds // 3600} h {seconds % 3600 // 60} min" if seconds >= 3600 else (
-        f"{seconds // 60} min {seconds % 60} s" if seconds >= 60 else f"{seconds} s")
 
 
 def _max_context(job: ServerJob, sessions_by_workload: dict) -> int:
@@ -104,7 +46,7 @@ def _max_context(job: ServerJob, sessions_by_workload: dict) -> int:
 
 def bench_server(job: ServerJob, outputs: list[str], environment: dict, log_dir: str | Path,
                  run_record: str | Path | None = None, all_methods: list[dict] | None = None,
-                 planned=None, failures: dict | None = None, remeasure: list[str] = ()) -> dict:
+                 planned=None, failures: dict | None = None, remeasure: Sequence[str] = ()) -> dict:
     """Produce every cell output of one server, measuring only what the cache lacks.
 
     ``all_methods`` (every configured method) are checked against the server's capabilities first, so that
@@ -134,13 +76,13 @@ def bench_server(job: ServerJob, outputs: list[str], environment: dict, log_dir:
         raise CellError(f"server {server_name}: the job's {len(outputs)} outputs do not match its {len(cells)} cells "
                         f"(no output for {', '.join(unmatched[:3]) or 'none'}): the rule's outputs and "
                         "layout.cell_path must name the same files")
-    remeasure = {os.path.normpath(p) for p in remeasure}
+    asked = {os.path.normpath(p) for p in remeasure}  # the outputs to measure again
     results: dict[str, dict] = {}
     missing = []
     for cell in cells:
         cell["output"] = by_path[os.path.normpath(cell["path"])]
         entry, why = _usable_entry(cache, cell, failures)
-        if entry is not None and os.path.normpath(cell["output"]) in remeasure:
+        if entry is not None and os.path.normpath(cell["output"]) in asked:
             why = "remeasure asks for it"
         if why is None and entry is not None:
             results[cell["output"]] = entry
@@ -166,7 +108,7 @@ def bench_server(job: ServerJob, outputs: list[str], environment: dict, log_dir:
                 gpus = stack.enter_context(pool.acquire(need, holder=server_name))
                 for cell in list(missing):  # measured by another run while this one waited
                     entry, why = _usable_entry(cache, cell, failures)
-                    if entry is not None and why is None and os.path.normpath(cell["output"]) not in remeasure:
+                    if entry is not None and why is None and os.path.normpath(cell["output"]) not in asked:
                         missing.remove(cell)
                         results[cell["output"]] = entry
                         journal.write("cache_hit", server=server_name, cell=cell["output"], key=cell["key"])

@@ -12,7 +12,9 @@ import json
 import os
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from .canon import atomic_write_json, canonical_json
 
@@ -30,7 +32,7 @@ class CellCache:
     def path(self, key: str) -> Path:
         return self.root / key[:2] / f"{key}.json"
 
-    def read(self, key: str) -> tuple[object, str | None]:
+    def read(self, key: str) -> tuple[Any, str | None]:
         """(the entry's JSON, None); (None, None) when there is no entry; (None, why) when it cannot be read."""
         try:
             return json.loads(self.path(key).read_text()), None
@@ -39,7 +41,7 @@ class CellCache:
         except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:  # writes are atomic: never ours
             return None, f"it cannot be read as JSON (truncated or damaged: {exc})"
 
-    def get(self, key: str) -> object | None:
+    def get(self, key: str) -> Any:
         """The entry's JSON, unverified; None when there is none or it cannot be read."""
         return self.read(key)[0]
 
@@ -139,7 +141,7 @@ def write_run_record(path: str | Path, server: str, journal: Journal, keys: set[
         "cells": [cell for cell, _ in latest[3]["cells"]]}})
 
 
-def read_run_records(paths: list[str | Path]) -> dict[str, tuple[float, list[str]]]:
+def read_run_records(paths: Sequence[str | Path]) -> dict[str, tuple[float, list[str]]]:
     """{server: (seconds, cells)} of the latest run recorded for each server in these run records."""
     runs = {}
     for path in paths:

@@ -15,7 +15,6 @@ import math
 from dataclasses import asdict, dataclass, replace
 from datetime import datetime, timezone
 from importlib import resources
-from typing import TYPE_CHECKING
 
 import jsonschema
 import requests
@@ -29,10 +28,8 @@ from .gpus import gpu_memory_used
 from .jobs import ServerJob, cells_of_server
 from .launcher import Server, min_free_slots_delay, redact, stream_mode
 from .metrics import cell_metrics, failures, precision_of, relative_precision
+from .progress import Progress
 from .workloads import build, content_mix, warmup_sessions, workload_digest
-
-if TYPE_CHECKING:
-    from .bench import Progress
 
 IDENTITY = ("tp", "method", "workload", "concurrency", "repetition")  # what names a cell
 
@@ -114,7 +111,7 @@ class CellResult:
     """One measured cell, as its JSON file holds it (``as_dict``; the schema is specsweep/cell.schema.json)."""
 
     schema_version: int
-    harness_version: str
+    harness_version: int
     simulated: bool  # measured on the simulated backend: every table and page built from it says so
     key: str  # the cell's content address (cell_key)
     cell: dict  # tp, method, workload, concurrency, repetition
@@ -213,7 +210,7 @@ def measure_adaptive(server, sessions: list, first: int, adaptive: dict, concurr
     zero width) never stops it. Returns the records (the same records as ``client.measure``) and the precision,
     recomputed on every record."""
     cap = min(adaptive["max_requests"], len(sessions))
-    state = {"started": 0, "next_check": first, "reason": "request cap", "at_stop": None}
+    state: dict = {"started": 0, "next_check": first, "reason": "request cap", "at_stop": None}
 
     def stop(records) -> bool:
         if state["started"] >= cap:

@@ -285,7 +285,7 @@ async def run_sessions(url: str, sessions: list[Session], concurrency: int, samp
     load = load or LoadModel()
     records: list[RequestRecord] = []
     start = time.monotonic()
-    arrivals = deque()
+    arrivals: deque[_SessionState] = deque()
     clock = 0.0
     rng = random.Random(f"arrivals:{load.seed}")
     for s in sessions:

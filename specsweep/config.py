@@ -5,7 +5,8 @@ walks the merged configuration with ``check_values`` (its size, non-finite numbe
 validation (JSON Schema draft 2020-12, defaults filled) is done with ``snakemake.utils.validate`` against
 config/schema.yaml, after ``coerce.coerce_to_schema``, its error cut to the key and the reason by ``schema_error``;
 ``normalise`` then rejects duplicates and cross-key mistakes and returns the normalised configuration every rule
-uses (methods are expanded by ``methods``, server jobs and cells listed by ``jobs``).
+uses (methods are expanded by ``methods``, server jobs and cells listed by ``jobs``). Every mistake is a
+``ConfigError`` (defined in ``errors``, where the modules these checks call find it too).
 """
 
 from __future__ import annotations
@@ -19,12 +20,16 @@ from pathlib import Path
 
 import yaml
 
+from .errors import ConfigError, DuplicateKey, unique_pairs
+from .jobs import MIN_WAVES, cell_requests, server_job, servers, workload_concurrency
+from .launcher import ServerError, server_arguments
+from .methods import expand_methods
+from .sglang_options import FlagError, check_argv
+from .sim.model import ACCEPTANCE, profiles
+from .workloads import WorkloadError, build, distinct_sessions
+
 MAX_VALUES = 100_000  # values in one configuration; a YAML anchor can make millions of a few lines
 MAX_SESSIONS = 10_000  # sessions one cell may send (load.min_requests, load.waves x concurrency, requests)
-
-
-class ConfigError(ValueError):
-    """A configuration mistake; the message names the key and what to do."""
 
 
 def key_path(parts) -> str:
@@ -39,7 +44,7 @@ class _UniqueKeyLoader(yaml.SafeLoader):
     """PyYAML's safe loader, refusing a key given twice in one mapping (PyYAML keeps the last silently)."""
 
     def construct_mapping(self, node, deep=False):
-        seen = {}
+        seen: dict = {}  # key: the line it was first given at
         for key_node, _ in node.value:
             if key_node.tag == "tag:yaml.org,2002:merge":
                 continue
@@ -53,20 +58,6 @@ class _UniqueKeyLoader(yaml.SafeLoader):
                                   "keep one of them (YAML would keep the last silently)")
             seen[key] = line
         return super().construct_mapping(node, deep)
-
-
-class DuplicateKey(ValueError):
-    """A key given twice in one JSON object (json keeps the last silently); the argument is the key."""
-
-
-def unique_pairs(pairs) -> dict:
-    """A json object_pairs_hook: the object as a dict, refusing a key given twice (DuplicateKey)."""
-    out = {}
-    for key, value in pairs:
-        if key in out:
-            raise DuplicateKey(key)
-        out[key] = value
-    return out
 
 
 def read_config_file(path: str | Path):
@@ -93,7 +84,8 @@ def check_values(config) -> None:
     values (a YAML anchor expanded into copies), numbers that are not finite (NaN, infinity: every number the
     workflow uses must be a real one) and NUL characters (no path, flag or environment variable can hold one).
     The walk stops at the limit, so it is quick whatever the anchors expand to. Each refusal names the key."""
-    count, stack = 0, [((), config)]
+    count = 0
+    stack: list[tuple[tuple, object]] = [((), config)]  # (key path, value) still to walk
     while stack:
         parts, value = stack.pop()
         count += 1
@@ -136,8 +128,6 @@ def normalise(config: dict) -> dict:
     Call after schema validation (defaults filled). Raises ConfigError naming
     the key.
     """
-    from .methods import expand_methods
-
     config = copy.deepcopy(config)
     names = [w["name"] for w in config["workloads"]]
     for index, w in enumerate(config["workloads"]):
@@ -215,8 +205,6 @@ def check_folders(config: dict) -> None:
 
 def check_acceptance(config: dict) -> None:
     """Every sim.acceptance key is a parameter of the acceptance model (the simulator and the plan read them)."""
-    from .sim.model import ACCEPTANCE
-
     unknown = sorted(set(config["sim"]["acceptance"]) - set(ACCEPTANCE))
     if unknown:
         raise ConfigError(f"sim.acceptance.{unknown[0]}: not a parameter of the acceptance model; known: "
@@ -225,8 +213,6 @@ def check_acceptance(config: dict) -> None:
 
 def check_sim_profiles(config: dict) -> None:
     """The simulated backend's gpu, model profile and runtime must exist (shipped or under sim.profiles)."""
-    from .sim.model import profiles
-
     known = profiles(config["sim"]["profiles"])
     for key, kind in (("gpu", "gpus"), ("model_profile", "models"), ("draft_model_profile", "models"),
                       ("runtime", "runtimes")):
@@ -237,8 +223,6 @@ def check_sim_profiles(config: dict) -> None:
 
 def check_workload_files(config: dict) -> None:
     """Read every user prompt file now, so that bad data stops the run before any job (naming file and line)."""
-    from .workloads import WorkloadError, build
-
     for w in config["workloads"]:
         if w.get("source") == "file":
             try:
@@ -250,10 +234,6 @@ def check_workload_files(config: dict) -> None:
 
 def check_launch_flags(config: dict) -> None:
     """Parse every server's launch arguments with SGLang's recorded option table (plus declared extra flags)."""
-    from .jobs import server_job, servers
-    from .launcher import ServerError, server_arguments
-    from .sglang_options import FlagError, check_argv
-
     table, extra = config["sglang"]["options_table"], config["sglang"]["extra_flags"]
     try:
         check_argv(list(config["server"]["flags"]), table, extra)
@@ -272,9 +252,6 @@ def check_launch_flags(config: dict) -> None:
 
 def check_cells_reach_label(config: dict) -> None:
     """Every closed-loop cell can hold its concurrency: at least MIN_WAVES sessions per slot, no session replayed."""
-    from .jobs import MIN_WAVES, cell_requests, workload_concurrency
-    from .workloads import distinct_sessions
-
     for index, w in enumerate(config["workloads"]):
         available = distinct_sessions(w, config["model"]["context_length"])
         for c in workload_concurrency(config, w):

@@ -98,7 +98,7 @@ def tree_prefixes(tree_build: TreeBuild, log_probs: tuple, budget: int, width: i
     margin = tree_build.early_stop_margin
     threshold = first - math.log(max(budget, 1)) - margin if margin is not None else -math.inf
     tree: set = set()
-    heap = [(-first, (0,))]
+    heap: list[tuple[float, tuple[int, ...]]] = [(-first, (0,))]
     while heap and len(tree) < budget:
         negative, prefix = heapq.heappop(heap)
         logw = -negative

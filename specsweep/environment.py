@@ -21,10 +21,12 @@ import re
 import shutil
 import subprocess
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 from . import HARNESS_VERSION, __version__
 from .canon import atomic_write_text, digest
+from .launcher import choose_flags
 
 
 class ServerEnvironmentError(RuntimeError):
@@ -148,7 +150,7 @@ print(json.dumps(out))
 """
 
 
-def probe(backend: str, python: str | None = None, help_text: str | None = None, pins: list[dict] = (),
+def probe(backend: str, python: str | None = None, help_text: str | None = None, pins: Sequence[dict] = (),
           build: str | None = None) -> dict:
     """Versions, hardware and capabilities of a backend on this host.
 
@@ -204,7 +206,7 @@ def probe(backend: str, python: str | None = None, help_text: str | None = None,
     }
 
 
-def _source_commit(versions: dict, pins: list[dict]) -> str | None:
+def _source_commit(versions: dict, pins: Sequence[dict]) -> str | None:
     """The commit SGLang was built from: pip's record of a VCS install, else the resolved pin."""
     vcs = (versions.get("sglang_source") or {}).get("vcs_info") or {}
     return vcs.get("commit_id") or next((p["commit"] for p in pins), None)
@@ -216,8 +218,6 @@ def check_methods(methods: list[dict], environment: dict) -> None:
     ``methods`` are Method.as_dict() values; the check uses the capability probe
     (algorithms and flags listed by the launcher's --help).
     """
-    from .launcher import choose_flags
-
     caps = environment["capabilities"]
     backend = environment["backend"]
     for method in methods:

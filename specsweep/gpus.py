@@ -23,7 +23,7 @@ import time
 from contextlib import contextmanager
 from pathlib import Path
 
-from .environment import gpu_inventory
+from .environment import command_output, gpu_inventory
 
 
 class GpuPoolError(RuntimeError):
@@ -134,8 +134,6 @@ class GpuPool:
 
 def wait_until_released(devices: list[str], timeout: float = 60.0) -> bool:
     """Wait until no process of a stopped server still holds memory on its GPUs (nvidia-smi); True when free."""
-    from .environment import command_output
-
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         out = command_output(["nvidia-smi", "--query-compute-apps=pid", "--format=csv,noheader", "-i", ",".join(devices)])
@@ -147,8 +145,6 @@ def wait_until_released(devices: list[str], timeout: float = 60.0) -> bool:
 
 def gpu_memory_used(devices: list[str] | None) -> float | None:
     """Memory in use on these GPUs now, MiB summed (nvidia-smi); None without NVIDIA GPUs."""
-    from .environment import command_output
-
     if not devices:
         return None
     out = command_output(["nvidia-smi", "--query-gpu=memory.used", "--format=csv,noheader,nounits", "-i", ",".join(devices)])

@@ -110,7 +110,8 @@ class Connection:
             raise RuntimeError("connection not ready for a request")
         loop = asyncio.get_running_loop()
         self._future = loop.create_future()
-        self._on_event, self._grace, self._grace_timer = on_event, grace, None
+        self._on_event, self._grace = on_event, grace
+        self._grace_timer: asyncio.TimerHandle | None = None
         self._now, self._first, self._lines, self._body = 0.0, b"", bytearray(), bytearray()
         self._received, self._status, self._until_close = 0, 0, False
         self.reusable = False
@@ -244,7 +245,7 @@ class Connection:
 
     def _complete_early(self) -> None:
         """The answer was complete but its body did not end: take the answer, drop the connection."""
-        if not self._future.done():
+        if self._future is not None and not self._future.done():
             self._future.set_result(Answer(self._status, bytes(self._body)))
         self.close()
 
@@ -252,13 +253,13 @@ class Connection:
         if self._grace_timer is not None:
             self._grace_timer.cancel()
         self.reusable = keep and self._keep and not self.closed
-        if not self._future.done():
+        if self._future is not None and not self._future.done():
             self._future.set_result(Answer(self._status, bytes(self._body)))
 
     def _fail(self, exc: BaseException) -> None:
         if self._grace_timer is not None:
             self._grace_timer.cancel()
-        if not self._future.done():
+        if self._future is not None and not self._future.done():
             self._future.set_exception(exc)
         self.close()
 
@@ -304,7 +305,7 @@ class Reader:
         for fd, _ in self._epoll.poll(0):
             connection = connections.get(fd)
             got = connection.read() if connection is not None else None
-            if got is not None:
+            if connection is not None and got is not None:
                 if not got[0]:
                     self.forget(connection)  # its end is read once; close it when its bytes before are taken
                 read.append((connection, *got))
@@ -349,26 +350,27 @@ class Pool:
                  **({"Connection": "close"} if per_request else {}), **(headers or {})}
         self._head = "".join(f"{name}: {value}\r\n" for name, value in lines.items())
         self._idle: list[Connection] = []
-        self._addresses = None
+        self._addresses: list | asyncio.Future[list] | None = None  # a lookup under way: its future
         self._reader = Reader()
 
     async def _resolve(self) -> list:
         """The server's addresses, looked up once per pool (an IP address needs no lookup)."""
-        if self._addresses is None:
+        addresses = self._addresses
+        if addresses is None:
             try:
-                self._addresses = socket.getaddrinfo(self.host, self.port, type=socket.SOCK_STREAM,
-                                                     flags=socket.AI_NUMERICHOST)
+                addresses = socket.getaddrinfo(self.host, self.port, type=socket.SOCK_STREAM,
+                                               flags=socket.AI_NUMERICHOST)
             except socket.gaierror:
-                lookup = asyncio.ensure_future(asyncio.get_running_loop().getaddrinfo(
-                    self.host, self.port, type=socket.SOCK_STREAM))
-                self._addresses = lookup  # the slots that come meanwhile wait for the same lookup
-        if isinstance(self._addresses, asyncio.Future):
+                addresses = asyncio.ensure_future(asyncio.get_running_loop().getaddrinfo(
+                    self.host, self.port, type=socket.SOCK_STREAM))  # the slots that come meanwhile wait for it
+            self._addresses = addresses
+        if isinstance(addresses, asyncio.Future):
             try:
-                self._addresses = await asyncio.shield(self._addresses)
+                addresses = self._addresses = await asyncio.shield(addresses)
             except OSError as exc:
                 self._addresses = None
                 raise ConnectFailed(f"cannot resolve {self.host}:{self.port}: {exc}") from exc
-        return self._addresses
+        return addresses
 
     async def _open(self) -> Connection:
         loop = asyncio.get_running_loop()

@@ -8,7 +8,7 @@ from __future__ import annotations
 import copy
 from dataclasses import asdict, dataclass, fields
 
-from .config import ConfigError
+from .errors import ConfigError
 from .layout import cell_path, server_name
 from .methods import expand_methods
 

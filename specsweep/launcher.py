@@ -23,15 +23,13 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import psutil
 import requests
 
 from . import algorithms
-
-if TYPE_CHECKING:
-    from .jobs import ServerJob
+from .jobs import ServerJob
+from .sglang_options import known_flags
 
 SECRET_MARKERS = ("KEY", "TOKEN", "SECRET", "PASSWORD")
 
@@ -62,8 +60,6 @@ def server_arguments(job: ServerJob, port: int, max_context: int, offered: set[s
     target and drafter; the min-free-slots delay follows server.min_free_slots_delay; then the method's and
     the global flags.
     """
-    from .sglang_options import known_flags
-
     method, server, model = job.method, job.server, job.model
     if offered is None:
         offered = known_flags(job.sglang["options_table"], job.sglang["extra_flags"])
@@ -128,6 +124,8 @@ def launch_command(job: ServerJob, port: int, max_context: int, python: str | No
         argv = [python, "-m", "sglang.launch_server", *args]
     else:
         sim = job.sim
+        if sim is None:
+            raise ServerError(f"server {job.name}: the simulated backend needs the job's simulator profile (sim)")
         argv = [python, "-m", "specsweep.sim", *args, "--sim-gpu", sim["gpu"],
                 "--sim-model-profile", sim["model_profile"], "--sim-runtime", sim["runtime"],
                 "--sim-startup-seconds", str(sim["startup_seconds"])]
@@ -175,8 +173,11 @@ class ApiKeyFile:
         if not key:
             raise ServerError(f"server.api_key_env names {self.env_name}, but that environment variable is empty or "
                               "unset; export it before running")
-        me = psutil.Process()
-        self.folder = secrets_folder() / f"{me.pid}-{me.create_time():.3f}"
+        me, folder = psutil.Process(), secrets_folder()
+        if folder is None:
+            raise ServerError(f"{tempfile.gettempdir()}: the temporary folder, which holds the server's API key, does "
+                              "not exist; create it or point TMPDIR to one")
+        self.folder = folder / f"{me.pid}-{me.create_time():.3f}"
         self.folder.mkdir(mode=0o700)
         path = self.folder / "server-secrets.yaml"
         try:
@@ -221,7 +222,7 @@ def secrets_folder(create: bool = True) -> Path | None:
 def sweep_secrets() -> list[Path]:
     """Remove the secrets of server jobs that are gone (a job killed with SIGKILL runs no code to remove them):
     each job's folder is named after its process id and start time. Returns what was removed."""
-    removed = []
+    removed: list[Path] = []
     try:
         folder = secrets_folder(create=False)
     except ServerError:  # not this user's to sweep; a server that needs its key refuses it, naming it

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from . import algorithms, ddtree
 from .algorithms import AlgorithmError
 from .canon import canonical_json
-from .config import ConfigError
+from .errors import ConfigError
 
 
 @dataclass(frozen=True)

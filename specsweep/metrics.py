@@ -322,21 +322,21 @@ def summarise(values: list, sessions: list | None = None, seed: int = 0, kinds: 
     order = np.argsort(data, kind="stable")
     data_sorted = data[order]
     cluster = np.array([groups[s] for _, s, _ in pairs])[order]
-    stats = {"mean": None, **{f"p{p}": p for p in PERCENTILES}}
+    stats: dict[str, float | None] = {"mean": None, **{f"p{p}": p for p in PERCENTILES}}  # name: percentile
     out["mean"] = float(data.mean())
     for p in PERCENTILES:
         out[f"p{p}"] = float(np.percentile(data, p))
     claimed = {name: len(groups) >= MIN_SESSIONS and (p is None or data.size * min(p, 100 - p) / 100 >= TAIL_VALUES)
                for name, p in stats.items()}
-    boot = {name: [] for name, ok in claimed.items() if ok}
+    boot: dict[str, list[np.ndarray]] = {name: [] for name, ok in claimed.items() if ok}
     if boot:
         counts = _resample([stratum[s] for s in groups], seed)
+        percentiles = {name: p for name, p in stats.items() if name in boot and p is not None}
         for rows in np.array_split(np.arange(BOOTSTRAP_RESAMPLES), max(1, data.size * BOOTSTRAP_RESAMPLES // 2_000_000)):
             weights = counts[rows][:, cluster]  # copies of each value in each resample
-            percentiles = [name for name in boot if stats[name] is not None]
-            for name, values in zip(percentiles, _weighted_percentiles(data_sorted, weights,
-                                                                       [stats[name] for name in percentiles])):
-                boot[name].append(values)
+            for name, resampled in zip(percentiles, _weighted_percentiles(data_sorted, weights,
+                                                                          list(percentiles.values()))):
+                boot[name].append(resampled)
             if "mean" in boot:
                 boot["mean"].append(weights @ data_sorted / weights.sum(axis=1))
     for name in stats:
@@ -349,7 +349,7 @@ def summarise_with_failures(values: list[float | None], failed: int) -> dict:
     data = np.asarray([v for v in values if v is not None] + [math.inf] * failed, dtype=float)
     if data.size == 0:
         return {"n": 0}
-    out = {"n": int(data.size)}
+    out: dict[str, float] = {"n": int(data.size)}
     for p in PERCENTILES:  # +inf where the percentile falls among the failures
         out[f"p{p}"] = float(np.percentile(data, p, method="inverted_cdf")) if failed else float(np.percentile(data, p))
     return out
@@ -512,7 +512,7 @@ def metric_precision(metrics: dict, metric: str = "output_throughput") -> float 
 
 def _first_paragraph(func) -> tuple[str, str]:
     """(name, the first paragraph of its docstring on one line), the constants it names given their values."""
-    text = " ".join(func.__doc__.strip().split("\n\n")[0].split())
+    text = " ".join((func.__doc__ or "").strip().split("\n\n")[0].split())
     return func.__name__, text.replace("MIN_SESSIONS", str(MIN_SESSIONS)).replace("TAIL_VALUES", str(TAIL_VALUES))
 
 
@@ -542,9 +542,10 @@ def speedup(method_records: list[dict], ar_records: list[dict], method_window: l
     """
     if not method_records or not ar_records:
         return {"speedup": None, "speedup_ci": None, "pairs": 0}
-    sides = [_shares_and_scale(method_records, method_window), _shares_and_scale(ar_records, ar_window)]
-    if None in sides:
+    method_side, ar_side = _shares_and_scale(method_records, method_window), _shares_and_scale(ar_records, ar_window)
+    if method_side is None or ar_side is None:
         return {"speedup": None, "speedup_ci": None, "pairs": 0}
+    sides = [method_side, ar_side]
     common = [s for s in sides[0][0] if s in sides[1][0] and (sides[0][0][s][1] > 0 or sides[1][0][s][1] > 0)]
     arrays = []
     for shares, scale in sides:
@@ -554,7 +555,7 @@ def speedup(method_records: list[dict], ar_records: list[dict], method_window: l
     (na, da, ca), (nb, db, cb) = arrays
     if not common or da.sum() <= 0 or db.sum() <= 0 or nb.sum() <= 0:
         return {"speedup": None, "speedup_ci": None, "pairs": len(common)}
-    out = {"speedup": float((ca * na.sum() / da.sum()) / (cb * nb.sum() / db.sum())), "speedup_ci": None,
+    out: dict = {"speedup": float((ca * na.sum() / da.sum()) / (cb * nb.sum() / db.sum())), "speedup_ci": None,
            "pairs": len(common)}
     if len(common) >= MIN_SESSIONS:
         w = _resample([sides[1][0][s][2] for s in common], seed)

@@ -20,14 +20,21 @@ between a server's cells.
 
 from __future__ import annotations
 
+import json
 import math
 from functools import lru_cache
+from pathlib import Path
 
-from .jobs import cells_of_server, servers
+from .cache import CellCache
+from .canon import atomic_write_json, atomic_write_text, digest, package_digest
+from .cells import cell_digest, cell_key, cell_sessions
+from .jobs import cells_of_server, server_job, servers
 from .methods import expand_methods
 from .layout import plan_memo_path, server_name
+from .sim.calibration import mean_tau
 from .sim.model import CostModel, Decoding, profiles
 from .text import chat_prompt
+from .workloads import build
 
 OUTPUT_SHARE = 0.65
 SGLANG_INIT_SECONDS = 60.0
@@ -46,10 +53,6 @@ def method_decoding(method) -> Decoding:
 @lru_cache(maxsize=256)
 def _workload_sample(workload_json: str, seed: int, model_path: str | None = None) -> tuple:
     """(sample prompts, mean first-turn tokens, turns per session) from a few sessions of a workload."""
-    import json
-
-    from .workloads import build
-
     workload = json.loads(workload_json)
     sample = dict(workload, requests=4)
     if workload["family"] in ("long", "very_long"):  # the content is what matters; size it small to be quick
@@ -72,10 +75,6 @@ def _sample_of(workload: dict, sessions: list) -> tuple:
 def _tau(prompts: tuple, decoding: Decoding, sim_json: str, max_new_tokens: int, dummy: bool) -> float:
     """Predicted tokens per round: 1 for AR, and with dummy weights for every drafter model (their proposals are
     never the target's choice); NGRAM with dummy weights drafts from the random model's looping output."""
-    import json
-
-    from .sim.calibration import mean_tau
-
     if decoding.algorithm == "ar" or dummy and decoding.spec.drafting != "lookup":
         return 1.0
     sim = json.loads(sim_json)
@@ -100,8 +99,6 @@ def cell_seconds(config: dict, tp: int, method, workload: dict, concurrency: int
 
     ``sessions``, the workload's sessions where they are built already (a server job), spare building a sample.
     """
-    import json
-
     sim = config["sim"]
     cost = CostModel.named(sim["gpu"], sim["model_profile"], sim["runtime"], tp, sim["profiles"],
                            sim.get("draft_model_profile"))
@@ -129,11 +126,6 @@ def predict(config: dict, memo_dir: str | None = None) -> list[dict]:
     invocation orders its server jobs by these predictions, and a later invocation of the same plan (a rerun, a
     dry run, the predictions job) reads them back instead of predicting again. A memo that cannot be written is
     skipped."""
-    import json
-    from pathlib import Path
-
-    from .canon import atomic_write_json, digest
-
     memo = None
     if memo_dir:
         measured = {k: v for k, v in config.items() if k not in ("report", "failures", "remeasure")}
@@ -156,10 +148,6 @@ def predict(config: dict, memo_dir: str | None = None) -> list[dict]:
 @lru_cache(maxsize=1)
 def _code_digest() -> str:
     """Digest of the package's code and data files (what predict depends on besides the configuration)."""
-    from pathlib import Path
-
-    from .canon import package_digest
-
     root = Path(__file__).parent
     return package_digest(*sorted(str(p.relative_to(root)) for p in root.rglob("*")
                                   if p.suffix in (".py", ".yaml", ".json", ".txt") and "__pycache__" not in p.parts))
@@ -211,11 +199,11 @@ ORDERS = {
 def pack(durations: dict[str, tuple[int, float]], gpus: int, exclusive: bool = False) -> dict:
     """List scheduling of servers onto ``gpus`` GPUs in the best of a few orders (longest first, widest first,
     largest GPU-time first): start times, makespan and its lower bound."""
-    best = None
+    best: dict = {}
     for name, key in ORDERS.items():
         order = sorted(durations, key=lambda s: key(durations[s]))
         result = _schedule(durations, order, gpus, exclusive)
-        if best is None or result["makespan_s"] < best["makespan_s"] - 1e-9:
+        if not best or result["makespan_s"] < best["makespan_s"] - 1e-9:
             best = {**result, "heuristic": name}
     return best
 
@@ -250,14 +238,8 @@ def priorities(durations: dict[str, tuple[int, float]], gpus: int, exclusive: bo
 
 def mark_cached(config: dict, rows: list[dict], environment: dict | None) -> bool:
     """Mark cells already in the cell cache (needs the probed environment); False when it cannot tell."""
-    from pathlib import Path
-
     if environment is None or not Path(config["cache_dir"]).is_dir() or not any(Path(config["cache_dir"]).iterdir()):
         return environment is not None
-    from .cache import CellCache
-    from .cells import cell_digest, cell_key, cell_sessions
-    from .jobs import server_job
-
     cache = CellCache(config["cache_dir"])
     sessions = cell_sessions(config["workloads"], rows, config["seed"], config["sampling"]["thinking"],
                              config["model"].get("path"), config["model"]["context_length"])
@@ -274,8 +256,6 @@ def write_predictions(config: dict, out_csv: str) -> None:
     """The predicted rows of every cell (see predict) as CSV: what the report compares each server's run with."""
     import pandas as pd
 
-    from .canon import atomic_write_text
-
     atomic_write_text(out_csv, pd.DataFrame(predict(config, config["cache_dir"]), columns=PREDICTION_COLUMNS)
                       .to_csv(index=False))
 
@@ -287,8 +267,6 @@ PREDICTION_COLUMNS = ["server", "tp", "method", "repetition", "workload", "concu
 def write_plan(config: dict, environment: dict | None, gpus: int, out_md: str, out_csv: str) -> dict:
     """plan.csv (one row per cell) and plan.md (totals, packing, per-server table, assumptions)."""
     import pandas as pd
-
-    from .canon import atomic_write_text
 
     rows = predict(config, config["cache_dir"])
     known = mark_cached(config, rows, environment)

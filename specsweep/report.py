@@ -88,7 +88,8 @@ class Figures:
     """Collects figure specifications and the CSV text each one draws (in ``data``, by file name)."""
 
     def __init__(self, data: dict[str, str], methods: list[str]):
-        self.data, self.methods, self.specs = data, methods, []
+        self.data, self.methods = data, methods
+        self.specs: list[dict] = []
 
     def _series(self, frame, col):
         present = set(frame[col])
@@ -223,7 +224,7 @@ def budget_sweep(t: Tables, figs: Figures, data: dict[str, str]) -> dict:
     chain = low[low["algorithm"] == "dflash"]
     for name in spec["algorithm"].unique():
         algorithm = algorithms.get(name)
-        axis = SIZE_LABELS.get(algorithm.size, algorithm.size)
+        axis = SIZE_LABELS.get(algorithm.size or "", algorithm.size or "")  # one with sweep sizes has a size
         for tp in tps:
             for workload in summary["workload"].unique():
                 sub = spec[(spec["algorithm"] == name) & (spec["tp"] == tp) & (spec["workload"] == workload)]
@@ -256,12 +257,12 @@ def _sweep_series(spec: pd.DataFrame) -> list[str]:
     where two methods would still meet at one point: a point is one method's."""
     labels = pd.Series("", index=spec.index)
     for name, group in spec.groupby("algorithm"):
-        algorithm = algorithms.get(name)
+        algorithm = algorithms.get(str(name))
         others = [p.name for p in algorithm.parameters
                   if p.name != algorithm.size and p.name in group and group[p.name].nunique(dropna=False) > 1]
         others += ["drafter"] if "drafter" in group and group["drafter"].nunique(dropna=False) > 1 else []
         for i, row in group.iterrows():
-            labels[i] = f"{algorithm.title}, {row['tree_mode']}" + "".join(f", {k} {row[k]}" for k in others)
+            labels.at[i] = f"{algorithm.title}, {row['tree_mode']}" + "".join(f", {k} {row[k]}" for k in others)
     keys = pd.DataFrame({"label": labels, "x": spec["sweep_size"], "tp": spec["tp"], "workload": spec["workload"]})
     clash = keys.duplicated(keep=False)
     return [f"{label} ({method})" if c else label for label, method, c in zip(labels, spec["method"], clash)]
@@ -406,11 +407,11 @@ def plan_against_runs(predictions: pd.DataFrame, runs: dict[str, tuple[float, li
     """Appendix: each server's latest run (start to stop, from its run record) against the plan's start-up plus
     the cells that run measured (cells it found cached cost it nothing). Error = (predicted - measured) /
     measured."""
-    predicted = {}
-    for r in predictions.itertuples():
-        server = predicted.setdefault(r.server, {"startup": 0.0, "cells": {}})
-        server["startup"] += r.startup_s
-        server["cells"][r.path] = r.warmup_s + r.measure_s
+    predicted: dict[str, dict] = {}
+    for r in predictions.to_dict("records"):
+        plan = predicted.setdefault(r["server"], {"startup": 0.0, "cells": {}})
+        plan["startup"] += r["startup_s"]
+        plan["cells"][r["path"]] = r["warmup_s"] + r["measure_s"]
     rows = []
     for server, (seconds, cells) in runs.items():
         if server in predicted and all(c in predicted[server]["cells"] for c in cells):

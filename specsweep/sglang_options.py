@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import difflib
 import json
+from collections.abc import Sequence
 from functools import lru_cache
 from importlib import resources
 
@@ -42,7 +43,7 @@ class _Parser(argparse.ArgumentParser):
         raise FlagError(message)
 
 
-def build_parser(version: str, extra_flags: list[dict] = ()) -> argparse.ArgumentParser:
+def build_parser(version: str, extra_flags: Sequence[dict] = ()) -> argparse.ArgumentParser:
     """An argparse parser equivalent to SGLang's for the recorded version, plus declared extra flags."""
     parser = _Parser(prog="sglang.launch_server", add_help=False, allow_abbrev=False)
     for option in load_table(version)["options"]:
@@ -63,12 +64,12 @@ def add_option(parser, flags, nargs, kind, choices):
         pass  # a declared extra flag that the release already has
 
 
-def known_flags(version: str, extra_flags: list[dict] = ()) -> set[str]:
+def known_flags(version: str, extra_flags: Sequence[dict] = ()) -> set[str]:
     flags = {f for option in load_table(version)["options"] for f in option["flags"]}
     return flags | {e["flag"] for e in extra_flags}
 
 
-def check_argv(argv: list[str], version: str, extra_flags: list[dict] = ()) -> None:
+def check_argv(argv: list[str], version: str, extra_flags: Sequence[dict] = ()) -> None:
     """Parse launch arguments (without the interpreter and module) as SGLang would; raise FlagError naming the flag."""
     known = known_flags(version, extra_flags)
     for arg in argv:

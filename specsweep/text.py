@@ -123,6 +123,7 @@ def chat_template(model_path: str | None) -> ChatTemplate:
             config = json.loads(config_file.read_text(encoding="utf-8"))
         except (OSError, ValueError) as exc:
             raise ValueError(f"{config_file}: cannot be read as JSON ({exc}); fix or remove it") from None
+    text: object  # the template's source: what tokenizer_config.json holds may be anything
     if jinja_file.is_file():
         file, text = jinja_file, jinja_file.read_text(encoding="utf-8")
     else:

@@ -42,7 +42,7 @@ from pathlib import Path
 import yaml
 
 from .canon import digest
-from .config import DuplicateKey, unique_pairs
+from .errors import DuplicateKey, unique_pairs
 from .text import QWEN_CHATML, ChatTemplate, chat_template
 
 DEFAULT_CONTEXT = {"long": 8000, "very_long": 32000}
@@ -293,7 +293,8 @@ def _first_occurrences(path: str, entries: list[tuple]) -> list[tuple]:
     A repeated first turn is one prompt, not another session: replayed inside a cell it would be served from the
     prefix cache the first one filled (TTFT biased low), and counted twice it would inflate the sessions a source
     offers. So each prompt is used once, and the user is told."""
-    seen, kept, repeats = {}, [], []
+    seen: dict[str, int] = {}  # first turn's digest: the line that gave it first
+    kept, repeats = [], []
     for entry in entries:
         key = digest(entry[2])
         if key in seen:
@@ -331,7 +332,7 @@ def read_user_file(path: str, fmt: str) -> list[tuple[int, str, list[dict], list
             except json.JSONDecodeError as exc:
                 raise WorkloadError(f"{path}: line {number}: not valid JSON ({exc.msg}); "
                                     "each line must be one JSON object") from None
-    out = []
+    out: list[tuple[int, str, list, list]] = []  # (line, kind, first turn's messages, later turns)
     for number, entry in entries:
         where = f"{path}: line {number}"
         if not isinstance(entry, dict):

@@ -13,6 +13,12 @@ if [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null \
     apt-get update -qq
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $SLURM_PACKAGES >/dev/null
 fi
+# Static types first (mypy over specsweep/, configured in pyproject.toml): a type error stops the run here, its
+# file and line printed above, before the tests start.
+if ! .venv/bin/python -m mypy; then
+    echo "specsweep tests: mypy found type errors in specsweep/ (listed above); fix them before the tests run" >&2
+    exit 1
+fi
 # Two test processes (pytest-xdist): most of a test's time is simulated servers and Snakemake waiting, so two
 # overlap well on two cores; SPECSWEEP_TEST_WORKERS=0 runs the tests in this process instead. --dist loadgroup hands
 # the tests out one at a time as a process frees (--dist load gives each a quarter of them at once), in the order

@@ -11,7 +11,8 @@ from __future__ import annotations
 import random
 import statistics
 
-from ..text import split_tokens
+from ..text import chat_prompt, split_tokens
+from ..workloads import SYSTEM, chat_prompts, gsm8k_problems, humaneval_problems
 from .model import (CostModel, Decoding, LookupDrafter, accepted_tokens, drafter_acceptance, profiles, reply_tokens,
                     top1_probability)
 
@@ -79,9 +80,6 @@ def calibration_prompts(count: int = 40) -> dict[str, list[str]]:
 
     AIME problems are not shipped in any package here; those rows are not predicted.
     """
-    from ..text import chat_prompt
-    from ..workloads import SYSTEM, chat_prompts, gsm8k_problems, humaneval_problems
-
     def render(texts):
         return [chat_prompt([SYSTEM, {"role": "user", "content": t}]) for t in texts[:count]]
 

@@ -126,7 +126,8 @@ def beam_tree(a_key: float, steps: int, nodes: int, topk: int, ratio: float = AC
     candidates, the ``nodes`` of highest cumulative score (log-probability of the drafter's per-depth
     distribution of top-1 ``a_key``). A parent scores at least its child, so the chosen nodes form a tree."""
     log_probs = [[math.log(p) for p in depth_distribution(a_key, d, ratio, decay)[:topk]] for d in range(steps)]
-    beams, pool = [((), 0.0)], []
+    beams: list[tuple[tuple[int, ...], float]] = [((), 0.0)]
+    pool: list[tuple[tuple[int, ...], float]] = []
     for d in range(steps):
         candidates = [(prefix + (r,), score + log_probs[d][r]) for prefix, score in beams for r in range(topk)]
         candidates.sort(key=lambda c: -c[1])
@@ -210,6 +211,11 @@ class Decoding:
         """("chain", 1) or ("tree", width) of what a round verifies (the registry's); None for AR."""
         return self.spec.shape(self.params())
 
+    def verifies_tree(self) -> bool:
+        """Whether a round verifies a tree (``shape``), not a chain or AR's one token."""
+        shape = self.shape()
+        return shape is not None and shape[0] == "tree"
+
     def depths(self) -> int:
         """Draft depths a round can accept: block_size - 1 (DFlash, DDTree), num_steps (draft models),
         num_draft_tokens - 1 (NGRAM: at most a chain of every node)."""
@@ -222,13 +228,18 @@ class Decoding:
 
     def probes_ranks(self) -> bool:
         """Whether its steps run the rank probe: DDTree in tree mode with the probe on."""
-        return self.rank_probe and self.algorithm == "ddtree" and self.tree_shape()[0] == "tree"
+        return self.rank_probe and self.builds_tree()
 
     def tree_shape(self) -> tuple[str, int] | None:
         """DDTree: ("chain", 1) or ("tree", width) as its build runs this budget; None otherwise."""
         if self.algorithm != "ddtree":
             return None
         return ddtree.shape(ddtree.build(self.tree_build), self.block_size, self.budget, self.topk)
+
+    def builds_tree(self) -> bool:
+        """DDTree whose build grows a tree at this budget (``tree_shape``), not a chain."""
+        shape = self.tree_shape()
+        return shape is not None and shape[0] == "tree"
 
 
 def target_ranks(decoding: Decoding, a: float, rng: random.Random, acceptance: dict | None = None) -> list[int]:
@@ -379,10 +390,10 @@ class LookupDrafter:
         self._catch_up(produced)
         children, node, accepted = self.draft(), 0, 0
         for token in self.reply[produced:-1]:  # the last token of the reply is always the bonus of some round
-            node = children[node].get(token)
-            if node is None:
+            child = children[node].get(token)
+            if child is None:
                 break
-            accepted += 1
+            node, accepted = child, accepted + 1
         return min(accepted + 1, len(self.reply) - produced), None
 
 
@@ -399,7 +410,11 @@ def _mechanism(decoding: Decoding) -> str:
     return kind
 
 
-def request_drafter(decoding: Decoding, a: float, rng: random.Random, acceptance: dict, prompt: list, reply: list):
+Drafter = RankedDrafter | LookupDrafter  # one request's rounds: ``round(produced)`` -> (tokens committed, ranks)
+
+
+def request_drafter(decoding: Decoding, a: float, rng: random.Random, acceptance: dict, prompt: list,
+                    reply: list) -> Drafter | None:
     """The drafter of one request's rounds (None for AR): ranked draws for drafter models, the n-gram lookup over
     the request's tokens for NGRAM."""
     kind = _mechanism(decoding)
@@ -508,7 +523,8 @@ class CostModel:
         if kind != "draft-model":
             return 0.0
         spec = decoding.spec
-        profile = self.draft_head(decoding.algorithm) if spec.draft_model == "head" else self.draft_model
+        head = isinstance(spec, algorithms.DraftModel) and spec.draft_model == "head"
+        profile = self.draft_head(decoding.algorithm) if head else self.draft_model
         if profile is None:
             raise ValueError(f"{decoding.algorithm}: no draft model profile (sim.draft_model_profile)")
         own = {k: r[f"draft_{k}"] for k in ("layer_overhead", "attention_reads") if f"draft_{k}" in r}
@@ -608,14 +624,14 @@ class CostModel:
         gpu = self.verify_seconds(width * len(contexts), contexts, shared)
         if decoding.algorithm != "ar":
             gpu += self.draft_seconds(decoding, contexts) + r.get("verify_per_request", 0.0) * len(contexts)
-            masked = spec.custom_mask and (spec.drafting != "draft-model" or decoding.shape()[0] == "tree")
+            masked = spec.custom_mask and (spec.drafting != "draft-model" or decoding.verifies_tree())
             if masked:
                 # the triton kernel reads the request's custom tree mask in every layer (one byte per node and
                 # key: nodes x (context + nodes)); DDTree's heap that builds a tree costs per node (a chain has none)
                 if "bandwidth_efficiency" in r:  # a roofline runtime (SGLang's), not the paper's eager one
                     mask_bytes = sum(width * (c + width) for c in contexts) * self.model["layers"]
                     gpu += mask_bytes / (self.gpu["bandwidth"] * r["bandwidth_efficiency"] * self.tp)
-                if decoding.algorithm == "ddtree" and decoding.tree_shape()[0] == "tree":
+                if decoding.builds_tree():
                     gpu += r["tree_build_per_node"] * decoding.budget * len(contexts)
                 if decoding.probes_ranks():  # top-32 over the drafter's float32 logits at every depth
                     logits = len(contexts) * (decoding.block_size - 1) * self.model.get("vocab", 151936) * 4
@@ -627,7 +643,7 @@ class CostModel:
                 gpu += r.get("ngram_step_overhead", 0.0) + per_request * len(contexts)
             elif spec.drafting == "draft-model":  # a draft model's per-request work a round (its tree, its sampling)
                 gpu += r.get("draft_per_request", 0.0) * len(contexts)
-                if decoding.shape()[0] == "tree":  # choosing the tree's nodes from topk^2 candidates a step
+                if decoding.verifies_tree():  # choosing the tree's nodes from topk^2 candidates a step
                     gpu += r.get("draft_tree_per_node", 0.0) * width * len(contexts)
         cpu = self.cpu_seconds(decoding, len(contexts))
         if decoding.overlap and spec.overlap:

@@ -26,7 +26,7 @@ from .. import __version__, algorithms
 from ..ddtree import DEFAULT_BUILD, RankProbe, builds as ddtree_builds
 from ..text import chat_template, split_tokens
 from ..workloads import WorkloadError, tokenizer
-from .model import (CostModel, Decoding, drafter_acceptance, profiles, reply_tokens, request_drafter,
+from .model import (CostModel, Decoding, Drafter, drafter_acceptance, profiles, reply_tokens, request_drafter,
                     top1_probability)
 from .stream import EventStream
 
@@ -168,7 +168,7 @@ class Request:
     a: float
     rng: random.Random
     queue: asyncio.Queue
-    drafter: object = None  # its rounds' drafts (specsweep.sim.model.request_drafter); None for AR
+    drafter: Drafter | None = None  # its rounds' drafts (specsweep.sim.model.request_drafter); None for AR
     page_keys: list[str] = field(default_factory=list)  # its prompt's prefix-cache pages
     cached_tokens: int = 0
     produced: int = 0
@@ -261,7 +261,7 @@ class Engine:
     def next_step(self) -> tuple[list[Request], list[Request], float]:
         """Admit waiting requests; return (admitted, decoding batch, modelled seconds) of the next step."""
         limit = self.args.max_running_requests
-        admitted = []
+        admitted: list[Request] = []
         while self.waiting and len(self.running) + len(admitted) < limit:
             admitted.append(self.waiting.pop(0))
             admitted[-1].admitted = time.monotonic()
@@ -292,7 +292,7 @@ class Engine:
                 self._emit(req, 1)
                 continue
             n, ranks = req.drafter.round(req.produced)
-            if probe:
+            if probe and ranks is not None:  # the probe runs on DDTree, whose drafter ranks its candidates
                 probe.record(ranks, n - 1)
             req.verify_ct += 1
             self.counters["verify_calls"] += 1
@@ -444,7 +444,7 @@ class SimServer:
         if shape:  # what the DDTree build runs at this budget
             info.update({"ddtree_build": decoding.tree_build, "ddtree_mode": shape[0], "ddtree_width": shape[1]})
         if decoding.spec.drafting in ("draft-model", "lookup"):  # the settings as SGLang resolved them
-            topk = decoding.topk if decoding.spec.drafting == "draft-model" else decoding.max_bfs_breadth
+            topk = (decoding.topk or 1) if decoding.spec.drafting == "draft-model" else decoding.max_bfs_breadth
             info.update({"speculative_num_draft_tokens": decoding.num_draft_tokens, "speculative_eagle_topk": topk,
                          "speculative_num_steps": decoding.num_steps or decoding.num_draft_tokens // topk})
             if decoding.spec.drafting == "lookup":
@@ -564,7 +564,7 @@ class SimServer:
         if not body.get("stream"):
             await self.wait_done(req)
             text = "".join(req.reply)
-            finish = "stop" if req.natural_stop else "length"
+            finish: str | None = "stop" if req.natural_stop else "length"
             ch = ({"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": finish} if chat
                   else {"index": 0, "text": text, "finish_reason": finish})
             return web.json_response({"id": rid, "object": kind, "created": created, "model": model_name,

@@ -52,3 +52,16 @@ def test_tables_never_read_the_metrics_a_cell_stores():
         assert row["ttft_p50"] == pytest.approx(today["ttft"]["p50"], rel=1e-12)
         assert row["acceptance_length_server"] == today["acceptance_length_server"]
 
+
+
+def test_the_summary_has_every_column_of_a_cell_row_in_its_order(monkeypatch):
+    # the columns are cell_row's keys, not a second list beside it that a new column has to be added to as well
+    from specsweep import aggregate
+
+    cell_row = aggregate.cell_row
+    monkeypatch.setattr(aggregate, "cell_row", lambda *args: {**cell_row(*args), "new_column": 1.5})
+    path = GPU / "record-2026-11-30" / "cells" / "tp1" / "ar" / "long" / "c16.json"
+    cell = json.loads(path.read_text())
+    summary = aggregate.summarise_cells({"results/cells/tp1/ar/long/c16.json": cell})
+    assert list(summary.columns) == list(cell_row(cell, "c16.json", aggregate.cell_measures(cell))) + ["new_column"]
+    assert summary.iloc[0]["new_column"] == 1.5

@@ -137,14 +137,13 @@ def test_averaged_gauges_carry_their_sample_count(measured):
 
 
 def test_launches_combined_keep_every_gauge_sample_and_are_final_only_when_each_is():
-    from specsweep.aggregate import SUMMARY_COLUMNS, combine_repetitions
+    from specsweep.aggregate import combine_repetitions
 
-    launch = {c: None for c in SUMMARY_COLUMNS}
-    launch.update(tp=1, method="ar", workload="short", concurrency=4, output_throughput=100.0, speedup=1.0,
-                  ttft_p50=0.1, ttft_p99=0.2, tpot_p50=0.01, cell_file="a.json")
+    launch = dict(tp=1, method="ar", workload="short", concurrency=4, launches=1, output_throughput=100.0,
+                  speedup=1.0, ttft_p50=0.1, ttft_p99=0.2, tpot_p50=0.01, cell_file="a.json")
     launches = pd.DataFrame([dict(launch, repetition=0, server_running_mean=1.0, server_running_samples=2, final=True),
                              dict(launch, repetition=1, server_running_mean=2.0, server_running_samples=3, final=False,
-                                  cell_file="b.json")], columns=SUMMARY_COLUMNS)
+                                  cell_file="b.json")])
     (row,) = combine_repetitions(launches).to_dict("records")
     assert row["server_running_samples"] == 5 and row["server_running_mean"] == pytest.approx(8 / 5)
     assert row["final"] is False and row["launches"] == 2

@@ -1,0 +1,24 @@
+"""The configuration's errors, raised by every module that checks part of it (config, methods, jobs, workloads).
+
+Kept apart from config.py, which runs the checks that need those modules, so that each imports them from here.
+"""
+
+from __future__ import annotations
+
+
+class ConfigError(ValueError):
+    """A configuration mistake; the message names the key and what to do."""
+
+
+class DuplicateKey(ValueError):
+    """A key given twice in one JSON object (json keeps the last silently); the argument is the key."""
+
+
+def unique_pairs(pairs) -> dict:
+    """A json object_pairs_hook: the object as a dict, refusing a key given twice (DuplicateKey)."""
+    out = {}
+    for key, value in pairs:
+        if key in out:
+            raise DuplicateKey(key)
+        out[key] = value
+    return out
