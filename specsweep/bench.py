@@ -61,12 +61,11 @@ def bench_server(job: ServerJob, outputs: list[str], environment: dict, log_dir:
     job's declared output) gets its run record. Returns {"hits": n, "measured": n, "server_started": bool,
     "not_final": [outputs]}.
     """
-    tp, method = job.tp, job.method
     failures = failures or DEFAULT_FAILURES
-    check_methods(all_methods or [method], environment)
+    check_methods(all_methods or [job.method], environment)
     server_name = job.name
     run = runs.current()
-    journal = Journal(layout.journal_path(job.cache_dir, tp, method["name"], job.repetition, run), run)
+    journal = Journal(layout.journal_path(job.cache_dir, job.tp, job.method["name"], job.repetition, run), run)
     cache = CellCache(job.cache_dir)
     adaptive = job.adaptive
     cells, sessions = keyed_cells(job, environment["identity_digest"], adaptive["max_requests"] if adaptive else 0)
@@ -93,74 +92,9 @@ def bench_server(job: ServerJob, outputs: list[str], environment: dict, log_dir:
                   "measuring the cell again", file=sys.stderr, flush=True)
             journal.write("cache_refused", server=server_name, cell=cell["output"], key=cell["key"], reason=why)
         missing.append(cell)
-    started, not_final = False, []
-    with ExitStack() as stack:
-        gpus = None
-        if missing:
-            _check_writable(cache.root, "cache_dir")
-            pool_config = job.gpu_pool
-            pooled = job.backend == "sglang" or pool_config["devices"]
-            devices = visible_devices(pool_config["devices"]) if pooled else []
-            if devices:
-                pool = GpuPool(lock_folder(pool_config["lock_dir"]), devices)
-                need = len(devices) if pool_config["exclusive"] else tp
-                print(f"server {server_name}: waiting for {need} GPU(s) from the pool", file=sys.stderr, flush=True)
-                gpus = stack.enter_context(pool.acquire(need, holder=server_name))
-                for cell in list(missing):  # measured by another run while this one waited
-                    entry, why = _usable_entry(cache, cell, failures)
-                    if entry is not None and why is None and os.path.normpath(cell["output"]) not in asked:
-                        missing.remove(cell)
-                        results[cell["output"]] = entry
-                        journal.write("cache_hit", server=server_name, cell=cell["output"], key=cell["key"])
-        if missing:
-            log_path = Path(log_dir) / layout.server_log_name(tp, method["name"])
-            previous = signal.signal(signal.SIGTERM, _raise_interrupt)
-            stack.callback(signal.signal, signal.SIGTERM, previous)
-            key = stack.enter_context(ApiKeyFile(job.server.get("api_key_env")))
-            server = None
-            try:
-                journal.write("server_start", server=server_name, gpus=gpus, offered=devices)
-                started = True
-                try:
-                    server, argv, env = start_server(job, sessions, environment, log_path, gpus, key.args, key.headers)
-                except ServerError as exc:
-                    for cell in missing:
-                        record_failure(cell, exc, None, journal, server_name)
-                    raise
-                key.remove()  # the server read it when it started
-                progress = Progress(server_name, cells, missing, planned(sessions) if planned else None)
-                for cell in missing:
-                    try:
-                        result = measure_cell(server, job, cell, sessions[cell["workload"]], cell["digest"],
-                                              environment, argv, env, progress).as_dict()
-                    except Exception as exc:
-                        record_failure(cell, exc, server, journal, server_name)
-                        raise
-                    why = unfinished(result["requests"], failures)
-                    if why is not None:
-                        not_final.append((cell["output"], why))
-                        record_failure(cell, CellError(f"the cell is not final: {why}"), server, journal,
-                                       server_name, measurement=result)
-                        print(f"server {server_name}: cell {cell['output']} is not final: {why}; it is not cached "
-                              "and the next run measures it again", file=sys.stderr, flush=True)
-                        if failures["keep_going"]:
-                            results[cell["output"]] = result
-                        continue
-                    try:
-                        cache.put(cell["key"], result)
-                    except OSError as exc:
-                        raise CellError(f"cell {cell['output']}: cannot write the cell cache under "
-                                        f"{job.cache_dir} ({exc.strerror or exc}); free space or fix the folder "
-                                        "(cache_dir), then rerun: cells already cached are kept") from exc
-                    results[cell["output"]] = result
-                    clear_failure(cell)
-                    journal.write("measured", server=server_name, cell=cell["output"], key=cell["key"])
-            finally:
-                if server is not None:
-                    server.stop()
-                    if gpus and job.backend == "sglang":
-                        wait_until_released(gpus)
-                journal.write("server_stop", server=server_name)
+    not_final: list[tuple[str, str]] = []
+    started = bool(missing) and _measure_missing(job, cells, missing, sessions, environment, Path(log_dir), planned,
+                                                  failures, asked, (cache, journal), results, not_final)
     if not_final and not failures["keep_going"]:
         raise CellError(f"server {server_name}: {len(not_final)} cell(s) not final, so not cached:\n  "
                         + "\n  ".join(f"{output}: {why}" for output, why in not_final)
@@ -173,6 +107,92 @@ def bench_server(job: ServerJob, outputs: list[str], environment: dict, log_dir:
     if run_record is not None:
         write_run_record(run_record, server_name, journal, {c["key"] for c in cells})
     return done
+
+
+def _measure_missing(job: ServerJob, cells: list[dict], missing: list[dict], sessions: dict, environment: dict,
+                     log_dir: Path, planned, failures: dict, asked: set[str], store: tuple[CellCache, Journal],
+                     results: dict[str, dict], not_final: list[tuple[str, str]]) -> bool:
+    """Measure the ``missing`` cells on one server of the job: take its GPUs from the pool (and the cells another
+    run measured meanwhile from the cache), start the server, measure each cell into ``results`` (a final one also
+    into the cache; one that is not final into ``not_final``), and always stop the server. Returns whether a
+    server started."""
+    cache, journal = store
+    server_name = job.name
+    _check_writable(cache.root, "cache_dir")
+    pool_config = job.gpu_pool
+    pooled = job.backend == "sglang" or pool_config["devices"]
+    devices = visible_devices(pool_config["devices"]) if pooled else []
+    with ExitStack() as stack:
+        gpus = None
+        if devices:
+            pool = GpuPool(lock_folder(pool_config["lock_dir"]), devices)
+            need = len(devices) if pool_config["exclusive"] else job.tp
+            print(f"server {server_name}: waiting for {need} GPU(s) from the pool", file=sys.stderr, flush=True)
+            gpus = stack.enter_context(pool.acquire(need, holder=server_name))
+            for cell in list(missing):  # measured by another run while this one waited
+                entry, why = _usable_entry(cache, cell, failures)
+                if entry is not None and why is None and os.path.normpath(cell["output"]) not in asked:
+                    missing.remove(cell)
+                    results[cell["output"]] = entry
+                    journal.write("cache_hit", server=server_name, cell=cell["output"], key=cell["key"])
+        if not missing:
+            return False
+        log_path = log_dir / layout.server_log_name(job.tp, job.method["name"])
+        previous = signal.signal(signal.SIGTERM, _raise_interrupt)
+        stack.callback(signal.signal, signal.SIGTERM, previous)
+        key = stack.enter_context(ApiKeyFile(job.server.get("api_key_env")))
+        server = None
+        try:
+            journal.write("server_start", server=server_name, gpus=gpus, offered=devices)
+            try:
+                server, argv, env = start_server(job, sessions, environment, log_path, gpus, key.args, key.headers)
+            except ServerError as exc:
+                for cell in missing:
+                    record_failure(cell, exc, None, journal, server_name)
+                raise
+            key.remove()  # the server read it when it started
+            progress = Progress(server_name, cells, missing, planned(sessions) if planned else None)
+            for cell in missing:
+                try:
+                    result = measure_cell(server, job, cell, sessions[cell["workload"]], cell["digest"],
+                                          environment, argv, env, progress).as_dict()
+                except Exception as exc:
+                    record_failure(cell, exc, server, journal, server_name)
+                    raise
+                _keep(cell, result, server, failures, store, server_name, results, not_final)
+        finally:
+            if server is not None:
+                server.stop()
+                if gpus and job.backend == "sglang":
+                    wait_until_released(gpus)
+            journal.write("server_stop", server=server_name)
+    return True
+
+
+def _keep(cell: dict, result: dict, server, failures: dict, store: tuple[CellCache, Journal], server_name: str,
+          results: dict[str, dict], not_final: list[tuple[str, str]]) -> None:
+    """A measured cell into ``results`` and the cache when it is final; otherwise into ``not_final`` with its
+    failure record (and into ``results`` with failures.keep_going), never into the cache."""
+    cache, journal = store
+    why = unfinished(result["requests"], failures)
+    if why is not None:
+        not_final.append((cell["output"], why))
+        record_failure(cell, CellError(f"the cell is not final: {why}"), server, journal, server_name,
+                       measurement=result)
+        print(f"server {server_name}: cell {cell['output']} is not final: {why}; it is not cached "
+              "and the next run measures it again", file=sys.stderr, flush=True)
+        if failures["keep_going"]:
+            results[cell["output"]] = result
+        return
+    try:
+        cache.put(cell["key"], result)
+    except OSError as exc:
+        raise CellError(f"cell {cell['output']}: cannot write the cell cache under {cache.root} "
+                        f"({exc.strerror or exc}); free space or fix the folder (cache_dir), then rerun: cells "
+                        "already cached are kept") from exc
+    results[cell["output"]] = result
+    clear_failure(cell)
+    journal.write("measured", server=server_name, cell=cell["output"], key=cell["key"])
 
 
 def _usable_entry(cache: CellCache, cell: dict, failures: dict) -> tuple[dict | None, str | None]:
