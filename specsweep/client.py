@@ -32,6 +32,7 @@ import json
 import random
 import time
 from collections import deque
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 
 import orjson
@@ -160,7 +161,7 @@ def _parse_chunk(protocol: str, chunk: dict, record: RequestRecord, last_tokens:
     return int(usage.get("completion_tokens", last_tokens)), text
 
 
-async def send(pool: Pool, messages: list[dict], sampling: dict, record: RequestRecord, timeout: float,
+async def send(pool: Pool, messages: list[dict], sampling: dict, record: RequestRecord, timeout: float, *,
                protocol: str = "native", thinking: bool = False, alive=None, on_chunk=None,
                incremental: bool = False, setup_in_ttft: bool = False, template: ChatTemplate = QWEN_CHATML) -> None:
     """Send one streaming request and fill ``record`` with what arrived and when.
@@ -285,13 +286,7 @@ async def run_sessions(url: str, sessions: list[Session], concurrency: int, samp
     load = load or LoadModel()
     records: list[RequestRecord] = []
     start = time.monotonic()
-    arrivals: deque[_SessionState] = deque()
-    clock = 0.0
-    rng = random.Random(f"arrivals:{load.seed}")
-    for s in sessions:
-        if load.model == "poisson":
-            clock += rng.expovariate(load.rate)
-        arrivals.append(_SessionState(s, 0, list(s.messages), start + (clock if load.model == "poisson" else 0.0)))
+    arrivals = _arrivals(sessions, load, start)
     continuing: deque[_SessionState] = deque()  # sessions whose think time is over
     thinking_sessions = 0
     wake = asyncio.Event()
@@ -338,8 +333,9 @@ async def run_sessions(url: str, sessions: list[Session], concurrency: int, samp
                 if load.ignore_eos:
                     params["ignore_eos"] = True
                 await gate.wait()
-                await send(pool, state.messages, params, record, timeout, load.protocol, thinking, alive, on_chunk,
-                           load.incremental, load.connections == "per-request", session.chat_template)
+                await send(pool, state.messages, params, record, timeout, protocol=load.protocol, thinking=thinking,
+                           alive=alive, on_chunk=on_chunk, incremental=load.incremental,
+                           setup_in_ttft=load.connections == "per-request", template=session.chat_template)
                 records.append(record)
                 if on_record is not None:
                     on_record(record)
@@ -358,22 +354,44 @@ async def run_sessions(url: str, sessions: list[Session], concurrency: int, samp
     # of the process: about 47 ms; even a young one took 4-12 ms at 256 streams), and chunks that wait unread meanwhile
     # are merged by the kernel and dated late. What the run allocates is freed by reference counting; the few cycles
     # (a failed request's traceback) are collected after it.
-    gc.freeze()
-    collecting = gc.isenabled()
-    gc.disable()
-    try:
-        await asyncio.gather(*(slot() for _ in range(max(1, min(concurrency, len(sessions))))))
-    finally:
-        pool.close()
-        gc.unfreeze()
-        if collecting:
-            gc.enable()
+    with _collection_paused():
+        try:
+            await asyncio.gather(*(slot() for _ in range(max(1, min(concurrency, len(sessions))))))
+        finally:
+            pool.close()
     for r in records:  # times relative to the start of the run
         r.t_sched -= start
         r.t0 -= start
         r.t_end = r.t_end - start if r.t_end is not None else None
         r.chunk_times = [t - start for t in r.chunk_times]
     return records
+
+
+def _arrivals(sessions: list[Session], load: LoadModel, start: float) -> deque[_SessionState]:
+    """Each session's first turn, due at ``start`` (closed loop: when a slot frees) or, under the Poisson model, at
+    start + its arrival time (exponential gaps of mean 1 / rate, seeded by the load's seed)."""
+    arrivals: deque[_SessionState] = deque()
+    clock = 0.0
+    rng = random.Random(f"arrivals:{load.seed}")
+    for s in sessions:
+        if load.model == "poisson":
+            clock += rng.expovariate(load.rate)
+        arrivals.append(_SessionState(s, 0, list(s.messages), start + (clock if load.model == "poisson" else 0.0)))
+    return arrivals
+
+
+@contextmanager
+def _collection_paused():
+    """No garbage collection while the load runs (see run_sessions); collection as it was afterwards."""
+    gc.freeze()
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.unfreeze()
+        if collecting:
+            gc.enable()
 
 
 def measure(url: str, sessions: list[Session], concurrency: int, sampling: dict, timeout: float,
