@@ -115,10 +115,12 @@ def server_processes_under(path: Path) -> list[psutil.Process]:
 
 
 @pytest.fixture(autouse=True)
-def host_temporary_folder(monkeypatch):
+def host_temporary_folder(monkeypatch, tmp_path_factory):
     """A temporary folder of each test's own for what specsweep keeps host-wide (the GPU pool's locks, API-key
     files): tests running at once on one host (two test processes, two checkouts) never wait for each other's
-    simulated GPUs. The processes a test starts inherit it (TMPDIR); a short path, as Unix sockets need."""
+    simulated GPUs. The processes a test starts inherit it (TMPDIR); a short path, as Unix sockets need. pytest's
+    own temporary folders stay where they were (their base is fixed before TMPDIR changes)."""
+    tmp_path_factory.getbasetemp()
     folder = tempfile.mkdtemp(prefix="specsweep-test-")
     monkeypatch.setenv("TMPDIR", folder)
     monkeypatch.setattr(tempfile, "tempdir", None)  # read TMPDIR again in this process too
