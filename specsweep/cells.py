@@ -248,12 +248,8 @@ def measure_cell(server: Server, job: ServerJob, cell: dict, sessions: list, pro
     except requests.RequestException:
         pass
     began = datetime.now(timezone.utc)
-    load_config = job.load
-    stream = stream_mode(argv, load_config["protocol"])
-    load = LoadModel(load_config["model"], load_config.get("rate", 0.0), load_config["think_time"],
-                     load_config["protocol"], job.seed + cell["repetition"], server.headers,
-                     incremental=stream == "incremental", ignore_eos=bool(job.sampling.get("ignore_eos")),
-                     connections=load_config.get("connections", "keep-alive"))
+    stream = stream_mode(argv, job.load["protocol"])
+    load = _load_model(job, cell, server, stream)
     if job.warmup:
         warm = warmup_sessions(workload, job.warmup, job.seed, thinking, job.model.get("path"),
                                job.model["context_length"])
@@ -304,26 +300,7 @@ def measure_cell(server: Server, job: ServerJob, cell: dict, sessions: list, pro
         sampling=dict(job.sampling),
         load={**job.load, "stream": stream},
         seed=job.seed,
-        provenance={
-            "specsweep": __version__,
-            "backend": job.backend,
-            "server": environment["server"],
-            "software": environment["software"],
-            "gpus": environment["hardware"]["gpus"],
-            "command": argv,
-            "environment": redact(env),
-            "startup_seconds": server.startup_seconds,
-            "gpus_assigned": server.devices,
-            "gpu_memory_used_mib": gpu_memory_used(server.devices),
-            "started_at": began.isoformat(),
-            "finished_at": ended.isoformat(),
-            "sim_profile": job.sim,
-            "chat_template": "the server's" if load.protocol == "openai-chat" else measured[0].chat_template.source,
-            "load_format": job.model.get("load_format", "auto"),
-            "attention_backend": job.method.get("attention_backend"),
-            "min_free_slots_delay": min_free_slots_delay(job),
-            "server_info": {k: info[k] for k in SERVER_INFO_KEYS if k in info},
-        },
+        provenance=_provenance(job, environment, server, argv, env, (began, ended), load, measured, info),
         server_counters=deltas,
         server_load={**sampler.summary(), "gauges": [list(sample) for sample in sampler.samples]},
         metrics=metrics,
@@ -332,3 +309,39 @@ def measure_cell(server: Server, job: ServerJob, cell: dict, sessions: list, pro
                                                          metrics["output_throughput_ci"])},
         requests=records,
     )
+
+
+def _load_model(job: ServerJob, cell: dict, server: Server, stream: str) -> LoadModel:
+    """The cell's load model as the configuration gives it, seeded by the seed and the cell's repetition."""
+    config = job.load
+    return LoadModel(config["model"], config.get("rate", 0.0), config["think_time"], config["protocol"],
+                     job.seed + cell["repetition"], server.headers, incremental=stream == "incremental",
+                     ignore_eos=bool(job.sampling.get("ignore_eos")),
+                     connections=config.get("connections", "keep-alive"))
+
+
+def _provenance(job: ServerJob, environment: dict, server: Server, argv: list[str], env: dict,
+                span: tuple[datetime, datetime], load: LoadModel, measured: list, info: dict) -> dict:
+    """Where a cell was measured: specsweep, the server's software and GPUs, its command and environment (secrets
+    redacted), its start-up, the GPUs it held and their memory, when the cell began and ended, the prompts' chat
+    template and the server's account of itself."""
+    return {
+        "specsweep": __version__,
+        "backend": job.backend,
+        "server": environment["server"],
+        "software": environment["software"],
+        "gpus": environment["hardware"]["gpus"],
+        "command": argv,
+        "environment": redact(env),
+        "startup_seconds": server.startup_seconds,
+        "gpus_assigned": server.devices,
+        "gpu_memory_used_mib": gpu_memory_used(server.devices),
+        "started_at": span[0].isoformat(),
+        "finished_at": span[1].isoformat(),
+        "sim_profile": job.sim,
+        "chat_template": "the server's" if load.protocol == "openai-chat" else measured[0].chat_template.source,
+        "load_format": job.model.get("load_format", "auto"),
+        "attention_backend": job.method.get("attention_backend"),
+        "min_free_slots_delay": min_free_slots_delay(job),
+        "server_info": {k: info[k] for k in SERVER_INFO_KEYS if k in info},
+    }
