@@ -52,7 +52,7 @@ def test_a_simulated_clock_run_fast_is_predicted_to_take_that_many_times_less():
     from specsweep.jobs import server_job
     from specsweep.launcher import launch_command
 
-    config = fast_config()
+    config = fast_config(time_scale=1)
     config["warmup"] = 2
     normal = validated(config)
     config["sim"]["time_scale"] = 10
