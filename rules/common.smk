@@ -144,6 +144,16 @@ def environment_params_json():
     return params_text(settings)
 
 
+def sim_profile_text():
+    """What the simulated servers emulate, as the report prints it, and how fast their clock ran (sim.time_scale)."""
+    text = f"{CONFIG['sim']['model_profile']} on {CONFIG['sim']['gpu']}"
+    scale = CONFIG["sim"]["time_scale"]
+    if scale != 1:
+        text += (f", its clock run {scale:g} times fast (sim.time_scale: every duration measured here is about "
+                 f"1/{scale:g} of the modelled one, every rate about {scale:g} times)")
+    return text
+
+
 def report_params_json():
     """What the report's data depends on besides its input files."""
     view = {
@@ -156,7 +166,7 @@ def report_params_json():
         "sampling": f"temperature {CONFIG['sampling']['temperature']:g}, top-p {CONFIG['sampling']['top_p']:g}, "
         f"thinking {'on' if CONFIG['sampling']['thinking'] else 'off'}, load {CONFIG['load']['model']}, "
         f"protocol {CONFIG['load']['protocol']}",
-        "sim_profile": f"{CONFIG['sim']['model_profile']} on {CONFIG['sim']['gpu']}" if CONFIG["backend"] == "sim" else "",
+        "sim_profile": sim_profile_text() if CONFIG["backend"] == "sim" else "",
         "plan_profile": f"{CONFIG['sim']['runtime']} ({CONFIG['sim']['model_profile']} on {CONFIG['sim']['gpu']})",
     }
     return params_text(view)

@@ -60,7 +60,7 @@ SERVER_INFO_KEYS = ("version", "attention_backend", "prefill_attention_backend",
                     "min_free_slots_delay", "incremental_streaming_output", "load_format", "speculative_algorithm",
                     "speculative_num_draft_tokens", "speculative_num_steps", "speculative_eagle_topk",
                     "speculative_ngram_max_bfs_breadth", "speculative_ngram_match_type", "cuda_graph_max_bs",
-                    "context_length", "mem_fraction_static")
+                    "context_length", "mem_fraction_static", "sim_time_scale")
 
 
 class LoadSampler:

@@ -128,7 +128,7 @@ def launch_command(job: ServerJob, port: int, max_context: int, python: str | No
             raise ServerError(f"server {job.name}: the simulated backend needs the job's simulator profile (sim)")
         argv = [python, "-m", "specsweep.sim", *args, "--sim-gpu", sim["gpu"],
                 "--sim-model-profile", sim["model_profile"], "--sim-runtime", sim["runtime"],
-                "--sim-startup-seconds", str(sim["startup_seconds"])]
+                "--sim-startup-seconds", str(sim["startup_seconds"]), "--sim-time-scale", str(sim["time_scale"])]
         if algorithms.get(job.method["algorithm"]).drafting == "draft-model":
             argv += ["--sim-draft-model-profile", sim.get("draft_model_profile", "qwen3-0.6b")]
         if sim.get("profiles"):

@@ -82,11 +82,16 @@ def _tau(prompts: tuple, decoding: Decoding, sim_json: str, max_new_tokens: int,
                     max_new_tokens=max_new_tokens, profile_set=profiles(sim.get("profiles")), looping=dummy)
 
 
+def clock_scale(config: dict) -> float:
+    """How many times fast the servers' clock runs: the simulated backend's sim.time_scale (1 on SGLang)."""
+    return config["sim"]["time_scale"] if config["backend"] == "sim" else 1.0
+
+
 def startup_seconds(config: dict, tp: int) -> float:
     """Predicted server start-up: the simulator's configured delay, or weights read from disk (none with dummy
     weights) + initialisation and CUDA-graph capture (the runtime profile's startup_seconds where measured)."""
     if config["backend"] == "sim":
-        return config["sim"]["startup_seconds"] + JOB_OVERHEAD_SECONDS
+        return config["sim"]["startup_seconds"] / clock_scale(config) + JOB_OVERHEAD_SECONDS
     p = profiles(config["sim"]["profiles"])
     model, runtime = p["models"][config["sim"]["model_profile"]], p["runtimes"][config["sim"]["runtime"]]
     weights = 0.0 if config["model"].get("load_format") == "dummy" else model["weight_bytes"] / DISK_BYTES_PER_SECOND
@@ -95,7 +100,8 @@ def startup_seconds(config: dict, tp: int) -> float:
 
 def cell_seconds(config: dict, tp: int, method, workload: dict, concurrency: int, requests: int,
                  sessions: list | None = None) -> float:
-    """Predicted time of ``requests`` sessions of a workload at a concurrency: rounds of (prefill + decode steps).
+    """Predicted time of ``requests`` sessions of a workload at a concurrency: rounds of (prefill + decode steps),
+    on the servers' clock (a simulated clock run ``sim.time_scale`` times fast takes that many times less).
 
     ``sessions``, the workload's sessions where they are built already (a server job), spare building a sample.
     """
@@ -115,7 +121,7 @@ def cell_seconds(config: dict, tp: int, method, workload: dict, concurrency: int
     step = cost.decode_step(decoding, [context] * batch)
     per_turn = cost.prefill(prompt_tokens) + math.ceil(output / tau) * step
     rounds = math.ceil(requests / batch)
-    return rounds * turns * per_turn
+    return rounds * turns * per_turn / clock_scale(config)
 
 
 def predict(config: dict, memo_dir: str | None = None) -> list[dict]:

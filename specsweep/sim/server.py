@@ -4,6 +4,12 @@ Run as ``python -m specsweep.sim`` with SGLang's launch flags (the subset
 specsweep uses) plus ``--sim-*`` flags for the emulated hardware. It sleeps
 for the modelled step time instead of computing. Every response says
 ``simulated``.
+
+``--sim-time-scale S`` runs its clock S times fast: every modelled duration (start-up, each engine step) lasts
+1/S of its modelled seconds (the hang fault still never ends), while the durations it reports itself
+(``e2e_latency`` and ``queue_time`` in meta_info) stay in modelled seconds. What a client measures then lasts
+about 1/S of what it would at S = 1 (host overheads do not scale), so only checks of the workflow's plumbing use
+it; ``/get_server_info`` gives ``sim_time_scale`` for the cell's provenance.
 """
 
 from __future__ import annotations
@@ -83,6 +89,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--sim-gpu", default="H200")
     p.add_argument("--sim-model-profile", default="qwen3-8b")
     p.add_argument("--sim-startup-seconds", type=float, default=0.5)
+    p.add_argument("--sim-time-scale", type=_positive_float, default=1.0, metavar="S",
+                   help="run the clock S times fast: each modelled duration lasts 1/S of its seconds (tests of "
+                   "plumbing; reported durations stay modelled)")
     p.add_argument("--sim-ddtree-build", default=DEFAULT_BUILD, choices=sorted(ddtree_builds()),
                    help="which build's DDTree to emulate (specsweep/data/ddtree_builds.yaml)")
     p.add_argument("--sim-runtime", default="sglang", help="runtime profile: sglang or hf-eager")
@@ -121,6 +130,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         except ValueError as exc:  # what SGLang refuses at start-up
             p.error(str(exc))
     return args
+
+
+def _positive_float(text: str) -> float:
+    value = float(text)
+    if not 0 < value < float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a positive finite number, not {text}")
+    return value
 
 
 def _accept_sglang_flags(parser: argparse.ArgumentParser, extra: list[str]) -> None:
@@ -308,8 +324,9 @@ class Engine:
         return not self.waiting and not self.running
 
     async def run(self) -> None:
-        """Steps in real time: each one sleeps for its modelled seconds (never catching up on lost time)."""
-        loop = asyncio.get_running_loop()
+        """Steps in real time: each one sleeps for its modelled seconds / --sim-time-scale (never catching up on
+        lost time)."""
+        loop, scale = asyncio.get_running_loop(), self.args.sim_time_scale
         deadline = loop.time()
         while True:
             if self.idle:
@@ -317,7 +334,7 @@ class Engine:
                 await self.wakeup.wait()
                 deadline = loop.time()
             admitted, batch, step = self.next_step()
-            deadline += step
+            deadline += step / scale
             delay = deadline - loop.time()
             if delay > 0:
                 await asyncio.sleep(delay)
@@ -344,6 +361,7 @@ class Engine:
     def meta_info(self, req: Request, rid: str, step: Step | None = None) -> dict:
         """SGLang's meta_info for a request as it stood after ``step`` (default: now)."""
         produced = step.produced if step is not None else req.produced
+        scale = self.args.sim_time_scale
         verify_ct = step.verify_ct if step is not None else req.verify_ct
         finished = produced >= len(req.reply)
         info = {
@@ -353,8 +371,8 @@ class Engine:
             "cached_tokens": req.cached_tokens,
             "finish_reason": ({"type": "stop", "matched": 151645} if req.natural_stop else
                               {"type": "length", "length": len(req.reply)}) if finished else None,
-            "e2e_latency": time.monotonic() - req.started,
-            "queue_time": (req.admitted - req.started) if req.admitted is not None else None,
+            "e2e_latency": (time.monotonic() - req.started) * scale,  # modelled seconds
+            "queue_time": (req.admitted - req.started) * scale if req.admitted is not None else None,
             "simulated": True,
         }
         if self.decoding.algorithm != "ar":
@@ -630,9 +648,10 @@ def build_app(args: argparse.Namespace) -> web.Application:
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     print(f"specsweep simulated SGLang server (SIMULATED, no GPU): {args.sim_model_profile} on "
-          f"{args.sim_gpu} x{args.tp_size}, {decoding_from_args(args)}", flush=True)
+          f"{args.sim_gpu} x{args.tp_size}, {decoding_from_args(args)}"
+          + (f", clock {args.sim_time_scale:g}x fast" if args.sim_time_scale != 1 else ""), flush=True)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
-    time.sleep(args.sim_startup_seconds)  # model load
+    time.sleep(args.sim_startup_seconds / args.sim_time_scale)  # model load
     if args.sim_crash_at_start:
         raise SystemExit("fault: ImportError while loading the model (--sim-crash-at-start)")
     web.run_app(build_app(args), host=args.host, port=args.port, print=None, access_log=None,

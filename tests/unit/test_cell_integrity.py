@@ -23,7 +23,8 @@ from specsweep.metrics import server_load
 def measured(tmp_path_factory):
     """AR's two cells of the quick plan, measured by a bench job on the simulated backend: (expected cells, cells)."""
     root = tmp_path_factory.mktemp("bench")
-    job = replace(server_job(validated(fast_config()), 1, "ar"), cache_dir=str(root / "cache"))
+    # real time: test_averaged_gauges_carry_their_sample_count reads the gauges sampled every 0.5 s
+    job = replace(server_job(validated(fast_config(time_scale=1)), 1, "ar"), cache_dir=str(root / "cache"))
     environment = probe("sim")
     expected, _ = keyed_cells(job, environment["identity_digest"])
     here = os.getcwd()

@@ -44,3 +44,29 @@ def test_predictions_are_kept_for_later_invocations_of_the_same_plan(tmp_path, m
     assert plan.predict(config, str(blocked)) == rows
     next((memo / "plan").glob("*.json")).write_text("{not json")
     assert plan.predict(config, str(memo)) == rows
+
+
+def test_a_simulated_clock_run_fast_is_predicted_to_take_that_many_times_less():
+    """sim.time_scale 10: every modelled second of the plan (start-up, warm-up, measurement) is a tenth of one on
+    the servers' clock, the job's own start is not; the server gets the scale on its command line."""
+    from specsweep.jobs import server_job
+    from specsweep.launcher import launch_command
+
+    config = fast_config(time_scale=1)
+    config["warmup"] = 2
+    normal = validated(config)
+    config["sim"]["time_scale"] = 10
+    fast = validated(config)
+    slow_rows, fast_rows = plan.predict(normal), plan.predict(fast)
+    assert len(fast_rows) == len(slow_rows) == 4
+    for slow_row, fast_row in zip(slow_rows, fast_rows):
+        assert slow_row["warmup_s"] > 0 and slow_row["measure_s"] > 0
+        for column in ("warmup_s", "measure_s"):
+            assert fast_row[column] == pytest.approx(slow_row[column] / 10)
+        overhead = plan.JOB_OVERHEAD_SECONDS if slow_row["startup_s"] else 0.0
+        assert fast_row["startup_s"] - overhead == pytest.approx((slow_row["startup_s"] - overhead) / 10)
+    assert sum(bool(row["startup_s"]) for row in fast_rows) == 2  # one start-up per server
+    argv, _ = launch_command(server_job(fast, 1, "ar"), 30000, 8192)
+    assert argv[argv.index("--sim-time-scale") + 1] == "10.0"
+    argv, _ = launch_command(server_job(normal, 1, "ar"), 30000, 8192)
+    assert argv[argv.index("--sim-time-scale") + 1] == "1.0"

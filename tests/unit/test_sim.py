@@ -13,6 +13,7 @@ from conftest import DDTREE, DFLASH, start_sim
 from specsweep.client import measure
 from specsweep.launcher import Server, ServerError, free_port
 from specsweep.sim import model as sim
+from specsweep.sim.server import Engine, parse_args
 from specsweep.workloads import build
 
 
@@ -228,3 +229,31 @@ def test_generate_takes_token_ids_and_model_info_answers_as_sglangs_client_expec
             assert exact.json()["usage"]["completion_tokens"] == 300, path  # the OpenAI API honours ignore_eos too
     finally:
         server.stop()
+
+
+def test_a_scaled_clock_serves_modelled_minutes_in_moments_and_reports_them_in_modelled_seconds(tmp_path):
+    """--sim-time-scale 1000: ten modelled minutes of start-up and a request of over a modelled minute of engine
+    steps each end well inside a timeout far below their modelled length, while the server reports the request's
+    e2e_latency in modelled seconds (at least the sum of its steps, taken in virtual time) and its scale."""
+    prompt = "<|im_start|>user\nWrite a long story.<|im_end|>\n<|im_start|>assistant\n"
+    sampling = {"max_new_tokens": 8000, "ignore_eos": True, "temperature": 0}
+    reference = Engine(parse_args(["--model-path", "Qwen/Qwen3-8B", "--sim-gpu", "RTX-PRO-6000"]))
+    req, modelled = reference.submit(prompt, sampling), 0.0
+    while req.produced < len(req.reply):
+        admitted, batch, seconds = reference.next_step()
+        modelled += seconds
+        reference.commit_step(admitted, batch)
+    assert modelled > 60
+    server = start_sim(tmp_path, "--sim-gpu", "RTX-PRO-6000", "--sim-time-scale", "1000", startup=600, timeout=60)
+    try:
+        reply = requests.post(server.url + "/generate", json={"text": prompt, "sampling_params": sampling},
+                              timeout=30)
+        info = requests.get(server.url + "/get_server_info", timeout=30).json()
+    finally:
+        server.stop()
+    meta = reply.json()["meta_info"]
+    assert meta["completion_tokens"] == 8000
+    assert meta["e2e_latency"] >= 0.999 * modelled and meta["queue_time"] >= 0
+    assert info["sim_time_scale"] == 1000
+    with pytest.raises(SystemExit):
+        parse_args(["--model-path", "m", "--sim-time-scale", "0"])

@@ -118,7 +118,7 @@ def server_port(process) -> int:
 def test_a_server_that_stalls_leaves_a_cell_that_is_not_final(workflow):
     """SIGSTOP the server mid-cell for longer than the request timeout: the cell keeps its timeouts, is not cached,
     the run says so and fails; the next run measures the cell again."""
-    config = fast_config(requests=8, max_new_tokens=256)
+    config = fast_config(requests=8, max_new_tokens=256, time_scale=1)  # real time: caught with requests in flight
     config["methods"] = [{"name": "ar", "algorithm": "ar"}]
     config["concurrency"] = [2]
     config["server"] = {"request_timeout": 2}
@@ -222,7 +222,7 @@ def test_unwritable_cache_fails_before_any_server_starts(workflow):
 
 
 def test_two_runs_on_the_same_results_folder(workflow):
-    config = fast_config()
+    config = fast_config(time_scale=1)  # real time: the first run still measures when the second starts
     config["workloads"][0]["requests"] = 40
     write_config(workflow, config)
     first = subprocess.Popen([sys.executable, "-m", "snakemake", "--cores", "2"], cwd=workflow,

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from conftest import load_default_config, snakemake, write_config
+from conftest import PLUMBING_CLOCK, load_default_config, snakemake, write_config
 from specsweep import metrics as m
 
 
@@ -17,7 +17,7 @@ def test_tree_corruption_shows_as_divergence(workflow):
     config["workloads"] = [{"name": "short", "family": "short", "requests": 6, "max_new_tokens": 96}]
     config["concurrency"] = [2]
     config["warmup"] = 0
-    config["sim"] = {"startup_seconds": 0.1, "faults": {"corrupt_tree_from": 3}}
+    config["sim"] = {"startup_seconds": 0.1, "time_scale": PLUMBING_CLOCK, "faults": {"corrupt_tree_from": 3}}
     write_config(workflow, config)
     snakemake(workflow, "results/summary.csv")
     summary = pd.read_csv(workflow / "results" / "summary.csv").set_index("method")
@@ -37,7 +37,7 @@ def test_adaptive_cells_stop_at_the_requested_precision(workflow):
         config["workloads"] = [{"name": "short", "family": "short", "requests": 8, "max_new_tokens": 48}]
         config["concurrency"] = [4]
         config["warmup"] = 0
-        config["sim"] = {"startup_seconds": 0.1}
+        config["sim"] = {"startup_seconds": 0.1}  # real time: how many sessions a precision needs is statistics
         config["adaptive"] = {"enabled": True, "target": target, "batch": 8, "max_requests": 400}
         write_config(workflow, config)
         snakemake(workflow, "results/cells/tp1/dflash/short/c4.json")

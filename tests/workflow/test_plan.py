@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pandas as pd
 
-from conftest import Journal, eight_gpu_host_config, fast_config, server_processes_under, snakemake, write_config
+from conftest import (PLUMBING_CLOCK, Journal, eight_gpu_host_config, fast_config, server_processes_under, snakemake,
+                      write_config)
 
 
 def test_full_plan_is_priced_without_starting_anything(workflow):
@@ -39,7 +40,9 @@ def test_servers_on_a_simulated_gpu_host_take_disjoint_gpus_from_the_pool(workfl
     """Twelve TP-1 servers (4 long, 8 short) on a simulated 8-GPU host: each takes one GPU from the pool, at most
     eight hold GPUs at once and no GPU is held by two at a time. (How the measured makespan compares with the
     plan's prediction is a timing figure: benchmarks/plan_makespan.py, figures in benchmarks/README.md.)"""
-    write_config(workflow, eight_gpu_host_config(workflow))
+    config = eight_gpu_host_config(workflow)
+    config["sim"]["time_scale"] = PLUMBING_CLOCK  # which GPU each server holds, not for how long
+    write_config(workflow, config)
     snakemake(workflow, "results/summary.csv", "--cores", "12", "--resources", "gpu=8", timeout=600)
     events = Journal(workflow).new_events()
     spans = {}

@@ -168,7 +168,7 @@ def start_run(workflow, tmpdir, log):
 
 
 def keyed_config(requests: int, startup: float) -> dict:
-    config = fast_config(requests=requests, startup=startup)
+    config = fast_config(requests=requests, startup=startup, time_scale=1)  # real time: killed mid-start, mid-cell
     config["methods"] = [{"name": "ar", "algorithm": "ar"}]
     config["server"] = {"api_key_env": "SPECSWEEP_TEST_KEY", "startup_timeout": 120}
     return config

@@ -9,13 +9,13 @@ import re
 import pandas as pd
 import pytest
 
-from conftest import copy_workflow, load_default_config, server_processes_under, snakemake, write_config
+from conftest import PLUMBING_CLOCK, copy_workflow, load_default_config, server_processes_under, snakemake, write_config
 from specsweep.report import tex_name
 
 
 def tiny(config: dict) -> dict:
     config.setdefault("warmup", 0)
-    config["sim"] = {"startup_seconds": 0.1}
+    config["sim"] = {"startup_seconds": 0.1, "time_scale": PLUMBING_CLOCK}
     for w in config["workloads"]:
         w.setdefault("requests", 4)  # two waves at concurrency 2
         w.setdefault("max_new_tokens", 48)

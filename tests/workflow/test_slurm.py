@@ -55,7 +55,9 @@ def cluster(tmp_path):
 def test_workflow_through_slurm(cluster, tmp_path):
     workdir = copy_workflow(tmp_path / "wf")
     shutil.copytree(REPO / "profiles", workdir / "profiles")
-    config = fast_config(startup=8.0)  # each server lives at least 8 s: enough for two SLURM jobs to meet
+    # real time: each server lives at least 8 s, enough for two SLURM jobs to meet, and its cells of 400 tokens
+    # long enough to interrupt
+    config = fast_config(startup=8.0, time_scale=1)
     config["tp"] = [1, 2]
     config["gpu_pool"] = {"devices": 4}
     config["cache_dir"] = str(tmp_path / "shared" / "cells")  # a path every node sees

@@ -11,7 +11,7 @@ import time
 import pandas as pd
 import pytest
 
-from conftest import Journal, load_default_config, snakemake, write_config
+from conftest import PLUMBING_CLOCK, Journal, load_default_config, snakemake, write_config
 from specsweep.cells import validate_cell
 from specsweep.jobs import all_cells
 from specsweep.metrics import cell_measures, combine_launches
@@ -30,7 +30,7 @@ def small_config() -> dict:
     ]
     config["concurrency"] = [1, 2]
     config["warmup"] = 1
-    config["sim"] = {"startup_seconds": 0.2}
+    config["sim"] = {"startup_seconds": 0.2, "time_scale": PLUMBING_CLOCK}
     return config
 
 
@@ -40,6 +40,9 @@ def cell_files(workdir):
 
 @pytest.mark.long(6)
 def test_default_config_end_to_end(workflow):
+    default = load_default_config()
+    default["sim"]["time_scale"] = PLUMBING_CLOCK  # the default plan's plumbing: its figures are not read here
+    write_config(workflow, default)
     started = time.monotonic()
     snakemake(workflow, cores=4)  # the four servers at once
     elapsed = time.monotonic() - started
@@ -61,6 +64,10 @@ def test_default_config_end_to_end(workflow):
         cell = json.loads((workflow / path).read_text())
         validate_cell(cell)
         assert cell["simulated"] is True
+        # the fast clock is said by the cell, from the configuration and from the server itself
+        assert cell["provenance"]["sim_profile"]["time_scale"] == PLUMBING_CLOCK
+        assert cell["provenance"]["server_info"]["sim_time_scale"] == PLUMBING_CLOCK
+    assert f"its clock run {PLUMBING_CLOCK:g} times fast" in " ".join(tex.split())  # and the report's first page
     ar = summary[summary["algorithm"] == "ar"]
     assert (ar["speedup"] == 1.0).all()
     spec = summary[summary["algorithm"] != "ar"]
