@@ -24,28 +24,40 @@ import math
 import sys
 from pathlib import Path
 
-from specsweep.sim.calibration import (PUBLISHED_DRAFT_MODELS, PUBLISHED_QWEN3_8B, calibration_prompts, predict,
-                                       predict_draft_models)
+from specsweep.sim.calibration import (
+    PUBLISHED_DRAFT_MODELS,
+    PUBLISHED_QWEN3_8B,
+    calibration_prompts,
+    predict,
+    predict_draft_models,
+)
 from specsweep.sim.model import ACCEPTANCE, default_profiles
 
 sys.path.insert(0, str(Path(__file__).parent / "gpu"))
 from step_costs import _nelder_mead  # noqa: E402  (the same small optimiser as the step-cost fit)
 
-FITTED = {"eagle3": ("base", "cap", "digit_weight", "depth_decay", "tree_confidence"),
-          "eagle": ("base", "cap", "depth_decay"), "standalone": ("base", "cap")}
+FITTED = {
+    "eagle3": ("base", "cap", "digit_weight", "depth_decay", "tree_confidence"),
+    "eagle": ("base", "cap", "depth_decay"),
+    "standalone": ("base", "cap"),
+}
 
 
 def paper() -> None:
     print("acceptance parameters:", json.dumps(ACCEPTANCE))
-    print("| row | DFlash/AR pred | pub | err | DDTree/AR pred (budget) | pub | err | DDTree/DFlash pred | pub | err | tau chain | tau tree |")
+    print(
+        "| row | DFlash/AR pred | pub | err | DDTree/AR pred (budget) | pub | err | DDTree/DFlash pred | pub | err | tau chain | tau tree |"
+    )
     print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for row, prompts in calibration_prompts().items():
         p, pub = predict(prompts), PUBLISHED_QWEN3_8B[row]
         ratio_pub = pub["ddtree"] / pub["dflash"]
-        print(f"| {row} | {p['dflash']:.2f} | {pub['dflash']:.2f} | {p['dflash'] / pub['dflash'] - 1:+.0%} "
-              f"| {p['ddtree']:.2f} ({p['ddtree_budget']}) | {pub['ddtree']:.2f} | {p['ddtree'] / pub['ddtree'] - 1:+.0%} "
-              f"| {p['ddtree_over_dflash']:.3f} | {ratio_pub:.3f} | {p['ddtree_over_dflash'] / ratio_pub - 1:+.0%} "
-              f"| {p['tau_dflash']:.2f} | {p['tau_ddtree']:.2f} |")
+        print(
+            f"| {row} | {p['dflash']:.2f} | {pub['dflash']:.2f} | {p['dflash'] / pub['dflash'] - 1:+.0%} "
+            f"| {p['ddtree']:.2f} ({p['ddtree_budget']}) | {pub['ddtree']:.2f} | {p['ddtree'] / pub['ddtree'] - 1:+.0%} "
+            f"| {p['ddtree_over_dflash']:.3f} | {ratio_pub:.3f} | {p['ddtree_over_dflash'] / ratio_pub - 1:+.0%} "
+            f"| {p['tau_dflash']:.2f} | {p['tau_ddtree']:.2f} |"
+        )
     print("AIME24/25 rows: no AIME problems are shipped in a package here; not predicted.")
 
 
@@ -63,14 +75,23 @@ def fit(profiles: dict) -> dict:
     fitted = {name: dict(entry) for name, entry in profiles["drafters"].items()}
     for algorithm, names in FITTED.items():
         rows = [r for r in PUBLISHED_DRAFT_MODELS if r[0] == algorithm]
-        start = [_free(n, min(max(fitted[algorithm][n], 1e-3), 0.999) if n != "digit_weight"
-                       else fitted[algorithm][n]) for n in names]
+        start = [
+            _free(n, min(max(fitted[algorithm][n], 1e-3), 0.999) if n != "digit_weight" else fitted[algorithm][n])
+            for n in names
+        ]
 
         def loss(x):
-            trial = {**profiles, "drafters": {**fitted, algorithm: {**fitted[algorithm],
-                                                                    **{n: _bounded(n, v) for n, v in zip(names, x)}}}}
-            return sum(math.log(p["predicted"] / p["published"]) ** 2
-                       for p in predict_draft_models(rows, trial, count=20, rounds=150))
+            trial = {
+                **profiles,
+                "drafters": {
+                    **fitted,
+                    algorithm: {**fitted[algorithm], **{n: _bounded(n, v) for n, v in zip(names, x)}},
+                },
+            }
+            return sum(
+                math.log(p["predicted"] / p["published"]) ** 2
+                for p in predict_draft_models(rows, trial, count=20, rounds=150)
+            )
 
         best = _nelder_mead(loss, start, steps=300)
         fitted[algorithm].update({n: float(f"{_bounded(n, v):.4g}") for n, v in zip(names, best)})
@@ -88,9 +109,11 @@ def draft_models(do_fit: bool) -> None:
     print("| algorithm | prompts | steps / topk / tokens | published | predicted | error | source |")
     print("|---|---|---|---|---|---|---|")
     for r in predict_draft_models(profile_set=profiles):
-        print(f"| {r['algorithm']} | {r['prompts']} | {r['num_steps']} / {r['topk']} / {r['num_draft_tokens']} | "
-              f"{r['published']:.2f} | {r['predicted']:.2f} | {r['predicted'] / r['published'] - 1:+.0%} | "
-              f"{r['source']} |")
+        print(
+            f"| {r['algorithm']} | {r['prompts']} | {r['num_steps']} / {r['topk']} / {r['num_draft_tokens']} | "
+            f"{r['published']:.2f} | {r['predicted']:.2f} | {r['predicted'] / r['published'] - 1:+.0%} | "
+            f"{r['source']} |"
+        )
 
 
 def main() -> None:

@@ -30,8 +30,9 @@ METHODS = ("ar", "dflash")
 
 def draw(seed: int, concurrency: int, requests: int, max_new_tokens: int) -> dict:
     """One independent draw: {estimate name: (value, interval)} for both methods and the speedup."""
-    sessions = build({"name": "short", "family": "short", "requests": requests, "max_new_tokens": max_new_tokens},
-                     seed=seed)
+    sessions = build(
+        {"name": "short", "family": "short", "requests": requests, "max_new_tokens": max_new_tokens}, seed=seed
+    )
     out, cells = {}, {}
     for method in METHODS:
         records = closed_loop(engine(method), sessions, concurrency)
@@ -54,9 +55,12 @@ def coverage(draws: list[dict]) -> dict:
         claimed = [ci for ci in intervals if ci is not None]
         table[name] = {
             "coverage": sum(ci[0] <= truth <= ci[1] for ci in claimed) / len(intervals),
-            "width_ratio": float(np.mean([(ci[1] - ci[0]) / 2 for ci in claimed]) / (1.96 * sd)) if claimed and sd > 0
+            "width_ratio": float(np.mean([(ci[1] - ci[0]) / 2 for ci in claimed]) / (1.96 * sd))
+            if claimed and sd > 0
             else None,
-            "relative_sd": float(sd / truth), "intervals": len(claimed), "draws": len(intervals),
+            "relative_sd": float(sd / truth),
+            "intervals": len(claimed),
+            "draws": len(intervals),
         }
     return table
 
@@ -76,10 +80,17 @@ def main() -> int:
     print("|---|---|---|---|---|---|")
     for c in args.concurrency:
         for name, row in check(args.draws, c).items():
-            ok = 0.90 <= row["coverage"] <= 0.99 and row["width_ratio"] is not None and 1 / 1.5 <= row["width_ratio"] <= 1.5
+            ok = (
+                0.90 <= row["coverage"] <= 0.99
+                and row["width_ratio"] is not None
+                and 1 / 1.5 <= row["width_ratio"] <= 1.5
+            )
             failed |= not ok
-            print(f"| {c} | {name} | {row['coverage']:.1%} | {row['width_ratio']:.2f} | {row['relative_sd']:.2%} | "
-                  f"{row['draws']} |" + ("" if ok else " **off target**"), flush=True)
+            print(
+                f"| {c} | {name} | {row['coverage']:.1%} | {row['width_ratio']:.2f} | {row['relative_sd']:.2%} | "
+                f"{row['draws']} |" + ("" if ok else " **off target**"),
+                flush=True,
+            )
     return 1 if failed else 0
 
 

@@ -68,29 +68,49 @@ def ours(url: str, concurrency: int) -> dict:
     n = requests_for(concurrency)
     sessions = [Session(f"r{i}", "chat", [{"role": "user", "content": "hi"}], [], TOKENS) for i in range(n)]
     started, cpu = time.monotonic(), time.process_time()
-    records = measure(url, sessions, concurrency, {"temperature": 0.0}, timeout=300,
-                      load=LoadModel(protocol="openai-completions"))
+    records = measure(
+        url, sessions, concurrency, {"temperature": 0.0}, timeout=300, load=LoadModel(protocol="openai-completions")
+    )
     wall, cpu = time.monotonic() - started, time.process_time() - cpu
     ok = [r for r in records if r.ok]
     window = max(r.chunk_times[-1] for r in ok) - min(r.t0 for r in ok)
     tokens = sum(r.output_tokens for r in ok)
     chunks = sum(len(r.chunk_times) for r in records)
-    return {"requests": n, "failed": n - len(ok), "tokens_per_s": tokens / window, "requests_per_s": len(ok) / window,
-            "cpu_us_per_chunk": cpu / chunks * 1e6, "wall_s": wall}
+    return {
+        "requests": n,
+        "failed": n - len(ok),
+        "tokens_per_s": tokens / window,
+        "requests_per_s": len(ok) / window,
+        "cpu_us_per_chunk": cpu / chunks * 1e6,
+        "wall_s": wall,
+    }
 
 
 def guidellm(url: str, concurrency: int, exe: str, tokenizer: str) -> dict:
     n = requests_for(concurrency)
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "result.json"
-        cmd = [exe, "run", "--backend", f"kind=openai_http,target={url},model=stub,request_format=/v1/completions",
-               "--profile", f"kind=concurrent,streams={concurrency}", "--constraint", f"kind=max_requests,count={n}",
-               "--data", f"kind=synthetic_text,prompt_tokens=16,output_tokens={TOKENS}",
-               "--tokenizer", f"kind=huggingface_auto,model={tokenizer}", "--output", f"kind=json,path={out}",
-               "--disable-console-interactive"]
+        cmd = [
+            exe,
+            "run",
+            "--backend",
+            f"kind=openai_http,target={url},model=stub,request_format=/v1/completions",
+            "--profile",
+            f"kind=concurrent,streams={concurrency}",
+            "--constraint",
+            f"kind=max_requests,count={n}",
+            "--data",
+            f"kind=synthetic_text,prompt_tokens=16,output_tokens={TOKENS}",
+            "--tokenizer",
+            f"kind=huggingface_auto,model={tokenizer}",
+            "--output",
+            f"kind=json,path={out}",
+            "--disable-console-interactive",
+        ]
         started = time.monotonic()
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600,
-                              env={**os.environ, "HF_HUB_OFFLINE": "1"})
+        proc = subprocess.run(
+            cmd, capture_output=True, text=True, timeout=600, env={**os.environ, "HF_HUB_OFFLINE": "1"}
+        )
         wall = time.monotonic() - started
         if proc.returncode != 0:
             return {"error": proc.stderr[-500:] or proc.stdout[-500:]}
@@ -98,8 +118,12 @@ def guidellm(url: str, concurrency: int, exe: str, tokenizer: str) -> dict:
     metrics = bench["metrics"]
     tokens = metrics["output_token_count"]["successful"]["total_sum"]
     count = metrics["request_totals"]["successful"]
-    return {"requests": n, "tokens_per_s": tokens / bench["duration"], "requests_per_s": count / bench["duration"],
-            "wall_s": wall}
+    return {
+        "requests": n,
+        "tokens_per_s": tokens / bench["duration"],
+        "requests_per_s": count / bench["duration"],
+        "wall_s": wall,
+    }
 
 
 def timing_error(log_dir: Path, concurrency: int) -> dict:
@@ -117,8 +141,9 @@ def timing_error(log_dir: Path, concurrency: int) -> dict:
         sequences.setdefault(meta["id"], []).append((arrival, meta["emitted_at"], meta["received_at"]))
 
     try:
-        sessions = [Session(f"r{i}", "chat", [{"role": "user", "content": "hi"}], [], 64)
-                    for i in range(2 * concurrency)]
+        sessions = [
+            Session(f"r{i}", "chat", [{"role": "user", "content": "hi"}], [], 64) for i in range(2 * concurrency)
+        ]
         records = measure(server.url, sessions, concurrency, {}, timeout=120, on_chunk=on_chunk)
     finally:
         server.stop()
@@ -138,25 +163,47 @@ def timing_error(log_dir: Path, concurrency: int) -> dict:
         seq = by_arrival[round(r.chunk_times[0], 7)].pop()
         ttft.append((r.chunk_times[0] - r.t0) - (seq[0][1] - seq[0][2]))
     ms = lambda values, p: float(np.percentile(np.abs(values), p) * 1000)
-    return {"concurrency": concurrency, "itl_p50_ms": ms(itl, 50), "itl_p99_ms": ms(itl, 99),
-            "ttft_p50_ms": ms(ttft, 50), "ttft_p99_ms": ms(ttft, 99), "vs_schedule_p99_ms": ms(nominal, 99),
-            "gaps": len(itl), "requests": len(ttft)}
+    return {
+        "concurrency": concurrency,
+        "itl_p50_ms": ms(itl, 50),
+        "itl_p99_ms": ms(itl, 99),
+        "ttft_p50_ms": ms(ttft, 50),
+        "ttft_p99_ms": ms(ttft, 99),
+        "vs_schedule_p99_ms": ms(nominal, 99),
+        "gaps": len(itl),
+        "requests": len(ttft),
+    }
 
 
 def reading_cost(rounds: int = 15, answers: int = 20) -> dict:
     """CPU microseconds per chunk for the reader to take one 256-chunk chunked answer apart, by read pattern."""
     choices = [{"index": 0, "text": " token", "finish_reason": None}]
-    events = [b"data: " + json.dumps({"id": "cmpl-0", "object": "text_completion", "choices": choices,
-                                      "usage": {"prompt_tokens": 1, "completion_tokens": i + 1}}).encode() + b"\n\n"
-              for i in range(TOKENS)] + [b"data: [DONE]\n\n"]
+    events = [
+        b"data: "
+        + json.dumps(
+            {
+                "id": "cmpl-0",
+                "object": "text_completion",
+                "choices": choices,
+                "usage": {"prompt_tokens": 1, "completion_tokens": i + 1},
+            }
+        ).encode()
+        + b"\n\n"
+        for i in range(TOKENS)
+    ] + [b"data: [DONE]\n\n"]
     chunks = [b"%x\r\n%s\r\n" % (len(e), e) for e in events]
     head = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
-    patterns = {"one chunk per read": [head, *chunks, b"0\r\n\r\n"],
-                "the whole answer in one read": [head + b"".join(chunks) + b"0\r\n\r\n"]}
+    patterns = {
+        "one chunk per read": [head, *chunks, b"0\r\n\r\n"],
+        "the whole answer in one read": [head + b"".join(chunks) + b"0\r\n\r\n"],
+    }
 
     class Unwatched:  # the reads are handed over here, not taken from an epoll set
-        def watch(self, connection): pass
-        def forget(self, connection): pass
+        def watch(self, connection):
+            pass
+
+        def forget(self, connection):
+            pass
 
     async def per_chunk(reads: list) -> float:
         mine, other = socket.socketpair()
@@ -197,23 +244,31 @@ def main() -> None:
     results["reading_us_per_chunk"] = reading_cost()
     print(json.dumps(results, indent=1))
     print()
-    print("| concurrency | specsweep tokens/s | specsweep requests/s | specsweep CPU per chunk | GuideLLM tokens/s "
-          "| GuideLLM requests/s |")
+    print(
+        "| concurrency | specsweep tokens/s | specsweep requests/s | specsweep CPU per chunk | GuideLLM tokens/s "
+        "| GuideLLM requests/s |"
+    )
     print("|---|---|---|---|---|---|")
     for c in CONCURRENCY:
         a, b = results["ceiling"][c], results["guidellm"].get(c, {})
-        print(f"| {c} | {a['tokens_per_s']:.0f} | {a['requests_per_s']:.1f} | {a['cpu_us_per_chunk']:.1f} us | "
-              f"{b.get('tokens_per_s', float('nan')):.0f} | {b.get('requests_per_s', float('nan')):.1f} |")
-    print("\n| concurrency | ITL error p50 | p99 | TTFT error p50 | p99 | gap vs 10 ms schedule p99 | gaps "
-          "| requests |")
+        print(
+            f"| {c} | {a['tokens_per_s']:.0f} | {a['requests_per_s']:.1f} | {a['cpu_us_per_chunk']:.1f} us | "
+            f"{b.get('tokens_per_s', float('nan')):.0f} | {b.get('requests_per_s', float('nan')):.1f} |"
+        )
+    print(
+        "\n| concurrency | ITL error p50 | p99 | TTFT error p50 | p99 | gap vs 10 ms schedule p99 | gaps | requests |"
+    )
     print("|---|---|---|---|---|---|---|---|")
     for t in results["timing_error"]:
-        print(f"| {t['concurrency']} | {t['itl_p50_ms']:.3f} ms | {t['itl_p99_ms']:.3f} ms | "
-              f"{t['ttft_p50_ms']:.3f} ms | {t['ttft_p99_ms']:.3f} ms | {t['vs_schedule_p99_ms']:.2f} ms | "
-              f"{t['gaps']} | {t['requests']} |")
+        print(
+            f"| {t['concurrency']} | {t['itl_p50_ms']:.3f} ms | {t['itl_p99_ms']:.3f} ms | "
+            f"{t['ttft_p50_ms']:.3f} ms | {t['ttft_p99_ms']:.3f} ms | {t['vs_schedule_p99_ms']:.2f} ms | "
+            f"{t['gaps']} | {t['requests']} |"
+        )
     print("\n| reading one answer | CPU per chunk |\n|---|---|")
     for name, cost in results["reading_us_per_chunk"].items():
         print(f"| {name} | {cost:.2f} us |")
+
 
 if __name__ == "__main__":
     main()

@@ -27,9 +27,24 @@ from specsweep.workloads import build
 
 def run(concurrency: int, seconds: float, log_dir: Path) -> dict:
     port = free_port()
-    argv = [sys.executable, "-m", "specsweep.sim", "--model-path", "Qwen/Qwen3-8B", "--port", str(port),
-            "--max-running-requests", str(concurrency), "--speculative-algorithm", "DFLASH",
-            "--speculative-draft-model-path", "drafter", "--enable-metrics", "--sim-startup-seconds", "0"]
+    argv = [
+        sys.executable,
+        "-m",
+        "specsweep.sim",
+        "--model-path",
+        "Qwen/Qwen3-8B",
+        "--port",
+        str(port),
+        "--max-running-requests",
+        str(concurrency),
+        "--speculative-algorithm",
+        "DFLASH",
+        "--speculative-draft-model-path",
+        "drafter",
+        "--enable-metrics",
+        "--sim-startup-seconds",
+        "0",
+    ]
     server = Server(argv, {}, "127.0.0.1", port, log_dir / "endurance-server.log")
     server.start(60)
     sessions = build({"name": "e", "family": "short", "requests": 2 * concurrency, "max_new_tokens": 128}, 0)
@@ -49,9 +64,15 @@ def run(concurrency: int, seconds: float, log_dir: Path) -> dict:
     finally:
         server.stop()
     elapsed = time.monotonic() - started
-    return {"concurrency": concurrency, "seconds": round(elapsed, 1), "rounds": rounds, "requests": sent,
-            "client_errors": errors, "server_peak_rss_mb": round(server_peak / 2**20, 1),
-            "client_peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)}
+    return {
+        "concurrency": concurrency,
+        "seconds": round(elapsed, 1),
+        "rounds": rounds,
+        "requests": sent,
+        "client_errors": errors,
+        "server_peak_rss_mb": round(server_peak / 2**20, 1),
+        "client_peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+    }
 
 
 def main() -> None:

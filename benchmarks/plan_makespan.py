@@ -35,8 +35,13 @@ def run_once(folder: Path) -> dict:
     measured = max(s["server_stop"] for s in spans.values()) - min(s["server_start"] for s in spans.values())
     durations = [s["server_stop"] - s["server_start"] for s in spans.values()]
     bound = max(sum(durations) / 8, max(durations))
-    return {"predicted_s": predicted, "measured_s": round(measured, 1), "measured_over_predicted":
-            round(measured / predicted, 3), "lower_bound_s": round(bound, 1), "measured_over_bound": round(measured / bound, 3)}
+    return {
+        "predicted_s": predicted,
+        "measured_s": round(measured, 1),
+        "measured_over_predicted": round(measured / predicted, 3),
+        "lower_bound_s": round(bound, 1),
+        "measured_over_bound": round(measured / bound, 3),
+    }
 
 
 def main() -> None:

@@ -40,5 +40,8 @@ result = bench_server(
     failures=json.loads(snakemake.params.failures),
     remeasure=json.loads(snakemake.params.remeasure),
 )
-print(f"cells from cache: {result['hits']}, measured: {result['measured']}"
-      + (f", not final: {', '.join(result['not_final'])}" if result["not_final"] else ""), file=sys.stderr)
+print(
+    f"cells from cache: {result['hits']}, measured: {result['measured']}"
+    + (f", not final: {', '.join(result['not_final'])}" if result["not_final"] else ""),
+    file=sys.stderr,
+)

@@ -9,6 +9,7 @@ from pathlib import Path
 from specsweep.plan import write_plan
 
 environment = json.loads(Path(snakemake.input.environment[0]).read_text()) if snakemake.input.environment else None
-result = write_plan(json.loads(snakemake.params.config), environment, snakemake.params.gpus,
-                    snakemake.output.md, snakemake.output.csv)
+result = write_plan(
+    json.loads(snakemake.params.config), environment, snakemake.params.gpus, snakemake.output.md, snakemake.output.csv
+)
 print(Path(snakemake.output.md).read_text(), file=sys.stderr)

@@ -20,6 +20,7 @@ from .jobs import ServerJob
 from .canon import atomic_write_text
 from .metrics import cell_measures, combine_launches, e2e, losslessness, queue_delay, speedup, tpot, ttft, user_ttft
 
+
 def _get(metrics: dict, name: str, stat: str):
     return metrics.get(name, {}).get(stat)
 
@@ -29,8 +30,14 @@ def _ci(metrics: dict, name: str, stat: str, side: int):
     return ci[side] if ci else None
 
 
-def cell_row(cell: dict, path: str, m: dict, thresholds: dict | None = None, versus_ar: dict | None = None,
-             lossless: dict | None = None) -> dict:
+def cell_row(
+    cell: dict,
+    path: str,
+    m: dict,
+    thresholds: dict | None = None,
+    versus_ar: dict | None = None,
+    lossless: dict | None = None,
+) -> dict:
     """A cell's row of the summary from its measures (cell_measures), its keys the summary's columns in order;
     ``final`` judged by the failure thresholds where given; ``versus_ar`` its speedup over AR's cell (metrics.speedup)
     and ``lossless`` its replies against AR's (metrics.losslessness) where they were compared."""
@@ -45,34 +52,67 @@ def cell_row(cell: dict, path: str, m: dict, thresholds: dict | None = None, ver
     speedup_ci = versus_ar["speedup_ci"] or [None, None]
     lossless = lossless or {}  # not compared: NaN in its columns
     return {
-        "simulated": cell["simulated"], "tp": c["tp"], "method": c["method"], "algorithm": method["algorithm"],
-        **{k: params.get(k) for k in ("block_size", "budget", "topk", "num_steps", "num_draft_tokens",
-                                      "max_bfs_breadth", "match_type")},
-        "drafter": method.get("drafter"), "tree_build": tree_build, "tree_mode": mode, "tree_width": width,
-        "verify_width": algorithm.verify_width(params), "sweep_size": params.get(algorithm.size),
-        "workload": c["workload"], "family": cell["workload"]["family"],
-        "concurrency": c["concurrency"], "concurrency_mean": held.get("mean"), "concurrency_peak": held.get("peak"),
-        "concurrency_steady_mean": held.get("steady_mean"), "concurrency_held": held.get("held"),
-        "steady_window_s": window[1] - window[0] if window else None, "steady_share": held.get("window_share"),
-        "repetition": c["repetition"], "launches": 1,
-        "requests_sent": m["requests_sent"], "requests_completed": m["requests_completed"],
-        "requests_failed": m["requests_failed"], "output_tokens": m["output_tokens"],
-        "output_throughput": m["output_throughput"], "output_throughput_lo": ci[0], "output_throughput_hi": ci[1],
+        "simulated": cell["simulated"],
+        "tp": c["tp"],
+        "method": c["method"],
+        "algorithm": method["algorithm"],
+        **{
+            k: params.get(k)
+            for k in ("block_size", "budget", "topk", "num_steps", "num_draft_tokens", "max_bfs_breadth", "match_type")
+        },
+        "drafter": method.get("drafter"),
+        "tree_build": tree_build,
+        "tree_mode": mode,
+        "tree_width": width,
+        "verify_width": algorithm.verify_width(params),
+        "sweep_size": params.get(algorithm.size),
+        "workload": c["workload"],
+        "family": cell["workload"]["family"],
+        "concurrency": c["concurrency"],
+        "concurrency_mean": held.get("mean"),
+        "concurrency_peak": held.get("peak"),
+        "concurrency_steady_mean": held.get("steady_mean"),
+        "concurrency_held": held.get("held"),
+        "steady_window_s": window[1] - window[0] if window else None,
+        "steady_share": held.get("window_share"),
+        "repetition": c["repetition"],
+        "launches": 1,
+        "requests_sent": m["requests_sent"],
+        "requests_completed": m["requests_completed"],
+        "requests_failed": m["requests_failed"],
+        "output_tokens": m["output_tokens"],
+        "output_throughput": m["output_throughput"],
+        "output_throughput_lo": ci[0],
+        "output_throughput_hi": ci[1],
         "output_throughput_per_gpu": m.get("output_throughput_per_gpu"),
         "output_throughput_run": m.get("output_throughput_run"),
-        "speedup": versus_ar["speedup"], "speedup_lo": speedup_ci[0], "speedup_hi": speedup_ci[1],
+        "speedup": versus_ar["speedup"],
+        "speedup_lo": speedup_ci[0],
+        "speedup_hi": speedup_ci[1],
         "speedup_pairs": versus_ar["pairs"],
-        "ttft_n": _get(m, "ttft", "n"), "ttft_p50": _get(m, "ttft", "p50"),
-        "ttft_p50_lo": _ci(m, "ttft", "p50", 0), "ttft_p50_hi": _ci(m, "ttft", "p50", 1),
-        "ttft_p99": _get(m, "ttft", "p99"), "ttft_p99_lo": _ci(m, "ttft", "p99", 0),
+        "ttft_n": _get(m, "ttft", "n"),
+        "ttft_p50": _get(m, "ttft", "p50"),
+        "ttft_p50_lo": _ci(m, "ttft", "p50", 0),
+        "ttft_p50_hi": _ci(m, "ttft", "p50", 1),
+        "ttft_p99": _get(m, "ttft", "p99"),
+        "ttft_p99_lo": _ci(m, "ttft", "p99", 0),
         "ttft_p99_hi": _ci(m, "ttft", "p99", 1),
-        "queue_delay_p50": _get(m, "queue_delay", "p50"), "queue_delay_p99": _get(m, "queue_delay", "p99"),
-        "user_ttft_p50": _get(m, "user_ttft", "p50"), "user_ttft_p99": _get(m, "user_ttft", "p99"),
-        "tpot_n": _get(m, "tpot", "n"), "tpot_mean": _get(m, "tpot", "mean"), "tpot_p50": _get(m, "tpot", "p50"),
-        "tpot_p50_lo": _ci(m, "tpot", "p50", 0), "tpot_p50_hi": _ci(m, "tpot", "p50", 1),
+        "queue_delay_p50": _get(m, "queue_delay", "p50"),
+        "queue_delay_p99": _get(m, "queue_delay", "p99"),
+        "user_ttft_p50": _get(m, "user_ttft", "p50"),
+        "user_ttft_p99": _get(m, "user_ttft", "p99"),
+        "tpot_n": _get(m, "tpot", "n"),
+        "tpot_mean": _get(m, "tpot", "mean"),
+        "tpot_p50": _get(m, "tpot", "p50"),
+        "tpot_p50_lo": _ci(m, "tpot", "p50", 0),
+        "tpot_p50_hi": _ci(m, "tpot", "p50", 1),
         "tpot_p99": _get(m, "tpot", "p99"),
-        "itl_n": _get(m, "itl", "n"), "itl_p50": _get(m, "itl", "p50"), "itl_p99": _get(m, "itl", "p99"),
-        "e2e_n": _get(m, "e2e", "n"), "e2e_p50": _get(m, "e2e", "p50"), "e2e_p99": _get(m, "e2e", "p99"),
+        "itl_n": _get(m, "itl", "n"),
+        "itl_p50": _get(m, "itl", "p50"),
+        "itl_p99": _get(m, "itl", "p99"),
+        "e2e_n": _get(m, "e2e", "n"),
+        "e2e_p50": _get(m, "e2e", "p50"),
+        "e2e_p99": _get(m, "e2e", "p99"),
         "acceptance_length": m.get("acceptance_length"),
         "acceptance_length_server": m.get("acceptance_length_server"),
         "acceptance_length_sglang": m.get("acceptance_length_sglang"),
@@ -112,9 +152,13 @@ def attention_backend(cell: dict) -> str:
 
 
 # Estimates combined across launches (a Student-t interval over repetitions) and the interval columns they fill.
-COMBINED = {"output_throughput": ("output_throughput_lo", "output_throughput_hi"), "speedup": ("speedup_lo", "speedup_hi"),
-            "ttft_p50": ("ttft_p50_lo", "ttft_p50_hi"), "ttft_p99": ("ttft_p99_lo", "ttft_p99_hi"),
-            "tpot_p50": ("tpot_p50_lo", "tpot_p50_hi")}
+COMBINED = {
+    "output_throughput": ("output_throughput_lo", "output_throughput_hi"),
+    "speedup": ("speedup_lo", "speedup_hi"),
+    "ttft_p50": ("ttft_p50_lo", "ttft_p50_hi"),
+    "ttft_p99": ("ttft_p99_lo", "ttft_p99_hi"),
+    "tpot_p50": ("tpot_p50_lo", "tpot_p50_hi"),
+}
 
 
 def combine_repetitions(summary: pd.DataFrame) -> pd.DataFrame:
@@ -134,8 +178,10 @@ def combine_repetitions(summary: pd.DataFrame) -> pd.DataFrame:
             counted = col.startswith("requests_") or col == "output_tokens" or col.endswith("_samples")
             row[col] = group[col].sum() if counted else group[col].mean()
         if row["server_running_samples"]:  # the gauge's mean over every launch's samples
-            row["server_running_mean"] = float((group["server_running_mean"].fillna(0)
-                                                * group["server_running_samples"]).sum() / row["server_running_samples"])
+            row["server_running_mean"] = float(
+                (group["server_running_mean"].fillna(0) * group["server_running_samples"]).sum()
+                / row["server_running_samples"]
+            )
         for col, (lo, hi) in COMBINED.items():
             combined = combine_launches(list(group[col]))
             ci = combined["ci"] or [None, None]
@@ -157,8 +203,9 @@ def verified_cells(paths: list[str], jobs: list[ServerJob], identity_digest: str
     thresholds (cells.unfinished) unless ``failures.keep_going``; AggregateError naming every other cell and what
     to do."""
     built: dict = {}
-    expected = {os.path.normpath(c["path"]): c
-                for job in jobs for c in keyed_cells(job, identity_digest, built=built)[0]}
+    expected = {
+        os.path.normpath(c["path"]): c for job in jobs for c in keyed_cells(job, identity_digest, built=built)[0]
+    }
     cells, refused = {}, []
     for path in paths:
         want = expected.get(os.path.normpath(path))
@@ -180,7 +227,8 @@ def verified_cells(paths: list[str], jobs: list[ServerJob], identity_digest: str
             f"{len(refused)} cell(s) refused: they do not belong to the configuration being aggregated or cannot be "
             "trusted:\n  " + "\n  ".join(refused) + "\nDelete each refused cell file and run again: its server job "
             "restores it from the cell cache (after verifying it) or measures it for this configuration; a cell "
-            "that is not final is measured again (or set failures.keep_going: true to aggregate it as it is)")
+            "that is not final is measured again (or set failures.keep_going: true to aggregate it as it is)"
+        )
     return cells
 
 
@@ -189,16 +237,23 @@ def summarise_cells(cells: dict[str, dict], thresholds: dict | None = None) -> p
     speedup over AR at the same (tp, workload, concurrency, repetition) and, with failure ``thresholds``, whether
     each is final."""
     measures = {p: cell_measures(c) for p, c in cells.items()}
-    ar = {(c["cell"]["tp"], c["cell"]["workload"], c["cell"]["concurrency"], c["cell"]["repetition"]): p
-          for p, c in cells.items() if c["method"]["algorithm"] == "ar"}
+    ar = {
+        (c["cell"]["tp"], c["cell"]["workload"], c["cell"]["concurrency"], c["cell"]["repetition"]): p
+        for p, c in cells.items()
+        if c["method"]["algorithm"] == "ar"
+    }
     rows = []
     for path, cell in cells.items():
         c = cell["cell"]
         base = ar.get((c["tp"], c["workload"], c["concurrency"], c["repetition"]))
         versus_ar = lossless = None
         if base is not None:
-            versus_ar = speedup(cell["requests"], cells[base]["requests"], measures[path]["concurrency"]["window"],
-                                measures[base]["concurrency"]["window"])
+            versus_ar = speedup(
+                cell["requests"],
+                cells[base]["requests"],
+                measures[path]["concurrency"]["window"],
+                measures[base]["concurrency"]["window"],
+            )
             if cell["method"]["algorithm"] != "ar" and cell["sampling"]["temperature"] == 0:
                 lossless = losslessness(cell["requests"], cells[base]["requests"])
         rows.append(cell_row(cell, path, measures[path], thresholds, versus_ar, lossless))
@@ -212,13 +267,30 @@ def request_rows(cells: dict[str, dict]) -> pd.DataFrame:
     for cell in cells.values():
         c = cell["cell"]
         for r in cell["requests"]:
-            rows.append({"simulated": cell["simulated"], "tp": c["tp"], "method": c["method"], "workload": c["workload"],
-                         "concurrency": c["concurrency"], "repetition": c["repetition"], "session": r["session"],
-                         "turn": r["turn"], "kind": r["kind"], "error": r["error"], "prompt_tokens": r["prompt_tokens"],
-                         "cached_tokens": r["cached_tokens"], "output_tokens": r["output_tokens"],
-                         "verify_ct": r["verify_ct"], "chunks": len(r["chunk_times"]), "ttft": ttft(r),
-                         "tpot": tpot(r), "e2e": e2e(r), "queue_delay": queue_delay(r),
-                         "user_ttft": user_ttft(r)})
+            rows.append(
+                {
+                    "simulated": cell["simulated"],
+                    "tp": c["tp"],
+                    "method": c["method"],
+                    "workload": c["workload"],
+                    "concurrency": c["concurrency"],
+                    "repetition": c["repetition"],
+                    "session": r["session"],
+                    "turn": r["turn"],
+                    "kind": r["kind"],
+                    "error": r["error"],
+                    "prompt_tokens": r["prompt_tokens"],
+                    "cached_tokens": r["cached_tokens"],
+                    "output_tokens": r["output_tokens"],
+                    "verify_ct": r["verify_ct"],
+                    "chunks": len(r["chunk_times"]),
+                    "ttft": ttft(r),
+                    "tpot": tpot(r),
+                    "e2e": e2e(r),
+                    "queue_delay": queue_delay(r),
+                    "user_ttft": user_ttft(r),
+                }
+            )
     return pd.DataFrame(rows)
 
 
@@ -228,19 +300,46 @@ def turn_rows(requests: pd.DataFrame) -> pd.DataFrame:
     multi = requests.groupby(["tp", "method", "workload", "concurrency", "repetition"])["turn"].transform("max") > 0
     ok = requests[multi & requests["error"].isna()]
     if ok.empty:
-        return pd.DataFrame(columns=keys + ["requests", "ttft_p50", "e2e_p50", "prompt_tokens_mean",
-                                            "cached_tokens_mean", "cache_hit_share", "output_tokens_per_s"])
+        return pd.DataFrame(
+            columns=keys
+            + [
+                "requests",
+                "ttft_p50",
+                "e2e_p50",
+                "prompt_tokens_mean",
+                "cached_tokens_mean",
+                "cache_hit_share",
+                "output_tokens_per_s",
+            ]
+        )
     g = ok.groupby(keys)
-    out = g.agg(requests=("session", "size"), ttft_p50=("ttft", "median"), e2e_p50=("e2e", "median"),
-                prompt_tokens_mean=("prompt_tokens", "mean"), cached_tokens_mean=("cached_tokens", "mean"),
-                output_tokens=("output_tokens", "sum"), busy=("e2e", "sum")).reset_index()
+    out = g.agg(
+        requests=("session", "size"),
+        ttft_p50=("ttft", "median"),
+        e2e_p50=("e2e", "median"),
+        prompt_tokens_mean=("prompt_tokens", "mean"),
+        cached_tokens_mean=("cached_tokens", "mean"),
+        output_tokens=("output_tokens", "sum"),
+        busy=("e2e", "sum"),
+    ).reset_index()
     out["cache_hit_share"] = out["cached_tokens_mean"] / out["prompt_tokens_mean"]
     out["output_tokens_per_s"] = out["output_tokens"] / out["busy"]  # per request in flight
     return out.drop(columns=["output_tokens", "busy"])
 
 
-BEST_COLUMNS = ["tp", "workload", "concurrency", "algorithm", "method", "sweep_size", "tree_mode", "tree_width",
-                "verify_width", "output_throughput", "speedup"]
+BEST_COLUMNS = [
+    "tp",
+    "workload",
+    "concurrency",
+    "algorithm",
+    "method",
+    "sweep_size",
+    "tree_mode",
+    "tree_width",
+    "verify_width",
+    "output_throughput",
+    "speedup",
+]
 
 
 def best_budget(summary: pd.DataFrame) -> pd.DataFrame:
@@ -261,12 +360,27 @@ def break_even(summary: pd.DataFrame) -> pd.DataFrame:
         g = g.sort_values("concurrency")
         hi = g["speedup_hi"].fillna(g["speedup"])
         stop = g[hi <= 1.0]
-        rows.append({"tp": tp, "method": method, "workload": workload,
-                     "break_even_concurrency": int(stop["concurrency"].iloc[0]) if not stop.empty else None,
-                     "highest_concurrency_tested": int(g["concurrency"].max()),
-                     "speedup_at_highest": float(g["speedup"].iloc[-1])})
-    return pd.DataFrame(rows, columns=["tp", "method", "workload", "break_even_concurrency",
-                                       "highest_concurrency_tested", "speedup_at_highest"])
+        rows.append(
+            {
+                "tp": tp,
+                "method": method,
+                "workload": workload,
+                "break_even_concurrency": int(stop["concurrency"].iloc[0]) if not stop.empty else None,
+                "highest_concurrency_tested": int(g["concurrency"].max()),
+                "speedup_at_highest": float(g["speedup"].iloc[-1]),
+            }
+        )
+    return pd.DataFrame(
+        rows,
+        columns=[
+            "tp",
+            "method",
+            "workload",
+            "break_even_concurrency",
+            "highest_concurrency_tested",
+            "speedup_at_highest",
+        ],
+    )
 
 
 def pareto(summary: pd.DataFrame) -> pd.DataFrame:
@@ -276,14 +390,23 @@ def pareto(summary: pd.DataFrame) -> pd.DataFrame:
     frame["on_frontier"] = False
     for _, g in frame.groupby("workload"):
         for i, row in g.iterrows():
-            dominated = ((g["interactivity"] >= row["interactivity"]) & (g["output_throughput_per_gpu"] >= row["output_throughput_per_gpu"])
-                         & ((g["interactivity"] > row["interactivity"]) | (g["output_throughput_per_gpu"] > row["output_throughput_per_gpu"]))).any()
+            dominated = (
+                (g["interactivity"] >= row["interactivity"])
+                & (g["output_throughput_per_gpu"] >= row["output_throughput_per_gpu"])
+                & (
+                    (g["interactivity"] > row["interactivity"])
+                    | (g["output_throughput_per_gpu"] > row["output_throughput_per_gpu"])
+                )
+            ).any()
             frame.loc[i, "on_frontier"] = not dominated
-    return frame[["tp", "method", "workload", "concurrency", "interactivity", "output_throughput_per_gpu", "on_frontier"]]
+    return frame[
+        ["tp", "method", "workload", "concurrency", "interactivity", "output_throughput_per_gpu", "on_frontier"]
+    ]
 
 
-def write_tables(cells: dict[str, dict], out_dir: str | Path,
-                 thresholds: dict | None = None) -> dict[str, pd.DataFrame]:
+def write_tables(
+    cells: dict[str, dict], out_dir: str | Path, thresholds: dict | None = None
+) -> dict[str, pd.DataFrame]:
     """All aggregated tables of these cells ({cell file: cell JSON}), each as CSV and Parquet in out_dir: summary
     (one row per launch of a cell), combined (repetitions combined), requests, turns, best_budget, break_even,
     pareto (the last three from combined)."""
@@ -291,8 +414,15 @@ def write_tables(cells: dict[str, dict], out_dir: str | Path,
     summary = summarise_cells(cells, thresholds)
     combined = combine_repetitions(summary)
     requests = request_rows(cells)
-    tables = {"summary": summary, "combined": combined, "requests": requests, "turns": turn_rows(requests),
-              "best_budget": best_budget(combined), "break_even": break_even(combined), "pareto": pareto(combined)}
+    tables = {
+        "summary": summary,
+        "combined": combined,
+        "requests": requests,
+        "turns": turn_rows(requests),
+        "best_budget": best_budget(combined),
+        "break_even": break_even(combined),
+        "pareto": pareto(combined),
+    }
     for name, frame in tables.items():
         atomic_write_text(out_dir / f"{name}.csv", frame.to_csv(index=False))
         tmp = out_dir / f".{name}.parquet.tmp"

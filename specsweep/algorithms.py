@@ -144,7 +144,7 @@ def flag_value(argv: list[str], flag: str) -> str | None:
         if arg == flag and i + 1 < len(argv):
             value = argv[i + 1]
         elif arg.startswith(flag + "="):
-            value = arg[len(flag) + 1:]
+            value = arg[len(flag) + 1 :]
     return value
 
 
@@ -199,8 +199,9 @@ class DDTree(Algorithm):
         return params["budget"] + 1
 
     def shape(self, params: Mapping) -> tuple[str, int]:
-        return ddtree.shape(ddtree.build(params.get("tree_build")), params.get("block_size", 16), params["budget"],
-                            params.get("topk"))
+        return ddtree.shape(
+            ddtree.build(params.get("tree_build")), params.get("block_size", 16), params["budget"], params.get("topk")
+        )
 
     def check(self, params: Mapping, flags: list[str], attention_backend: str | None, spelling: dict) -> None:
         required = spelling.get("attention_backend")
@@ -208,7 +209,8 @@ class DDTree(Algorithm):
             raise AlgorithmError(
                 f"DDTree budget {params['budget']} builds a tree (budget > block_size - 1 = "
                 f"{params['block_size'] - 1}), which this build verifies only with {required} attention "
-                f"(algorithms.ddtree.attention_backend); remove attention_backend '{attention_backend}' from the method")
+                f"(algorithms.ddtree.attention_backend); remove attention_backend '{attention_backend}' from the method"
+            )
 
     def server_default(self, parameter: Parameter):
         return None if parameter.name == "topk" else parameter.default  # no SGLANG_DDTREE_MAX_TOPK: the build's cap
@@ -216,8 +218,9 @@ class DDTree(Algorithm):
     def from_server(self, values: Mapping, env: Mapping) -> dict:
         params = super().from_server(values, env)
         params["block_size"] = DFLASH.from_server(values, env)["block_size"]
-        params["topk"] = int(env["SGLANG_DDTREE_MAX_TOPK"]) if str(env.get("SGLANG_DDTREE_MAX_TOPK", "")).strip() \
-            else None  # unset: the build's own cap
+        params["topk"] = (
+            int(env["SGLANG_DDTREE_MAX_TOPK"]) if str(env.get("SGLANG_DDTREE_MAX_TOPK", "")).strip() else None
+        )  # unset: the build's own cap
         return params
 
 
@@ -238,9 +241,11 @@ class Ngram(Algorithm):
     def check(self, params: Mapping, flags: list[str], attention_backend: str | None, spelling: dict) -> None:
         page = _page_size(flags)
         if page > 1 and params["max_bfs_breadth"] > 1 and attention_backend != "flashinfer":
-            raise AlgorithmError(f"--page-size {page} with max_bfs_breadth {params['max_bfs_breadth']}: SGLang runs "
-                                 "NGRAM trees on pages of more than one token only with flashinfer attention; use "
-                                 "--page-size 1 or attention_backend flashinfer")
+            raise AlgorithmError(
+                f"--page-size {page} with max_bfs_breadth {params['max_bfs_breadth']}: SGLang runs "
+                "NGRAM trees on pages of more than one token only with flashinfer attention; use "
+                "--page-size 1 or attention_backend flashinfer"
+            )
 
     def shape(self, params: Mapping) -> tuple[str, int]:
         # a tree even at breadth 1: anchors of different lengths may draft different children of the root
@@ -269,15 +274,20 @@ class DraftModel(Algorithm):
             if tokens is not None and tokens != steps + 1:
                 raise AlgorithmError(
                     f"num_draft_tokens {tokens} with topk 1: SGLang verifies a chain of num_steps + 1 = {steps + 1} "
-                    f"tokens and silently replaces it; set num_draft_tokens to {steps + 1} or leave it out")
+                    f"tokens and silently replaces it; set num_draft_tokens to {steps + 1} or leave it out"
+                )
             return dict(params, num_draft_tokens=steps + 1)
         most = topk + (steps - 1) * topk * topk + 1  # the root and every candidate of the beams
         if tokens is None:
-            raise AlgorithmError(f"topk {topk} drafts a tree: set num_draft_tokens, the tree's nodes with the root "
-                                 f"(at most topk + (num_steps - 1) x topk^2 + 1 = {most})")
+            raise AlgorithmError(
+                f"topk {topk} drafts a tree: set num_draft_tokens, the tree's nodes with the root "
+                f"(at most topk + (num_steps - 1) x topk^2 + 1 = {most})"
+            )
         if not 2 <= tokens <= most:
-            raise AlgorithmError(f"num_draft_tokens {tokens} is outside 2 .. {most}: a tree of num_steps {steps} and "
-                                 f"topk {topk} has topk + (num_steps - 1) x topk^2 = {most - 1} candidates to choose from")
+            raise AlgorithmError(
+                f"num_draft_tokens {tokens} is outside 2 .. {most}: a tree of num_steps {steps} and "
+                f"topk {topk} has topk + (num_steps - 1) x topk^2 = {most - 1} candidates to choose from"
+            )
         return dict(params)
 
     def verify_width(self, params: Mapping) -> int:
@@ -291,12 +301,16 @@ class DraftModel(Algorithm):
             return
         page = _page_size(flags)
         if attention_backend == "trtllm_mha":
-            raise AlgorithmError(f"topk {params['topk']} on trtllm_mha attention: SGLang takes topk 1 only there; "
-                                 "use topk 1 or another attention_backend")
+            raise AlgorithmError(
+                f"topk {params['topk']} on trtllm_mha attention: SGLang takes topk 1 only there; "
+                "use topk 1 or another attention_backend"
+            )
         if page > 1 and attention_backend and attention_backend not in PAGED_TREE_BACKENDS:
-            raise AlgorithmError(f"topk {params['topk']} with --page-size {page} on {attention_backend} attention: "
-                                 f"SGLang verifies such trees only on {', '.join(PAGED_TREE_BACKENDS)}; use "
-                                 "--page-size 1, topk 1 or one of those backends")
+            raise AlgorithmError(
+                f"topk {params['topk']} with --page-size {page} on {attention_backend} attention: "
+                f"SGLang verifies such trees only on {', '.join(PAGED_TREE_BACKENDS)}; use "
+                "--page-size 1, topk 1 or one of those backends"
+            )
 
     def server_default(self, parameter: Parameter):
         return None if parameter.name == "num_draft_tokens" else parameter.default
@@ -304,42 +318,121 @@ class DraftModel(Algorithm):
 
 def _draft_model(name: str, title: str, sglang: str, draft_model: str) -> DraftModel:
     return DraftModel(
-        name, title, sglang, drafter="own", drafting="draft-model", size="num_draft_tokens", draft_model=draft_model,
-        parameters=(Parameter("num_steps", int, 3, sweep_tag="s"),
-                    Parameter("topk", int, 1, sweep_tag="t"),
-                    Parameter("num_draft_tokens", int, None, sweep_tag="d")),
+        name,
+        title,
+        sglang,
+        drafter="own",
+        drafting="draft-model",
+        size="num_draft_tokens",
+        draft_model=draft_model,
+        parameters=(
+            Parameter("num_steps", int, 3, sweep_tag="s"),
+            Parameter("topk", int, 1, sweep_tag="t"),
+            Parameter("num_draft_tokens", int, None, sweep_tag="d"),
+        ),
         custom_mask=True,
-        spelling={"flags": ["--speculative-algorithm", sglang, "--speculative-draft-model-path", "{drafter}",
-                            "--speculative-num-steps", "{num_steps}", "--speculative-eagle-topk", "{topk}",
-                            "--speculative-num-draft-tokens", "{num_draft_tokens}"],
-                  "env": {}, "attention_backend": None})
+        spelling={
+            "flags": [
+                "--speculative-algorithm",
+                sglang,
+                "--speculative-draft-model-path",
+                "{drafter}",
+                "--speculative-num-steps",
+                "{num_steps}",
+                "--speculative-eagle-topk",
+                "{topk}",
+                "--speculative-num-draft-tokens",
+                "{num_draft_tokens}",
+            ],
+            "env": {},
+            "attention_backend": None,
+        },
+    )
 
 
 AR = Algorithm("ar", "AR")
 DFLASH = DFlash(
-    "dflash", "DFlash", "DFLASH", (BLOCK_SIZE,), drafter="shared", drafting="block", size="block_size",
-    spelling={"flags": ["--speculative-algorithm", "DFLASH", "--speculative-draft-model-path", "{drafter}",
-                        "--speculative-dflash-block-size", "{block_size}"], "env": {}, "attention_backend": None})
+    "dflash",
+    "DFlash",
+    "DFLASH",
+    (BLOCK_SIZE,),
+    drafter="shared",
+    drafting="block",
+    size="block_size",
+    spelling={
+        "flags": [
+            "--speculative-algorithm",
+            "DFLASH",
+            "--speculative-draft-model-path",
+            "{drafter}",
+            "--speculative-dflash-block-size",
+            "{block_size}",
+        ],
+        "env": {},
+        "attention_backend": None,
+    },
+)
 DDTREE = DDTree(
-    "ddtree", "DDTree", "DDTREE",
-    (BLOCK_SIZE, Parameter("budget", int, required=True, sweep_tag="b"), TOPK_CAP,
-     Parameter("tree_build", str, ddtree.DEFAULT_BUILD, spelled=False)),
-    drafter="shared", drafting="block-tree", size="budget", overlap=False, custom_mask=True,
+    "ddtree",
+    "DDTree",
+    "DDTREE",
+    (
+        BLOCK_SIZE,
+        Parameter("budget", int, required=True, sweep_tag="b"),
+        TOPK_CAP,
+        Parameter("tree_build", str, ddtree.DEFAULT_BUILD, spelled=False),
+    ),
+    drafter="shared",
+    drafting="block-tree",
+    size="budget",
+    overlap=False,
+    custom_mask=True,
     # sgl-project/sglang pull request 29907: page size 1, triton attention for tree budgets
-    spelling={"flags": ["--speculative-algorithm", "DDTREE", "--speculative-draft-model-path", "{drafter}",
-                        "--speculative-dflash-block-size", "{block_size}", "--speculative-ddtree-budget", "{budget}",
-                        "--page-size", "1"],
-              "env": {"SGLANG_DDTREE_MAX_TOPK": "{topk}"}, "attention_backend": "triton"})
+    spelling={
+        "flags": [
+            "--speculative-algorithm",
+            "DDTREE",
+            "--speculative-draft-model-path",
+            "{drafter}",
+            "--speculative-dflash-block-size",
+            "{block_size}",
+            "--speculative-ddtree-budget",
+            "{budget}",
+            "--page-size",
+            "1",
+        ],
+        "env": {"SGLANG_DDTREE_MAX_TOPK": "{topk}"},
+        "attention_backend": "triton",
+    },
+)
 NGRAM = Ngram(
-    "ngram", "NGRAM", "NGRAM",
-    (Parameter("num_draft_tokens", int, 12, sweep_tag="d"),
-     Parameter("max_bfs_breadth", int, 10, sweep_tag="w"),
-     Parameter("match_type", str, "BFS", sweep_tag="m")),
-    drafting="lookup", size="num_draft_tokens", custom_mask=True,
+    "ngram",
+    "NGRAM",
+    "NGRAM",
+    (
+        Parameter("num_draft_tokens", int, 12, sweep_tag="d"),
+        Parameter("max_bfs_breadth", int, 10, sweep_tag="w"),
+        Parameter("match_type", str, "BFS", sweep_tag="m"),
+    ),
+    drafting="lookup",
+    size="num_draft_tokens",
+    custom_mask=True,
     # SGLang 0.5.16's defaults: 12 draft tokens, breadth 1..10, BFS (recency) matching, trie depth 18
-    spelling={"flags": ["--speculative-algorithm", "NGRAM", "--speculative-num-draft-tokens", "{num_draft_tokens}",
-                        "--speculative-ngram-max-bfs-breadth", "{max_bfs_breadth}",
-                        "--speculative-ngram-match-type", "{match_type}"], "env": {}, "attention_backend": None})
+    spelling={
+        "flags": [
+            "--speculative-algorithm",
+            "NGRAM",
+            "--speculative-num-draft-tokens",
+            "{num_draft_tokens}",
+            "--speculative-ngram-max-bfs-breadth",
+            "{max_bfs_breadth}",
+            "--speculative-ngram-match-type",
+            "{match_type}",
+        ],
+        "env": {},
+        "attention_backend": None,
+    },
+)
 EAGLE = _draft_model("eagle", "EAGLE", "EAGLE", "head")
 EAGLE3 = _draft_model("eagle3", "EAGLE-3", "EAGLE3", "head")
 STANDALONE = _draft_model("standalone", "standalone drafter", "STANDALONE", "model")
@@ -354,8 +447,9 @@ def get(name: str) -> Algorithm:
     try:
         return REGISTRY[name]
     except KeyError:
-        raise AlgorithmError(f"unknown algorithm {name!r}; known: {', '.join(REGISTRY)} "
-                             "(specsweep/algorithms.py)") from None
+        raise AlgorithmError(
+            f"unknown algorithm {name!r}; known: {', '.join(REGISTRY)} (specsweep/algorithms.py)"
+        ) from None
 
 
 def by_sglang_name(value: str) -> Algorithm:
@@ -363,8 +457,10 @@ def by_sglang_name(value: str) -> Algorithm:
     for algorithm in REGISTRY.values():
         if algorithm.sglang == value:
             return algorithm
-    raise AlgorithmError(f"--speculative-algorithm {value!r} is not one specsweep knows "
-                         f"({', '.join(a.sglang for a in REGISTRY.values() if a.sglang)})")
+    raise AlgorithmError(
+        f"--speculative-algorithm {value!r} is not one specsweep knows "
+        f"({', '.join(a.sglang for a in REGISTRY.values() if a.sglang)})"
+    )
 
 
 def spelling(name: str, overrides: Mapping | None) -> dict:

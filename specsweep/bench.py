@@ -44,9 +44,17 @@ def _max_context(job: ServerJob, sessions_by_workload: dict) -> int:
     return max(job.model["context_length"], int(longest * 1.25))
 
 
-def bench_server(job: ServerJob, outputs: list[str], environment: dict, log_dir: str | Path,
-                 run_record: str | Path | None = None, all_methods: list[dict] | None = None,
-                 planned=None, failures: dict | None = None, remeasure: Sequence[str] = ()) -> dict:
+def bench_server(
+    job: ServerJob,
+    outputs: list[str],
+    environment: dict,
+    log_dir: str | Path,
+    run_record: str | Path | None = None,
+    all_methods: list[dict] | None = None,
+    planned=None,
+    failures: dict | None = None,
+    remeasure: Sequence[str] = (),
+) -> dict:
     """Produce every cell output of one server, measuring only what the cache lacks.
 
     ``all_methods`` (every configured method) are checked against the server's capabilities first, so that
@@ -72,9 +80,11 @@ def bench_server(job: ServerJob, outputs: list[str], environment: dict, log_dir:
     by_path = {os.path.normpath(out): out for out in outputs}  # outputs matched to cells by path, not position
     unmatched = [c["path"] for c in cells if os.path.normpath(c["path"]) not in by_path]
     if unmatched or len(cells) != len(outputs):
-        raise CellError(f"server {server_name}: the job's {len(outputs)} outputs do not match its {len(cells)} cells "
-                        f"(no output for {', '.join(unmatched[:3]) or 'none'}): the rule's outputs and "
-                        "layout.cell_path must name the same files")
+        raise CellError(
+            f"server {server_name}: the job's {len(outputs)} outputs do not match its {len(cells)} cells "
+            f"(no output for {', '.join(unmatched[:3]) or 'none'}): the rule's outputs and "
+            "layout.cell_path must name the same files"
+        )
     asked = {os.path.normpath(p) for p in remeasure}  # the outputs to measure again
     results: dict[str, dict] = {}
     missing = []
@@ -88,30 +98,63 @@ def bench_server(job: ServerJob, outputs: list[str], environment: dict, log_dir:
             journal.write("cache_hit", server=server_name, cell=cell["output"], key=cell["key"])
             continue
         if why is not None:
-            print(f"server {server_name}: cache entry {cache.path(cell['key'])} for {cell['output']} not used: {why}; "
-                  "measuring the cell again", file=sys.stderr, flush=True)
+            print(
+                f"server {server_name}: cache entry {cache.path(cell['key'])} for {cell['output']} not used: {why}; "
+                "measuring the cell again",
+                file=sys.stderr,
+                flush=True,
+            )
             journal.write("cache_refused", server=server_name, cell=cell["output"], key=cell["key"], reason=why)
         missing.append(cell)
     not_final: list[tuple[str, str]] = []
-    started = bool(missing) and _measure_missing(job, cells, missing, sessions, environment, Path(log_dir), planned,
-                                                  failures, asked, (cache, journal), results, not_final)
+    started = bool(missing) and _measure_missing(
+        job,
+        cells,
+        missing,
+        sessions,
+        environment,
+        Path(log_dir),
+        planned,
+        failures,
+        asked,
+        (cache, journal),
+        results,
+        not_final,
+    )
     if not_final and not failures["keep_going"]:
-        raise CellError(f"server {server_name}: {len(not_final)} cell(s) not final, so not cached:\n  "
-                        + "\n  ".join(f"{output}: {why}" for output, why in not_final)
-                        + "\nThe other cells are cached; the next run measures these again (set "
-                        "failures.keep_going: true to go on with them, or change the thresholds under failures)")
+        raise CellError(
+            f"server {server_name}: {len(not_final)} cell(s) not final, so not cached:\n  "
+            + "\n  ".join(f"{output}: {why}" for output, why in not_final)
+            + "\nThe other cells are cached; the next run measures these again (set "
+            "failures.keep_going: true to go on with them, or change the thresholds under failures)"
+        )
     for cell in cells:  # verified cache entries and final measurements, as the cache holds them
         atomic_write_json(cell["output"], results[cell["output"]])
-    done = {"hits": len(cells) - len(missing), "measured": len(missing), "server_started": started,
-            "not_final": [output for output, _ in not_final]}
+    done = {
+        "hits": len(cells) - len(missing),
+        "measured": len(missing),
+        "server_started": started,
+        "not_final": [output for output, _ in not_final],
+    }
     if run_record is not None:
         write_run_record(run_record, server_name, journal, {c["key"] for c in cells})
     return done
 
 
-def _measure_missing(job: ServerJob, cells: list[dict], missing: list[dict], sessions: dict, environment: dict,
-                     log_dir: Path, planned, failures: dict, asked: set[str], store: tuple[CellCache, Journal],
-                     results: dict[str, dict], not_final: list[tuple[str, str]]) -> bool:
+def _measure_missing(
+    job: ServerJob,
+    cells: list[dict],
+    missing: list[dict],
+    sessions: dict,
+    environment: dict,
+    log_dir: Path,
+    planned,
+    failures: dict,
+    asked: set[str],
+    store: tuple[CellCache, Journal],
+    results: dict[str, dict],
+    not_final: list[tuple[str, str]],
+) -> bool:
     """Measure the ``missing`` cells on one server of the job: take its GPUs from the pool (and the cells another
     run measured meanwhile from the cache), start the server, measure each cell into ``results`` (a final one also
     into the cache; one that is not final into ``not_final``), and always stop the server. Returns whether a
@@ -154,8 +197,9 @@ def _measure_missing(job: ServerJob, cells: list[dict], missing: list[dict], ses
             progress = Progress(server_name, cells, missing, planned(sessions) if planned else None)
             for cell in missing:
                 try:
-                    result = measure_cell(server, job, cell, sessions[cell["workload"]], cell["digest"],
-                                          environment, argv, env, progress).as_dict()
+                    result = measure_cell(
+                        server, job, cell, sessions[cell["workload"]], cell["digest"], environment, argv, env, progress
+                    ).as_dict()
                 except Exception as exc:
                     record_failure(cell, exc, server, journal, server_name)
                     raise
@@ -169,27 +213,42 @@ def _measure_missing(job: ServerJob, cells: list[dict], missing: list[dict], ses
     return True
 
 
-def _keep(cell: dict, result: dict, server, failures: dict, store: tuple[CellCache, Journal], server_name: str,
-          results: dict[str, dict], not_final: list[tuple[str, str]]) -> None:
+def _keep(
+    cell: dict,
+    result: dict,
+    server,
+    failures: dict,
+    store: tuple[CellCache, Journal],
+    server_name: str,
+    results: dict[str, dict],
+    not_final: list[tuple[str, str]],
+) -> None:
     """A measured cell into ``results`` and the cache when it is final; otherwise into ``not_final`` with its
     failure record (and into ``results`` with failures.keep_going), never into the cache."""
     cache, journal = store
     why = unfinished(result["requests"], failures)
     if why is not None:
         not_final.append((cell["output"], why))
-        record_failure(cell, CellError(f"the cell is not final: {why}"), server, journal, server_name,
-                       measurement=result)
-        print(f"server {server_name}: cell {cell['output']} is not final: {why}; it is not cached "
-              "and the next run measures it again", file=sys.stderr, flush=True)
+        record_failure(
+            cell, CellError(f"the cell is not final: {why}"), server, journal, server_name, measurement=result
+        )
+        print(
+            f"server {server_name}: cell {cell['output']} is not final: {why}; it is not cached "
+            "and the next run measures it again",
+            file=sys.stderr,
+            flush=True,
+        )
         if failures["keep_going"]:
             results[cell["output"]] = result
         return
     try:
         cache.put(cell["key"], result)
     except OSError as exc:
-        raise CellError(f"cell {cell['output']}: cannot write the cell cache under {cache.root} "
-                        f"({exc.strerror or exc}); free space or fix the folder (cache_dir), then rerun: cells "
-                        "already cached are kept") from exc
+        raise CellError(
+            f"cell {cell['output']}: cannot write the cell cache under {cache.root} "
+            f"({exc.strerror or exc}); free space or fix the folder (cache_dir), then rerun: cells "
+            "already cached are kept"
+        ) from exc
     results[cell["output"]] = result
     clear_failure(cell)
     journal.write("measured", server=server_name, cell=cell["output"], key=cell["key"])
@@ -213,9 +272,14 @@ def remeasured_outputs(pattern: str, cell_paths: list[str]) -> list[str]:
     name (tp1/ar/short/c4, with -r<n> for a repetition) and its path (results/cells/tp1/ar/short/c4.json)."""
     globs = [g.strip() for g in pattern.split(",") if g.strip()]
     prefix = layout.CELLS + "/"
-    return [p for p in cell_paths
-            if any(fnmatch.fnmatchcase(p, g) or fnmatch.fnmatchcase(p.removeprefix(prefix).removesuffix(".json"), g)
-                   for g in globs)]
+    return [
+        p
+        for p in cell_paths
+        if any(
+            fnmatch.fnmatchcase(p, g) or fnmatch.fnmatchcase(p.removeprefix(prefix).removesuffix(".json"), g)
+            for g in globs
+        )
+    ]
 
 
 def unfinished_outputs(cell_paths: list[str]) -> dict[str, int]:
@@ -239,12 +303,23 @@ def _check_writable(folder: Path, key: str) -> None:
         with tempfile.NamedTemporaryFile(dir=folder, prefix=".probe-"):
             pass
     except OSError as exc:
-        raise CellError(f"cannot write to {folder} ({key}): {exc.strerror or exc}; fix the folder or point {key} "
-                        "elsewhere, then rerun") from exc
+        raise CellError(
+            f"cannot write to {folder} ({key}): {exc.strerror or exc}; fix the folder or point {key} "
+            "elsewhere, then rerun"
+        ) from exc
 
 
-def start_server(job: ServerJob, sessions: dict, environment: dict, log_path: Path, gpus, extra_args: list[str],
-                 headers: dict, attempts: int = 3, first_port: int | None = None):
+def start_server(
+    job: ServerJob,
+    sessions: dict,
+    environment: dict,
+    log_path: Path,
+    gpus,
+    extra_args: list[str],
+    headers: dict,
+    attempts: int = 3,
+    first_port: int | None = None,
+):
     """Start the server on a free port; if the port was taken meanwhile, try another (up to ``attempts``)."""
     host = job.server["host"]
     context = _max_context(job, sessions)
@@ -258,9 +333,11 @@ def start_server(job: ServerJob, sessions: dict, environment: dict, log_path: Pa
         if offered:
             unknown = [a for a in argv if a.startswith("--") and a.split("=")[0] not in offered]
             if unknown:
-                raise ServerError(f"the installed {environment['backend']} build does not offer {', '.join(unknown)} "
-                                  f"(checked against its --help); fix the flags (server.flags, the method's flags or "
-                                  "the algorithms spelling) or install a build that has them")
+                raise ServerError(
+                    f"the installed {environment['backend']} build does not offer {', '.join(unknown)} "
+                    f"(checked against its --help); fix the flags (server.flags, the method's flags or "
+                    "the algorithms spelling) or install a build that has them"
+                )
         argv += extra_args
         server = Server(argv, env, host, port, log_path, devices=gpus, headers=headers)
         try:
@@ -275,13 +352,19 @@ def start_server(job: ServerJob, sessions: dict, environment: dict, log_path: Pa
     raise AssertionError("unreachable")
 
 
-def record_failure(cell: dict, exc: BaseException, server, journal: Journal, server_name: str,
-                   measurement: dict | None = None) -> None:
+def record_failure(
+    cell: dict, exc: BaseException, server, journal: Journal, server_name: str, measurement: dict | None = None
+) -> None:
     """Record a failed cell with its cause and the server log's tail (kept until the cell succeeds), and the
     measurement of a cell that is not final."""
-    record = {"cell": {k: cell[k] for k in IDENTITY}, "key": cell["key"], "cause": f"{type(exc).__name__}: {exc}",
-              "server_log_tail": server.log_tail(40) if server is not None else None,
-              "time": datetime.now(timezone.utc).isoformat(), "measurement": measurement}
+    record = {
+        "cell": {k: cell[k] for k in IDENTITY},
+        "key": cell["key"],
+        "cause": f"{type(exc).__name__}: {exc}",
+        "server_log_tail": server.log_tail(40) if server is not None else None,
+        "time": datetime.now(timezone.utc).isoformat(),
+        "measurement": measurement,
+    }
     try:
         atomic_write_json(failure_path(cell["output"]), record)
     except OSError:

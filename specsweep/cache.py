@@ -85,10 +85,16 @@ def journal_events(journal: str | Path) -> list[dict]:
                 event = json.loads(line)
             except json.JSONDecodeError as exc:
                 event = exc
-            if not (isinstance(event, dict) and isinstance(event.get("event"), str)
-                    and isinstance(event.get("time"), (int, float))):
-                print(f"warning: journal {journal}, line {number}: damaged ({line.strip()[:60]!r}), skipped",
-                      file=sys.stderr, flush=True)
+            if not (
+                isinstance(event, dict)
+                and isinstance(event.get("event"), str)
+                and isinstance(event.get("time"), (int, float))
+            ):
+                print(
+                    f"warning: journal {journal}, line {number}: damaged ({line.strip()[:60]!r}), skipped",
+                    file=sys.stderr,
+                    flush=True,
+                )
                 continue
             events.append(event)
     return events
@@ -127,18 +133,32 @@ def write_run_record(path: str | Path, server: str, journal: Journal, keys: set[
     server's other journals (other workflow runs, other results folders sharing the cache) whose every cell is one
     of this job's (``keys``: a run of another configuration measured other cells under the same names). A job that
     only copies cached cells writes the same record again, so nothing downstream reruns."""
+
     def of_this_job(run: dict) -> bool:
         return bool(run["cells"]) and all(key in keys for _, key in run["cells"])
 
     candidates = []
     for file in sorted(journal.path.parent.glob("*.jsonl")):
         own = file == journal.path
-        candidates += [(own, r["stop"], file.stem, r) for r in journal_runs(file)
-                       if r["server"] == server and (own or of_this_job(r))]
+        candidates += [
+            (own, r["stop"], file.stem, r)
+            for r in journal_runs(file)
+            if r["server"] == server and (own or of_this_job(r))
+        ]
     latest = max(candidates, key=lambda c: c[:2], default=None)
-    atomic_write_json(path, {"server": server, "latest_run": None if latest is None else {
-        "run": latest[2], "seconds": latest[3]["stop"] - latest[3]["start"],
-        "cells": [cell for cell, _ in latest[3]["cells"]]}})
+    atomic_write_json(
+        path,
+        {
+            "server": server,
+            "latest_run": None
+            if latest is None
+            else {
+                "run": latest[2],
+                "seconds": latest[3]["stop"] - latest[3]["start"],
+                "cells": [cell for cell, _ in latest[3]["cells"]],
+            },
+        },
+    )
 
 
 def read_run_records(paths: Sequence[str | Path]) -> dict[str, tuple[float, list[str]]]:

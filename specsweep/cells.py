@@ -22,8 +22,7 @@ import requests
 from . import CELL_SCHEMA_VERSION, HARNESS_VERSION, __version__
 from .canon import canonical_json, digest
 from .client import LoadModel, measure
-from .counters import (SERVER_INFO_KEYS, LoadSampler, counter_deltas, scrape, server_cumulative_acceptance,
-                       server_info)
+from .counters import SERVER_INFO_KEYS, LoadSampler, counter_deltas, scrape, server_cumulative_acceptance, server_info
 from .gpus import gpu_memory_used
 from .jobs import ServerJob, cells_of_server
 from .launcher import Server, min_free_slots_delay, redact, stream_mode
@@ -71,11 +70,15 @@ def cell_problem(cell, expected: dict) -> str | None:
     if cell["cell"] != identity:
         return f"it holds the cell {cell_name(cell['cell'])}, not {cell_name(identity)}"
     if cell["workload"]["digest"] != expected["digest"]:
-        return (f"its prompts (digest {cell['workload']['digest'][:12]}) are not the prompts this configuration "
-                f"sends (digest {expected['digest'][:12]}): it was measured for another configuration")
+        return (
+            f"its prompts (digest {cell['workload']['digest'][:12]}) are not the prompts this configuration "
+            f"sends (digest {expected['digest'][:12]}): it was measured for another configuration"
+        )
     if cell["key"] != expected["key"]:
-        return (f"its key {cell['key'][:12]} is not the key this configuration gives it ({expected['key'][:12]}): it "
-                "was measured for another configuration")
+        return (
+            f"its key {cell['key'][:12]} is not the key this configuration gives it ({expected['key'][:12]}): it "
+            "was measured for another configuration"
+        )
     return None
 
 
@@ -98,11 +101,13 @@ def unfinished(records: list[dict], thresholds: dict) -> str | None:
         return "it holds no request"
     timeouts, total = failed.get("timeout", 0), sum(failed.values())
     if timeouts > thresholds["max_timeouts"]:
-        return (f"{timeouts} of {sent} requests timed out (failures.max_timeouts: {thresholds['max_timeouts']})")
+        return f"{timeouts} of {sent} requests timed out (failures.max_timeouts: {thresholds['max_timeouts']})"
     if total / sent > thresholds["max_failed_share"]:
         kinds = ", ".join(f"{k} {v}" for k, v in sorted(failed.items()))
-        return (f"{total} of {sent} requests failed ({kinds}; failures.max_failed_share: "
-                f"{thresholds['max_failed_share']:g})")
+        return (
+            f"{total} of {sent} requests failed ({kinds}; failures.max_failed_share: "
+            f"{thresholds['max_failed_share']:g})"
+        )
     return None
 
 
@@ -151,33 +156,56 @@ def _json_numbers(value):
 def cell_key(job: ServerJob, cell: dict, prompts_digest: str, identity_digest: str) -> str:
     """Content address of a cell: digest of everything that decides its numbers (the server job less what only
     decides which cells run or where they go, the cell, its exact prompts, the environment's identity)."""
-    relevant_server = {k: v for k, v in job.as_dict().items() if k not in ("workloads", "concurrency", "repetition",
-                                                                          "cache_dir", "gpu_pool")}
+    relevant_server = {
+        k: v
+        for k, v in job.as_dict().items()
+        if k not in ("workloads", "concurrency", "repetition", "cache_dir", "gpu_pool")
+    }
     relevant_server["server"] = {k: v for k, v in job.server.items() if k != "startup_timeout"}
-    return digest({
-        "harness": HARNESS_VERSION,
-        "server": relevant_server,
-        "cell": {"workload": job.workload(cell["workload"]), "concurrency": cell["concurrency"],
-                 "repetition": cell["repetition"], "requests": cell["requests"], "warmup": job.warmup},
-        "prompts": prompts_digest,
-        "environment": identity_digest,
-    })
+    return digest(
+        {
+            "harness": HARNESS_VERSION,
+            "server": relevant_server,
+            "cell": {
+                "workload": job.workload(cell["workload"]),
+                "concurrency": cell["concurrency"],
+                "repetition": cell["repetition"],
+                "requests": cell["requests"],
+                "warmup": job.warmup,
+            },
+            "prompts": prompts_digest,
+            "environment": identity_digest,
+        }
+    )
 
 
-def keyed_cells(job: ServerJob, identity_digest: str, at_least: int = 0,
-                built: dict | None = None) -> tuple[list[dict], dict]:
+def keyed_cells(
+    job: ServerJob, identity_digest: str, at_least: int = 0, built: dict | None = None
+) -> tuple[list[dict], dict]:
     """(every cell of one server job, each with the digest of its prompts and its key; the sessions by workload,
     built for at least ``at_least`` sessions). ``built`` keeps sessions already built for other jobs of the same
     workloads (they are the same for every server)."""
-    cells = cells_of_server({"workloads": job.workloads, "concurrency": job.concurrency, "load": job.load}, job.tp,
-                            job.method["name"], job.repetition)
+    cells = cells_of_server(
+        {"workloads": job.workloads, "concurrency": job.concurrency, "load": job.load},
+        job.tp,
+        job.method["name"],
+        job.repetition,
+    )
     thinking = job.sampling.get("thinking", False)
-    inputs = [job.workloads, [c["requests"] for c in cells], job.seed, thinking, job.model.get("path"),
-              job.model["context_length"], at_least]
+    inputs = [
+        job.workloads,
+        [c["requests"] for c in cells],
+        job.seed,
+        thinking,
+        job.model.get("path"),
+        job.model["context_length"],
+        at_least,
+    ]
     memo = canonical_json(inputs)
     if built is None or memo not in built:
-        sessions = cell_sessions(job.workloads, cells, job.seed, thinking, job.model.get("path"),
-                                 job.model["context_length"], at_least)
+        sessions = cell_sessions(
+            job.workloads, cells, job.seed, thinking, job.model.get("path"), job.model["context_length"], at_least
+        )
         if built is not None:
             built[memo] = sessions
     else:
@@ -188,22 +216,48 @@ def keyed_cells(job: ServerJob, identity_digest: str, at_least: int = 0,
     return cells, sessions
 
 
-def cell_sessions(workloads: list[dict], cells: list[dict], seed: int, thinking: bool, model_path: str | None,
-                  context_length: int, at_least: int = 0) -> dict:
+def cell_sessions(
+    workloads: list[dict],
+    cells: list[dict],
+    seed: int,
+    thinking: bool,
+    model_path: str | None,
+    context_length: int,
+    at_least: int = 0,
+) -> dict:
     """{workload: sessions} built once for the largest of its cells (or ``at_least``); a cell's sessions are the
     first ``requests`` of them, the same for every count (build keeps a fixed order)."""
-    return {w["name"]: build(dict(w, requests=max([c["requests"] for c in cells if c["workload"] == w["name"]]
-                                                  + [at_least])), seed, thinking, model_path, context_length)
-            for w in workloads if any(c["workload"] == w["name"] for c in cells)}
+    return {
+        w["name"]: build(
+            dict(w, requests=max([c["requests"] for c in cells if c["workload"] == w["name"]] + [at_least])),
+            seed,
+            thinking,
+            model_path,
+            context_length,
+        )
+        for w in workloads
+        if any(c["workload"] == w["name"] for c in cells)
+    }
 
 
 def cell_digest(sessions: dict, cell: dict) -> str:
     """Digest of exactly the sessions a cell sends."""
-    return workload_digest(sessions[cell["workload"]][:cell["requests"]])
+    return workload_digest(sessions[cell["workload"]][: cell["requests"]])
 
 
-def measure_adaptive(server, sessions: list, first: int, adaptive: dict, concurrency: int, sampling: dict,
-                     timeout: float, thinking: bool, load, seed: int, on_record=None) -> tuple[list, dict]:
+def measure_adaptive(
+    server,
+    sessions: list,
+    first: int,
+    adaptive: dict,
+    concurrency: int,
+    sampling: dict,
+    timeout: float,
+    thinking: bool,
+    load,
+    seed: int,
+    on_record=None,
+) -> tuple[list, dict]:
     """One closed loop that keeps starting sessions (first the cell's ``first``, then checks every ``batch``
     finished requests) until the relative 95% CI half-width of the metric is at most ``target`` or ``max_requests``
     sessions were started; the sessions under way then finish. A check without an interval (too few sessions, or
@@ -217,8 +271,9 @@ def measure_adaptive(server, sessions: list, first: int, adaptive: dict, concurr
             return True
         if state["started"] >= first and len(records) >= state["next_check"]:
             state["next_check"] = len(records) + adaptive["batch"]
-            achieved = relative_precision([r.as_dict() for r in records], adaptive["metric"], concurrency,
-                                          load.model, seed)
+            achieved = relative_precision(
+                [r.as_dict() for r in records], adaptive["metric"], concurrency, load.model, seed
+            )
             state["at_stop"] = achieved
             if achieved is not None and achieved <= adaptive["target"]:
                 state["reason"] = "target reached"
@@ -226,16 +281,41 @@ def measure_adaptive(server, sessions: list, first: int, adaptive: dict, concurr
         state["started"] += 1
         return False
 
-    records = measure(server.url, sessions[:cap], concurrency, sampling, timeout, thinking, server.alive, load,
-                      on_record=on_record, stop=stop)
+    records = measure(
+        server.url,
+        sessions[:cap],
+        concurrency,
+        sampling,
+        timeout,
+        thinking,
+        server.alive,
+        load,
+        on_record=on_record,
+        stop=stop,
+    )
     achieved = relative_precision([r.as_dict() for r in records], adaptive["metric"], concurrency, load.model, seed)
-    return records, {"metric": adaptive["metric"], "adaptive": True, "target": adaptive["target"],
-                     "achieved": achieved, "achieved_at_last_check": state["at_stop"], "requests": state["started"],
-                     "stopped": state["reason"]}
+    return records, {
+        "metric": adaptive["metric"],
+        "adaptive": True,
+        "target": adaptive["target"],
+        "achieved": achieved,
+        "achieved_at_last_check": state["at_stop"],
+        "requests": state["started"],
+        "stopped": state["reason"],
+    }
 
 
-def measure_cell(server: Server, job: ServerJob, cell: dict, sessions: list, prompts_digest: str,
-                 environment: dict, argv: list[str], env: dict, progress: Progress | None = None) -> CellResult:
+def measure_cell(
+    server: Server,
+    job: ServerJob,
+    cell: dict,
+    sessions: list,
+    prompts_digest: str,
+    environment: dict,
+    argv: list[str],
+    env: dict,
+    progress: Progress | None = None,
+) -> CellResult:
     """Measure one cell on a running server."""
     where = f"cell {cell['output']}"
     server.check_alive(f"before {where}")
@@ -251,26 +331,57 @@ def measure_cell(server: Server, job: ServerJob, cell: dict, sessions: list, pro
     stream = stream_mode(argv, job.load["protocol"])
     load = _load_model(job, cell, server, stream)
     if job.warmup:
-        warm = warmup_sessions(workload, job.warmup, job.seed, thinking, job.model.get("path"),
-                               job.model["context_length"])
+        warm = warmup_sessions(
+            workload, job.warmup, job.seed, thinking, job.model.get("path"), job.model["context_length"]
+        )
         # the cell's protocol, stream and connections, as a closed loop without think time
-        measure(server.url, warm, cell["concurrency"], sampling, timeout, thinking, server.alive,
-                replace(load, model="closed", rate=0.0, think_time=0.0, seed=0))
+        measure(
+            server.url,
+            warm,
+            cell["concurrency"],
+            sampling,
+            timeout,
+            thinking,
+            server.alive,
+            replace(load, model="closed", rate=0.0, think_time=0.0, seed=0),
+        )
         server.check_alive(f"after warm-up of {where}")
     before = scrape(server.url, server.headers)
     adaptive = job.adaptive
-    measured = sessions[:cell["requests"]]  # the cell's own sessions (an adaptive cell may go on past them)
+    measured = sessions[: cell["requests"]]  # the cell's own sessions (an adaptive cell may go on past them)
     if progress is not None:
         progress.start(cell, adaptive["max_requests"] if adaptive else sum(1 + len(s.followups) for s in measured))
     on_record = progress.request_done if progress is not None else None
     with LoadSampler(server.url, server.headers) as sampler:
         if adaptive:
-            records, precision = measure_adaptive(server, sessions, cell["requests"], adaptive,
-                                                  cell["concurrency"], sampling, timeout, thinking, load,
-                                                  job.seed, on_record)
+            records, precision = measure_adaptive(
+                server,
+                sessions,
+                cell["requests"],
+                adaptive,
+                cell["concurrency"],
+                sampling,
+                timeout,
+                thinking,
+                load,
+                job.seed,
+                on_record,
+            )
         else:
-            records, precision = measure(server.url, measured, cell["concurrency"], sampling, timeout, thinking,
-                                         server.alive, load, on_record=on_record), None
+            records, precision = (
+                measure(
+                    server.url,
+                    measured,
+                    cell["concurrency"],
+                    sampling,
+                    timeout,
+                    thinking,
+                    server.alive,
+                    load,
+                    on_record=on_record,
+                ),
+                None,
+            )
     if progress is not None:
         progress.finish()
     after = scrape(server.url, server.headers)
@@ -294,9 +405,15 @@ def measure_cell(server: Server, job: ServerJob, cell: dict, sessions: list, pro
         cell={k: cell[k] for k in ("tp", "method", "workload", "concurrency", "repetition")},
         method=job.method,
         model=job.model,
-        workload={"name": workload["name"], "family": workload["family"], "digest": prompts_digest,
-                  "sessions": cell["requests"], "warmup": job.warmup, "content_mix": kinds,
-                  "max_new_tokens": workload["max_new_tokens"]},
+        workload={
+            "name": workload["name"],
+            "family": workload["family"],
+            "digest": prompts_digest,
+            "sessions": cell["requests"],
+            "warmup": job.warmup,
+            "content_mix": kinds,
+            "max_new_tokens": workload["max_new_tokens"],
+        },
         sampling=dict(job.sampling),
         load={**job.load, "stream": stream},
         seed=job.seed,
@@ -304,9 +421,12 @@ def measure_cell(server: Server, job: ServerJob, cell: dict, sessions: list, pro
         server_counters=deltas,
         server_load={**sampler.summary(), "gauges": [list(sample) for sample in sampler.samples]},
         metrics=metrics,
-        precision=precision or {"metric": "output_throughput", "adaptive": False,
-                                "achieved": precision_of(metrics["output_throughput"],
-                                                         metrics["output_throughput_ci"])},
+        precision=precision
+        or {
+            "metric": "output_throughput",
+            "adaptive": False,
+            "achieved": precision_of(metrics["output_throughput"], metrics["output_throughput_ci"]),
+        },
         requests=records,
     )
 
@@ -314,14 +434,30 @@ def measure_cell(server: Server, job: ServerJob, cell: dict, sessions: list, pro
 def _load_model(job: ServerJob, cell: dict, server: Server, stream: str) -> LoadModel:
     """The cell's load model as the configuration gives it, seeded by the seed and the cell's repetition."""
     config = job.load
-    return LoadModel(config["model"], config.get("rate", 0.0), config["think_time"], config["protocol"],
-                     job.seed + cell["repetition"], server.headers, incremental=stream == "incremental",
-                     ignore_eos=bool(job.sampling.get("ignore_eos")),
-                     connections=config.get("connections", "keep-alive"))
+    return LoadModel(
+        config["model"],
+        config.get("rate", 0.0),
+        config["think_time"],
+        config["protocol"],
+        job.seed + cell["repetition"],
+        server.headers,
+        incremental=stream == "incremental",
+        ignore_eos=bool(job.sampling.get("ignore_eos")),
+        connections=config.get("connections", "keep-alive"),
+    )
 
 
-def _provenance(job: ServerJob, environment: dict, server: Server, argv: list[str], env: dict,
-                span: tuple[datetime, datetime], load: LoadModel, measured: list, info: dict) -> dict:
+def _provenance(
+    job: ServerJob,
+    environment: dict,
+    server: Server,
+    argv: list[str],
+    env: dict,
+    span: tuple[datetime, datetime],
+    load: LoadModel,
+    measured: list,
+    info: dict,
+) -> dict:
     """Where a cell was measured: specsweep, the server's software and GPUs, its command and environment (secrets
     redacted), its start-up, the GPUs it held and their memory, when the cell began and ended, the prompts' chat
     template and the server's account of itself."""

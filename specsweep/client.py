@@ -81,7 +81,9 @@ class RequestRecord:
     cached_tokens: int = 0
     verify_ct: int | None = None
     server_accept_length: float | None = None  # SGLang's own spec_accept_length (completion_tokens / verify_ct)
-    server_queue_time: float | None = None  # meta_info queue_time as the server reports it (0.0 in SGLang 0.5.16 streams)
+    server_queue_time: float | None = (
+        None  # meta_info queue_time as the server reports it (0.0 in SGLang 0.5.16 streams)
+    )
     finish_reason: str | None = None
     output_text: str = ""
     error: str | None = None  # failure category, None when successful
@@ -95,20 +97,29 @@ class RequestRecord:
         return asdict(self)
 
 
-def _payload(protocol: str, messages: list[dict], thinking: bool, sampling: dict,
-             template: ChatTemplate) -> tuple[str, dict]:
+def _payload(
+    protocol: str, messages: list[dict], thinking: bool, sampling: dict, template: ChatTemplate
+) -> tuple[str, dict]:
     """Path and body of a request; the native and completions prompts are the messages rendered by ``template``
     (openai-chat sends the messages: the server applies its own template)."""
     if protocol == "native":
         return "/generate", {"text": template.render(messages, thinking), "sampling_params": sampling, "stream": True}
-    common = {"model": "default", "stream": True, "temperature": sampling.get("temperature", 0.0),
-              "top_p": sampling.get("top_p", 1.0), "max_tokens": sampling.get("max_new_tokens"),
-              "stream_options": {"include_usage": True, "continuous_usage_stats": True}}
+    common = {
+        "model": "default",
+        "stream": True,
+        "temperature": sampling.get("temperature", 0.0),
+        "top_p": sampling.get("top_p", 1.0),
+        "max_tokens": sampling.get("max_new_tokens"),
+        "stream_options": {"include_usage": True, "continuous_usage_stats": True},
+    }
     if sampling.get("ignore_eos"):
         common["ignore_eos"] = True  # SGLang's OpenAI server takes its sampling extensions in the body
     if protocol == "openai-chat":
-        return "/v1/chat/completions", {**common, "messages": messages,
-                                        "chat_template_kwargs": {"enable_thinking": thinking}}
+        return "/v1/chat/completions", {
+            **common,
+            "messages": messages,
+            "chat_template_kwargs": {"enable_thinking": thinking},
+        }
     return "/v1/completions", {**common, "prompt": template.render(messages, thinking)}
 
 
@@ -124,8 +135,9 @@ def _in_band_failure(chunk: dict) -> None:
         raise StreamError(f"error in the stream: {str(message)[:300]}")
 
 
-def _parse_chunk(protocol: str, chunk: dict, record: RequestRecord, last_tokens: int,
-                 incremental: bool = False) -> tuple[int, str]:
+def _parse_chunk(
+    protocol: str, chunk: dict, record: RequestRecord, last_tokens: int, incremental: bool = False
+) -> tuple[int, str]:
     """Cumulative completion tokens and the output text so far, after one stream chunk."""
     _in_band_failure(chunk)
     if protocol == "native":
@@ -161,9 +173,21 @@ def _parse_chunk(protocol: str, chunk: dict, record: RequestRecord, last_tokens:
     return int(usage.get("completion_tokens", last_tokens)), text
 
 
-async def send(pool: Pool, messages: list[dict], sampling: dict, record: RequestRecord, timeout: float, *,
-               protocol: str = "native", thinking: bool = False, alive=None, on_chunk=None,
-               incremental: bool = False, setup_in_ttft: bool = False, template: ChatTemplate = QWEN_CHATML) -> None:
+async def send(
+    pool: Pool,
+    messages: list[dict],
+    sampling: dict,
+    record: RequestRecord,
+    timeout: float,
+    *,
+    protocol: str = "native",
+    thinking: bool = False,
+    alive=None,
+    on_chunk=None,
+    incremental: bool = False,
+    setup_in_ttft: bool = False,
+    template: ChatTemplate = QWEN_CHATML,
+) -> None:
     """Send one streaming request and fill ``record`` with what arrived and when.
 
     ``record.t0`` is when the request's bytes went to the kernel (or, with ``setup_in_ttft``, when its connection's
@@ -226,6 +250,7 @@ async def send(pool: Pool, messages: list[dict], sampling: dict, record: Request
     if record.error in (CONNECT, TRUNCATED, TIMEOUT) and alive is not None and await _died(alive):
         record.error = SERVER_DIED
 
+
 async def _died(alive, grace: float = 0.3) -> bool:
     """Whether the server process is gone; a dying process may still be exiting, so look for up to ``grace`` s."""
     deadline = time.monotonic() + grace
@@ -274,9 +299,19 @@ class _SessionState:
     t_ready: float = 0.0  # when its next turn may be sent
 
 
-async def run_sessions(url: str, sessions: list[Session], concurrency: int, sampling: dict, timeout: float,
-                       thinking: bool = False, alive=None, load: LoadModel | None = None,
-                       on_chunk=None, on_record=None, stop=None) -> list[RequestRecord]:
+async def run_sessions(
+    url: str,
+    sessions: list[Session],
+    concurrency: int,
+    sampling: dict,
+    timeout: float,
+    thinking: bool = False,
+    alive=None,
+    load: LoadModel | None = None,
+    on_chunk=None,
+    on_record=None,
+    stop=None,
+) -> list[RequestRecord]:
     """Run the sessions under a load model; returns one record per turn sent, in the order they finished.
 
     ``on_record(record)``, if given, is called as each request finishes (progress reports). ``stop(records)``, if
@@ -333,16 +368,29 @@ async def run_sessions(url: str, sessions: list[Session], concurrency: int, samp
                 if load.ignore_eos:
                     params["ignore_eos"] = True
                 await gate.wait()
-                await send(pool, state.messages, params, record, timeout, protocol=load.protocol, thinking=thinking,
-                           alive=alive, on_chunk=on_chunk, incremental=load.incremental,
-                           setup_in_ttft=load.connections == "per-request", template=session.chat_template)
+                await send(
+                    pool,
+                    state.messages,
+                    params,
+                    record,
+                    timeout,
+                    protocol=load.protocol,
+                    thinking=thinking,
+                    alive=alive,
+                    on_chunk=on_chunk,
+                    incremental=load.incremental,
+                    setup_in_ttft=load.connections == "per-request",
+                    template=session.chat_template,
+                )
                 records.append(record)
                 if on_record is not None:
                     on_record(record)
                 if not record.ok or state.turn == len(session.followups):
                     break
-                state.messages = state.messages + [{"role": "assistant", "content": record.output_text},
-                                                   session.followups[state.turn]]
+                state.messages = state.messages + [
+                    {"role": "assistant", "content": record.output_text},
+                    session.followups[state.turn],
+                ]
                 state.turn += 1
                 if load.think_time > 0:  # release the slot while the user thinks
                     thinking_sessions += 1
@@ -394,9 +442,20 @@ def _collection_paused():
             gc.enable()
 
 
-def measure(url: str, sessions: list[Session], concurrency: int, sampling: dict, timeout: float,
-            thinking: bool = False, alive=None, load: LoadModel | None = None, on_chunk=None,
-            on_record=None, stop=None) -> list[RequestRecord]:
+def measure(
+    url: str,
+    sessions: list[Session],
+    concurrency: int,
+    sampling: dict,
+    timeout: float,
+    thinking: bool = False,
+    alive=None,
+    load: LoadModel | None = None,
+    on_chunk=None,
+    on_record=None,
+    stop=None,
+) -> list[RequestRecord]:
     """Synchronous wrapper around run_sessions."""
-    return asyncio.run(run_sessions(url, sessions, concurrency, sampling, timeout, thinking, alive, load, on_chunk,
-                                    on_record, stop))
+    return asyncio.run(
+        run_sessions(url, sessions, concurrency, sampling, timeout, thinking, alive, load, on_chunk, on_record, stop)
+    )

@@ -54,8 +54,10 @@ class _UniqueKeyLoader(yaml.SafeLoader):
             except TypeError:  # an unhashable key: the safe loader refuses it itself
                 continue
             if first is not None:
-                raise ConfigError(f"{self.name}: line {line}: duplicated key '{key}' (first given at line {first}); "
-                                  "keep one of them (YAML would keep the last silently)")
+                raise ConfigError(
+                    f"{self.name}: line {line}: duplicated key '{key}' (first given at line {first}); "
+                    "keep one of them (YAML would keep the last silently)"
+                )
             seen[key] = line
         return super().construct_mapping(node, deep)
 
@@ -67,8 +69,9 @@ def read_config_file(path: str | Path):
     try:
         return json.loads(text, object_pairs_hook=unique_pairs)
     except DuplicateKey as exc:
-        raise ConfigError(f"{path}: duplicated key '{exc.args[0]}'; keep one of them (JSON would keep the last "
-                          "silently)") from None
+        raise ConfigError(
+            f"{path}: duplicated key '{exc.args[0]}'; keep one of them (JSON would keep the last silently)"
+        ) from None
     except json.JSONDecodeError:
         pass
     loader = _UniqueKeyLoader(text)
@@ -90,9 +93,11 @@ def check_values(config) -> None:
         parts, value = stack.pop()
         count += 1
         if count > MAX_VALUES:
-            raise ConfigError(f"{key_path(parts[:1])}: the configuration holds more than {MAX_VALUES} values (here "
-                              f"at {key_path(parts)}); a YAML anchor repeated inside itself expands into copies. "
-                              "Write the values out")
+            raise ConfigError(
+                f"{key_path(parts[:1])}: the configuration holds more than {MAX_VALUES} values (here "
+                f"at {key_path(parts)}); a YAML anchor repeated inside itself expands into copies. "
+                "Write the values out"
+            )
         if isinstance(value, dict):
             for k, v in value.items():
                 if "\0" in str(k):
@@ -101,11 +106,14 @@ def check_values(config) -> None:
         elif isinstance(value, list):
             stack.extend((parts + (i,), v) for i, v in enumerate(value))
         elif isinstance(value, float) and not math.isfinite(value):
-            raise ConfigError(f"{key_path(parts)}: {value} is not a finite number; give a number (NaN and "
-                              "infinity mean nothing here)")
+            raise ConfigError(
+                f"{key_path(parts)}: {value} is not a finite number; give a number (NaN and infinity mean nothing here)"
+            )
         elif isinstance(value, str) and "\0" in value:
-            raise ConfigError(f"{key_path(parts)}: the value holds a NUL character (\\0), which no path, flag or "
-                              "environment variable can carry; remove it")
+            raise ConfigError(
+                f"{key_path(parts)}: the value holds a NUL character (\\0), which no path, flag or "
+                "environment variable can carry; remove it"
+            )
 
 
 def schema_error(error) -> str:
@@ -113,8 +121,11 @@ def schema_error(error) -> str:
     instance or the schema printed whole. Where a value matches none of a key's forms (oneOf: an integer or a
     list), the reason is that of the form it came closest to: a bound it broke, or the list item that is wrong."""
     while error.validator in ("oneOf", "anyOf"):
-        closer = [e for e in error.context
-                  if len(e.absolute_path) > len(error.absolute_path) or e.validator not in ("type", "enum")]
+        closer = [
+            e
+            for e in error.context
+            if len(e.absolute_path) > len(error.absolute_path) or e.validator not in ("type", "enum")
+        ]
         if not closer:
             break
         error = max(closer, key=lambda e: len(e.absolute_path))
@@ -138,9 +149,11 @@ def normalise(config: dict) -> dict:
         if w.get("path"):
             w["source"] = "file"
         if w["max_new_tokens"] >= config["model"]["context_length"]:
-            raise ConfigError(f"workloads[{index}] ({w['name']}).max_new_tokens: {w['max_new_tokens']} leaves no room "
-                              f"for a prompt in model.context_length {config['model']['context_length']}; lower it "
-                              "(or raise model.context_length to the model's)")
+            raise ConfigError(
+                f"workloads[{index}] ({w['name']}).max_new_tokens: {w['max_new_tokens']} leaves no room "
+                f"for a prompt in model.context_length {config['model']['context_length']}; lower it "
+                "(or raise model.context_length to the model's)"
+            )
     for name in names:
         if names.count(name) > 1:
             raise ConfigError(f"workloads: duplicated workload name '{name}'; give each workload a unique name")
@@ -151,9 +164,13 @@ def normalise(config: dict) -> dict:
     config["adaptive"]["target"] = float(config["adaptive"]["target"])
     if config["adaptive"]["enabled"]:
         metric = config["adaptive"]["metric"]
-        if metric != "output_throughput" and not re.match(r"^(ttft|tpot|itl|e2e|interactivity)\.(mean|p50|p90|p95|p99)$", metric):
-            raise ConfigError(f"adaptive.metric: '{metric}' is not output_throughput or <metric>.<stat> "
-                              "(metric: ttft, tpot, itl, e2e, interactivity; stat: mean, p50, p90, p95, p99)")
+        if metric != "output_throughput" and not re.match(
+            r"^(ttft|tpot|itl|e2e|interactivity)\.(mean|p50|p90|p95|p99)$", metric
+        ):
+            raise ConfigError(
+                f"adaptive.metric: '{metric}' is not output_throughput or <metric>.<stat> "
+                "(metric: ttft, tpot, itl, e2e, interactivity; stat: mean, p50, p90, p95, p99)"
+            )
     if config["load"]["model"] == "poisson" and not config["load"].get("rate"):
         raise ConfigError("load.rate: required when load.model is poisson (sessions per second)")
     config["load"]["think_time"] = float(config["load"]["think_time"])
@@ -171,8 +188,10 @@ def normalise(config: dict) -> dict:
         check_sim_profiles(config)
     devices = config["gpu_pool"]["devices"]
     if devices and max(config["tp"]) > devices:
-        raise ConfigError(f"tp: {max(config['tp'])} is larger than the {devices} GPUs available (gpu_pool.devices); "
-                          "lower tp or use a larger host")
+        raise ConfigError(
+            f"tp: {max(config['tp'])} is larger than the {devices} GPUs available (gpu_pool.devices); "
+            "lower tp or use a larger host"
+        )
     for w in config["workloads"]:
         if w.get("concurrency"):
             w["concurrency"] = sorted(w["concurrency"])
@@ -188,37 +207,52 @@ def check_folders(config: dict) -> None:
     journals and plans over its folder, is neither the working folder nor one above it. Shared storage elsewhere
     is fine."""
     here = os.path.realpath(".")
-    for key, folder in (("cache_dir", config["cache_dir"]), ("gpu_pool.lock_dir", config["gpu_pool"].get("lock_dir")),
-                        ("sglang.env_dir", config["sglang"].get("env_dir"))):
+    for key, folder in (
+        ("cache_dir", config["cache_dir"]),
+        ("gpu_pool.lock_dir", config["gpu_pool"].get("lock_dir")),
+        ("sglang.env_dir", config["sglang"].get("env_dir")),
+    ):
         if folder is None:
             continue
         if not folder.strip():
-            raise ConfigError(f"{key}: empty; give a folder of its own (files would be written from the filesystem "
-                              "root on), or leave the key out for its default")
+            raise ConfigError(
+                f"{key}: empty; give a folder of its own (files would be written from the filesystem "
+                "root on), or leave the key out for its default"
+            )
         real = os.path.realpath(folder)
         if os.path.dirname(real) == real:
             raise ConfigError(f"{key}: '{folder}' is the filesystem root; give a folder of its own")
         if key == "cache_dir" and (here == real or here.startswith(real.rstrip(os.sep) + os.sep)):
-            raise ConfigError(f"cache_dir: '{folder}' is the working folder or one above it, where the cache's entries "
-                              "would mix with other files; give a folder of its own (default results/cache)")
+            raise ConfigError(
+                f"cache_dir: '{folder}' is the working folder or one above it, where the cache's entries "
+                "would mix with other files; give a folder of its own (default results/cache)"
+            )
 
 
 def check_acceptance(config: dict) -> None:
     """Every sim.acceptance key is a parameter of the acceptance model (the simulator and the plan read them)."""
     unknown = sorted(set(config["sim"]["acceptance"]) - set(ACCEPTANCE))
     if unknown:
-        raise ConfigError(f"sim.acceptance.{unknown[0]}: not a parameter of the acceptance model; known: "
-                          f"{', '.join(sorted(ACCEPTANCE))} (specsweep/sim/model.py ACCEPTANCE)")
+        raise ConfigError(
+            f"sim.acceptance.{unknown[0]}: not a parameter of the acceptance model; known: "
+            f"{', '.join(sorted(ACCEPTANCE))} (specsweep/sim/model.py ACCEPTANCE)"
+        )
 
 
 def check_sim_profiles(config: dict) -> None:
     """The simulated backend's gpu, model profile and runtime must exist (shipped or under sim.profiles)."""
     known = profiles(config["sim"]["profiles"])
-    for key, kind in (("gpu", "gpus"), ("model_profile", "models"), ("draft_model_profile", "models"),
-                      ("runtime", "runtimes")):
+    for key, kind in (
+        ("gpu", "gpus"),
+        ("model_profile", "models"),
+        ("draft_model_profile", "models"),
+        ("runtime", "runtimes"),
+    ):
         if config["sim"][key] not in known[kind]:
-            raise ConfigError(f"sim.{key}: unknown profile '{config['sim'][key]}'; known: "
-                              f"{', '.join(sorted(known[kind]))} (or define it under sim.profiles.{kind})")
+            raise ConfigError(
+                f"sim.{key}: unknown profile '{config['sim'][key]}'; known: "
+                f"{', '.join(sorted(known[kind]))} (or define it under sim.profiles.{kind})"
+            )
 
 
 def check_workload_files(config: dict) -> None:
@@ -226,8 +260,13 @@ def check_workload_files(config: dict) -> None:
     for w in config["workloads"]:
         if w.get("source") == "file":
             try:
-                build(w, config["seed"], config["sampling"]["thinking"], config["model"].get("path"),
-                      config["model"]["context_length"])
+                build(
+                    w,
+                    config["seed"],
+                    config["sampling"]["thinking"],
+                    config["model"].get("path"),
+                    config["model"]["context_length"],
+                )
             except WorkloadError as exc:
                 raise ConfigError(f"workloads ({w['name']}): {exc}") from None
 
@@ -246,8 +285,10 @@ def check_launch_flags(config: dict) -> None:
         except ServerError as exc:
             raise ConfigError(f"methods: method '{server['method']}': {exc}") from None
         except FlagError as exc:
-            raise ConfigError(f"methods: method '{server['method']}': {exc}; fix its flags (or the "
-                              f"algorithms spelling), or declare the flag in sglang.extra_flags") from None
+            raise ConfigError(
+                f"methods: method '{server['method']}': {exc}; fix its flags (or the "
+                f"algorithms spelling), or declare the flag in sglang.extra_flags"
+            ) from None
 
 
 def check_cells_reach_label(config: dict) -> None:
@@ -260,16 +301,19 @@ def check_cells_reach_label(config: dict) -> None:
             if n > MAX_SESSIONS:
                 raise ConfigError(
                     f"{where}: {n} sessions is more than the {MAX_SESSIONS} a cell may send; lower "
-                    f"workloads[{index}].requests, or load.waves and load.min_requests, or the concurrency")
+                    f"workloads[{index}].requests, or load.waves and load.min_requests, or the concurrency"
+                )
             if available is not None and n > available:
                 raise ConfigError(
                     f"{where}: needs {n} sessions but its source has {available} distinct ones that fit "
                     f"model.context_length; replaying a session inside a cell would hit the prefix cache. Lower its "
                     f"concurrency (workloads[{index}].concurrency), set workloads[{index}].requests to at most "
-                    f"{available} (and at least {MIN_WAVES * c}), or use a source with more sessions")
+                    f"{available} (and at least {MIN_WAVES * c}), or use a source with more sessions"
+                )
             if config["load"]["model"] == "closed" and n < MIN_WAVES * c:
                 raise ConfigError(
                     f"{where}: {n} sessions cannot hold {c} requests in flight after the first wave (at least "
                     f"{MIN_WAVES * c} needed); remove workloads[{index}].requests to size cells by concurrency "
                     f"(load.waves x concurrency), raise it to {MIN_WAVES * c}, or leave concurrency {c} out of "
-                    f"workloads[{index}].concurrency")
+                    f"workloads[{index}].concurrency"
+                )

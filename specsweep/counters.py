@@ -32,8 +32,10 @@ def scrape(url: str, headers: dict | None = None) -> dict[str, float]:
     try:
         return parse_prometheus(resp.text)
     except ValueError as exc:
-        raise ValueError(f"{url}/metrics answered text that is not Prometheus text format ({exc}); the server's "
-                         "counters cannot be read: check that the URL is the SGLang server itself") from None
+        raise ValueError(
+            f"{url}/metrics answered text that is not Prometheus text format ({exc}); the server's "
+            "counters cannot be read: check that the URL is the SGLang server itself"
+        ) from None
 
 
 def server_info(url: str, headers: dict | None = None) -> dict:
@@ -55,12 +57,29 @@ def server_cumulative_acceptance(info: dict) -> float | None:
 
 
 # What the report and provenance keep of the server's own account of its settings.
-SERVER_INFO_KEYS = ("version", "attention_backend", "prefill_attention_backend", "decode_attention_backend",
-                    "sampling_backend", "page_size", "disable_overlap_schedule", "max_running_requests",
-                    "min_free_slots_delay", "incremental_streaming_output", "load_format", "speculative_algorithm",
-                    "speculative_num_draft_tokens", "speculative_num_steps", "speculative_eagle_topk",
-                    "speculative_ngram_max_bfs_breadth", "speculative_ngram_match_type", "cuda_graph_max_bs",
-                    "context_length", "mem_fraction_static", "sim_time_scale")
+SERVER_INFO_KEYS = (
+    "version",
+    "attention_backend",
+    "prefill_attention_backend",
+    "decode_attention_backend",
+    "sampling_backend",
+    "page_size",
+    "disable_overlap_schedule",
+    "max_running_requests",
+    "min_free_slots_delay",
+    "incremental_streaming_output",
+    "load_format",
+    "speculative_algorithm",
+    "speculative_num_draft_tokens",
+    "speculative_num_steps",
+    "speculative_eagle_topk",
+    "speculative_ngram_max_bfs_breadth",
+    "speculative_ngram_match_type",
+    "cuda_graph_max_bs",
+    "context_length",
+    "mem_fraction_static",
+    "sim_time_scale",
+)
 
 
 class LoadSampler:
@@ -95,9 +114,14 @@ class LoadSampler:
             return {"samples": 0}
         running = [r for r, _ in self.samples]
         queued = [q for _, q in self.samples]
-        return {"samples": len(self.samples), "interval_s": self.interval,
-                "running_mean": sum(running) / len(running), "running_peak": max(running),
-                "queued_mean": sum(queued) / len(queued), "queued_peak": max(queued)}
+        return {
+            "samples": len(self.samples),
+            "interval_s": self.interval,
+            "running_mean": sum(running) / len(running),
+            "running_peak": max(running),
+            "queued_mean": sum(queued) / len(queued),
+            "queued_peak": max(queued),
+        }
 
 
 def counter_deltas(before: dict, after: dict) -> dict:

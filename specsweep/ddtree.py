@@ -49,8 +49,10 @@ def build(name: str | None) -> TreeBuild:
     known = builds()
     name = name or DEFAULT_BUILD
     if name not in known:
-        raise ValueError(f"unknown DDTree build {name!r}; known builds: {', '.join(sorted(known))} "
-                         "(specsweep/data/ddtree_builds.yaml)")
+        raise ValueError(
+            f"unknown DDTree build {name!r}; known builds: {', '.join(sorted(known))} "
+            "(specsweep/data/ddtree_builds.yaml)"
+        )
     return known[name]
 
 
@@ -63,8 +65,9 @@ def with_environment(tree_build: TreeBuild, env: Mapping) -> TreeBuild:
     try:
         bonus = float(env[name])
     except ValueError:
-        raise ValueError(f"{name}={env[name]!r} is not a number (the DDTree build {tree_build.name!r} reads it "
-                         "as its depth bonus)") from None
+        raise ValueError(
+            f"{name}={env[name]!r} is not a number (the DDTree build {tree_build.name!r} reads it as its depth bonus)"
+        ) from None
     return replace(tree_build, depth_bonus=bonus)
 
 
@@ -107,8 +110,9 @@ def tree_prefixes(tree_build: TreeBuild, log_probs: tuple, budget: int, width: i
         tree.add(prefix)
         depth, rank = len(prefix) - 1, prefix[-1]
         if rank + 1 < min(width, len(log_probs[depth])):
-            heapq.heappush(heap, (-(logw - log_probs[depth][rank] + log_probs[depth][rank + 1]),
-                                  prefix[:-1] + (rank + 1,)))
+            heapq.heappush(
+                heap, (-(logw - log_probs[depth][rank] + log_probs[depth][rank + 1]), prefix[:-1] + (rank + 1,))
+            )
         if depth + 1 < depths:
             heapq.heappush(heap, (-(logw + log_probs[depth + 1][0] + tree_build.depth_bonus), prefix + (0,)))
     return frozenset(tree)

@@ -100,9 +100,11 @@ def resolve_git_refs(requirements: list[str], ls_remote=git_ls_remote) -> tuple[
         url, ref = match.group("url"), match.group("ref")
         commit = ref if _COMMIT.match(ref) else ls_remote(url, ref)
         if not commit:
-            raise ServerEnvironmentError(f"sglang.install: cannot resolve {ref!r} of {url} to a commit (git "
-                                         "ls-remote); check the URL and ref, or give a commit")
-        pinned.append(requirement[:match.start("ref")] + commit + requirement[match.end("ref"):])
+            raise ServerEnvironmentError(
+                f"sglang.install: cannot resolve {ref!r} of {url} to a commit (git "
+                "ls-remote); check the URL and ref, or give a commit"
+            )
+        pinned.append(requirement[: match.start("ref")] + commit + requirement[match.end("ref") :])
         pins.append({"requirement": requirement, "url": url, "ref": ref, "commit": commit})
     return pinned, pins
 
@@ -127,8 +129,9 @@ def prepare_python(sglang: dict, log=sys.stderr, ls_remote=git_ls_remote) -> tup
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
     proc = subprocess.run([str(python), "-m", "pip", "install", *requirements], stdout=log, stderr=subprocess.STDOUT)
     if proc.returncode != 0:
-        raise ServerEnvironmentError(f"installing the server environment failed (sglang.install = {install!r}); "
-                                     f"see the environment log")
+        raise ServerEnvironmentError(
+            f"installing the server environment failed (sglang.install = {install!r}); see the environment log"
+        )
     atomic_write_text(done, "\n".join(requirements))
     return str(python), pins
 
@@ -150,8 +153,13 @@ print(json.dumps(out))
 """
 
 
-def probe(backend: str, python: str | None = None, help_text: str | None = None, pins: Sequence[dict] = (),
-          build: str | None = None) -> dict:
+def probe(
+    backend: str,
+    python: str | None = None,
+    help_text: str | None = None,
+    pins: Sequence[dict] = (),
+    build: str | None = None,
+) -> dict:
     """Versions, hardware and capabilities of a backend on this host.
 
     ``help_text`` replaces running the launcher's ``--help`` (for tests with a recorded text). ``pins`` (the
@@ -180,26 +188,44 @@ def probe(backend: str, python: str | None = None, help_text: str | None = None,
         server_versions = json.loads(versions) if versions else {}
         if help_text is None:
             if not server_versions.get("sglang"):
-                raise ServerEnvironmentError(f"SGLang is not installed for {python}; set sglang.install (e.g. "
-                                             "'sglang==0.5.23' or a git URL of a DDTree branch) or sglang.python")
+                raise ServerEnvironmentError(
+                    f"SGLang is not installed for {python}; set sglang.install (e.g. "
+                    "'sglang==0.5.23' or a git URL of a DDTree branch) or sglang.python"
+                )
             help_text = command_output([python, "-m", "sglang.launch_server", "--help"], timeout=600) or ""
         software["server_python"] = server_versions.pop("python", None)
         software.update({k: v for k, v in server_versions.items()})
-        server = {"name": "sglang", "version": server_versions.get("sglang"),
-                  "source": server_versions.get("sglang_source"), "commit": _source_commit(server_versions, pins),
-                  "pins": list(pins), "build": build, "simulated": False, "python": python}
+        server = {
+            "name": "sglang",
+            "version": server_versions.get("sglang"),
+            "source": server_versions.get("sglang_source"),
+            "commit": _source_commit(server_versions, pins),
+            "pins": list(pins),
+            "build": build,
+            "simulated": False,
+            "python": python,
+        }
     caps = capabilities_from_help(help_text)
-    identity = {"backend": backend, "server": {k: v for k, v in server.items() if k != "python"},
-                "gpus": [g["name"] for g in gpus], "python": software["python"],
-                "torch": software.get("torch"), "cuda": software.get("cuda")}
+    identity = {
+        "backend": backend,
+        "server": {k: v for k, v in server.items() if k != "python"},
+        "gpus": [g["name"] for g in gpus],
+        "python": software["python"],
+        "torch": software.get("torch"),
+        "cuda": software.get("cuda"),
+    }
     return {
         "backend": backend,
         "simulated": backend == "sim",
         "python": python,
         "server": server,
         "software": software,
-        "hardware": {"gpus": gpus, "driver": gpus[0]["driver"] if gpus else None,
-                     "cpu_count": os.cpu_count(), "machine": platform.machine()},
+        "hardware": {
+            "gpus": gpus,
+            "driver": gpus[0]["driver"] if gpus else None,
+            "cpu_count": os.cpu_count(),
+            "machine": platform.machine(),
+        },
         "capabilities": caps,
         "identity": identity,
         "identity_digest": digest(identity),
@@ -228,9 +254,11 @@ def check_methods(methods: list[dict], environment: dict) -> None:
                 raise ServerEnvironmentError(
                     f"method '{method['name']}': the installed {backend} server does not offer "
                     f"--speculative-algorithm {wanted} (it offers {', '.join(caps['algorithms'])}); install a "
-                    "build that has it (sglang.install) or remove the method")
+                    "build that has it (sglang.install) or remove the method"
+                )
         for flag in flags:
             if flag.startswith("--") and caps["flags"] and flag.split("=")[0] not in caps["flags"]:
                 raise ServerEnvironmentError(
                     f"method '{method['name']}': the installed {backend} server does not accept {flag}; "
-                    "install a build that has it (sglang.install) or fix the method's flags")
+                    "install a build that has it (sglang.install) or fix the method's flags"
+                )

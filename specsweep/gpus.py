@@ -94,8 +94,10 @@ class GpuPool:
     def acquire(self, count: int, timeout: float = 7 * 24 * 3600, poll: float = 0.5, holder: str = ""):
         """Hold ``count`` free devices for the duration of the block; yields their ids."""
         if count > len(self.devices):
-            raise GpuPoolError(f"{holder or 'a server'} needs {count} GPUs but this host offers "
-                               f"{len(self.devices)} ({', '.join(self.devices) or 'none'}); lower tp or use a larger host")
+            raise GpuPoolError(
+                f"{holder or 'a server'} needs {count} GPUs but this host offers "
+                f"{len(self.devices)} ({', '.join(self.devices) or 'none'}); lower tp or use a larger host"
+            )
         deadline = time.monotonic() + timeout
         held: list[tuple[str, int]] = []
         while True:
@@ -136,7 +138,9 @@ def wait_until_released(devices: list[str], timeout: float = 60.0) -> bool:
     """Wait until no process of a stopped server still holds memory on its GPUs (nvidia-smi); True when free."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        out = command_output(["nvidia-smi", "--query-compute-apps=pid", "--format=csv,noheader", "-i", ",".join(devices)])
+        out = command_output(
+            ["nvidia-smi", "--query-compute-apps=pid", "--format=csv,noheader", "-i", ",".join(devices)]
+        )
         if out is None or not out.strip():
             return True
         time.sleep(1.0)
@@ -147,7 +151,9 @@ def gpu_memory_used(devices: list[str] | None) -> float | None:
     """Memory in use on these GPUs now, MiB summed (nvidia-smi); None without NVIDIA GPUs."""
     if not devices:
         return None
-    out = command_output(["nvidia-smi", "--query-gpu=memory.used", "--format=csv,noheader,nounits", "-i", ",".join(devices)])
+    out = command_output(
+        ["nvidia-smi", "--query-gpu=memory.used", "--format=csv,noheader,nounits", "-i", ",".join(devices)]
+    )
     if not out:
         return None
     return float(sum(float(v) for v in out.split()))

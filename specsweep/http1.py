@@ -178,8 +178,10 @@ class Connection:
         status_line = self._first.partition(b"\r\n")[0].decode("latin-1")
         if not status_line.startswith("HTTP/"):
             return MalformedAnswer(f"not an HTTP answer ({reason}): {self._first!r}")
-        return MalformedAnswer(f"malformed HTTP/1.1 framing in the server's answer '{status_line}': {reason} "
-                               f"(after {self._received} bytes)")
+        return MalformedAnswer(
+            f"malformed HTTP/1.1 framing in the server's answer '{status_line}': {reason} "
+            f"(after {self._received} bytes)"
+        )
 
     def _lost(self, exc: OSError | None) -> None:
         pending = self._future is not None and not self._future.done()
@@ -187,8 +189,12 @@ class Connection:
             self._finish(keep=False)
         elif pending:
             why = f": {exc}" if exc else ""
-            self._fail(Disconnected(f"the server closed the connection after {self._received} bytes of the answer"
-                                    f"{why}", self._received > 0))
+            self._fail(
+                Disconnected(
+                    f"the server closed the connection after {self._received} bytes of the answer{why}",
+                    self._received > 0,
+                )
+            )
         self.close()
 
     # httptools' callbacks, called from feed_data in the order of the bytes
@@ -202,8 +208,9 @@ class Connection:
         name = name.lower()
         if name == b"content-length" or name == b"transfer-encoding":
             if name in self._framing:
-                raise self._malformed(f"the answer repeats its {name.decode()} header "
-                                      f"({self._framing[name]!r}, then {value!r})")
+                raise self._malformed(
+                    f"the answer repeats its {name.decode()} header ({self._framing[name]!r}, then {value!r})"
+                )
             if name == b"transfer-encoding" and value.strip().lower() != b"chunked":
                 raise self._malformed(f"Transfer-Encoding {value!r}: only chunked is read")
             self._framing[name] = value
@@ -226,7 +233,7 @@ class Connection:
         on_event with the time its bytes were received; another answer's body is kept for its error message."""
         if self._status != 200:
             if len(self._body) < _KEPT_BODY:
-                self._body += piece[:_KEPT_BODY - len(self._body)]
+                self._body += piece[: _KEPT_BODY - len(self._body)]
             return
         if b"\n" not in piece:
             self._lines += piece
@@ -346,8 +353,13 @@ class Pool:
             raise ValueError(f"the load generator speaks plain HTTP: {url!r} is not an http:// URL")
         self.host, self.port, self.prefix = parts.hostname, parts.port or 80, parts.path.rstrip("/")
         self.per_request = per_request
-        lines = {"Host": parts.netloc, "Content-Type": "application/json", "Accept": "text/event-stream",
-                 **({"Connection": "close"} if per_request else {}), **(headers or {})}
+        lines = {
+            "Host": parts.netloc,
+            "Content-Type": "application/json",
+            "Accept": "text/event-stream",
+            **({"Connection": "close"} if per_request else {}),
+            **(headers or {}),
+        }
         self._head = "".join(f"{name}: {value}\r\n" for name, value in lines.items())
         self._idle: list[Connection] = []
         self._addresses: list | asyncio.Future[list] | None = None  # a lookup under way: its future
@@ -358,11 +370,13 @@ class Pool:
         addresses = self._addresses
         if addresses is None:
             try:
-                addresses = socket.getaddrinfo(self.host, self.port, type=socket.SOCK_STREAM,
-                                               flags=socket.AI_NUMERICHOST)
+                addresses = socket.getaddrinfo(
+                    self.host, self.port, type=socket.SOCK_STREAM, flags=socket.AI_NUMERICHOST
+                )
             except socket.gaierror:
-                addresses = asyncio.ensure_future(asyncio.get_running_loop().getaddrinfo(
-                    self.host, self.port, type=socket.SOCK_STREAM))  # the slots that come meanwhile wait for it
+                addresses = asyncio.ensure_future(
+                    asyncio.get_running_loop().getaddrinfo(self.host, self.port, type=socket.SOCK_STREAM)
+                )  # the slots that come meanwhile wait for it
             self._addresses = addresses
         if isinstance(addresses, asyncio.Future):
             try:

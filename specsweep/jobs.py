@@ -58,6 +58,7 @@ class ServerJob:
     def workload(self, name: str) -> dict:
         return next(w for w in self.workloads if w["name"] == name)
 
+
 def servers(config: dict) -> list[dict]:
     """One row per server job: (tp, method), and the repetition when cells are repeated.
 
@@ -65,8 +66,12 @@ def servers(config: dict) -> list[dict]:
     order of methods can be randomised per repetition (see method_order).
     """
     reps = range(config["repetitions"]) if config["repetitions"] > 1 else [None]
-    return [{"tp": tp, "method": m.name, "repetition": r}
-            for r in reps for tp in config["tp"] for m in expand_methods(config)]
+    return [
+        {"tp": tp, "method": m.name, "repetition": r}
+        for r in reps
+        for tp in config["tp"]
+        for m in expand_methods(config)
+    ]
 
 
 def method_order(config: dict, tp: int, repetition: int) -> list[str]:
@@ -106,9 +111,17 @@ def cell_requests(workload: dict, concurrency: int, load: dict) -> int:
 def cells_of_server(config: dict, tp: int, method: str, repetition: int | None = None) -> list[dict]:
     """Every cell (workload, concurrency) one server job measures, in measurement order, with its session count."""
     return [
-        {"tp": tp, "method": method, "workload": w["name"], "concurrency": c, "repetition": repetition or 0,
-         "requests": cell_requests(w, c, config["load"]), "path": cell_path(tp, method, w["name"], c, repetition)}
-        for w in config["workloads"] for c in workload_concurrency(config, w)
+        {
+            "tp": tp,
+            "method": method,
+            "workload": w["name"],
+            "concurrency": c,
+            "repetition": repetition or 0,
+            "requests": cell_requests(w, c, config["load"]),
+            "path": cell_path(tp, method, w["name"], c, repetition),
+        }
+        for w in config["workloads"]
+        for c in workload_concurrency(config, w)
     ]
 
 
@@ -128,8 +141,11 @@ def server_job(config: dict, tp: int, method_name: str, repetition: int | None =
         method=method.as_dict(),
         server=dict(config["server"]),
         sim=dict(config["sim"]) if config["backend"] == "sim" else None,
-        sglang=(dict(config["sglang"]) if config["backend"] == "sglang" else
-                {k: config["sglang"][k] for k in ("options_table", "extra_flags")}),
+        sglang=(
+            dict(config["sglang"])
+            if config["backend"] == "sglang"
+            else {k: config["sglang"][k] for k in ("options_table", "extra_flags")}
+        ),
         gpu_pool=dict(config["gpu_pool"]),
         workloads=[dict(w) for w in config["workloads"]],
         concurrency=list(config["concurrency"]),

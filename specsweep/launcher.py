@@ -64,8 +64,18 @@ def server_arguments(job: ServerJob, port: int, max_context: int, offered: set[s
     if offered is None:
         offered = known_flags(job.sglang["options_table"], job.sglang["extra_flags"])
     concurrency = max(job.concurrency)
-    argv = ["--model-path", model.get("path") or model["name"], "--tp-size", str(job.tp),
-            "--host", server["host"], "--port", str(port), "--max-running-requests", str(concurrency)]
+    argv = [
+        "--model-path",
+        model.get("path") or model["name"],
+        "--tp-size",
+        str(job.tp),
+        "--host",
+        server["host"],
+        "--port",
+        str(port),
+        "--max-running-requests",
+        str(concurrency),
+    ]
     graph_bs = _offered(offered, "--cuda-graph-max-bs-decode", "--cuda-graph-max-bs")
     if graph_bs:
         argv += [graph_bs, str(concurrency)]
@@ -93,8 +103,12 @@ def server_arguments(job: ServerJob, port: int, max_context: int, offered: set[s
 def choose_flags(flags: list[str], offered: set[str]) -> list[str]:
     """Flags with each ``--a|--b`` replaced by the first of its spellings the build offers (the first written
     where it offers none, so that the check against the build names it)."""
-    return [next((f for f in flag.split("|") if f in offered), flag.split("|")[0]) if flag.startswith("--")
-            and "|" in flag else flag for flag in flags]
+    return [
+        next((f for f in flag.split("|") if f in offered), flag.split("|")[0])
+        if flag.startswith("--") and "|" in flag
+        else flag
+        for flag in flags
+    ]
 
 
 def min_free_slots_delay(job: ServerJob) -> str | int:
@@ -115,8 +129,9 @@ def stream_mode(argv: list[str], protocol: str) -> str:
     return "incremental" if {"--incremental-streaming-output", "--stream-output"} & set(argv) else "cumulative"
 
 
-def launch_command(job: ServerJob, port: int, max_context: int, python: str | None = None,
-                   offered: set[str] | None = None) -> tuple[list[str], dict]:
+def launch_command(
+    job: ServerJob, port: int, max_context: int, python: str | None = None, offered: set[str] | None = None
+) -> tuple[list[str], dict]:
     """(argv, extra environment) for one server from its job (jobs.server_job)."""
     python = python or sys.executable
     args = server_arguments(job, port, max_context, offered)
@@ -126,9 +141,22 @@ def launch_command(job: ServerJob, port: int, max_context: int, python: str | No
         sim = job.sim
         if sim is None:
             raise ServerError(f"server {job.name}: the simulated backend needs the job's simulator profile (sim)")
-        argv = [python, "-m", "specsweep.sim", *args, "--sim-gpu", sim["gpu"],
-                "--sim-model-profile", sim["model_profile"], "--sim-runtime", sim["runtime"],
-                "--sim-startup-seconds", str(sim["startup_seconds"]), "--sim-time-scale", str(sim["time_scale"])]
+        argv = [
+            python,
+            "-m",
+            "specsweep.sim",
+            *args,
+            "--sim-gpu",
+            sim["gpu"],
+            "--sim-model-profile",
+            sim["model_profile"],
+            "--sim-runtime",
+            sim["runtime"],
+            "--sim-startup-seconds",
+            str(sim["startup_seconds"]),
+            "--sim-time-scale",
+            str(sim["time_scale"]),
+        ]
         if algorithms.get(job.method["algorithm"]).drafting == "draft-model":
             argv += ["--sim-draft-model-profile", sim.get("draft_model_profile", "qwen3-0.6b")]
         if sim.get("profiles"):
@@ -171,12 +199,16 @@ class ApiKeyFile:
             return self
         key = os.environ.get(self.env_name)
         if not key:
-            raise ServerError(f"server.api_key_env names {self.env_name}, but that environment variable is empty or "
-                              "unset; export it before running")
+            raise ServerError(
+                f"server.api_key_env names {self.env_name}, but that environment variable is empty or "
+                "unset; export it before running"
+            )
         me, folder = psutil.Process(), secrets_folder()
         if folder is None:
-            raise ServerError(f"{tempfile.gettempdir()}: the temporary folder, which holds the server's API key, does "
-                              "not exist; create it or point TMPDIR to one")
+            raise ServerError(
+                f"{tempfile.gettempdir()}: the temporary folder, which holds the server's API key, does "
+                "not exist; create it or point TMPDIR to one"
+            )
         self.folder = folder / f"{me.pid}-{me.create_time():.3f}"
         self.folder.mkdir(mode=0o700)
         path = self.folder / "server-secrets.yaml"
@@ -214,8 +246,7 @@ def secrets_folder(create: bool = True) -> Path | None:
     except FileNotFoundError:
         return None
     if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid() or info.st_mode & 0o077:
-        raise ServerError(f"{folder} is not a private folder of this user's (owner, mode or type); remove it and "
-                          "rerun")
+        raise ServerError(f"{folder} is not a private folder of this user's (owner, mode or type); remove it and rerun")
     return folder
 
 
@@ -250,8 +281,16 @@ def redact(env: dict) -> dict:
 class Server:
     """One inference server process tree: start, wait until ready, check, stop."""
 
-    def __init__(self, argv: list[str], env: dict, host: str, port: int, log_path: str | Path,
-                 devices: list[str] | None = None, headers: dict | None = None):
+    def __init__(
+        self,
+        argv: list[str],
+        env: dict,
+        host: str,
+        port: int,
+        log_path: str | Path,
+        devices: list[str] | None = None,
+        headers: dict | None = None,
+    ):
         self.argv, self.env, self.port = argv, env, port
         self.url = f"http://{host}:{port}"
         self.log_path = Path(log_path)
@@ -274,24 +313,34 @@ class Server:
             env["CUDA_VISIBLE_DEVICES"] = ",".join(self.devices)
         started = time.monotonic()
         try:
-            self.process = subprocess.Popen(self.argv, stdout=log, stderr=subprocess.STDOUT, env=env,
-                                            start_new_session=True, stdin=subprocess.DEVNULL,
-                                            preexec_fn=_terminate_with_parent)
+            self.process = subprocess.Popen(
+                self.argv,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=env,
+                start_new_session=True,
+                stdin=subprocess.DEVNULL,
+                preexec_fn=_terminate_with_parent,
+            )
         finally:
             log.close()
         deadline = started + timeout
         while True:
             if self.process.poll() is not None:
-                raise ServerError(f"server exited with code {self.process.returncode} before it was ready; "
-                                  f"log {self.log_path}:\n{self.log_tail()}")
+                raise ServerError(
+                    f"server exited with code {self.process.returncode} before it was ready; "
+                    f"log {self.log_path}:\n{self.log_tail()}"
+                )
             try:
                 if requests.get(self.url + "/health_generate", timeout=5, headers=self.headers).status_code == 200:
                     break
             except requests.RequestException:
                 pass
             if time.monotonic() > deadline:
-                raise ServerError(f"server not ready after {timeout:g} s (server.startup_timeout); "
-                                  f"log {self.log_path}:\n{self.log_tail()}")
+                raise ServerError(
+                    f"server not ready after {timeout:g} s (server.startup_timeout); "
+                    f"log {self.log_path}:\n{self.log_tail()}"
+                )
             time.sleep(0.2)
         self.startup_seconds = time.monotonic() - started
 

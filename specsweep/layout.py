@@ -27,8 +27,12 @@ TABLES = ("summary", "combined", "requests", "turns", "best_budget", "break_even
 
 # report sections: key -> title (the PDF's sections and the HTML report's categories)
 REPORT_SECTIONS = {
-    "setup": "Setup and methodology", "single": "Single-stream speed", "budget": "Draft size sweeps",
-    "tp": "Tensor parallelism", "concurrency": "Concurrency", "agentic": "Agentic multi-turn",
+    "setup": "Setup and methodology",
+    "single": "Single-stream speed",
+    "budget": "Draft size sweeps",
+    "tp": "Tensor parallelism",
+    "concurrency": "Concurrency",
+    "agentic": "Agentic multi-turn",
 }
 REPORT_DATA = f"{RESULTS}/report/data.json"
 PREDICTIONS = f"{RESULTS}/plan/predictions.csv"

@@ -57,8 +57,15 @@ def _substitute(template: str, values: dict, where: str) -> str:
 
 
 # What method expansion reads from a configuration; each distinct one is expanded once per process.
-EXPANSION_KEYS = ("methods", "defaults", "algorithms", "match_ddtree_scheduling", "match_ddtree_attention", "server",
-                  "backend")
+EXPANSION_KEYS = (
+    "methods",
+    "defaults",
+    "algorithms",
+    "match_ddtree_scheduling",
+    "match_ddtree_attention",
+    "server",
+    "backend",
+)
 
 
 def expand_methods(config: dict) -> list[Method]:
@@ -94,13 +101,16 @@ def _grid(algorithm: algorithms.Algorithm, entry: dict, defaults: dict, where: s
             value = p.default
         if value is None:
             if p.required:
-                raise ConfigError(f"{where}: algorithm '{algorithm.name}' needs '{p.name}'"
-                                  + (" (an integer or a list to sweep)" if p.sweep_tag else ""))
+                raise ConfigError(
+                    f"{where}: algorithm '{algorithm.name}' needs '{p.name}'"
+                    + (" (an integer or a list to sweep)" if p.sweep_tag else "")
+                )
             continue
         if isinstance(value, list):
             if not p.sweep_tag:
-                raise ConfigError(f"{where}: '{p.name}' cannot be swept (one value per method); list the "
-                                  "methods one by one")
+                raise ConfigError(
+                    f"{where}: '{p.name}' cannot be swept (one value per method); list the methods one by one"
+                )
             swept.append(p)
         axes[p.name] = value if isinstance(value, list) else [value]
     return [dict(zip(axes, combo)) for combo in itertools.product(*axes.values())], swept, given
@@ -113,9 +123,11 @@ def _unspelled(algorithm: algorithms.Algorithm, spelling: dict, given: set, wher
     missing = [p for p in algorithm.parameters if p.spelled and p.name not in carried]
     for p in missing:
         if p.name in given:
-            raise ConfigError(f"{where}: '{p.name}' is set, but the spelling of algorithm '{algorithm.name}' "
-                              f"(algorithms.{algorithm.name}) passes no {{{p.name}}} to the server; add it to the "
-                              "spelling's flags or env, or remove it from the method")
+            raise ConfigError(
+                f"{where}: '{p.name}' is set, but the spelling of algorithm '{algorithm.name}' "
+                f"(algorithms.{algorithm.name}) passes no {{{p.name}}} to the server; add it to the "
+                "spelling's flags or env, or remove it from the method"
+            )
     return {p.name: algorithm.server_default(p) for p in missing}
 
 
@@ -128,11 +140,15 @@ def _drafter(algorithm: algorithms.Algorithm, entry: dict, config: dict, where: 
             raise ConfigError(f"{where}: algorithm '{algorithm.name}' has no drafter; remove 'drafter' from the method")
         return None, ""
     if algorithm.drafter == "own" and not own:
-        raise ConfigError(f"{where}: algorithm '{algorithm.name}' needs its own draft model: set 'drafter' "
-                          f"(the path or hub id of its {algorithm.title} drafter) on the method")
+        raise ConfigError(
+            f"{where}: algorithm '{algorithm.name}' needs its own draft model: set 'drafter' "
+            f"(the path or hub id of its {algorithm.title} drafter) on the method"
+        )
     if algorithm.drafter == "shared" and not (own or shared):
-        raise ConfigError(f"model.drafter: required for method '{entry['name']}' (algorithm '{algorithm.name}'); set "
-                          "model.drafter (the DFlash drafter) or the method's own 'drafter'")
+        raise ConfigError(
+            f"model.drafter: required for method '{entry['name']}' (algorithm '{algorithm.name}'); set "
+            "model.drafter (the DFlash drafter) or the method's own 'drafter'"
+        )
     return own or None, own or shared
 
 
@@ -147,17 +163,21 @@ def _expand(config: dict) -> list[Method]:
             raise ConfigError(f"{where}.algorithm: {exc}") from None
         for key in algorithms.PARAMETER_NAMES:
             if key in entry and key not in {p.name for p in algorithm.parameters}:
-                raise ConfigError(f"{where}: '{key}' has no meaning for algorithm '{algorithm.name}'; remove it"
-                                  + ("; use algorithm 'ddtree' for a draft tree" if algorithm.name == "dflash" else ""))
+                raise ConfigError(
+                    f"{where}: '{key}' has no meaning for algorithm '{algorithm.name}'; remove it"
+                    + ("; use algorithm 'ddtree' for a draft tree" if algorithm.name == "dflash" else "")
+                )
         drafter, drafter_value = _drafter(algorithm, entry, config, where)
         spelling = algorithms.spelling(algorithm.name, config.get("algorithms"))
         grid, swept, given = _grid(algorithm, entry, defaults, where)
         server_flags = list(config.get("server", {}).get("flags", []))
         taken = algorithm.flags_set(spelling) & {f.split("=")[0] for f in list(entry.get("flags", [])) + server_flags}
         if taken:
-            raise ConfigError(f"{where}: {', '.join(sorted(taken))} in flags (the method's or server.flags) is set "
-                              f"by the spelling of algorithm '{algorithm.name}' from its parameters; set the "
-                              "parameter instead, or change the spelling (algorithms)")
+            raise ConfigError(
+                f"{where}: {', '.join(sorted(taken))} in flags (the method's or server.flags) is set "
+                f"by the spelling of algorithm '{algorithm.name}' from its parameters; set the "
+                "parameter instead, or change the spelling (algorithms)"
+            )
         for raw in grid:
             try:
                 params = algorithm.resolve({**raw, **_unspelled(algorithm, spelling, given, where)})
@@ -170,8 +190,12 @@ def _expand(config: dict) -> list[Method]:
             mwhere = f"{where} algorithms.{algorithm.name}"
             flags = [_substitute(f, values, mwhere + ".flags") for f in spelling["flags"]]
             flags += [_substitute(str(f), values, where + ".flags") for f in entry.get("flags", [])]
-            if (config.get("match_ddtree_scheduling") and algorithm.speculative and algorithm.overlap
-                    and "--disable-overlap-schedule" not in flags):
+            if (
+                config.get("match_ddtree_scheduling")
+                and algorithm.speculative
+                and algorithm.overlap
+                and "--disable-overlap-schedule" not in flags
+            ):
                 flags.append("--disable-overlap-schedule")
             backend = _attention_backend(config, entry, flags, where)
             # the server's flags come last on the command line: what they set is what runs
@@ -186,8 +210,11 @@ def _expand(config: dict) -> list[Method]:
                 raise ConfigError(_located(where, exc)) from None
             except ValueError as exc:  # the DDTree build's tuning read from the method's environment
                 raise ConfigError(f"{where}.env: {exc}") from None
-            methods.append(Method(name, algorithm.name, params, tuple(flags), env, backend,
-                                  entry.get("min_free_slots_delay"), drafter))
+            methods.append(
+                Method(
+                    name, algorithm.name, params, tuple(flags), env, backend, entry.get("min_free_slots_delay"), drafter
+                )
+            )
     if config.get("backend") == "sim":
         _one_drafter_per_algorithm(methods, config)
     seen: dict[str, int] = {}
@@ -210,9 +237,11 @@ def _one_drafter_per_algorithm(methods: list[Method], config: dict) -> None:
             drafters.setdefault(m.algorithm, set()).add(m.drafter or config["model"].get("drafter"))
     for algorithm, names in drafters.items():
         if len(names) > 1:
-            raise ConfigError(f"methods: the {algorithm} methods name {len(names)} drafters ({', '.join(sorted(names))}), "
-                              "but the simulated backend models one drafter per algorithm and would simulate them "
-                              "alike; give them one drafter, or compare drafters on the sglang backend")
+            raise ConfigError(
+                f"methods: the {algorithm} methods name {len(names)} drafters ({', '.join(sorted(names))}), "
+                "but the simulated backend models one drafter per algorithm and would simulate them "
+                "alike; give them one drafter, or compare drafters on the sglang backend"
+            )
 
 
 def _located(where: str, exc: AlgorithmError) -> str:
@@ -229,14 +258,21 @@ def _attention_backend(config: dict, entry: dict, flags: list, where: str) -> st
     given = algorithms.flag_value(flags, "--attention-backend")
     if given is not None:
         if entry.get("attention_backend") and entry["attention_backend"] != given:
-            raise ConfigError(f"{where}: attention_backend '{entry['attention_backend']}' disagrees with "
-                              f"--attention-backend {given} in its flags; keep one")
+            raise ConfigError(
+                f"{where}: attention_backend '{entry['attention_backend']}' disagrees with "
+                f"--attention-backend {given} in its flags; keep one"
+            )
         return given
     overrides = config.get("algorithms")
-    backend = (entry.get("attention_backend")
-               or (algorithms.spelling("ddtree", overrides)["attention_backend"]
-                   if config.get("match_ddtree_attention") else None)
-               or algorithms.spelling(entry["algorithm"], overrides)["attention_backend"])
+    backend = (
+        entry.get("attention_backend")
+        or (
+            algorithms.spelling("ddtree", overrides)["attention_backend"]
+            if config.get("match_ddtree_attention")
+            else None
+        )
+        or algorithms.spelling(entry["algorithm"], overrides)["attention_backend"]
+    )
     if backend:
         flags += ["--attention-backend", backend]
     return backend

@@ -16,11 +16,42 @@ BOOTSTRAP_RESAMPLES = 1000
 MIN_SESSIONS = 10  # independent units (sessions) below which no interval is claimed
 TAIL_VALUES = 5  # values needed beyond a percentile (n x min(p, 1 - p)) for its interval
 # Student t quantiles t(0.975, df) for df = 1..30 (df above 30: the last one, 2.04, is within 2% of 1.96)
-T_975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145, 2.131,
-         2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042)
+T_975 = (
+    12.706,
+    4.303,
+    3.182,
+    2.776,
+    2.571,
+    2.447,
+    2.365,
+    2.306,
+    2.262,
+    2.228,
+    2.201,
+    2.179,
+    2.160,
+    2.145,
+    2.131,
+    2.120,
+    2.110,
+    2.101,
+    2.093,
+    2.086,
+    2.080,
+    2.074,
+    2.069,
+    2.064,
+    2.060,
+    2.056,
+    2.052,
+    2.048,
+    2.045,
+    2.042,
+)
 
 
 # ---------------------------------------------------------------- per request
+
 
 def ttft(r: dict) -> float | None:
     """TTFT = t_first - t0: from sending the request to the first chunk carrying content."""
@@ -71,6 +102,7 @@ def queue_delay(r: dict) -> float:
 
 # ---------------------------------------------------------------- load actually held
 
+
 def end_time(r: dict) -> float:
     """t_end: when a request finished (its last chunk, [DONE] or its failure); older records: last chunk or t0."""
     if r.get("t_end") is not None:
@@ -80,8 +112,9 @@ def end_time(r: dict) -> float:
 
 def in_flight(records: list[dict]) -> list[tuple[float, float, int]]:
     """Requests in flight over time: (from, to, count) pieces, a request counting from t0 until t_end."""
-    events = sorted([(r["t0"], 1) for r in records] + [(end_time(r), -1) for r in records],
-                    key=lambda e: (e[0], e[1]))  # at one instant an end comes before a send
+    events = sorted(
+        [(r["t0"], 1) for r in records] + [(end_time(r), -1) for r in records], key=lambda e: (e[0], e[1])
+    )  # at one instant an end comes before a send
     pieces, count = [], 0
     for (t, step), (t_next, _) in zip(events, events[1:]):  # after the last event nothing is in flight
         count += step
@@ -90,8 +123,9 @@ def in_flight(records: list[dict]) -> list[tuple[float, float, int]]:
     return pieces
 
 
-def steady_window(records: list[dict], concurrency: int, load_model: str = "closed",
-                  pieces: list | None = None) -> list[float] | None:
+def steady_window(
+    records: list[dict], concurrency: int, load_model: str = "closed", pieces: list | None = None
+) -> list[float] | None:
     """Steady-state window = from the first to the last moment the cell's concurrency was in flight (closed loop;
     open loop: from the first to the last send); None when the concurrency was never reached.
 
@@ -105,8 +139,7 @@ def steady_window(records: list[dict], concurrency: int, load_model: str = "clos
     return [held[0][0], held[-1][1]] if held else None
 
 
-def achieved_concurrency(records: list[dict], window: list[float] | None = None,
-                         pieces: list | None = None) -> dict:
+def achieved_concurrency(records: list[dict], window: list[float] | None = None, pieces: list | None = None) -> dict:
     """Achieved concurrency = time-weighted mean and peak of requests in flight (t0 <= t < t_end), over the
     measurement (first send to last end) or over a window.
 
@@ -128,20 +161,31 @@ def concurrency_report(records: list[dict], concurrency: int, load_model: str = 
     whole = achieved_concurrency(records, None, pieces)
     steady = achieved_concurrency(records, window, pieces) if window else {"mean": None, "peak": None}
     span = (max(end_time(r) for r in records) - min(r["t0"] for r in records)) if records else 0.0
-    return {"label": concurrency, "load_model": load_model, "mean": whole["mean"], "peak": whole["peak"],
-            "steady_mean": steady["mean"], "window": window,
-            "window_share": (window[1] - window[0]) / span if window and span > 0 else None,
-            "held": window is not None}
+    return {
+        "label": concurrency,
+        "load_model": load_model,
+        "mean": whole["mean"],
+        "peak": whole["peak"],
+        "steady_mean": steady["mean"],
+        "window": window,
+        "window_share": (window[1] - window[0]) / span if window and span > 0 else None,
+        "held": window is not None,
+    }
 
 
 # ---------------------------------------------------------------- per cell
+
 
 def engine_steps(records: list[dict], window: list[float]) -> list[dict]:
     """Engine steps seen by the client inside a window: chunk arrivals grouped by instant (within a quarter of the
     median gap between a request's chunks), each with its duration since the previous step, the requests it served
     and those it brought a first token (their prefill)."""
-    arrivals = sorted((t, i, k == 0) for i, r in enumerate(records) for k, t in enumerate(r["chunk_times"])
-                      if window[0] < t <= window[1])
+    arrivals = sorted(
+        (t, i, k == 0)
+        for i, r in enumerate(records)
+        for k, t in enumerate(r["chunk_times"])
+        if window[0] < t <= window[1]
+    )
     gaps = [g for r in records for g in chunk_gaps(r)]
     tolerance = 0.25 * float(np.median(gaps)) if gaps else 0.0
     steps: list[dict] = []
@@ -229,8 +273,9 @@ def _resample(strata: list, seed: int) -> np.ndarray:
     for label in dict.fromkeys(strata):
         columns = [i for i, s in enumerate(strata) if s == label]
         draws = max(1, len(columns) - 1)
-        counts[:, columns] = rng.multinomial(draws, [1.0 / len(columns)] * len(columns),
-                                             size=BOOTSTRAP_RESAMPLES) * (len(columns) / draws)
+        counts[:, columns] = rng.multinomial(draws, [1.0 / len(columns)] * len(columns), size=BOOTSTRAP_RESAMPLES) * (
+            len(columns) / draws
+        )
     return counts
 
 
@@ -279,8 +324,11 @@ def acceptance_length_sglang(records: list[dict]) -> float | None:
 
 def length_mismatches(records: list[dict]) -> int:
     """Length mismatches = successful requests sent with ignore_eos whose output length N differs from max_new_tokens."""
-    return sum(1 for r in records if r["error"] is None and r.get("expected_tokens") is not None
-               and r["output_tokens"] != r["expected_tokens"])
+    return sum(
+        1
+        for r in records
+        if r["error"] is None and r.get("expected_tokens") is not None and r["output_tokens"] != r["expected_tokens"]
+    )
 
 
 def tokens_per_chunk(records: list[dict]) -> float | None:
@@ -301,17 +349,23 @@ def _weighted_percentiles(sorted_values: np.ndarray, weights: np.ndarray, ps: li
     # per row, how many cumulative counts lie below each bound (the rows are sorted)
     index = np.array([np.searchsorted(row, b, side="left") for row, b in zip(cum, bounds)])
     last = len(sorted_values) - 1
-    lo_v = sorted_values[np.minimum(index[:, :len(ps)], last)]
-    hi_v = sorted_values[np.minimum(index[:, len(ps):], last)]
+    lo_v = sorted_values[np.minimum(index[:, : len(ps)], last)]
+    hi_v = sorted_values[np.minimum(index[:, len(ps) :], last)]
     return list((lo_v + (h - low) * (hi_v - lo_v)).T)
 
 
 def summarise(values: list, sessions: list | None = None, seed: int = 0, kinds: list | None = None) -> dict:
     """Mean and percentiles with their n, each with a 95% bootstrap CI resampling whole sessions (never single
     tokens); no CI below MIN_SESSIONS sessions, nor for percentile p with fewer than TAIL_VALUES values beyond it."""
-    pairs = [(v, s, k) for v, s, k in zip(values, sessions if sessions is not None else range(len(values)),
-                                          kinds if kinds is not None else [None] * len(values))
-             if v is not None and math.isfinite(v)]
+    pairs = [
+        (v, s, k)
+        for v, s, k in zip(
+            values,
+            sessions if sessions is not None else range(len(values)),
+            kinds if kinds is not None else [None] * len(values),
+        )
+        if v is not None and math.isfinite(v)
+    ]
     out: dict = {"n": len(pairs)}
     if not pairs:
         return out
@@ -326,16 +380,21 @@ def summarise(values: list, sessions: list | None = None, seed: int = 0, kinds: 
     out["mean"] = float(data.mean())
     for p in PERCENTILES:
         out[f"p{p}"] = float(np.percentile(data, p))
-    claimed = {name: len(groups) >= MIN_SESSIONS and (p is None or data.size * min(p, 100 - p) / 100 >= TAIL_VALUES)
-               for name, p in stats.items()}
+    claimed = {
+        name: len(groups) >= MIN_SESSIONS and (p is None or data.size * min(p, 100 - p) / 100 >= TAIL_VALUES)
+        for name, p in stats.items()
+    }
     boot: dict[str, list[np.ndarray]] = {name: [] for name, ok in claimed.items() if ok}
     if boot:
         counts = _resample([stratum[s] for s in groups], seed)
         percentiles = {name: p for name, p in stats.items() if name in boot and p is not None}
-        for rows in np.array_split(np.arange(BOOTSTRAP_RESAMPLES), max(1, data.size * BOOTSTRAP_RESAMPLES // 2_000_000)):
+        for rows in np.array_split(
+            np.arange(BOOTSTRAP_RESAMPLES), max(1, data.size * BOOTSTRAP_RESAMPLES // 2_000_000)
+        ):
             weights = counts[rows][:, cluster]  # copies of each value in each resample
-            for name, resampled in zip(percentiles, _weighted_percentiles(data_sorted, weights,
-                                                                          list(percentiles.values()))):
+            for name, resampled in zip(
+                percentiles, _weighted_percentiles(data_sorted, weights, list(percentiles.values()))
+            ):
                 boot[name].append(resampled)
             if "mean" in boot:
                 boot["mean"].append(weights @ data_sorted / weights.sum(axis=1))
@@ -374,8 +433,10 @@ def per_turn(records: list[dict], seed: int = 0) -> dict:
         rows = [r for r in records if r["turn"] == turn]
         ok = [r for r in rows if r["error"] is None]
         out[str(turn)] = {
-            "requests": len(rows), "failed": len(rows) - len(ok),
-            "ttft": _summary(ok, ttft, seed), "e2e": _summary(ok, e2e, seed),
+            "requests": len(rows),
+            "failed": len(rows) - len(ok),
+            "ttft": _summary(ok, ttft, seed),
+            "e2e": _summary(ok, e2e, seed),
             "prompt_tokens_mean": float(np.mean([r["prompt_tokens"] for r in ok])) if ok else None,
             "cached_tokens_mean": float(np.mean([r["cached_tokens"] for r in ok])) if ok else None,
         }
@@ -440,23 +501,34 @@ def server_load(sampled: dict) -> dict:
     were kept give the sampler's own summary)."""
     if "gauges" not in sampled:
         n = sampled.get("samples", 0)
-        return {name: {"samples": n, "mean": sampled.get(f"{name}_mean"), "peak": sampled.get(f"{name}_peak")}
-                for name in ("running", "queued")}
-    return {name: gauge_summary([sample[i] for sample in sampled["gauges"]])
-            for i, name in enumerate(("running", "queued"))}
+        return {
+            name: {"samples": n, "mean": sampled.get(f"{name}_mean"), "peak": sampled.get(f"{name}_peak")}
+            for name in ("running", "queued")
+        }
+    return {
+        name: gauge_summary([sample[i] for sample in sampled["gauges"]]) for i, name in enumerate(("running", "queued"))
+    }
 
 
-def cell_metrics(records: list[dict], tp: int, concurrency: int, load_model: str = "closed", seed: int = 0,
-                 counters: dict | None = None) -> dict:
+def cell_metrics(
+    records: list[dict],
+    tp: int,
+    concurrency: int,
+    load_model: str = "closed",
+    seed: int = 0,
+    counters: dict | None = None,
+) -> dict:
     """All per-cell aggregates (each defined in its function's docstring) from the measured (non-warm-up) request
     records and, where given, the server's counters differenced over the measurement window."""
     ok = [r for r in records if r["error"] is None]
     held = concurrency_report(records, concurrency, load_model)
     window = held["window"]
     throughput = output_throughput(records, window)
-    acceptance = {"acceptance_length": acceptance_length(records),
-                  "acceptance_length_server": server_acceptance_length(counters or {}, len(ok)),
-                  "tokens_per_chunk": tokens_per_chunk(records)}
+    acceptance = {
+        "acceptance_length": acceptance_length(records),
+        "acceptance_length_server": server_acceptance_length(counters or {}, len(ok)),
+        "tokens_per_chunk": tokens_per_chunk(records),
+    }
     return {
         "requests_sent": len(records),
         "requests_completed": len(ok),
@@ -494,8 +566,9 @@ def cell_measures(cell: dict) -> dict:
     and seed, with its server counters; its server load (server_load); its precision (metric_precision of its
     precision metric)."""
     c = cell["cell"]
-    out = cell_metrics(cell["requests"], c["tp"], c["concurrency"], cell["load"]["model"], cell["seed"],
-                       cell["server_counters"])
+    out = cell_metrics(
+        cell["requests"], c["tp"], c["concurrency"], cell["load"]["model"], cell["seed"], cell["server_counters"]
+    )
     out["server_load"] = server_load(cell.get("server_load") or {})
     out["precision"] = metric_precision(out, (cell.get("precision") or {}).get("metric", "output_throughput"))
     return out
@@ -518,11 +591,32 @@ def _first_paragraph(func) -> tuple[str, str]:
 
 def definitions() -> list[tuple[str, str]]:
     """(name, definition) for every metric: the first paragraph of each docstring, whole sentences."""
-    funcs = [ttft, user_ttft, e2e, tpot, interactivity, itl_per_token, chunk_gaps, queue_delay, end_time,
-             achieved_concurrency, steady_window, output_throughput, acceptance_length,
-             acceptance_length_per_request, acceptance_length_sglang, tokens_per_chunk, length_mismatches,
-             acceptance_agreement, summarise_with_failures, session_completion, per_turn, failures,
-             first_divergence, losslessness]
+    funcs = [
+        ttft,
+        user_ttft,
+        e2e,
+        tpot,
+        interactivity,
+        itl_per_token,
+        chunk_gaps,
+        queue_delay,
+        end_time,
+        achieved_concurrency,
+        steady_window,
+        output_throughput,
+        acceptance_length,
+        acceptance_length_per_request,
+        acceptance_length_sglang,
+        tokens_per_chunk,
+        length_mismatches,
+        acceptance_agreement,
+        summarise_with_failures,
+        session_completion,
+        per_turn,
+        failures,
+        first_divergence,
+        losslessness,
+    ]
     return [_first_paragraph(f) for f in funcs]
 
 
@@ -532,8 +626,13 @@ def statistics() -> list[tuple[str, str]]:
     return [_first_paragraph(f) for f in (summarise, throughput_ci, speedup, combine_launches, relative_precision)]
 
 
-def speedup(method_records: list[dict], ar_records: list[dict], method_window: list[float] | None = None,
-            ar_window: list[float] | None = None, seed: int = 0) -> dict:
+def speedup(
+    method_records: list[dict],
+    ar_records: list[dict],
+    method_window: list[float] | None = None,
+    ar_window: list[float] | None = None,
+    seed: int = 0,
+) -> dict:
     """Speedup = output throughput of the method / that of AR, both over the sessions the two cells share; 95% CI by
     paired bootstrap over those sessions (the same pairs as the estimate; none below MIN_SESSIONS pairs).
 
@@ -555,8 +654,11 @@ def speedup(method_records: list[dict], ar_records: list[dict], method_window: l
     (na, da, ca), (nb, db, cb) = arrays
     if not common or da.sum() <= 0 or db.sum() <= 0 or nb.sum() <= 0:
         return {"speedup": None, "speedup_ci": None, "pairs": len(common)}
-    out: dict = {"speedup": float((ca * na.sum() / da.sum()) / (cb * nb.sum() / db.sum())), "speedup_ci": None,
-           "pairs": len(common)}
+    out: dict = {
+        "speedup": float((ca * na.sum() / da.sum()) / (cb * nb.sum() / db.sum())),
+        "speedup_ci": None,
+        "pairs": len(common),
+    }
     if len(common) >= MIN_SESSIONS:
         w = _resample([sides[1][0][s][2] for s in common], seed)
         with np.errstate(divide="ignore", invalid="ignore"):
@@ -610,8 +712,13 @@ def losslessness(method_records: list[dict], ar_records: list[dict]) -> dict:
     }
 
 
-def relative_precision(records: list[dict], metric: str = "output_throughput", concurrency: int = 1,
-                       load_model: str = "closed", seed: int = 0) -> float | None:
+def relative_precision(
+    records: list[dict],
+    metric: str = "output_throughput",
+    concurrency: int = 1,
+    load_model: str = "closed",
+    seed: int = 0,
+) -> float | None:
     """Relative precision = half-width of the metric's 95% CI / its value, with the cell's own intervals (None while
     no interval is claimed: too few sessions, or a zero-width one)."""
     if metric == "output_throughput":

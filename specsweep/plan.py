@@ -46,8 +46,9 @@ def method_decoding(method) -> Decoding:
     """How the simulator decodes for a configured method (its algorithm and parameters, flags and env)."""
     if method.algorithm == "ar":
         return Decoding("ar")
-    return Decoding.of_params(method.algorithm, method.params, "--disable-overlap-schedule" not in method.flags,
-                              method.env)
+    return Decoding.of_params(
+        method.algorithm, method.params, "--disable-overlap-schedule" not in method.flags, method.env
+    )
 
 
 @lru_cache(maxsize=256)
@@ -78,8 +79,15 @@ def _tau(prompts: tuple, decoding: Decoding, sim_json: str, max_new_tokens: int,
     if decoding.algorithm == "ar" or dummy and decoding.spec.drafting != "lookup":
         return 1.0
     sim = json.loads(sim_json)
-    return mean_tau(list(prompts), decoding, rounds=60, acceptance=sim.get("acceptance") or None,
-                    max_new_tokens=max_new_tokens, profile_set=profiles(sim.get("profiles")), looping=dummy)
+    return mean_tau(
+        list(prompts),
+        decoding,
+        rounds=60,
+        acceptance=sim.get("acceptance") or None,
+        max_new_tokens=max_new_tokens,
+        profile_set=profiles(sim.get("profiles")),
+        looping=dummy,
+    )
 
 
 def clock_scale(config: dict) -> float:
@@ -98,23 +106,31 @@ def startup_seconds(config: dict, tp: int) -> float:
     return weights + runtime.get("startup_seconds", SGLANG_INIT_SECONDS) + JOB_OVERHEAD_SECONDS
 
 
-def cell_seconds(config: dict, tp: int, method, workload: dict, concurrency: int, requests: int,
-                 sessions: list | None = None) -> float:
+def cell_seconds(
+    config: dict, tp: int, method, workload: dict, concurrency: int, requests: int, sessions: list | None = None
+) -> float:
     """Predicted time of ``requests`` sessions of a workload at a concurrency: rounds of (prefill + decode steps),
     on the servers' clock (a simulated clock run ``sim.time_scale`` times fast takes that many times less).
 
     ``sessions``, the workload's sessions where they are built already (a server job), spare building a sample.
     """
     sim = config["sim"]
-    cost = CostModel.named(sim["gpu"], sim["model_profile"], sim["runtime"], tp, sim["profiles"],
-                           sim.get("draft_model_profile"))
-    prompts, prompt_tokens, turns = (_sample_of(workload, sessions) if sessions else
-                                     _workload_sample(json.dumps(workload, sort_keys=True), config["seed"],
-                                                      config["model"].get("path")))
+    cost = CostModel.named(
+        sim["gpu"], sim["model_profile"], sim["runtime"], tp, sim["profiles"], sim.get("draft_model_profile")
+    )
+    prompts, prompt_tokens, turns = (
+        _sample_of(workload, sessions)
+        if sessions
+        else _workload_sample(json.dumps(workload, sort_keys=True), config["seed"], config["model"].get("path"))
+    )
     decoding = method_decoding(method)
-    tau = _tau(prompts, decoding, json.dumps({k: sim.get(k) or {} for k in ("acceptance", "profiles")},
-                                             sort_keys=True),
-               workload["max_new_tokens"], config["model"].get("load_format") == "dummy")
+    tau = _tau(
+        prompts,
+        decoding,
+        json.dumps({k: sim.get(k) or {} for k in ("acceptance", "profiles")}, sort_keys=True),
+        workload["max_new_tokens"],
+        config["model"].get("load_format") == "dummy",
+    )
     output = workload["max_new_tokens"] * (1.0 if config["sampling"].get("ignore_eos") else OUTPUT_SHARE)
     batch = max(1, min(concurrency, requests))
     context = int(prompt_tokens + output / 2)
@@ -141,8 +157,11 @@ def predict(config: dict, memo_dir: str | None = None) -> list[dict]:
             return json.loads(memo.read_text())
         except (OSError, ValueError):
             pass
-    rows = [row for server in servers(config)
-            for row in predict_server(config, server["tp"], server["method"], server["repetition"])]
+    rows = [
+        row
+        for server in servers(config)
+        for row in predict_server(config, server["tp"], server["method"], server["repetition"])
+    ]
     if memo is not None:
         try:
             atomic_write_json(memo, rows)
@@ -155,12 +174,18 @@ def predict(config: dict, memo_dir: str | None = None) -> list[dict]:
 def _code_digest() -> str:
     """Digest of the package's code and data files (what predict depends on besides the configuration)."""
     root = Path(__file__).parent
-    return package_digest(*sorted(str(p.relative_to(root)) for p in root.rglob("*")
-                                  if p.suffix in (".py", ".yaml", ".json", ".txt") and "__pycache__" not in p.parts))
+    return package_digest(
+        *sorted(
+            str(p.relative_to(root))
+            for p in root.rglob("*")
+            if p.suffix in (".py", ".yaml", ".json", ".txt") and "__pycache__" not in p.parts
+        )
+    )
 
 
-def predict_server(config: dict, tp: int, method_name: str, repetition: int | None = None,
-                   sessions: dict | None = None) -> list[dict]:
+def predict_server(
+    config: dict, tp: int, method_name: str, repetition: int | None = None, sessions: dict | None = None
+) -> list[dict]:
     """The predicted rows of one server's cells (see predict); its first row carries the start-up.
     ``sessions`` ({workload name: built sessions}) where a server job has them already."""
     method = next(m for m in expand_methods(config) if m.name == method_name)
@@ -170,14 +195,27 @@ def predict_server(config: dict, tp: int, method_name: str, repetition: int | No
     for i, cell in enumerate(cells_of_server(config, tp, method.name, repetition)):
         w = workloads[cell["workload"]]
         built = (sessions or {}).get(w["name"])
-        warm = (cell_seconds(config, tp, method, w, cell["concurrency"], config["warmup"], built)
-                if config["warmup"] else 0.0)
+        warm = (
+            cell_seconds(config, tp, method, w, cell["concurrency"], config["warmup"], built)
+            if config["warmup"]
+            else 0.0
+        )
         measure = cell_seconds(config, tp, method, w, cell["concurrency"], cell["requests"], built)
-        rows.append({"server": server_name(tp, method.name, repetition),
-                     "tp": tp, "method": method.name, "repetition": repetition,
-                     "workload": cell["workload"], "concurrency": cell["concurrency"], "requests": cell["requests"],
-                     "path": cell["path"],
-                     "startup_s": start if i == 0 else 0.0, "warmup_s": warm, "measure_s": measure})
+        rows.append(
+            {
+                "server": server_name(tp, method.name, repetition),
+                "tp": tp,
+                "method": method.name,
+                "repetition": repetition,
+                "workload": cell["workload"],
+                "concurrency": cell["concurrency"],
+                "requests": cell["requests"],
+                "path": cell["path"],
+                "startup_s": start if i == 0 else 0.0,
+                "warmup_s": warm,
+                "measure_s": measure,
+            }
+        )
     return rows
 
 
@@ -232,8 +270,13 @@ def _schedule(durations: dict, order: list[str], gpus: int, exclusive: bool) -> 
     gpu_seconds = sum((gpus if exclusive else tp) * s for tp, s in durations.values())
     bound = max(gpu_seconds / gpus if gpus else 0.0, max((s for _, s in durations.values()), default=0.0))
     order = sorted(starts, key=lambda s: (starts[s], order.index(s)))
-    return {"order": order, "starts": starts, "makespan_s": makespan, "lower_bound_s": bound,
-            "gpu_seconds": sum(tp * s for tp, s in durations.values())}
+    return {
+        "order": order,
+        "starts": starts,
+        "makespan_s": makespan,
+        "lower_bound_s": bound,
+        "gpu_seconds": sum(tp * s for tp, s in durations.values()),
+    }
 
 
 def priorities(durations: dict[str, tuple[int, float]], gpus: int, exclusive: bool = False) -> dict[str, int]:
@@ -247,14 +290,25 @@ def mark_cached(config: dict, rows: list[dict], environment: dict | None) -> boo
     if environment is None or not Path(config["cache_dir"]).is_dir() or not any(Path(config["cache_dir"]).iterdir()):
         return environment is not None
     cache = CellCache(config["cache_dir"])
-    sessions = cell_sessions(config["workloads"], rows, config["seed"], config["sampling"]["thinking"],
-                             config["model"].get("path"), config["model"]["context_length"])
+    sessions = cell_sessions(
+        config["workloads"],
+        rows,
+        config["seed"],
+        config["sampling"]["thinking"],
+        config["model"].get("path"),
+        config["model"]["context_length"],
+    )
     for r in rows:
         job = server_job(config, r["tp"], r["method"], r["repetition"])
-        cell = {"workload": r["workload"], "concurrency": r["concurrency"], "repetition": r["repetition"] or 0,
-                "requests": r["requests"]}
-        r["cached"] = cache.get(cell_key(job, cell, cell_digest(sessions, cell), environment["identity_digest"])) \
-            is not None
+        cell = {
+            "workload": r["workload"],
+            "concurrency": r["concurrency"],
+            "repetition": r["repetition"] or 0,
+            "requests": r["requests"],
+        }
+        r["cached"] = (
+            cache.get(cell_key(job, cell, cell_digest(sessions, cell), environment["identity_digest"])) is not None
+        )
     return True
 
 
@@ -262,12 +316,24 @@ def write_predictions(config: dict, out_csv: str) -> None:
     """The predicted rows of every cell (see predict) as CSV: what the report compares each server's run with."""
     import pandas as pd
 
-    atomic_write_text(out_csv, pd.DataFrame(predict(config, config["cache_dir"]), columns=PREDICTION_COLUMNS)
-                      .to_csv(index=False))
+    atomic_write_text(
+        out_csv, pd.DataFrame(predict(config, config["cache_dir"]), columns=PREDICTION_COLUMNS).to_csv(index=False)
+    )
 
 
-PREDICTION_COLUMNS = ["server", "tp", "method", "repetition", "workload", "concurrency", "requests", "path",
-                      "startup_s", "warmup_s", "measure_s"]
+PREDICTION_COLUMNS = [
+    "server",
+    "tp",
+    "method",
+    "repetition",
+    "workload",
+    "concurrency",
+    "requests",
+    "path",
+    "startup_s",
+    "warmup_s",
+    "measure_s",
+]
 
 
 def write_plan(config: dict, environment: dict | None, gpus: int, out_md: str, out_csv: str) -> dict:
@@ -287,11 +353,16 @@ def write_plan(config: dict, environment: dict | None, gpus: int, out_md: str, o
         "",
         f"- backend: {config['backend']}; cost model: {config['sim']['model_profile']} on {config['sim']['gpu']} "
         f"({config['sim']['runtime']} runtime)" + (" - simulated backend" if config["backend"] == "sim" else ""),
-        f"- cells already cached: {int(frame['cached'].sum())} of {len(rows)}" +
-        ("" if known else " (environment not probed yet: run `snakemake results/env/"
-         f"{config['backend']}.json` to check the cache)"),
+        f"- cells already cached: {int(frame['cached'].sum())} of {len(rows)}"
+        + (
+            ""
+            if known
+            else " (environment not probed yet: run `snakemake results/env/"
+            f"{config['backend']}.json` to check the cache)"
+        ),
         f"- GPU-hours: {hours:.2f} (sum over servers of TP x predicted duration)",
-        f"- GPUs: {gpus}" + (" (all servers serialised: gpu_pool.exclusive)" if config["gpu_pool"]["exclusive"] else ""),
+        f"- GPUs: {gpus}"
+        + (" (all servers serialised: gpu_pool.exclusive)" if config["gpu_pool"]["exclusive"] else ""),
         f"- predicted makespan: {packing['makespan_s'] / 3600:.2f} h ({packing['makespan_s']:.0f} s), order: "
         f"{packing['heuristic']}; "
         f"lower bound {packing['lower_bound_s'] / 3600:.2f} h "
@@ -303,8 +374,10 @@ def write_plan(config: dict, environment: dict | None, gpus: int, out_md: str, o
     for i, server in enumerate(packing["order"], start=1):
         tp, seconds = durations[server]
         cached = frame[frame["server"] == server]["cached"]
-        lines.append(f"| {i} | {server} | {tp} | {seconds:.0f} | {packing['starts'][server]:.0f} | "
-                     f"{int(cached.sum())}/{len(cached)} |")
+        lines.append(
+            f"| {i} | {server} | {tp} | {seconds:.0f} | {packing['starts'][server]:.0f} | "
+            f"{int(cached.sum())}/{len(cached)} |"
+        )
     lines += ["", "Assumptions: " + " ".join(__doc__.split("Assumptions (stated in plan.md): ")[1].split())]
     atomic_write_text(out_md, "\n".join(lines) + "\n")
     return {"servers": len(durations), "cells": len(rows), "gpu_hours": hours, **packing}

@@ -14,8 +14,15 @@ class Progress:
     and ends and at most every ``every`` seconds in between. Cells taken from the cache cost nothing.
     """
 
-    def __init__(self, server: str, cells: list[dict], todo: list[dict], planned: dict[str, float] | None = None,
-                 every: float = 10.0, out=None):
+    def __init__(
+        self,
+        server: str,
+        cells: list[dict],
+        todo: list[dict],
+        planned: dict[str, float] | None = None,
+        every: float = 10.0,
+        out=None,
+    ):
         self.server, self.cells, self.todo, self.planned = server, cells, todo, planned or {}
         self.every, self.out = every, out or sys.stderr
         self.cell: dict = todo[0] if todo else {}
@@ -45,22 +52,29 @@ class Progress:
         if self.cell["output"] not in self.planned:
             return None
         share = 1 - self.done / self.total if self.total else 1
-        later = self.todo[self.todo.index(self.cell) + 1:]
+        later = self.todo[self.todo.index(self.cell) + 1 :]
         scale = self.measured / self.planned_done if self.planned_done else 1.0
-        return scale * (self.planned[self.cell["output"]] * share +
-                        sum(self.planned.get(c["output"], 0.0) for c in later))
+        return scale * (
+            self.planned[self.cell["output"]] * share + sum(self.planned.get(c["output"], 0.0) for c in later)
+        )
 
     def _print(self, note: str) -> None:
         self.last = time.monotonic()
         cell, left = self.cell, self.time_left()
         eta = f"; about {_duration(left)} left for this server (plan)" if left is not None else ""
-        print(f"[{self.server}] cell {self.cells.index(cell) + 1} of {len(self.cells)} ({cell['workload']}, "
-              f"concurrency {cell['concurrency']}; {self.todo.index(cell) + 1} of {len(self.todo)} to measure): "
-              f"{self.done}/{self.total} requests done{eta}" + (f"; {note}" if note else ""),
-              file=self.out, flush=True)
+        print(
+            f"[{self.server}] cell {self.cells.index(cell) + 1} of {len(self.cells)} ({cell['workload']}, "
+            f"concurrency {cell['concurrency']}; {self.todo.index(cell) + 1} of {len(self.todo)} to measure): "
+            f"{self.done}/{self.total} requests done{eta}" + (f"; {note}" if note else ""),
+            file=self.out,
+            flush=True,
+        )
 
 
 def _duration(seconds: float) -> str:
     seconds = max(0, int(round(seconds)))
-    return f"{seconds // 3600} h {seconds % 3600 // 60} min" if seconds >= 3600 else (
-        f"{seconds // 60} min {seconds % 60} s" if seconds >= 60 else f"{seconds} s")
+    return (
+        f"{seconds // 3600} h {seconds % 3600 // 60} min"
+        if seconds >= 3600
+        else (f"{seconds // 60} min {seconds % 60} s" if seconds >= 60 else f"{seconds} s")
+    )

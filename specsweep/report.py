@@ -34,16 +34,36 @@ TEX_MISSING = (
 COLORS = ["blue", "red", "green!60!black", "orange", "violet", "cyan", "brown", "magenta", "gray", "teal"]
 LEGEND_CHARACTERS = 90  # characters of legend entries (with their marks) that fit across a chart
 CHART_WIDTH_CM = 14  # a chart's axis, where its tick labels go (0.9 of the text block)
-MPL_COLORS = ["#1f3fbf", "#bf1f1f", "#2e8b2e", "#e08000", "#8a2be2", "#008b8b", "#8b4513", "#c71585", "#666666",
-              "#006d6d"]
+MPL_COLORS = [
+    "#1f3fbf",
+    "#bf1f1f",
+    "#2e8b2e",
+    "#e08000",
+    "#8a2be2",
+    "#008b8b",
+    "#8b4513",
+    "#c71585",
+    "#666666",
+    "#006d6d",
+]
 
 
 class ReportError(RuntimeError):
     pass
 
 
-TEX_SPECIAL = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_", "{": r"\{",
-               "}": r"\}", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}"}
+TEX_SPECIAL = {
+    "\\": r"\textbackslash{}",
+    "&": r"\&",
+    "%": r"\%",
+    "$": r"\$",
+    "#": r"\#",
+    "_": r"\_",
+    "{": r"\{",
+    "}": r"\}",
+    "~": r"\textasciitilde{}",
+    "^": r"\textasciicircum{}",
+}
 NAME_BREAKS = "./:"  # a name may break after each of these, after an underscore (tex_escape) and a hyphen (TeX)
 NAME_RUN = 12  # and, where it must, within every run of more than this many characters without one
 
@@ -63,18 +83,21 @@ def tex_name(text) -> str:
         if len(part) == 1 and part in NAME_BREAKS:
             out.append(part + r"\allowbreak{}")
         else:
-            out.append(r"\penalty200{}".join(tex_escape(part[i:i + NAME_RUN]) for i in range(0, len(part), NAME_RUN)))
+            out.append(r"\penalty200{}".join(tex_escape(part[i : i + NAME_RUN]) for i in range(0, len(part), NAME_RUN)))
     return "".join(out).replace("--", "-{}-").replace("--", "-{}-")
 
 
-def _wide(frame: pd.DataFrame, series: list[str], series_col: str, x: str, y: str, lo: str | None,
-          hi: str | None) -> pd.DataFrame:
+def _wide(
+    frame: pd.DataFrame, series: list[str], series_col: str, x: str, y: str, lo: str | None, hi: str | None
+) -> pd.DataFrame:
     """One row per x; per series i: s<i>, s<i>_plus, s<i>_minus (error bar lengths, 0 without a CI)."""
     out = pd.DataFrame({x: sorted(frame[x].dropna().unique())})
     twice = frame[frame.duplicated([series_col, x], keep=False)]
     if len(twice):  # a point is one measurement: never the mean of two methods or cells
-        raise ReportError(f"chart of {y} against {x}: series {twice[series_col].iloc[0]!r} has "
-                          f"{len(twice)} rows for one point ({x} = {twice[x].iloc[0]})")
+        raise ReportError(
+            f"chart of {y} against {x}: series {twice[series_col].iloc[0]!r} has "
+            f"{len(twice)} rows for one point ({x} = {twice[x].iloc[0]})"
+        )
     for i, name in enumerate(series):
         sub = frame[frame[series_col] == name].groupby(x)
         mean = sub[y].mean()
@@ -96,8 +119,22 @@ class Figures:
         order = [m for m in self.methods if m in present] if col == "method" else sorted(present, key=str)
         return order
 
-    def line(self, section, fid, frame, x, y, lo, hi, xlabel, ylabel, caption, series_col="method",
-             logx=False, reference=None):
+    def line(
+        self,
+        section,
+        fid,
+        frame,
+        x,
+        y,
+        lo,
+        hi,
+        xlabel,
+        ylabel,
+        caption,
+        series_col="method",
+        logx=False,
+        reference=None,
+    ):
         frame = frame.dropna(subset=[y])
         if frame.empty or frame[x].nunique() < 2:
             return
@@ -113,8 +150,19 @@ class Figures:
         frame = frame.assign(_x=frame[x].map({v: i for i, v in enumerate(labels)}))
         series = self._series(frame, series_col)
         wide = _wide(frame, series, series_col, "_x", y, lo, hi).rename(columns={"_x": "x"})
-        self._add(section, fid, "bar", wide, "x", xlabel, ylabel, caption, series, xlabels=[str(v) for v in labels],
-                  baseline=baseline)
+        self._add(
+            section,
+            fid,
+            "bar",
+            wide,
+            "x",
+            xlabel,
+            ylabel,
+            caption,
+            series,
+            xlabels=[str(v) for v in labels],
+            baseline=baseline,
+        )
 
     def scatter(self, section, fid, frame, x, y, xlabel, ylabel, caption, series_col="method"):
         """Points per series (columns x<i>, y<i>), plus the Pareto-frontier points (fx, fy)."""
@@ -134,10 +182,22 @@ class Figures:
     def _add(self, section, fid, kind, wide, x, xlabel, ylabel, caption, series, **extra):
         name = f"{fid}.csv"
         self.data[name] = wide.to_csv(index=False, na_rep="nan")
-        spec = {"section": section, "id": fid, "kind": kind, "csv": f"data/{name}", "x": x, "xlabel": xlabel,
-                "ylabel": ylabel, "caption": caption, "labels": series,
-                "series": [{"col": f"s{i}", "label": tex_escape(s), "color": COLORS[i % len(COLORS)], "index": i}
-                           for i, s in enumerate(series)], **extra}
+        spec = {
+            "section": section,
+            "id": fid,
+            "kind": kind,
+            "csv": f"data/{name}",
+            "x": x,
+            "xlabel": xlabel,
+            "ylabel": ylabel,
+            "caption": caption,
+            "labels": series,
+            "series": [
+                {"col": f"s{i}", "label": tex_escape(s), "color": COLORS[i % len(COLORS)], "index": i}
+                for i, s in enumerate(series)
+            ],
+            **extra,
+        }
         if kind == "line":
             spec["xticks"] = ",".join(f"{v:g}" for v in wide[x])
         if kind == "bar":
@@ -173,8 +233,12 @@ class Tables:
     @classmethod
     def read(cls, tables_dir: str | Path) -> "Tables":
         tables_dir = Path(tables_dir)
-        return cls(*(pd.read_csv(tables_dir / f"{name}.csv")
-                     for name in ("combined", "turns", "best_budget", "break_even", "pareto")))
+        return cls(
+            *(
+                pd.read_csv(tables_dir / f"{name}.csv")
+                for name in ("combined", "turns", "best_budget", "break_even", "pareto")
+            )
+        )
 
     @property
     def tps(self) -> list:
@@ -196,15 +260,34 @@ def single_stream(t: Tables, figs: Figures) -> dict:
     n_req = int(t.summary["requests_sent"].max()) if len(t.summary) else 0
     for tp in tps:
         sub = low[low["tp"] == tp]
-        figs.bars("single", f"single-throughput-tp{tp}", sub, "workload", "output_throughput", "output_throughput_lo",
-                  "output_throughput_hi", "Workload", "Output throughput (tokens/s)",
-                  f"Output throughput at concurrency {lowest}, TP {tp}, per workload and method "
-                  f"(up to {n_req} measured requests per cell; error bars: 95\\% bootstrap CI).")
+        figs.bars(
+            "single",
+            f"single-throughput-tp{tp}",
+            sub,
+            "workload",
+            "output_throughput",
+            "output_throughput_lo",
+            "output_throughput_hi",
+            "Workload",
+            "Output throughput (tokens/s)",
+            f"Output throughput at concurrency {lowest}, TP {tp}, per workload and method "
+            f"(up to {n_req} measured requests per cell; error bars: 95\\% bootstrap CI).",
+        )
         spec = sub[sub["algorithm"] != "ar"]
-        figs.bars("single", f"single-speedup-tp{tp}", spec, "workload", "speedup", "speedup_lo", "speedup_hi",
-                  "Workload", "Speedup over AR",
-                  f"Speedup in output throughput over AR at concurrency {lowest}, TP {tp} (same prompts in the same "
-                  "order; error bars: 95\\% paired-bootstrap CI; dashed line: no speedup).", baseline=1)
+        figs.bars(
+            "single",
+            f"single-speedup-tp{tp}",
+            spec,
+            "workload",
+            "speedup",
+            "speedup_lo",
+            "speedup_hi",
+            "Workload",
+            "Speedup over AR",
+            f"Speedup in output throughput over AR at concurrency {lowest}, TP {tp} (same prompts in the same "
+            "order; error bars: 95\\% paired-bootstrap CI; dashed line: no speedup).",
+            baseline=1,
+        )
     return {}
 
 
@@ -216,10 +299,13 @@ def budget_sweep(t: Tables, figs: Figures, data: dict[str, str]) -> dict:
     summary, low, tps, lowest = t.summary, t.low, t.tps, t.lowest
     spec = low[low["algorithm"] != "ar"].dropna(subset=["sweep_size"])
     spec = spec.assign(series=_sweep_series(spec))
-    modes = (spec.drop_duplicates("method")[["method", "algorithm", "tree_build", "sweep_size", "topk", "tree_mode",
-                                             "tree_width", "verify_width"]].sort_values(["algorithm", "sweep_size"]))
-    modes = modes.assign(tree_build=modes["tree_build"].fillna("--"),
-                         **{c: modes[c].astype("Int64") for c in ("sweep_size", "topk", "tree_width", "verify_width")})
+    modes = spec.drop_duplicates("method")[
+        ["method", "algorithm", "tree_build", "sweep_size", "topk", "tree_mode", "tree_width", "verify_width"]
+    ].sort_values(["algorithm", "sweep_size"])
+    modes = modes.assign(
+        tree_build=modes["tree_build"].fillna("--"),
+        **{c: modes[c].astype("Int64") for c in ("sweep_size", "topk", "tree_width", "verify_width")},
+    )
     has_modes = _table(modes, data, "modes.csv", ["method", "algorithm", "tree_build", "tree_mode"])
     chain = low[low["algorithm"] == "dflash"]
     for name in spec["algorithm"].unique():
@@ -231,23 +317,49 @@ def budget_sweep(t: Tables, figs: Figures, data: dict[str, str]) -> dict:
                 if sub["sweep_size"].nunique() < 2:
                     continue
                 c = chain[(chain["tp"] == tp) & (chain["workload"] == workload)] if name != "dflash" else chain[0:0]
-                refs = {col: [{"label": f"DFlash {tex_escape(m)}", "text": f"DFlash {m}", "value": float(v)} for m, v in
-                              zip(c["method"], c[col]) if pd.notna(v)]
-                        for col in ("acceptance_length", "output_throughput")}
+                refs = {
+                    col: [
+                        {"label": f"DFlash {tex_escape(m)}", "text": f"DFlash {m}", "value": float(v)}
+                        for m, v in zip(c["method"], c[col])
+                        if pd.notna(v)
+                    ]
+                    for col in ("acceptance_length", "output_throughput")
+                }
                 where = f"{algorithm.title}, workload {tex_name(workload)}, TP {tp}, concurrency {lowest}"
-                figs.line("budget", f"sweep-{name}-acceptance-{workload}-tp{tp}", sub, "sweep_size",
-                          "acceptance_length", None, None, axis, "Acceptance length (tokens per round)",
-                          f"Acceptance length against the {axis.lower()}, {where}; marks: the shape each setting "
-                          "verifies (chain or tree, widths in the table of modes)"
-                          + ("; horizontal line: DFlash (linear chain)." if refs["acceptance_length"] else "."),
-                          series_col="series", logx=True, reference=refs["acceptance_length"])
-                figs.line("budget", f"sweep-{name}-throughput-{workload}-tp{tp}", sub, "sweep_size",
-                          "output_throughput", "output_throughput_lo", "output_throughput_hi", axis,
-                          "Output throughput (tokens/s)",
-                          f"Output throughput against the {axis.lower()}, {where} (error bars: 95\\% CI); marks: "
-                          "the shape each setting verifies" + ("; horizontal line: DFlash." if refs["output_throughput"]
-                                                               else "."),
-                          series_col="series", logx=True, reference=refs["output_throughput"])
+                figs.line(
+                    "budget",
+                    f"sweep-{name}-acceptance-{workload}-tp{tp}",
+                    sub,
+                    "sweep_size",
+                    "acceptance_length",
+                    None,
+                    None,
+                    axis,
+                    "Acceptance length (tokens per round)",
+                    f"Acceptance length against the {axis.lower()}, {where}; marks: the shape each setting "
+                    "verifies (chain or tree, widths in the table of modes)"
+                    + ("; horizontal line: DFlash (linear chain)." if refs["acceptance_length"] else "."),
+                    series_col="series",
+                    logx=True,
+                    reference=refs["acceptance_length"],
+                )
+                figs.line(
+                    "budget",
+                    f"sweep-{name}-throughput-{workload}-tp{tp}",
+                    sub,
+                    "sweep_size",
+                    "output_throughput",
+                    "output_throughput_lo",
+                    "output_throughput_hi",
+                    axis,
+                    "Output throughput (tokens/s)",
+                    f"Output throughput against the {axis.lower()}, {where} (error bars: 95\\% CI); marks: "
+                    "the shape each setting verifies"
+                    + ("; horizontal line: DFlash." if refs["output_throughput"] else "."),
+                    series_col="series",
+                    logx=True,
+                    reference=refs["output_throughput"],
+                )
     return {"has_modes": has_modes}
 
 
@@ -258,8 +370,11 @@ def _sweep_series(spec: pd.DataFrame) -> list[str]:
     labels = pd.Series("", index=spec.index)
     for name, group in spec.groupby("algorithm"):
         algorithm = algorithms.get(str(name))
-        others = [p.name for p in algorithm.parameters
-                  if p.name != algorithm.size and p.name in group and group[p.name].nunique(dropna=False) > 1]
+        others = [
+            p.name
+            for p in algorithm.parameters
+            if p.name != algorithm.size and p.name in group and group[p.name].nunique(dropna=False) > 1
+        ]
         others += ["drafter"] if "drafter" in group and group["drafter"].nunique(dropna=False) > 1 else []
         for i, row in group.iterrows():
             labels.at[i] = f"{algorithm.title}, {row['tree_mode']}" + "".join(f", {k} {row[k]}" for k in others)
@@ -269,8 +384,11 @@ def _sweep_series(spec: pd.DataFrame) -> list[str]:
 
 
 # the axis of a sweep chart, by the registry's size parameter
-SIZE_LABELS = {"budget": "Node budget", "num_draft_tokens": "Draft tokens verified per request",
-               "block_size": "Block size"}
+SIZE_LABELS = {
+    "budget": "Node budget",
+    "num_draft_tokens": "Draft tokens verified per request",
+    "block_size": "Block size",
+}
 
 
 def tensor_parallelism(t: Tables, figs: Figures, data: dict[str, str]) -> dict:
@@ -280,16 +398,25 @@ def tensor_parallelism(t: Tables, figs: Figures, data: dict[str, str]) -> dict:
     if len(tps) > 1:
         for workload in summary["workload"].unique():
             sub = low[low["workload"] == workload].sort_values("tp")
-            figs.bars("tp", f"tp-throughput-{workload}", sub.assign(tp_label=sub["tp"].map(lambda v: f"TP {v}")),
-                      "tp_label", "output_throughput", "output_throughput_lo", "output_throughput_hi",
-                      "Tensor-parallel size", "Output throughput (tokens/s)",
-                      f"Output throughput per TP size and method, workload {tex_name(workload)}, concurrency {lowest} "
-                      "(error bars: 95\\% CI).")
+            figs.bars(
+                "tp",
+                f"tp-throughput-{workload}",
+                sub.assign(tp_label=sub["tp"].map(lambda v: f"TP {v}")),
+                "tp_label",
+                "output_throughput",
+                "output_throughput_lo",
+                "output_throughput_hi",
+                "Tensor-parallel size",
+                "Output throughput (tokens/s)",
+                f"Output throughput per TP size and method, workload {tex_name(workload)}, concurrency {lowest} "
+                "(error bars: 95\\% CI).",
+            )
         base = low[low["tp"] == tps[0]].set_index(["method", "workload"])["output_throughput"]
         scaling = low[["tp", "method", "workload", "output_throughput"]].copy()
         scaling["scaling_efficiency"] = [
             row.output_throughput / (base.get((row.method, row.workload), float("nan")) * row.tp / tps[0])
-            for row in scaling.itertuples()]
+            for row in scaling.itertuples()
+        ]
     has_tp = _table(scaling, data, "scaling.csv", ["method", "workload"]) and len(tps) > 1
     return {"has_tp": has_tp}
 
@@ -302,23 +429,57 @@ def concurrency(t: Tables, figs: Figures, data: dict[str, str]) -> dict:
         for workload in summary["workload"].unique():
             sub = summary[(summary["tp"] == tp) & (summary["workload"] == workload)]
             label = f"workload {tex_name(workload)}, TP {tp}"
-            figs.line("concurrency", f"conc-throughput-{workload}-tp{tp}", sub, "concurrency", "output_throughput",
-                      "output_throughput_lo", "output_throughput_hi", "Concurrency (requests in flight)",
-                      "Output throughput (tokens/s)", f"Output throughput against concurrency, {label} "
-                      "(error bars: 95\\% CI).", logx=True)
-            figs.line("concurrency", f"conc-ttft-{workload}-tp{tp}", sub.assign(
-                v=sub["ttft_p99"] * 1000, lo=sub["ttft_p99_lo"] * 1000, hi=sub["ttft_p99_hi"] * 1000), "concurrency",
-                "v", "lo", "hi", "Concurrency", "TTFT p99 (ms)", f"Time to first token, 99th percentile, {label} "
-                "(error bars: 95\\% CI).", logx=True)
-            figs.line("concurrency", f"conc-tpot-{workload}-tp{tp}", sub.assign(
-                v=sub["tpot_p50"] * 1000, lo=sub["tpot_p50_lo"] * 1000, hi=sub["tpot_p50_hi"] * 1000), "concurrency",
-                "v", "lo", "hi", "Concurrency", "TPOT p50 (ms)", f"Time per output token, median, {label} "
-                "(error bars: 95\\% CI).", logx=True)
+            figs.line(
+                "concurrency",
+                f"conc-throughput-{workload}-tp{tp}",
+                sub,
+                "concurrency",
+                "output_throughput",
+                "output_throughput_lo",
+                "output_throughput_hi",
+                "Concurrency (requests in flight)",
+                "Output throughput (tokens/s)",
+                f"Output throughput against concurrency, {label} (error bars: 95\\% CI).",
+                logx=True,
+            )
+            figs.line(
+                "concurrency",
+                f"conc-ttft-{workload}-tp{tp}",
+                sub.assign(v=sub["ttft_p99"] * 1000, lo=sub["ttft_p99_lo"] * 1000, hi=sub["ttft_p99_hi"] * 1000),
+                "concurrency",
+                "v",
+                "lo",
+                "hi",
+                "Concurrency",
+                "TTFT p99 (ms)",
+                f"Time to first token, 99th percentile, {label} (error bars: 95\\% CI).",
+                logx=True,
+            )
+            figs.line(
+                "concurrency",
+                f"conc-tpot-{workload}-tp{tp}",
+                sub.assign(v=sub["tpot_p50"] * 1000, lo=sub["tpot_p50_lo"] * 1000, hi=sub["tpot_p50_hi"] * 1000),
+                "concurrency",
+                "v",
+                "lo",
+                "hi",
+                "Concurrency",
+                "TPOT p50 (ms)",
+                f"Time per output token, median, {label} (error bars: 95\\% CI).",
+                logx=True,
+            )
     for workload in pareto["workload"].unique():
-        figs.scatter("concurrency", f"pareto-{workload}", pareto[pareto["workload"] == workload], "interactivity",
-                     "output_throughput_per_gpu", "Interactivity (tokens/s per user)", "Output throughput per GPU (tokens/s)",
-                     f"Throughput per GPU against interactivity (1/TPOT p50), workload {tex_name(workload)}, every "
-                     "TP size and concurrency; circled points joined by a dotted line form the Pareto frontier.")
+        figs.scatter(
+            "concurrency",
+            f"pareto-{workload}",
+            pareto[pareto["workload"] == workload],
+            "interactivity",
+            "output_throughput_per_gpu",
+            "Interactivity (tokens/s per user)",
+            "Output throughput per GPU (tokens/s)",
+            f"Throughput per GPU against interactivity (1/TPOT p50), workload {tex_name(workload)}, every "
+            "TP size and concurrency; circled points joined by a dotted line form the Pareto frontier.",
+        )
     has_break_even = _table(t.breakeven, data, "break_even.csv", ["method", "workload"])
     has_best = _table(t.best, data, "best_budget.csv", ["method", "workload", "algorithm"])
     return {"has_break_even": has_break_even, "has_best": has_best}
@@ -331,14 +492,33 @@ def agentic(t: Tables, figs: Figures, data: dict[str, str]) -> dict:
     for workload in agentic_workloads:
         for tp in tps:
             sub = turns[(turns["workload"] == workload) & (turns["tp"] == tp) & (turns["concurrency"] == lowest)]
-            figs.line("agentic", f"turn-ttft-{workload}-tp{tp}", sub.assign(v=sub["ttft_p50"] * 1000), "turn", "v",
-                      None, None, "Turn", "TTFT p50 (ms)", f"Time to first token per turn, workload "
-                      f"{tex_name(workload)}, TP {tp}, concurrency {lowest}.")
-            figs.line("agentic", f"turn-cache-{workload}-tp{tp}", sub.assign(v=sub["cache_hit_share"] * 100), "turn",
-                      "v", None, None, "Turn", "Prompt tokens from the prefix cache (\\%)",
-                      f"Prefix-cache hits per turn, workload {tex_name(workload)}, TP {tp}, concurrency {lowest}.")
+            figs.line(
+                "agentic",
+                f"turn-ttft-{workload}-tp{tp}",
+                sub.assign(v=sub["ttft_p50"] * 1000),
+                "turn",
+                "v",
+                None,
+                None,
+                "Turn",
+                "TTFT p50 (ms)",
+                f"Time to first token per turn, workload {tex_name(workload)}, TP {tp}, concurrency {lowest}.",
+            )
+            figs.line(
+                "agentic",
+                f"turn-cache-{workload}-tp{tp}",
+                sub.assign(v=sub["cache_hit_share"] * 100),
+                "turn",
+                "v",
+                None,
+                None,
+                "Turn",
+                "Prompt tokens from the prefix cache (\\%)",
+                f"Prefix-cache hits per turn, workload {tex_name(workload)}, TP {tp}, concurrency {lowest}.",
+            )
     sessions = summary[summary["workload"].isin(agentic_workloads)][
-        ["tp", "method", "workload", "concurrency", "session_completion_p50", "output_throughput"]]
+        ["tp", "method", "workload", "concurrency", "session_completion_p50", "output_throughput"]
+    ]
     has_sessions = _table(sessions, data, "sessions.csv", ["method", "workload"])
     return {"has_sessions": has_sessions}
 
@@ -347,63 +527,124 @@ def setup_tables(t: Tables, environment: dict, view: dict, simulated: bool, data
     """Section 1 and the appendix: provenance, workloads, acceptance, all cells, cells below their label,
     queueing, losslessness, failures."""
     summary, low = t.summary, t.low
-    prov = [("Backend", environment["backend"] + (" (simulated)" if simulated else "")),
-            ("Server", f"{environment['server']['name']} {environment['server'].get('version')}"),
-            ("Server build", environment["server"].get("build") or "release"),
-            ("Python", environment["software"]["python"]), ("specsweep", environment["software"]["specsweep"]),
-            ("Snakemake", environment["software"].get("snakemake")),
-            ("GPUs", ", ".join(g["name"] for g in environment["hardware"]["gpus"]) or "none"),
-            ("Model", view["model"]), ("Sampling", view.get("sampling", ""))]
-    for label, column in (("Attention backend", "attention_backend"), ("Weights", "load_format"),
-                          ("Stream", "stream"), ("Min-free-slots delay", "min_free_slots_delay")):
+    prov = [
+        ("Backend", environment["backend"] + (" (simulated)" if simulated else "")),
+        ("Server", f"{environment['server']['name']} {environment['server'].get('version')}"),
+        ("Server build", environment["server"].get("build") or "release"),
+        ("Python", environment["software"]["python"]),
+        ("specsweep", environment["software"]["specsweep"]),
+        ("Snakemake", environment["software"].get("snakemake")),
+        ("GPUs", ", ".join(g["name"] for g in environment["hardware"]["gpus"]) or "none"),
+        ("Model", view["model"]),
+        ("Sampling", view.get("sampling", "")),
+    ]
+    for label, column in (
+        ("Attention backend", "attention_backend"),
+        ("Weights", "load_format"),
+        ("Stream", "stream"),
+        ("Min-free-slots delay", "min_free_slots_delay"),
+    ):
         if column in summary and summary[column].notna().any():
             per_method = summary.dropna(subset=[column]).groupby("method", sort=False)[column].first()
             values = {str(v) for v in per_method}
-            text = (values.pop() if len(values) == 1 else
-                    "; ".join(f"{m}: {v}" for m, v in per_method.items()))
+            text = values.pop() if len(values) == 1 else "; ".join(f"{m}: {v}" for m, v in per_method.items())
             if column == "load_format" and "dummy" in set(per_method):
                 text += " (random weights of the model's shape: acceptance about 1, speedups meaningless)"
             prov.append((label, text))
     if simulated:
         prov.append(("Simulated profile", view.get("sim_profile", "")))
     _table(pd.DataFrame(prov, columns=["item", "value"]), data, "provenance.csv", ["item", "value"])
-    workloads = summary.groupby("workload", sort=False).agg(family=("family", "first"), sessions=("sessions", "max"),
-                                                            content_mix=("content_mix", "first")).reset_index()
+    workloads = (
+        summary.groupby("workload", sort=False)
+        .agg(family=("family", "first"), sessions=("sessions", "max"), content_mix=("content_mix", "first"))
+        .reset_index()
+    )
     _table(workloads, data, "workloads.csv", ["workload", "family", "content_mix"])
-    spec = low[low["algorithm"] != "ar"][["tp", "method", "workload", "acceptance_length",
-                                          "acceptance_length_server", "tokens_per_chunk", "acceptance_length_sglang"]]
+    spec = low[low["algorithm"] != "ar"][
+        [
+            "tp",
+            "method",
+            "workload",
+            "acceptance_length",
+            "acceptance_length_server",
+            "tokens_per_chunk",
+            "acceptance_length_sglang",
+        ]
+    ]
     has_spec = _table(spec, data, "acceptance.csv", ["method", "workload"])
     half = (summary["output_throughput_hi"] - summary["output_throughput_lo"]) / 2 / summary["output_throughput"]
-    cells = summary.assign(ttft_p50_ms=summary["ttft_p50"] * 1000, tpot_p50_ms=summary["tpot_p50"] * 1000,
-                           itl_p99_ms=summary["itl_p99"] * 1000,
-                           precision_pct=half.map(lambda v: "--" if pd.isna(v) else f"{v * 100:.1f}"),
-                           held=summary["concurrency_steady_mean"].map(lambda v: "--" if pd.isna(v) else f"{v:.1f}"))
-    _table(cells[["tp", "method", "workload", "concurrency", "held", "concurrency_peak", "launches",
-                  "requests_completed", "requests_failed", "output_throughput", "precision_pct", "speedup",
-                  "ttft_p50_ms", "tpot_p50_ms", "itl_p99_ms"]], data, "cells.csv", ["method", "workload"])
-    below = summary[summary["concurrency_steady_mean"].isna() |
-                    (summary["concurrency_peak"] < summary["concurrency"])][["tp", "method", "workload", "concurrency",
-                                                                            "concurrency_mean", "concurrency_peak"]]
+    cells = summary.assign(
+        ttft_p50_ms=summary["ttft_p50"] * 1000,
+        tpot_p50_ms=summary["tpot_p50"] * 1000,
+        itl_p99_ms=summary["itl_p99"] * 1000,
+        precision_pct=half.map(lambda v: "--" if pd.isna(v) else f"{v * 100:.1f}"),
+        held=summary["concurrency_steady_mean"].map(lambda v: "--" if pd.isna(v) else f"{v:.1f}"),
+    )
+    _table(
+        cells[
+            [
+                "tp",
+                "method",
+                "workload",
+                "concurrency",
+                "held",
+                "concurrency_peak",
+                "launches",
+                "requests_completed",
+                "requests_failed",
+                "output_throughput",
+                "precision_pct",
+                "speedup",
+                "ttft_p50_ms",
+                "tpot_p50_ms",
+                "itl_p99_ms",
+            ]
+        ],
+        data,
+        "cells.csv",
+        ["method", "workload"],
+    )
+    below = summary[summary["concurrency_steady_mean"].isna() | (summary["concurrency_peak"] < summary["concurrency"])][
+        ["tp", "method", "workload", "concurrency", "concurrency_mean", "concurrency_peak"]
+    ]
     has_below = _table(below, data, "below_label.csv", ["method", "workload"])
     # waiting for a slot is open-loop load's: under closed loop a late client (host jitter) is no wait
     open_loop = view["load_model"] != "closed"
     queued = summary[open_loop & (summary["queue_delay_p99"].fillna(0) > 0.001)][
-        ["tp", "method", "workload", "concurrency", "ttft_p50", "queue_delay_p50", "user_ttft_p50", "user_ttft_p99"]]
-    queued = queued.assign(**{c: queued[c] * 1000 for c in ("ttft_p50", "queue_delay_p50", "user_ttft_p50",
-                                                            "user_ttft_p99")})
+        ["tp", "method", "workload", "concurrency", "ttft_p50", "queue_delay_p50", "user_ttft_p50", "user_ttft_p99"]
+    ]
+    queued = queued.assign(
+        **{c: queued[c] * 1000 for c in ("ttft_p50", "queue_delay_p50", "user_ttft_p50", "user_ttft_p99")}
+    )
     has_queue = _table(queued, data, "queue.csv", ["method", "workload"])
     lossless = summary.dropna(subset=["lossless_compared"])[
-        ["tp", "method", "workload", "concurrency", "lossless_compared", "lossless_exact_rate",
-         "lossless_first_divergence_min"]]
+        [
+            "tp",
+            "method",
+            "workload",
+            "concurrency",
+            "lossless_compared",
+            "lossless_exact_rate",
+            "lossless_first_divergence_min",
+        ]
+    ]
     has_lossless = _table(lossless, data, "lossless.csv", ["method", "workload"])
-    failed = summary[summary["requests_failed"] > 0][["tp", "method", "workload", "concurrency", "requests_sent",
-                                                      "requests_failed", "failures"]]
+    failed = summary[summary["requests_failed"] > 0][
+        ["tp", "method", "workload", "concurrency", "requests_sent", "requests_failed", "failures"]
+    ]
     has_failures = _table(failed, data, "failures.csv", ["method", "workload", "failures"])
-    return {"has_spec": has_spec, "has_below": has_below, "has_queue": has_queue, "has_lossless": has_lossless,
-            "has_failures": has_failures}
+    return {
+        "has_spec": has_spec,
+        "has_below": has_below,
+        "has_queue": has_queue,
+        "has_lossless": has_lossless,
+        "has_failures": has_failures,
+    }
 
 
-def plan_against_runs(predictions: pd.DataFrame, runs: dict[str, tuple[float, list[str]]], data: dict[str, str]) -> dict:
+def plan_against_runs(
+    predictions: pd.DataFrame, runs: dict[str, tuple[float, list[str]]], data: dict[str, str]
+) -> dict:
     """Appendix: each server's latest run (start to stop, from its run record) against the plan's start-up plus
     the cells that run measured (cells it found cached cost it nothing). Error = (predicted - measured) /
     measured."""
@@ -416,15 +657,31 @@ def plan_against_runs(predictions: pd.DataFrame, runs: dict[str, tuple[float, li
     for server, (seconds, cells) in runs.items():
         if server in predicted and all(c in predicted[server]["cells"] for c in cells):
             plan_s = predicted[server]["startup"] + sum(predicted[server]["cells"][c] for c in cells)
-            rows.append({"server": server, "cells": len(cells), "predicted_s": plan_s, "measured_s": seconds,
-                         "error_pct": (plan_s - seconds) / seconds * 100})
-    has_prediction = _table(pd.DataFrame(rows, columns=["server", "cells", "predicted_s", "measured_s", "error_pct"]),
-                            data, "prediction.csv", ["server"])
+            rows.append(
+                {
+                    "server": server,
+                    "cells": len(cells),
+                    "predicted_s": plan_s,
+                    "measured_s": seconds,
+                    "error_pct": (plan_s - seconds) / seconds * 100,
+                }
+            )
+    has_prediction = _table(
+        pd.DataFrame(rows, columns=["server", "cells", "predicted_s", "measured_s", "error_pct"]),
+        data,
+        "prediction.csv",
+        ["server"],
+    )
     return {"has_prediction": has_prediction}
 
 
-def prepare(tables_dir: str | Path, environment: dict, view: dict, predictions: pd.DataFrame | None = None,
-            runs: dict | None = None) -> tuple[dict, dict[str, str]]:
+def prepare(
+    tables_dir: str | Path,
+    environment: dict,
+    view: dict,
+    predictions: pd.DataFrame | None = None,
+    runs: dict | None = None,
+) -> tuple[dict, dict[str, str]]:
     """(the template context, {file name: CSV text} of every chart and table)."""
     data: dict[str, str] = {}
     t = Tables.read(tables_dir)
@@ -432,27 +689,48 @@ def prepare(tables_dir: str | Path, environment: dict, view: dict, predictions: 
     methods = list(dict.fromkeys(view["methods"]))
     simulated = bool(summary["simulated"].any()) if len(summary) else bool(environment.get("simulated"))
     figs = Figures(data, methods)
-    flags = {**single_stream(t, figs), **budget_sweep(t, figs, data), **tensor_parallelism(t, figs, data),
-             **concurrency(t, figs, data), **agentic(t, figs, data),
-             **setup_tables(t, environment, view, simulated, data),
-             **plan_against_runs(predictions if predictions is not None else pd.DataFrame(
-                 columns=["server", "path", "startup_s", "warmup_s", "measure_s"]), runs or {}, data)}
+    flags = {
+        **single_stream(t, figs),
+        **budget_sweep(t, figs, data),
+        **tensor_parallelism(t, figs, data),
+        **concurrency(t, figs, data),
+        **agentic(t, figs, data),
+        **setup_tables(t, environment, view, simulated, data),
+        **plan_against_runs(
+            predictions
+            if predictions is not None
+            else pd.DataFrame(columns=["server", "path", "startup_s", "warmup_s", "measure_s"]),
+            runs or {},
+            data,
+        ),
+    }
     by_section = {key: [s for s in figs.specs if s["section"] == key] for key in SECTIONS}
     context = {
         **flags,
-        "simulated": simulated, "methods": methods, "sections": SECTIONS, "figures": by_section,
-        "title": tex_escape(view["title"]), "author": tex_escape(view["author"]), "date": date.today().isoformat(),
-        "model": tex_name(view["model"]), "backend": tex_escape(environment["backend"]),
+        "simulated": simulated,
+        "methods": methods,
+        "sections": SECTIONS,
+        "figures": by_section,
+        "title": tex_escape(view["title"]),
+        "author": tex_escape(view["author"]),
+        "date": date.today().isoformat(),
+        "model": tex_name(view["model"]),
+        "backend": tex_escape(environment["backend"]),
         "sim_profile": tex_escape(view.get("sim_profile", "")),
         "sim_runtime": tex_escape(view.get("plan_profile", "")),
-        "n_servers": summary[["tp", "method"]].drop_duplicates().shape[0], "n_cells": len(summary),
-        "tps": ", ".join(str(tp) for tp in tps), "method_list": ", ".join(tex_name(m) for m in methods),
+        "n_servers": summary[["tp", "method"]].drop_duplicates().shape[0],
+        "n_cells": len(summary),
+        "tps": ", ".join(str(tp) for tp in tps),
+        "method_list": ", ".join(tex_name(m) for m in methods),
         "workload_list": ", ".join(tex_name(w) for w in summary["workload"].unique()),
         "concurrency_list": ", ".join(str(c) for c in sorted(summary["concurrency"].unique())),
-        "lowest_concurrency": lowest, "n_concurrency": int(summary["concurrency"].nunique()),
-        "warmup": view["warmup"], "resamples": BOOTSTRAP_RESAMPLES,
+        "lowest_concurrency": lowest,
+        "n_concurrency": int(summary["concurrency"].nunique()),
+        "warmup": view["warmup"],
+        "resamples": BOOTSTRAP_RESAMPLES,
         "definitions": [(tex_escape(n), tex_escape(d)) for n, d in definitions()],
-        "statistics": [(tex_escape(n), tex_escape(d)) for n, d in statistics()], "min_sessions": MIN_SESSIONS,
+        "statistics": [(tex_escape(n), tex_escape(d)) for n, d in statistics()],
+        "min_sessions": MIN_SESSIONS,
         "launches": int(summary["launches"].max()) if len(summary) else 1,
         "dummy_weights": bool(len(summary)) and bool((summary["load_format"] == "dummy").any()),
         "has_ar": bool(summary["speedup"].notna().any()),
@@ -460,8 +738,14 @@ def prepare(tables_dir: str | Path, environment: dict, view: dict, predictions: 
     return context, dict(sorted(data.items()))
 
 
-def write_report_data(tables_dir: str | Path, environment_json: str | Path, view: dict, predictions_csv: str | Path,
-                      run_records: list[str], out_json: str | Path) -> None:
+def write_report_data(
+    tables_dir: str | Path,
+    environment_json: str | Path,
+    view: dict,
+    predictions_csv: str | Path,
+    run_records: list[str],
+    out_json: str | Path,
+) -> None:
     """The report's data, the one file both report rules read: {"context": the template's context, "csv": {file
     name: text} for every chart and table}. Written atomically."""
     environment = json.loads(Path(environment_json).read_text())
@@ -478,10 +762,17 @@ def read_report_data(data_json: str | Path) -> tuple[dict, dict[str, str]]:
 def render_tex(ctx: dict) -> str:
     env = jinja2.Environment(
         loader=jinja2.PackageLoader("specsweep", "templates"),
-        block_start_string=r"\BLOCK{", block_end_string="}",
-        variable_start_string=r"\VAR{", variable_end_string="}",
-        comment_start_string=r"\#{", comment_end_string="}",
-        trim_blocks=True, lstrip_blocks=True, autoescape=False, undefined=jinja2.StrictUndefined)
+        block_start_string=r"\BLOCK{",
+        block_end_string="}",
+        variable_start_string=r"\VAR{",
+        variable_end_string="}",
+        comment_start_string=r"\#{",
+        comment_end_string="}",
+        trim_blocks=True,
+        lstrip_blocks=True,
+        autoescape=False,
+        undefined=jinja2.StrictUndefined,
+    )
     return env.get_template("report.tex.j2").render(**ctx)
 
 
@@ -489,8 +780,13 @@ def compile_pdf(tex_path: Path, log_path: Path | None = None) -> Path:
     """Compile with latexmk (pdflatex); raise ReportError with the log's tail on failure."""
     if not shutil.which("latexmk") or not shutil.which("pdflatex"):
         raise ReportError(TEX_MISSING)
-    proc = subprocess.run(["latexmk", "-pdf", "-interaction=nonstopmode", "-halt-on-error", "-file-line-error",
-                           tex_path.name], cwd=tex_path.parent, capture_output=True, text=True, timeout=900)
+    proc = subprocess.run(
+        ["latexmk", "-pdf", "-interaction=nonstopmode", "-halt-on-error", "-file-line-error", tex_path.name],
+        cwd=tex_path.parent,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     if log_path:
         log_path.write_text(proc.stdout + proc.stderr)
     pdf = tex_path.with_suffix(".pdf")
@@ -535,8 +831,13 @@ def plot_figures(data_json: str, out_dirs: dict[str, str]) -> None:
             ax.set_ylabel(spec["ylabel"].replace("\\%", "%"))
             ax.grid(alpha=0.3)
             entries = len(spec["labels"]) + len(spec.get("reference") or [])
-            ax.legend(fontsize=8, ncol=min(spec["legend_columns"], entries), loc="upper center",
-                      bbox_to_anchor=(0.5, -0.16), frameon=False)
+            ax.legend(
+                fontsize=8,
+                ncol=min(spec["legend_columns"], entries),
+                loc="upper center",
+                bbox_to_anchor=(0.5, -0.16),
+                frameon=False,
+            )
             if ctx["simulated"]:
                 fig.suptitle("SIMULATED BACKEND: not measured on GPUs", color="darkred", fontsize=10)
             fig.tight_layout()
@@ -549,24 +850,45 @@ def _draw(ax, spec: dict, data: pd.DataFrame) -> None:
     if spec["kind"] == "line":
         for i, label in enumerate(labels):
             err = [data[f"s{i}_minus"], data[f"s{i}_plus"]]
-            ax.errorbar(data[spec["x"]], data[f"s{i}"], yerr=err, marker="o", capsize=3, label=label,
-                        color=MPL_COLORS[i % len(MPL_COLORS)])
+            ax.errorbar(
+                data[spec["x"]],
+                data[f"s{i}"],
+                yerr=err,
+                marker="o",
+                capsize=3,
+                label=label,
+                color=MPL_COLORS[i % len(MPL_COLORS)],
+            )
         for j, ref in enumerate(spec.get("reference") or []):
-            ax.axhline(ref["value"], linestyle="--", color="black", alpha=0.6 - 0.15 * j,
-                       label=ref["text"])
+            ax.axhline(ref["value"], linestyle="--", color="black", alpha=0.6 - 0.15 * j, label=ref["text"])
         if spec.get("logx"):
             ax.set_xscale("log", base=2)
     elif spec["kind"] == "bar":
         width = 0.8 / max(1, len(labels))
         for i, label in enumerate(labels):
             err = [data[f"s{i}_minus"], data[f"s{i}_plus"]]
-            ax.bar(data["x"] + (i - (len(labels) - 1) / 2) * width, data[f"s{i}"], width, yerr=err, capsize=3,
-                   label=label, color=MPL_COLORS[i % len(MPL_COLORS)])
+            ax.bar(
+                data["x"] + (i - (len(labels) - 1) / 2) * width,
+                data[f"s{i}"],
+                width,
+                yerr=err,
+                capsize=3,
+                label=label,
+                color=MPL_COLORS[i % len(MPL_COLORS)],
+            )
         ax.set_xticks(range(len(spec["xlabels"])), spec["xlabels"])
         if spec.get("baseline") is not None:
             ax.axhline(spec["baseline"], linestyle="--", color="black")
     else:
         for i, label in enumerate(labels):
             ax.scatter(data[f"x{i}"], data[f"y{i}"], s=24, label=label, color=MPL_COLORS[i % len(MPL_COLORS)])
-        ax.plot(data["fx"], data["fy"], color="black", linestyle=":", marker="o", fillstyle="none", markersize=9,
-                label="Pareto frontier")
+        ax.plot(
+            data["fx"],
+            data["fy"],
+            color="black",
+            linestyle=":",
+            marker="o",
+            fillstyle="none",
+            markersize=9,
+            label="Pareto frontier",
+        )

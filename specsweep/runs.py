@@ -46,8 +46,9 @@ def stop_with_parent(poll: float = 1.0) -> threading.Thread:
         while os.getppid() == parent:
             time.sleep(poll)
         try:
-            print(f"the workflow that started this job (process {parent}) is gone: stopping", file=sys.stderr,
-                  flush=True)
+            print(
+                f"the workflow that started this job (process {parent}) is gone: stopping", file=sys.stderr, flush=True
+            )
         except (OSError, ValueError):  # its console may have gone with it
             pass
         os.kill(os.getpid(), signal.SIGTERM)

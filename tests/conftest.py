@@ -50,8 +50,9 @@ def load_default_config() -> dict:
 PLUMBING_CLOCK = 10.0
 
 
-def fast_config(requests: int = 4, max_new_tokens: int = 48, startup: float = 0.1, time_scale: float = PLUMBING_CLOCK,
-                **sim_faults) -> dict:
+def fast_config(
+    requests: int = 4, max_new_tokens: int = 48, startup: float = 0.1, time_scale: float = PLUMBING_CLOCK, **sim_faults
+) -> dict:
     """A quick plan on the simulated backend: AR and DFlash, one short workload, concurrency 1 and 2, no warm-up, on
     a clock ``time_scale`` times fast (1 where a test races the servers' own pace)."""
     config = load_default_config()
@@ -66,9 +67,11 @@ def fast_config(requests: int = 4, max_new_tokens: int = 48, startup: float = 0.
 def eight_gpu_host_config(workdir: Path) -> dict:
     """Twelve TP-1 servers (4 AR, 4 DFlash, 4 DDTree budgets) on a simulated 8-GPU host, one short cell each."""
     config = load_default_config()
-    config["methods"] = ([{"name": f"ar-{x}", "algorithm": "ar"} for x in "abcd"]
-                         + [{"name": f"dflash-{x}", "algorithm": "dflash"} for x in "abcd"]
-                         + [{"name": "ddtree", "algorithm": "ddtree", "budget": [8, 16, 32, 64]}])
+    config["methods"] = (
+        [{"name": f"ar-{x}", "algorithm": "ar"} for x in "abcd"]
+        + [{"name": f"dflash-{x}", "algorithm": "dflash"} for x in "abcd"]
+        + [{"name": "ddtree", "algorithm": "ddtree", "budget": [8, 16, 32, 64]}]
+    )
     config["workloads"] = [{"name": "short", "family": "short", "requests": 12, "max_new_tokens": 256}]
     config["concurrency"] = [1]
     config["warmup"] = 0
@@ -78,12 +81,19 @@ def eight_gpu_host_config(workdir: Path) -> dict:
     return config
 
 
-def snakemake(workdir: Path, *args: str, timeout: float = 900, check: bool = True,
-              cores: int = 2) -> subprocess.CompletedProcess:
+def snakemake(
+    workdir: Path, *args: str, timeout: float = 900, check: bool = True, cores: int = 2
+) -> subprocess.CompletedProcess:
     """Run real Snakemake in ``workdir`` (bounded in time); its whole output is in ``.stdout``. A simulated server
     mostly waits out its modelled steps, so a run of several servers may ask for more cores than the machine has."""
-    proc = subprocess.run([sys.executable, "-m", "snakemake", "--cores", str(cores), *args], cwd=workdir,
-                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=timeout)
+    proc = subprocess.run(
+        [sys.executable, "-m", "snakemake", "--cores", str(cores), *args],
+        cwd=workdir,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        timeout=timeout,
+    )
     if check and proc.returncode != 0:
         raise AssertionError(f"snakemake {' '.join(args)} failed ({proc.returncode}):\n{proc.stdout[-8000:]}")
     return proc
@@ -102,7 +112,7 @@ class Journal:
             lines = path.read_text().splitlines()
             if lines and not path.read_text().endswith("\n"):
                 lines = lines[:-1]  # a line still being written
-            events += [json.loads(line) for line in lines[self.offsets.get(path, 0):] if line.strip()]
+            events += [json.loads(line) for line in lines[self.offsets.get(path, 0) :] if line.strip()]
             self.offsets[path] = len(lines)
         return sorted(events, key=lambda e: e["time"])
 
@@ -163,8 +173,19 @@ def validated(config: dict) -> dict:
 def start_sim(tmp_path, *flags, startup=0.0, timeout=60.0, model="Qwen/Qwen3-8B", env=None):
     """The simulated server with SGLang's flags ``flags`` on a free loopback port."""
     port = free_port()
-    argv = [sys.executable, "-m", "specsweep.sim", "--model-path", model, "--port", str(port), "--enable-metrics",
-            "--sim-startup-seconds", str(startup), *flags]
+    argv = [
+        sys.executable,
+        "-m",
+        "specsweep.sim",
+        "--model-path",
+        model,
+        "--port",
+        str(port),
+        "--enable-metrics",
+        "--sim-startup-seconds",
+        str(startup),
+        *flags,
+    ]
     server = Server(argv, env or {}, "127.0.0.1", port, tmp_path / f"server-{port}.log")
     try:
         server.start(timeout)
@@ -174,25 +195,45 @@ def start_sim(tmp_path, *flags, startup=0.0, timeout=60.0, model="Qwen/Qwen3-8B"
     return server
 
 
-
 def pytest_collection_modifyitems(config, items):
     """Tests marked ``long(minutes)`` start first, the longest first, so that parallel test processes end together
     (a long test started last would run on alone); the others keep their order."""
+
     def minutes(item):
         mark = item.get_closest_marker("long")
         return mark.args[0] if mark else 0
 
     items.sort(key=minutes, reverse=True)
 
-DFLASH = ["--speculative-algorithm", "DFLASH", "--speculative-draft-model-path", "d", "--speculative-dflash-block-size", "16"]
-DDTREE = ["--speculative-algorithm", "DDTREE", "--speculative-draft-model-path", "d", "--speculative-ddtree-budget", "32"]
+
+DFLASH = [
+    "--speculative-algorithm",
+    "DFLASH",
+    "--speculative-draft-model-path",
+    "d",
+    "--speculative-dflash-block-size",
+    "16",
+]
+DDTREE = [
+    "--speculative-algorithm",
+    "DDTREE",
+    "--speculative-draft-model-path",
+    "d",
+    "--speculative-ddtree-budget",
+    "32",
+]
 
 
 def start_stub(tmp_path, *flags):
     """The timing stub (tests/fixtures/timing_stub.py) on a free loopback port."""
     port = free_port()
-    server = Server([sys.executable, str(FIXTURES / "timing_stub.py"), "--port", str(port), *flags], {}, "127.0.0.1",
-                    port, tmp_path / "stub.log")
+    server = Server(
+        [sys.executable, str(FIXTURES / "timing_stub.py"), "--port", str(port), *flags],
+        {},
+        "127.0.0.1",
+        port,
+        tmp_path / "stub.log",
+    )
     server.start(30)
     return server
 

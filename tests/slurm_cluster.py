@@ -53,14 +53,15 @@ def _free_port() -> int:
 class Cluster:
     """start() brings the daemons up and waits for the node to be idle; stop() ends every daemon it started."""
 
-    def __init__(self, workdir: Path, gpus: int = 4, cpus: int = 32, memory_mb: int = 262144,
-                 partition: str = "gpu"):
+    def __init__(self, workdir: Path, gpus: int = 4, cpus: int = 32, memory_mb: int = 262144, partition: str = "gpu"):
         self.dir = Path(workdir)
         self.gpus, self.cpus, self.memory_mb, self.partition = gpus, cpus, memory_mb, partition
         self.node = socket.gethostname()
         self.processes: dict[str, subprocess.Popen] = {}
         # munged checks every directory above its socket: one of its own under /run, not the test's private tmp
-        self.munge_dir = Path(tempfile.mkdtemp(prefix="specsweep-munge-", dir="/run" if Path("/run").is_dir() else None))
+        self.munge_dir = Path(
+            tempfile.mkdtemp(prefix="specsweep-munge-", dir="/run" if Path("/run").is_dir() else None)
+        )
         self.munge_socket = self.munge_dir / "munge.socket.2"
 
     def _write_config(self) -> None:
@@ -100,7 +101,7 @@ NodeName={self.node} NodeAddr=127.0.0.1 CPUs={self.cpus} RealMemory={self.memory
 PartitionName={self.partition} Nodes=ALL Default=YES MaxTime=INFINITE State=UP
 """
         (ETC / "slurm.conf").write_text(conf)
-        files = ",".join(FAKE_DEVICES[:self.gpus])
+        files = ",".join(FAKE_DEVICES[: self.gpus])
         (ETC / "gres.conf").write_text(f"{MARK}AutoDetect=off\nNodeName={self.node} Name=gpu File={files}\n")
 
     def _spawn(self, name: str, argv: list[str], user: str | None = None) -> None:
@@ -121,10 +122,22 @@ PartitionName={self.partition} Nodes=ALL Default=YES MaxTime=INFINITE State=UP
             self._write_config()
             self.munge_dir.chmod(0o755)
             shutil.chown(self.munge_dir, "munge", "munge")
-            self._spawn("munged", ["munged", "-F", "--socket", str(self.munge_socket),
-                                   "--pid-file", str(self.munge_dir / "munged.pid"),
-                                   "--log-file", str(self.munge_dir / "munged.log"),
-                                   "--seed-file", str(self.munge_dir / "munged.seed")], user="munge")
+            self._spawn(
+                "munged",
+                [
+                    "munged",
+                    "-F",
+                    "--socket",
+                    str(self.munge_socket),
+                    "--pid-file",
+                    str(self.munge_dir / "munged.pid"),
+                    "--log-file",
+                    str(self.munge_dir / "munged.log"),
+                    "--seed-file",
+                    str(self.munge_dir / "munged.seed"),
+                ],
+                user="munge",
+            )
             self._wait(self.munge_socket.exists, timeout, "munged did not create its socket")
             self._spawn("slurmctld", ["slurmctld", "-D", "-i"])
             self._spawn("slurmd", ["slurmd", "-D", "-N", self.node])
@@ -151,8 +164,9 @@ PartitionName={self.partition} Nodes=ALL Default=YES MaxTime=INFINITE State=UP
     def jobs(self) -> list[dict]:
         """Every job the controller knows (also those that ended within MinJobAge), as ``scontrol show job``'s
         fields (JobId, JobName, JobState, TresPerJob, Command, ...)."""
-        out = subprocess.run(["scontrol", "-o", "show", "job"], capture_output=True, text=True, timeout=10,
-                             check=True).stdout
+        out = subprocess.run(
+            ["scontrol", "-o", "show", "job"], capture_output=True, text=True, timeout=10, check=True
+        ).stdout
         jobs = []
         for line in out.splitlines():
             if line.startswith("JobId="):
@@ -170,7 +184,14 @@ PartitionName={self.partition} Nodes=ALL Default=YES MaxTime=INFINITE State=UP
 
     def logs(self) -> str:
         parts = []
-        for name in ("slurmctld.log", "slurmd.log", str(self.munge_dir / "munged.log"), "munged.out", "slurmctld.out", "slurmd.out"):
+        for name in (
+            "slurmctld.log",
+            "slurmd.log",
+            str(self.munge_dir / "munged.log"),
+            "munged.out",
+            "slurmctld.out",
+            "slurmd.out",
+        ):
             path = self.dir / name
             if path.exists():
                 parts.append(f"--- {name}\n" + "\n".join(path.read_text(errors="replace").splitlines()[-15:]))

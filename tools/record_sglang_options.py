@@ -33,21 +33,24 @@ def main() -> None:
         if not action.option_strings or isinstance(action, argparse._HelpAction):
             continue
         takes_value = action.nargs != 0
-        options.append({
-            "flags": list(action.option_strings),
-            "dest": action.dest,
-            "nargs": action.nargs if takes_value else 0,
-            "type": type_name(action) if takes_value else None,
-            "choices": [str(c) for c in action.choices] if action.choices else None,
-            "required": bool(action.required),
-        })
+        options.append(
+            {
+                "flags": list(action.option_strings),
+                "dest": action.dest,
+                "nargs": action.nargs if takes_value else 0,
+                "type": type_name(action) if takes_value else None,
+                "choices": [str(c) for c in action.choices] if action.choices else None,
+                "required": bool(action.required),
+            }
+        )
     table = {"sglang": importlib.metadata.version("sglang"), "options": options}
     with open(sys.argv[1], "w") as out:
         json.dump(table, out, indent=1, sort_keys=True)
         out.write("\n")
     if len(sys.argv) > 2:
-        help_text = subprocess.run([sys.executable, "-m", "sglang.launch_server", "--help"],
-                                   capture_output=True, text=True, check=True).stdout
+        help_text = subprocess.run(
+            [sys.executable, "-m", "sglang.launch_server", "--help"], capture_output=True, text=True, check=True
+        ).stdout
         with open(sys.argv[2], "w") as out:
             out.write(help_text)
 

@@ -19,6 +19,12 @@ if ! .venv/bin/python -m mypy; then
     echo "specsweep tests: mypy found type errors in specsweep/ (listed above); fix them before the tests run" >&2
     exit 1
 fi
+# The formatter (ruff format, 120 columns, configured in pyproject.toml): code it would change stops the run here,
+# the files named above; `.venv/bin/ruff format` rewrites them.
+if ! .venv/bin/ruff format --check --quiet; then
+    echo "specsweep tests: the files above are not formatted; run .venv/bin/ruff format, then run the tests" >&2
+    exit 1
+fi
 # Two test processes (pytest-xdist): most of a test's time is simulated servers and Snakemake waiting, so two
 # overlap well on two cores; SPECSWEEP_TEST_WORKERS=0 runs the tests in this process instead. --dist loadgroup hands
 # the tests out one at a time as a process frees (--dist load gives each a quarter of them at once), in the order

@@ -23,8 +23,9 @@ from specsweep.cells import DEFAULT_FAILURES
 def record_summary(record: Path) -> pd.DataFrame:
     """The summary of the cells a record's summary.csv covers, computed from their records, as its CSV reads."""
     committed = pd.read_csv(record / "summary.csv")
-    cells = {name: json.loads((record / Path(name).relative_to("results")).read_text())
-             for name in committed["cell_file"]}
+    cells = {
+        name: json.loads((record / Path(name).relative_to("results")).read_text()) for name in committed["cell_file"]
+    }
     return pd.read_csv(io.StringIO(summarise_cells(cells, DEFAULT_FAILURES).to_csv(index=False)))
 
 

@@ -46,8 +46,19 @@ MODEL = "/tmp/qwen3-8b"
 DRAFTER = "/tmp/dflash-b16"
 EAGLE3 = "/tmp/eagle3-draft"
 # prefill CUDA graphs are left out: their capture costs 90 s a start, and no step measured here is a small prefill
-COMMON = ["--model-path", MODEL, "--load-format", "dummy", "--attention-backend", "triton",
-          "--sampling-backend", "pytorch", "--random-seed", "0", "--disable-prefill-cuda-graph"]
+COMMON = [
+    "--model-path",
+    MODEL,
+    "--load-format",
+    "dummy",
+    "--attention-backend",
+    "triton",
+    "--sampling-backend",
+    "pytorch",
+    "--random-seed",
+    "0",
+    "--disable-prefill-cuda-graph",
+]
 BATCHES = (1, 4, 16, 64)
 CONTEXTS = (1024, 4096, 16384, 32768)
 
@@ -55,17 +66,37 @@ CONTEXTS = (1024, 4096, 16384, 32768)
 def one_batch(out: Path) -> None:
     out.mkdir(parents=True, exist_ok=True)
     result = out / "one_batch.jsonl"
-    argv = [sys.executable, "-m", "sglang.bench_one_batch", *COMMON, "--mem-fraction-static", "0.6",
-            "--context-length", str(max(CONTEXTS) + 64), "--cuda-graph-max-bs", "64", "--batch-size", *map(str, BATCHES),
-            "--input-len", *map(str, CONTEXTS), "--output-len", "24", "--result-filename", str(result)]
+    argv = [
+        sys.executable,
+        "-m",
+        "sglang.bench_one_batch",
+        *COMMON,
+        "--mem-fraction-static",
+        "0.6",
+        "--context-length",
+        str(max(CONTEXTS) + 64),
+        "--cuda-graph-max-bs",
+        "64",
+        "--batch-size",
+        *map(str, BATCHES),
+        "--input-len",
+        *map(str, CONTEXTS),
+        "--output-len",
+        "24",
+        "--result-filename",
+        str(result),
+    ]
     with open(out / "one_batch.log", "w") as log:
         code = subprocess.run(argv, stdout=log, stderr=subprocess.STDOUT, timeout=540).returncode
     print(f"bench_one_batch exit {code}; {sum(1 for _ in open(result)) if result.exists() else 0} shapes")
 
 
 async def _stream(session, url: str, ids: list[int], new_tokens: int) -> list[float]:
-    body = {"input_ids": ids, "stream": True,
-            "sampling_params": {"max_new_tokens": new_tokens, "ignore_eos": True, "temperature": 0}}
+    body = {
+        "input_ids": ids,
+        "stream": True,
+        "sampling_params": {"max_new_tokens": new_tokens, "ignore_eos": True, "temperature": 0},
+    }
     times = []
     async with session.post(url + "/generate", json=body) as resp:
         async for line in resp.content:
@@ -96,12 +127,35 @@ def dflash(out: Path, blocks: list[int], prompts: list[int], port: int = 30123) 
             (drafter / "config.json").write_text(json.dumps(config))
             for f in Path(DRAFTER).glob("tokenizer*"):
                 (drafter / f.name).write_bytes(f.read_bytes())
-        argv = [sys.executable, "-m", "sglang.launch_server", *COMMON, "--host", "127.0.0.1", "--port", str(port),
-                "--mem-fraction-static", "0.8", "--max-running-requests", "64", "--cuda-graph-max-bs", "64",
-                "--context-length", str(max(prompts) + 1024)]
+        argv = [
+            sys.executable,
+            "-m",
+            "sglang.launch_server",
+            *COMMON,
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--mem-fraction-static",
+            "0.8",
+            "--max-running-requests",
+            "64",
+            "--cuda-graph-max-bs",
+            "64",
+            "--context-length",
+            str(max(prompts) + 1024),
+        ]
         if block > 1:
-            argv += ["--speculative-algorithm", "DFLASH", "--speculative-draft-model-path", str(drafter),
-                     "--speculative-dflash-block-size", str(block), "--speculative-draft-load-format", "dummy"]
+            argv += [
+                "--speculative-algorithm",
+                "DFLASH",
+                "--speculative-draft-model-path",
+                str(drafter),
+                "--speculative-dflash-block-size",
+                str(block),
+                "--speculative-draft-load-format",
+                "dummy",
+            ]
         server = Server(argv, {}, "127.0.0.1", port, out / f"server-b{block}.log")
         try:
             server.start(300)
@@ -109,13 +163,22 @@ def dflash(out: Path, blocks: list[int], prompts: list[int], port: int = 30123) 
             for prompt in prompts:
                 for c in (c for c in BATCHES if c * prompt <= 300_000):  # what the KV cache holds at once
                     streams = asyncio.run(_rounds(server.url, c, prompt, 96, c))
-                    row = {"block": block, "concurrency": c, "prompt": prompt, "new_tokens": 96,
-                           "ready_s": server.startup_seconds, "chunk_times": streams}
+                    row = {
+                        "block": block,
+                        "concurrency": c,
+                        "prompt": prompt,
+                        "new_tokens": 96,
+                        "ready_s": server.startup_seconds,
+                        "chunk_times": streams,
+                    }
                     with open(out / "dflash.jsonl", "a") as f:
                         f.write(json.dumps(row) + "\n")
                     gaps = sorted(round_gaps(streams))
-                    print(f"b{block} prompt {prompt} c{c}: median gap {1000 * gaps[len(gaps) // 2]:.2f} ms over "
-                          f"{len(gaps)} gaps", flush=True)
+                    print(
+                        f"b{block} prompt {prompt} c{c}: median gap {1000 * gaps[len(gaps) // 2]:.2f} ms over "
+                        f"{len(gaps)} gaps",
+                        flush=True,
+                    )
         finally:
             server.stop(60)
 
@@ -132,8 +195,9 @@ def tree_argv(spec: str) -> tuple[str, list[str], dict]:
     flags = algorithm.server_flags(params, EAGLE3) + ["--page-size", "1"]
     if algorithm.drafter:
         flags += ["--speculative-draft-load-format", "dummy"]
-    label = f"{algorithm.name}-" + "-".join(f"{p.sweep_tag}{params[p.name]}" for p in algorithm.parameters
-                                            if p.name in params and p.name != "match_type")
+    label = f"{algorithm.name}-" + "-".join(
+        f"{p.sweep_tag}{params[p.name]}" for p in algorithm.parameters if p.name in params and p.name != "match_type"
+    )
     # the recipe's stand-in DeepGEMM module imports, so SGLang would use DeepGEMM unless told not to (an NGRAM
     # server without this variable died importing deep_gemm.utils: trees/failed-start-without-jit-deepgemm-off.log.gz)
     return label, flags, {"SGLANG_ENABLE_JIT_DEEPGEMM": "0"}
@@ -147,9 +211,25 @@ def trees(out: Path, specs: list[str], prompts: list[int], port: int = 30124) ->
     out.mkdir(parents=True, exist_ok=True)
     for spec in specs:
         label, flags, env = tree_argv(spec)
-        argv = [sys.executable, "-m", "sglang.launch_server", *COMMON, "--host", "127.0.0.1", "--port", str(port),
-                "--mem-fraction-static", "0.8", "--max-running-requests", "64", "--cuda-graph-max-bs", "64",
-                "--context-length", str(max(prompts) + 1024), *flags]
+        argv = [
+            sys.executable,
+            "-m",
+            "sglang.launch_server",
+            *COMMON,
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--mem-fraction-static",
+            "0.8",
+            "--max-running-requests",
+            "64",
+            "--cuda-graph-max-bs",
+            "64",
+            "--context-length",
+            str(max(prompts) + 1024),
+            *flags,
+        ]
         server = Server(argv, env, "127.0.0.1", port, out / f"server-{label}.log")
         try:
             try:
@@ -161,14 +241,23 @@ def trees(out: Path, specs: list[str], prompts: list[int], port: int = 30124) ->
             for prompt in prompts:
                 for c in (c for c in BATCHES if c * prompt <= 300_000):
                     streams = asyncio.run(_rounds(server.url, c, prompt, 160, c))
-                    row = {"spec": spec, "label": label, "concurrency": c, "prompt": prompt, "new_tokens": 160,
-                           "ready_s": server.startup_seconds, "chunk_times": streams}
+                    row = {
+                        "spec": spec,
+                        "label": label,
+                        "concurrency": c,
+                        "prompt": prompt,
+                        "new_tokens": 160,
+                        "ready_s": server.startup_seconds,
+                        "chunk_times": streams,
+                    }
                     with open(out / "trees.jsonl", "a") as f:
                         f.write(json.dumps(row) + "\n")
                     gaps = sorted(round_gaps(streams))
-                    print(f"{label} prompt {prompt} c{c}: median gap {1000 * gaps[len(gaps) // 2]:.2f} ms over "
-                          f"{len(gaps)} gaps, {sum(len(x) for x in streams) / len(streams):.1f} chunks a stream",
-                          flush=True)
+                    print(
+                        f"{label} prompt {prompt} c{c}: median gap {1000 * gaps[len(gaps) // 2]:.2f} ms over "
+                        f"{len(gaps)} gaps, {sum(len(x) for x in streams) / len(streams):.1f} chunks a stream",
+                        flush=True,
+                    )
         finally:
             server.stop(60)
 
@@ -179,6 +268,7 @@ def round_gaps(streams: list[list[float]]) -> list[float]:
 
 
 # ---------------------------------------------------------------- fit (runs anywhere, from the records)
+
 
 def measured_steps(*records: Path) -> list[dict]:
     """Every measured shape of these record folders: kind (decode, prefill, dflash, ar-server, or an algorithm of
@@ -195,26 +285,46 @@ def measured_steps(*records: Path) -> list[dict]:
     rows = []
     for record in records:
         path = record / "one_batch.jsonl"
-        for line in (path.read_text().splitlines() if path.exists() else []):
+        for line in path.read_text().splitlines() if path.exists() else []:
             r = json.loads(line)
             bs, il = r["batch_size"], r["input_len"]
-            rows.append({"kind": "decode", "batch": bs, "width": 1, "context": il + r["output_len"] // 2,
-                         "seconds": r["median_decode_latency"]})
+            rows.append(
+                {
+                    "kind": "decode",
+                    "batch": bs,
+                    "width": 1,
+                    "context": il + r["output_len"] // 2,
+                    "seconds": r["median_decode_latency"],
+                }
+            )
             rows.append({"kind": "prefill", "batch": bs, "width": il, "context": 0, "seconds": r["prefill_latency"]})
         path = record / "dflash.jsonl"
-        for line in (path.read_text().splitlines() if path.exists() else []):
+        for line in path.read_text().splitlines() if path.exists() else []:
             r = json.loads(line)
-            rows.append({"kind": "dflash" if r["block"] > 1 else "ar-server", "batch": r["concurrency"],
-                         "width": r["block"], "context": r["prompt"] + r["new_tokens"] // 2,
-                         "seconds": float(np.median(round_gaps(r["chunk_times"])))})
+            rows.append(
+                {
+                    "kind": "dflash" if r["block"] > 1 else "ar-server",
+                    "batch": r["concurrency"],
+                    "width": r["block"],
+                    "context": r["prompt"] + r["new_tokens"] // 2,
+                    "seconds": float(np.median(round_gaps(r["chunk_times"]))),
+                }
+            )
         path = record / "trees" / "trees.jsonl"
-        for line in (path.read_text().splitlines() if path.exists() else []):
+        for line in path.read_text().splitlines() if path.exists() else []:
             r = json.loads(line)
             decoding = tree_decoding(r["spec"])
-            rows.append({"kind": decoding["algorithm"], "batch": r["concurrency"],
-                         "width": decoding["num_draft_tokens"], "context": r["prompt"] + r["new_tokens"] // 2,
-                         "seconds": float(np.median(round_gaps(r["chunk_times"]))), "decoding": decoding,
-                         "source": "trees"})
+            rows.append(
+                {
+                    "kind": decoding["algorithm"],
+                    "batch": r["concurrency"],
+                    "width": decoding["num_draft_tokens"],
+                    "context": r["prompt"] + r["new_tokens"] // 2,
+                    "seconds": float(np.median(round_gaps(r["chunk_times"]))),
+                    "decoding": decoding,
+                    "source": "trees",
+                }
+            )
         for path in sorted((record / "cells").rglob("*.json")) if (record / "cells").is_dir() else []:
             rows.append(cell_step(json.loads(path.read_text())))
     return rows
@@ -224,8 +334,12 @@ def tree_decoding(spec: str) -> dict:
     """The Decoding fields of a tree spec (see tree_argv)."""
     kind, *numbers = spec.split(":")
     if kind == "ngram":
-        return {"algorithm": "ngram", "num_draft_tokens": int(numbers[0]), "max_bfs_breadth": int(numbers[1]),
-                "match_type": "BFS"}
+        return {
+            "algorithm": "ngram",
+            "num_draft_tokens": int(numbers[0]),
+            "max_bfs_breadth": int(numbers[1]),
+            "match_type": "BFS",
+        }
     steps, topk, tokens = map(int, numbers)
     return {"algorithm": "eagle3", "num_steps": steps, "topk": topk, "num_draft_tokens": tokens}
 
@@ -254,8 +368,9 @@ def cell_step(cell: dict) -> dict:
 
     method = cell["method"]
     flags = method["flags"]
-    decoding = Decoding.of_params(method["algorithm"], method["params"], "--disable-overlap-schedule" not in flags,
-                                  method["env"])
+    decoding = Decoding.of_params(
+        method["algorithm"], method["params"], "--disable-overlap-schedule" not in flags, method["env"]
+    )
     start, end = cell["metrics"]["concurrency"]["window"]
     gaps, contexts = [], []
     for r in cell["requests"]:
@@ -263,13 +378,31 @@ def cell_step(cell: dict) -> dict:
             times = r["chunk_times"]
             gaps += [b - a for a, b in zip(times[1:], times[2:]) if start <= a and b <= end]
             contexts.append(r["prompt_tokens"] + r["output_tokens"] / 2)
-    fields = {k: getattr(decoding, k) for k in ("algorithm", "block_size", "budget", "topk", "overlap", "num_steps",
-                                                "num_draft_tokens", "max_bfs_breadth", "match_type")}
-    return {"kind": method["algorithm"], "batch": cell["cell"]["concurrency"], "width": decoding.verify_width(),
-            "context": int(np.mean(contexts)), "seconds": float(np.median(gaps)), "decoding": fields,
-            "shared": shared_prompt_tokens(cell["requests"], start, end),
-            "source": f"cell {cell['cell']['method']}/{cell['cell']['workload']}/c{cell['cell']['concurrency']}",
-            "gaps": len(gaps)}
+    fields = {
+        k: getattr(decoding, k)
+        for k in (
+            "algorithm",
+            "block_size",
+            "budget",
+            "topk",
+            "overlap",
+            "num_steps",
+            "num_draft_tokens",
+            "max_bfs_breadth",
+            "match_type",
+        )
+    }
+    return {
+        "kind": method["algorithm"],
+        "batch": cell["cell"]["concurrency"],
+        "width": decoding.verify_width(),
+        "context": int(np.mean(contexts)),
+        "seconds": float(np.median(gaps)),
+        "decoding": fields,
+        "shared": shared_prompt_tokens(cell["requests"], start, end),
+        "source": f"cell {cell['cell']['method']}/{cell['cell']['workload']}/c{cell['cell']['concurrency']}",
+        "gaps": len(gaps),
+    }
 
 
 def simulated(cost, row: dict) -> float:
@@ -290,16 +423,41 @@ def simulated(cost, row: dict) -> float:
 
 # spec_cpu_per_request is not fitted: every speculative row ran with the overlap scheduler, which hides it, so
 # the rows do not determine it, while DDTree (overlap off) pays it in full
-FITTED = ("attention_bandwidth_efficiency", "layer_overhead", "attention_request_bandwidth", "compute_efficiency",
-          "attention_compute_efficiency", "prefill_fixed", "drafter_fraction", "cpu_step", "verify_attention_reads",
-          "verify_request_attention_reads", "draft_step_overhead", "ngram_cpu_per_request", "draft_layer_overhead",
-          "draft_attention_reads", "ngram_step_overhead", "draft_per_request", "draft_tree_per_node",
-          "ngram_cpu_per_node", "shared_kv_reads", "verify_per_request")
+FITTED = (
+    "attention_bandwidth_efficiency",
+    "layer_overhead",
+    "attention_request_bandwidth",
+    "compute_efficiency",
+    "attention_compute_efficiency",
+    "prefill_fixed",
+    "drafter_fraction",
+    "cpu_step",
+    "verify_attention_reads",
+    "verify_request_attention_reads",
+    "draft_step_overhead",
+    "ngram_cpu_per_request",
+    "draft_layer_overhead",
+    "draft_attention_reads",
+    "ngram_step_overhead",
+    "draft_per_request",
+    "draft_tree_per_node",
+    "ngram_cpu_per_node",
+    "shared_kv_reads",
+    "verify_per_request",
+)
 # where a fit starts for the parameters the shipped profile does not have yet
-NEW = {"draft_step_overhead": 2e-4, "ngram_cpu_per_request": 2.5e-4, "draft_layer_overhead": 4e-5,
-       "draft_attention_reads": 3.0, "ngram_step_overhead": 1e-3, "draft_per_request": 5e-5,
-       "draft_tree_per_node": 5e-6, "ngram_cpu_per_node": 2e-6, "shared_kv_reads": 0.5,
-       "verify_per_request": 5e-5}
+NEW = {
+    "draft_step_overhead": 2e-4,
+    "ngram_cpu_per_request": 2.5e-4,
+    "draft_layer_overhead": 4e-5,
+    "draft_attention_reads": 3.0,
+    "ngram_step_overhead": 1e-3,
+    "draft_per_request": 5e-5,
+    "draft_tree_per_node": 5e-6,
+    "ngram_cpu_per_node": 2e-6,
+    "shared_kv_reads": 0.5,
+    "verify_per_request": 5e-5,
+}
 
 
 def _from_free(name: str, x: float) -> float:
@@ -368,7 +526,7 @@ def fit(records: list[Path], write: Path | None) -> None:
     def loss(x):  # near minimax (an eighth power), and a steep price on any shape beyond 9.5%
         cost = CostModel(gpu, model, runtime(x), 1, drafter)
         errors = [abs(np.log(simulated(cost, r) / r["seconds"])) for r in rows]
-        return sum(e ** 8 + 1e3 * max(0.0, e - np.log(1.095)) ** 2 for e in errors)
+        return sum(e**8 + 1e3 * max(0.0, e - np.log(1.095)) ** 2 for e in errors)
 
     best = _nelder_mead(loss, [_to_free(name, start[name]) for name in FITTED])
     best = _nelder_mead(loss, best)  # a restart from the best simplex point escapes a collapsed simplex
@@ -380,8 +538,10 @@ def fit(records: list[Path], write: Path | None) -> None:
     for r in rows:
         s = simulated(cost, r)
         deviations.append(abs(s / r["seconds"] - 1))
-        print(f"| {r.get('source', 'steps')} | {r['kind']} | {r['batch']} | {r['width']} | {r['context']} | "
-              f"{1000 * r['seconds']:.2f} ms | {1000 * s:.2f} ms | {s / r['seconds']:.2f} |")
+        print(
+            f"| {r.get('source', 'steps')} | {r['kind']} | {r['batch']} | {r['width']} | {r['context']} | "
+            f"{1000 * r['seconds']:.2f} ms | {1000 * s:.2f} ms | {s / r['seconds']:.2f} |"
+        )
     within = sum(d <= 0.10 for d in deviations)
     print(f"\n{within} of {len(rows)} shapes within 10%; largest deviation {max(deviations):.0%}")
     rounded = {k: (float(f"{v:.4g}") if v >= 1e-9 else 0.0) if isinstance(v, float) else v for k, v in fitted.items()}
@@ -396,8 +556,12 @@ def main() -> None:
     parser.add_argument("step", choices=["one-batch", "dflash", "trees", "fit"])
     parser.add_argument("dir", type=Path, help="where a measurement goes; fit: the first record folder")
     parser.add_argument("--also", nargs="*", type=Path, default=[], help="fit: more record folders")
-    parser.add_argument("blocks", nargs="*", default=["16"], help="dflash: block sizes; trees: specs "
-                        "ngram:TOKENS:BREADTH or eagle3:STEPS:TOPK:TOKENS")
+    parser.add_argument(
+        "blocks",
+        nargs="*",
+        default=["16"],
+        help="dflash: block sizes; trees: specs ngram:TOKENS:BREADTH or eagle3:STEPS:TOPK:TOKENS",
+    )
     parser.add_argument("--prompts", nargs="+", type=int, default=[1024], help="prompt lengths (dflash)")
     parser.add_argument("--write", type=Path)
     args = parser.parse_args()

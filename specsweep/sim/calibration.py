@@ -13,8 +13,16 @@ import statistics
 
 from ..text import chat_prompt, split_tokens
 from ..workloads import SYSTEM, chat_prompts, gsm8k_problems, humaneval_problems
-from .model import (CostModel, Decoding, LookupDrafter, accepted_tokens, drafter_acceptance, profiles, reply_tokens,
-                    top1_probability)
+from .model import (
+    CostModel,
+    Decoding,
+    LookupDrafter,
+    accepted_tokens,
+    drafter_acceptance,
+    profiles,
+    reply_tokens,
+    top1_probability,
+)
 
 # DDTree paper, Table 1: Qwen3-8B, HF transformers on H200, temperature 0, batch 1, best budget per row.
 PUBLISHED_QWEN3_8B = {
@@ -27,8 +35,15 @@ PUBLISHED_QWEN3_8B = {
 BUDGETS = (16, 32, 64, 128, 256, 512, 1024)
 
 
-def mean_tau(prompts: list[str], decoding: Decoding, rounds: int = 400, acceptance: dict | None = None,
-             max_new_tokens: int = 256, profile_set: dict | None = None, looping: bool = False) -> float:
+def mean_tau(
+    prompts: list[str],
+    decoding: Decoding,
+    rounds: int = 400,
+    acceptance: dict | None = None,
+    max_new_tokens: int = 256,
+    profile_set: dict | None = None,
+    looping: bool = False,
+) -> float:
     """Mean tokens per verify round over prompts (the prefill token excluded).
 
     Drafter models: ``rounds`` draws per prompt, the drafter's acceptance from the prompt's text (DFlash's with
@@ -41,7 +56,7 @@ def mean_tau(prompts: list[str], decoding: Decoding, rounds: int = 400, acceptan
         if decoding.spec.drafting == "lookup":
             reply = reply_tokens(prompt, max_new_tokens, ignore_eos=True)[0]
             if looping:
-                reply = (reply[:3] * len(reply))[:len(reply)]
+                reply = (reply[:3] * len(reply))[: len(reply)]
             drafter = LookupDrafter(decoding, split_tokens(prompt), reply)
             produced, steps = 1, 0  # the first token comes from the prefill
             while produced < len(reply):
@@ -55,8 +70,15 @@ def mean_tau(prompts: list[str], decoding: Decoding, rounds: int = 400, acceptan
     return statistics.mean(taus)
 
 
-def predict(prompts: list[str], gpu: str = "H200", model: str = "qwen3-8b", runtime: str = "hf-eager",
-            block_size: int = 16, topk: int = 8, acceptance: dict | None = None) -> dict:
+def predict(
+    prompts: list[str],
+    gpu: str = "H200",
+    model: str = "qwen3-8b",
+    runtime: str = "hf-eager",
+    block_size: int = 16,
+    topk: int = 8,
+    acceptance: dict | None = None,
+) -> dict:
     """Predicted speedups at batch 1: DFlash/AR, best DDTree/AR (and its budget), DDTree/DFlash, acceptance lengths."""
     cost = CostModel.named(gpu, model, runtime)
     context = [1000]
@@ -70,9 +92,15 @@ def predict(prompts: list[str], gpu: str = "H200", model: str = "qwen3-8b", runt
         tau = mean_tau(prompts, tree, acceptance=acceptance)
         trees[budget] = (tau, tau / cost.decode_step(tree, context) * ar_step)
     best = max(trees, key=lambda b: trees[b][1])
-    return {"dflash": dflash, "ddtree": trees[best][1], "ddtree_budget": best,
-            "ddtree_over_dflash": trees[best][1] / dflash, "tau_dflash": tau_chain, "tau_ddtree": trees[best][0],
-            "tau_by_budget": {b: t for b, (t, _) in trees.items()}}
+    return {
+        "dflash": dflash,
+        "ddtree": trees[best][1],
+        "ddtree_budget": best,
+        "ddtree_over_dflash": trees[best][1] / dflash,
+        "tau_dflash": tau_chain,
+        "tau_ddtree": trees[best][0],
+        "tau_by_budget": {b: t for b, (t, _) in trees.items()},
+    }
 
 
 def calibration_prompts(count: int = 40) -> dict[str, list[str]]:
@@ -80,11 +108,15 @@ def calibration_prompts(count: int = 40) -> dict[str, list[str]]:
 
     AIME problems are not shipped in any package here; those rows are not predicted.
     """
+
     def render(texts):
         return [chat_prompt([SYSTEM, {"role": "user", "content": t}]) for t in texts[:count]]
 
-    return {"gsm8k": render(list(gsm8k_problems())), "humaneval": render(list(humaneval_problems())),
-            "alpaca": render(list(chat_prompts()))}
+    return {
+        "gsm8k": render(list(gsm8k_problems())),
+        "humaneval": render(list(humaneval_problems())),
+        "alpaca": render(list(chat_prompts())),
+    }
 
 
 # Published acceptance lengths of draft models in serving engines at temperature 0 (tokens per verify round, the
@@ -107,12 +139,27 @@ PUBLISHED_DRAFT_MODELS = [
     ("eagle3", "gsm8k", 7, 1, 8, 3.49, f"{SPECBUNDLE}, MATH-500"),
     ("eagle3", "gsm8k", 5, 3, 6, 3.31, f"{SPECBUNDLE}, MATH-500"),
     ("eagle3", "gsm8k", 7, 4, 8, 3.07, f"{SPECBUNDLE}, MATH-500"),
-    ("eagle", "alpaca", 2, 1, 3, 2.10, "vLLM, Llama-3.1-8B-Instruct, EAGLE-1 head, MT-bench (vllm-project/vllm issue 20780)"),
+    (
+        "eagle",
+        "alpaca",
+        2,
+        1,
+        3,
+        2.10,
+        "vLLM, Llama-3.1-8B-Instruct, EAGLE-1 head, MT-bench (vllm-project/vllm issue 20780)",
+    ),
     ("eagle", "alpaca", 3, 1, 4, 2.29, "vLLM, as above"),
     ("eagle", "alpaca", 5, 1, 6, 2.43, "vLLM, as above"),
     ("eagle", "alpaca", 7, 1, 8, 2.47, "vLLM, as above"),
-    ("standalone", "humaneval", 3, 1, 4, 2.8,
-     "vLLM, Qwen3-1.7B with a Qwen3-0.6B drafter, InstructCoder: at least 2.8 (its test's floor, tests/v1/e2e)"),
+    (
+        "standalone",
+        "humaneval",
+        3,
+        1,
+        4,
+        2.8,
+        "vLLM, Qwen3-1.7B with a Qwen3-0.6B drafter, InstructCoder: at least 2.8 (its test's floor, tests/v1/e2e)",
+    ),
 ]
 
 
@@ -124,6 +171,16 @@ def predict_draft_models(rows=None, profile_set: dict | None = None, count: int 
     for algorithm, key, steps, topk, tokens, tau, source in rows or PUBLISHED_DRAFT_MODELS:
         decoding = Decoding(algorithm, topk=topk, num_steps=steps, num_draft_tokens=tokens)
         predicted = mean_tau(prompts[key], decoding, rounds=rounds, profile_set=profile_set)
-        out.append({"algorithm": algorithm, "prompts": key, "num_steps": steps, "topk": topk,
-                    "num_draft_tokens": tokens, "published": tau, "predicted": predicted, "source": source})
+        out.append(
+            {
+                "algorithm": algorithm,
+                "prompts": key,
+                "num_steps": steps,
+                "topk": topk,
+                "num_draft_tokens": tokens,
+                "published": tau,
+                "predicted": predicted,
+                "source": source,
+            }
+        )
     return out

@@ -88,23 +88,31 @@ def top1_probability(text: str, temperature: float, thinking: bool, params: dict
 
 
 @lru_cache(maxsize=1 << 16)  # a request keeps its a: every verify round asks for the same depths again
-def depth_distribution(a: float, depth: int, ratio: float = ACCEPTANCE["second_choice_ratio"],
-                       decay: float = ACCEPTANCE["depth_decay"]) -> tuple[float, ...]:
+def depth_distribution(
+    a: float, depth: int, ratio: float = ACCEPTANCE["second_choice_ratio"], decay: float = ACCEPTANCE["depth_decay"]
+) -> tuple[float, ...]:
     """Probabilities of the ranked candidates at a depth of the draft (rank 0 first).
 
     Top-1 mass q = a * decay^depth; of the rest, a share a falls geometrically
     (ratio) over the next ranks and the remainder lies outside every candidate
     list: a drafter that is often right is also close when it is wrong.
     """
-    q = a * (decay ** depth)
+    q = a * (decay**depth)
     inside = (1.0 - q) * a
     return (q, *(inside * (1 - ratio) * ratio ** (r - 1) for r in range(1, CANDIDATES_PER_DEPTH)))
 
 
 @lru_cache(maxsize=4096)
-def build_tree(a_key: float, depths: int, budget: int, topk: int, build_name: str = ddtree.DEFAULT_BUILD,
-               depth_bonus: float | None = None, ratio: float = ACCEPTANCE["second_choice_ratio"],
-               decay: float = ACCEPTANCE["depth_decay"]) -> frozenset:
+def build_tree(
+    a_key: float,
+    depths: int,
+    budget: int,
+    topk: int,
+    build_name: str = ddtree.DEFAULT_BUILD,
+    depth_bonus: float | None = None,
+    ratio: float = ACCEPTANCE["second_choice_ratio"],
+    decay: float = ACCEPTANCE["depth_decay"],
+) -> frozenset:
     """The drafted nodes a tree build verifies for a drafter of top-1 probability ``a_key`` (prefixes of ranks):
     the build's chain or tree (specsweep.ddtree) over this drafter's per-depth distributions, with its own depth
     bonus unless one is given."""
@@ -112,14 +120,21 @@ def build_tree(a_key: float, depths: int, budget: int, topk: int, build_name: st
     if depth_bonus is not None:
         tree_build = replace(tree_build, depth_bonus=depth_bonus)
     mode, width = ddtree.shape(tree_build, depths + 1, budget, topk)
-    log_probs = tuple(tuple(math.log(p) for p in depth_distribution(a_key, d, ratio, decay)[:max(width, 1)])
-                      for d in range(depths))
+    log_probs = tuple(
+        tuple(math.log(p) for p in depth_distribution(a_key, d, ratio, decay)[: max(width, 1)]) for d in range(depths)
+    )
     return ddtree.tree_prefixes(tree_build, log_probs, budget, width, mode)
 
 
 @lru_cache(maxsize=4096)
-def beam_tree(a_key: float, steps: int, nodes: int, topk: int, ratio: float = ACCEPTANCE["second_choice_ratio"],
-              decay: float = ACCEPTANCE["depth_decay"]) -> frozenset:
+def beam_tree(
+    a_key: float,
+    steps: int,
+    nodes: int,
+    topk: int,
+    ratio: float = ACCEPTANCE["second_choice_ratio"],
+    decay: float = ACCEPTANCE["depth_decay"],
+) -> frozenset:
     """The drafted nodes a draft model's tree verifies (prefixes of ranks), as SGLang's EAGLE worker chooses them:
     the first step's topk candidates, then at each later step topk children of each of the topk best paths so far
     (topk^2 candidates, of which the topk best are the next step's paths); of all topk + (steps - 1) x topk^2
@@ -177,13 +192,22 @@ class Decoding:
         return algorithms.get(self.algorithm)
 
     @classmethod
-    def of_build(cls, algorithm: str, block_size: int, budget: int, topk: int | None, overlap: bool,
-                 tree_build: str, env) -> "Decoding":
+    def of_build(
+        cls, algorithm: str, block_size: int, budget: int, topk: int | None, overlap: bool, tree_build: str, env
+    ) -> "Decoding":
         """A decoding as a server with this environment runs it (rank probe, the build's depth-bonus variable)."""
         default = ddtree.build(tree_build)
         tuned = ddtree.with_environment(default, env)
-        return cls(algorithm, block_size, budget, topk, overlap, tree_build, ddtree.rank_probe_on(env),
-                   None if tuned is default else tuned.depth_bonus)
+        return cls(
+            algorithm,
+            block_size,
+            budget,
+            topk,
+            overlap,
+            tree_build,
+            ddtree.rank_probe_on(env),
+            None if tuned is default else tuned.depth_bonus,
+        )
 
     @classmethod
     def of_params(cls, algorithm: str, params: dict, overlap: bool, env) -> "Decoding":
@@ -192,11 +216,24 @@ class Decoding:
         algorithms run without it anyway)."""
         spec = algorithms.get(algorithm)
         if spec.drafting in ("block", "block-tree", "none"):
-            return cls.of_build(algorithm, params.get("block_size", 16), params.get("budget", 0), params.get("topk"),
-                                overlap, params.get("tree_build") or ddtree.DEFAULT_BUILD, env)
-        return cls(algorithm, topk=params.get("topk"), overlap=overlap, num_steps=params.get("num_steps", 0),
-                   num_draft_tokens=params.get("num_draft_tokens", 0),
-                   max_bfs_breadth=params.get("max_bfs_breadth", 0), match_type=params.get("match_type", ""))
+            return cls.of_build(
+                algorithm,
+                params.get("block_size", 16),
+                params.get("budget", 0),
+                params.get("topk"),
+                overlap,
+                params.get("tree_build") or ddtree.DEFAULT_BUILD,
+                env,
+            )
+        return cls(
+            algorithm,
+            topk=params.get("topk"),
+            overlap=overlap,
+            num_steps=params.get("num_steps", 0),
+            num_draft_tokens=params.get("num_draft_tokens", 0),
+            max_bfs_breadth=params.get("max_bfs_breadth", 0),
+            match_type=params.get("match_type", ""),
+        )
 
     def params(self) -> dict:
         """The algorithm's parameters (the registry's names) as this decoding has them."""
@@ -259,8 +296,9 @@ def target_ranks(decoding: Decoding, a: float, rng: random.Random, acceptance: d
     return ranks
 
 
-def accepted_tokens(decoding: Decoding, a: float, rng: random.Random, ranks: list[int] | None = None,
-                    acceptance: dict | None = None) -> int:
+def accepted_tokens(
+    decoding: Decoding, a: float, rng: random.Random, ranks: list[int] | None = None, acceptance: dict | None = None
+) -> int:
     """Tokens committed by one verify round of a drafter with top-1 probability ``a`` (accepted drafts + bonus
     token), for the round's target ranks (drawn here when not given): the longest rank-0 prefix of a chain, the
     deepest path of the tree the target's tokens walk. A draft model's tree (beam_tree) is chosen by its own
@@ -280,11 +318,25 @@ def accepted_tokens(decoding: Decoding, a: float, rng: random.Random, ranks: lis
             accepted += 1
         return accepted + 1
     if kind == "block-tree":
-        tree = build_tree(round(a, 3), depths, decoding.budget, decoding.topk, decoding.tree_build,
-                          decoding.depth_bonus, p["second_choice_ratio"], p["depth_decay"])
+        tree = build_tree(
+            round(a, 3),
+            depths,
+            decoding.budget,
+            decoding.topk,
+            decoding.tree_build,
+            decoding.depth_bonus,
+            p["second_choice_ratio"],
+            p["depth_decay"],
+        )
     else:  # a draft model's tree, chosen as SGLang's EAGLE worker chooses it
-        tree = beam_tree(round(a * p.get("tree_confidence", 1.0), 3), depths, decoding.num_draft_tokens - 1,
-                         decoding.topk, p["second_choice_ratio"], p["depth_decay"])
+        tree = beam_tree(
+            round(a * p.get("tree_confidence", 1.0), 3),
+            depths,
+            decoding.num_draft_tokens - 1,
+            decoding.topk,
+            p["second_choice_ratio"],
+            p["depth_decay"],
+        )
     accepted = 0
     while accepted < depths and tuple(ranks[: accepted + 1]) in tree:
         accepted += 1
@@ -327,7 +379,7 @@ class LookupDrafter:
         self.decoding, self.reply = decoding, reply  # tokens: any hashable values (the simulator's: their text)
         self.tokens: list = []
         self.where: dict = {}
-        for token in prompt[-self.MAX_TRIE_DEPTH:]:
+        for token in prompt[-self.MAX_TRIE_DEPTH :]:
             self._append(token)
         self.prompt_length = len(self.tokens)
 
@@ -344,15 +396,14 @@ class LookupDrafter:
         tokens, last = self.tokens, len(self.tokens) - 1
         limit = self.MAX_TRIE_DEPTH - 1
         lengths = []
-        for p in reversed(self.where.get(tokens[last], [])[-self.MATCH_CANDIDATES - 1:]):
+        for p in reversed(self.where.get(tokens[last], [])[-self.MATCH_CANDIDATES - 1 :]):
             if p == last:
                 continue
             m = 1
             while m < limit and p - m >= 0 and tokens[p - m] == tokens[last - m]:
                 m += 1
             lengths.append((p, m))
-        return [(k, [p for p, m in lengths if m >= k]) for k in range(limit, 0, -1)
-                if any(m >= k for _, m in lengths)]
+        return [(k, [p for p, m in lengths if m >= k]) for k in range(limit, 0, -1) if any(m >= k for _, m in lengths)]
 
     def draft(self) -> list[dict[int, int]]:
         """The draft tree: children[node] = {token: child node}; node 0 is the root (the last token)."""
@@ -372,7 +423,7 @@ class LookupDrafter:
                 order = list(follow)  # latest first (the occurrences are)
                 if d.match_type == "PROB":
                     order.sort(key=lambda t: -len(follow[t]))
-                for token in order[:max(1, int(breadth))]:
+                for token in order[: max(1, int(breadth))]:
                     child = children[node].get(token)
                     if child is None:
                         if len(children) - 1 >= budget:
@@ -381,7 +432,7 @@ class LookupDrafter:
                         children.append({})
                         children[node][token] = child
                     if levels > 1:
-                        queue.append((child, breadth - scale, follow[token][:self.OCCURRENCES], levels - 1))
+                        queue.append((child, breadth - scale, follow[token][: self.OCCURRENCES], levels - 1))
         return children
 
     def round(self, produced: int) -> tuple[int, None]:
@@ -398,23 +449,31 @@ class LookupDrafter:
 
 
 # the simulator's drafting mechanisms, by the registry's names (specsweep.algorithms.Algorithm.drafting)
-DRAFTING = {"none": None, "block": RankedDrafter, "block-tree": RankedDrafter, "draft-model": RankedDrafter,
-            "lookup": LookupDrafter}
+DRAFTING = {
+    "none": None,
+    "block": RankedDrafter,
+    "block-tree": RankedDrafter,
+    "draft-model": RankedDrafter,
+    "lookup": LookupDrafter,
+}
 
 
 def _mechanism(decoding: Decoding) -> str:
     kind = decoding.spec.drafting
     if kind not in DRAFTING:
-        raise ValueError(f"the simulated backend has no drafting mechanism {kind!r} (algorithm "
-                         f"{decoding.algorithm!r}); add it to specsweep.sim.model.DRAFTING")
+        raise ValueError(
+            f"the simulated backend has no drafting mechanism {kind!r} (algorithm "
+            f"{decoding.algorithm!r}); add it to specsweep.sim.model.DRAFTING"
+        )
     return kind
 
 
 Drafter = RankedDrafter | LookupDrafter  # one request's rounds: ``round(produced)`` -> (tokens committed, ranks)
 
 
-def request_drafter(decoding: Decoding, a: float, rng: random.Random, acceptance: dict, prompt: list,
-                    reply: list) -> Drafter | None:
+def request_drafter(
+    decoding: Decoding, a: float, rng: random.Random, acceptance: dict, prompt: list, reply: list
+) -> Drafter | None:
     """The drafter of one request's rounds (None for AR): ranked draws for drafter models, the n-gram lookup over
     the request's tokens for NGRAM."""
     kind = _mechanism(decoding)
@@ -488,11 +547,23 @@ class CostModel:
     draft_model: dict | None = None
 
     @classmethod
-    def named(cls, gpu: str, model: str, runtime: str = "sglang", tp: int = 1, overrides: dict | None = None,
-              draft_model: str | None = "qwen3-0.6b"):
+    def named(
+        cls,
+        gpu: str,
+        model: str,
+        runtime: str = "sglang",
+        tp: int = 1,
+        overrides: dict | None = None,
+        draft_model: str | None = "qwen3-0.6b",
+    ):
         p = profiles(overrides)
-        return cls(p["gpus"][gpu], p["models"][model], p["runtimes"][runtime], tp,
-                   p["models"][draft_model] if draft_model else None)
+        return cls(
+            p["gpus"][gpu],
+            p["models"][model],
+            p["runtimes"][runtime],
+            tp,
+            p["models"][draft_model] if draft_model else None,
+        )
 
     def draft_head(self, algorithm: str) -> dict:
         """An EAGLE head's model profile from the target's: one decoder layer (its weights and KV per token, the
@@ -501,10 +572,18 @@ class CostModel:
         m = self.model
         hidden = m.get("q_dim", 4096)
         head = m.get("vocab", 151936) * hidden * 2 + (3 * hidden * hidden * 2 if algorithm == "eagle3" else 0)
-        layer = (m["weight_bytes"] - m.get("expert_bytes", 0.0) * (1 - m.get("experts_per_token", 0) /
-                                                                  max(m.get("experts", 1), 1))) / m["layers"]
-        return {"weight_bytes": layer + head, "active_params": (layer + head) / 2, "layers": 1,
-                "kv_bytes_per_token": m["kv_bytes_per_token"] / m["layers"], "q_dim": hidden, "hybrid": False}
+        layer = (
+            m["weight_bytes"]
+            - m.get("expert_bytes", 0.0) * (1 - m.get("experts_per_token", 0) / max(m.get("experts", 1), 1))
+        ) / m["layers"]
+        return {
+            "weight_bytes": layer + head,
+            "active_params": (layer + head) / 2,
+            "layers": 1,
+            "kv_bytes_per_token": m["kv_bytes_per_token"] / m["layers"],
+            "q_dim": hidden,
+            "hybrid": False,
+        }
 
     def draft_seconds(self, decoding: Decoding, contexts: list[int]) -> float:
         """GPU time of one round's drafting.
@@ -585,8 +664,10 @@ class CostModel:
             # one request's reads are parallel over its verified tokens too, so they may cost less than the
             # batch's (verify_request_attention_reads, where the runtime sets it)
             request_reads = 1.0 + (r.get("verify_request_attention_reads", reads - 1.0) if width > 1 else 0.0)
-            attention = max(attention, request_reads * max(contexts) * m["kv_bytes_per_token"]
-                            / (r["attention_request_bandwidth"] * self.tp))
+            attention = max(
+                attention,
+                request_reads * max(contexts) * m["kv_bytes_per_token"] / (r["attention_request_bandwidth"] * self.tp),
+            )
         fixed = m["layers"] * r["layer_overhead"]
         comm = 2 * m["layers"] * r["allreduce_latency"] * math.log2(self.tp) if self.tp > 1 else 0.0
         return roofline + attention + fixed + comm
@@ -659,8 +740,15 @@ class CostModel:
             return 0.0
         r, m, g = self.runtime, self.model, self.gpu
         efficiency = r.get("compute_efficiency", 0.4)
-        seconds = 2 * m["active_params"] * new_tokens / (g["flops"] * efficiency * self.tp) + r.get("prefill_fixed", 0.0)
+        seconds = 2 * m["active_params"] * new_tokens / (g["flops"] * efficiency * self.tp) + r.get(
+            "prefill_fixed", 0.0
+        )
         if attention_pairs and r.get("attention_compute_efficiency") and m.get("q_dim"):
-            seconds += (4 * m["layers"] * m["q_dim"] * attention_pairs
-                        / (g["flops"] * r["attention_compute_efficiency"] * self.tp))
+            seconds += (
+                4
+                * m["layers"]
+                * m["q_dim"]
+                * attention_pairs
+                / (g["flops"] * r["attention_compute_efficiency"] * self.tp)
+            )
         return seconds

@@ -15,19 +15,38 @@ from ..text import chat_prompt
 from .server import Engine, parse_args
 
 
-def engine(algorithm: str = "ar", block_size: int = 16, budget: int = 0, tp: int = 1, gpu: str = "H200",
-           model_profile: str = "qwen3-8b", max_running: int = 256, tree_build: str | None = None,
-           **params) -> Engine:
+def engine(
+    algorithm: str = "ar",
+    block_size: int = 16,
+    budget: int = 0,
+    tp: int = 1,
+    gpu: str = "H200",
+    model_profile: str = "qwen3-8b",
+    max_running: int = 256,
+    tree_build: str | None = None,
+    **params,
+) -> Engine:
     """A simulated engine decoding with ``algorithm`` (a name of specsweep.algorithms.REGISTRY), started with
     the flags its registry spelling gives for these parameters (the registry's defaults for the others; DDTree as
     ``tree_build`` builds its tree, default the pull request's)."""
     spec = algorithms.get(algorithm)
-    argv = ["--model-path", "sim", "--tp-size", str(tp), "--sim-gpu", gpu, "--sim-model-profile", model_profile,
-            "--max-running-requests", str(max_running)]
+    argv = [
+        "--model-path",
+        "sim",
+        "--tp-size",
+        str(tp),
+        "--sim-gpu",
+        gpu,
+        "--sim-model-profile",
+        model_profile,
+        "--max-running-requests",
+        str(max_running),
+    ]
     if spec.speculative:
         given = {"block_size": block_size, "budget": budget, **params}
-        argv += spec.server_flags(spec.resolve({p.name: given.get(p.name, p.default) for p in spec.parameters}),
-                                  "sim-drafter")
+        argv += spec.server_flags(
+            spec.resolve({p.name: given.get(p.name, p.default) for p in spec.parameters}), "sim-drafter"
+        )
     if tree_build is not None:
         argv += ["--sim-ddtree-build", tree_build]
     return Engine(parse_args(argv))

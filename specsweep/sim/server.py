@@ -32,8 +32,16 @@ from .. import __version__, algorithms
 from ..ddtree import DEFAULT_BUILD, RankProbe, builds as ddtree_builds
 from ..text import chat_template, split_tokens
 from ..workloads import WorkloadError, tokenizer
-from .model import (CostModel, Decoding, Drafter, drafter_acceptance, profiles, reply_tokens, request_drafter,
-                    top1_probability)
+from .model import (
+    CostModel,
+    Decoding,
+    Drafter,
+    drafter_acceptance,
+    profiles,
+    reply_tokens,
+    request_drafter,
+    top1_probability,
+)
 from .stream import EventStream
 
 PAGE = 64  # prefix-cache granularity in tokens
@@ -55,7 +63,7 @@ def _merge_config_file(argv: list[str]) -> list[str]:
             extra.append(flag)
         elif value not in (False, None):
             extra += [flag, str(value)]
-    return extra + argv[:i] + argv[i + 2:]
+    return extra + argv[:i] + argv[i + 2 :]
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -89,31 +97,73 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--sim-gpu", default="H200")
     p.add_argument("--sim-model-profile", default="qwen3-8b")
     p.add_argument("--sim-startup-seconds", type=float, default=0.5)
-    p.add_argument("--sim-time-scale", type=_positive_float, default=1.0, metavar="S",
-                   help="run the clock S times fast: each modelled duration lasts 1/S of its seconds (tests of "
-                   "plumbing; reported durations stay modelled)")
-    p.add_argument("--sim-ddtree-build", default=DEFAULT_BUILD, choices=sorted(ddtree_builds()),
-                   help="which build's DDTree to emulate (specsweep/data/ddtree_builds.yaml)")
+    p.add_argument(
+        "--sim-time-scale",
+        type=_positive_float,
+        default=1.0,
+        metavar="S",
+        help="run the clock S times fast: each modelled duration lasts 1/S of its seconds (tests of "
+        "plumbing; reported durations stay modelled)",
+    )
+    p.add_argument(
+        "--sim-ddtree-build",
+        default=DEFAULT_BUILD,
+        choices=sorted(ddtree_builds()),
+        help="which build's DDTree to emulate (specsweep/data/ddtree_builds.yaml)",
+    )
     p.add_argument("--sim-runtime", default="sglang", help="runtime profile: sglang or hf-eager")
-    p.add_argument("--sim-draft-model-profile", default="qwen3-0.6b",
-                   help="model profile of a STANDALONE drafter (EAGLE heads are sized from the target's profile)")
+    p.add_argument(
+        "--sim-draft-model-profile",
+        default="qwen3-0.6b",
+        help="model profile of a STANDALONE drafter (EAGLE heads are sized from the target's profile)",
+    )
     p.add_argument("--sim-profiles", help="JSON: profile overrides {gpus: {...}, models: {...}, runtimes: {...}}")
     p.add_argument("--sim-acceptance", help="JSON: acceptance-model parameters (see specsweep.sim.model.ACCEPTANCE)")
-    p.add_argument("--sim-accept-flag", action="append", default=[], metavar="FLAG:TYPE",
-                   help="accept (and ignore) a flag of a server build, e.g. --speculative-ddtree-foo:int")
-    p.add_argument("--sim-crash-after", type=int, default=int(os.environ.get("SPECSWEEP_SIM_CRASH_AFTER", "0")),
-                   metavar="N", help="fault: exit abruptly when request N arrives (0: never; default from "
-                   "SPECSWEEP_SIM_CRASH_AFTER, so a method's env can set it)")
+    p.add_argument(
+        "--sim-accept-flag",
+        action="append",
+        default=[],
+        metavar="FLAG:TYPE",
+        help="accept (and ignore) a flag of a server build, e.g. --speculative-ddtree-foo:int",
+    )
+    p.add_argument(
+        "--sim-crash-after",
+        type=int,
+        default=int(os.environ.get("SPECSWEEP_SIM_CRASH_AFTER", "0")),
+        metavar="N",
+        help="fault: exit abruptly when request N arrives (0: never; default from "
+        "SPECSWEEP_SIM_CRASH_AFTER, so a method's env can set it)",
+    )
     p.add_argument("--sim-crash-at-start", action="store_true", help="fault: fail while loading, before listening")
     p.add_argument("--sim-never-ready", action="store_true", help="fault: /health_generate never succeeds")
-    p.add_argument("--sim-hang-after-tokens", type=int, default=0, metavar="N",
-                   help="fault: every stream stops sending (without closing) after N tokens")
-    p.add_argument("--sim-error-rate", type=float, default=0.0, metavar="P",
-                   help="fault: answer a share P of generation requests with HTTP 500 (seeded)")
-    p.add_argument("--sim-truncate-rate", type=float, default=0.0, metavar="P",
-                   help="fault: cut a share P of streams mid-way, without [DONE] (seeded)")
-    p.add_argument("--sim-corrupt-tree-from", type=int, default=0, metavar="K",
-                   help="fault: DDTree outputs go wrong from tree depth K on, as when state leaks between branches")
+    p.add_argument(
+        "--sim-hang-after-tokens",
+        type=int,
+        default=0,
+        metavar="N",
+        help="fault: every stream stops sending (without closing) after N tokens",
+    )
+    p.add_argument(
+        "--sim-error-rate",
+        type=float,
+        default=0.0,
+        metavar="P",
+        help="fault: answer a share P of generation requests with HTTP 500 (seeded)",
+    )
+    p.add_argument(
+        "--sim-truncate-rate",
+        type=float,
+        default=0.0,
+        metavar="P",
+        help="fault: cut a share P of streams mid-way, without [DONE] (seeded)",
+    )
+    p.add_argument(
+        "--sim-corrupt-tree-from",
+        type=int,
+        default=0,
+        metavar="K",
+        help="fault: DDTree outputs go wrong from tree depth K on, as when state leaks between branches",
+    )
     _accept_sglang_flags(p, accepted)
     args = p.parse_args(argv)
     if args.speculative_algorithm:
@@ -202,25 +252,39 @@ class Engine:
         self.args = args
         self.decoding = decoding_from_args(args)
         overrides = json.loads(args.sim_profiles) if args.sim_profiles else None
-        self.cost = CostModel.named(args.sim_gpu, args.sim_model_profile, args.sim_runtime, args.tp_size, overrides,
-                                    args.sim_draft_model_profile)
-        self.acceptance = drafter_acceptance(self.decoding, profiles(overrides),
-                                             json.loads(args.sim_acceptance) if args.sim_acceptance else None)
+        self.cost = CostModel.named(
+            args.sim_gpu,
+            args.sim_model_profile,
+            args.sim_runtime,
+            args.tp_size,
+            overrides,
+            args.sim_draft_model_profile,
+        )
+        self.acceptance = drafter_acceptance(
+            self.decoding, profiles(overrides), json.loads(args.sim_acceptance) if args.sim_acceptance else None
+        )
         self.rank_probe = RankProbe(self.decoding.block_size - 1) if self.decoding.probes_ranks() else None
         self.waiting: list[Request] = []
         self.running: list[Request] = []
         self.wakeup = asyncio.Event()
         self.prefix_cache: OrderedDict[str, None] = OrderedDict()
         self._shared: tuple[tuple, int] = ((), 0)  # (the batch's request ids, its shared tokens)
-        self.counters = {"prompt_tokens": 0, "generation_tokens": 0, "requests": 0, "verify_calls": 0,
-                         "accepted_tokens": 0, "cached_tokens": 0, "steps": 0}
+        self.counters = {
+            "prompt_tokens": 0,
+            "generation_tokens": 0,
+            "requests": 0,
+            "verify_calls": 0,
+            "accepted_tokens": 0,
+            "cached_tokens": 0,
+            "steps": 0,
+        }
 
     # prefix cache ----------------------------------------------------------
     @staticmethod
     def _page_keys(tokens: list[str]) -> list[str]:
         keys, h = [], hashlib.blake2b(digest_size=16)
         for i in range(0, len(tokens) - len(tokens) % PAGE, PAGE):
-            h.update("".join(tokens[i:i + PAGE]).encode())
+            h.update("".join(tokens[i : i + PAGE]).encode())
             keys.append(h.copy().hexdigest())
         return keys
 
@@ -261,8 +325,10 @@ class Engine:
         temperature = float(sampling.get("temperature", 1.0))
         tokens = [str(i) for i in input_ids] if input_ids is not None else split_tokens(prompt)
         if len(tokens) + max_new > self.args.context_length:
-            raise ValueError(f"prompt of {len(tokens)} tokens + max_new_tokens {max_new} "
-                             f"exceeds the context length {self.args.context_length}")
+            raise ValueError(
+                f"prompt of {len(tokens)} tokens + max_new_tokens {max_new} "
+                f"exceeds the context length {self.args.context_length}"
+            )
         reply, natural = reply_tokens(prompt, max_new, bool(sampling.get("ignore_eos")))
         thinking = not prompt.rstrip().endswith("</think>")
         a = top1_probability(prompt, temperature, thinking and "<|im_start|>" in prompt, self.acceptance)
@@ -289,10 +355,13 @@ class Engine:
                 fresh = len(req.prompt_tokens) - req.cached_tokens
                 new += fresh
                 pairs += fresh * req.cached_tokens + fresh * fresh / 2
-            step += self.cost.prefill(new, pairs) + self.cost.decode_step(Decoding(), [len(r.prompt_tokens) for r in admitted])
+            step += self.cost.prefill(new, pairs) + self.cost.decode_step(
+                Decoding(), [len(r.prompt_tokens) for r in admitted]
+            )
         batch = list(self.running)
-        step += self.cost.decode_step(self.decoding, [len(r.prompt_tokens) + r.produced for r in batch],
-                                      self.shared_tokens(batch))
+        step += self.cost.decode_step(
+            self.decoding, [len(r.prompt_tokens) + r.produced for r in batch], self.shared_tokens(batch)
+        )
         return admitted, batch, step
 
     def commit_step(self, admitted: list[Request], batch: list[Request]) -> None:
@@ -302,7 +371,9 @@ class Engine:
             req.prefilled = True
             self._emit(req, 1)
         first = batch[0] if batch else None  # the build counts a step by its batch's first request's context
-        probe = self.rank_probe if first and len(first.prompt_tokens) + first.produced >= RankProbe.MIN_CONTEXT else None
+        probe = (
+            self.rank_probe if first and len(first.prompt_tokens) + first.produced >= RankProbe.MIN_CONTEXT else None
+        )
         for req in batch:
             if req.drafter is None:
                 self._emit(req, 1)
@@ -369,8 +440,13 @@ class Engine:
             "prompt_tokens": len(req.prompt_tokens),
             "completion_tokens": produced,
             "cached_tokens": req.cached_tokens,
-            "finish_reason": ({"type": "stop", "matched": 151645} if req.natural_stop else
-                              {"type": "length", "length": len(req.reply)}) if finished else None,
+            "finish_reason": (
+                {"type": "stop", "matched": 151645}
+                if req.natural_stop
+                else {"type": "length", "length": len(req.reply)}
+            )
+            if finished
+            else None,
             "e2e_latency": (time.monotonic() - req.started) * scale,  # modelled seconds
             "queue_time": (req.admitted - req.started) * scale if req.admitted is not None else None,
             "simulated": True,
@@ -421,8 +497,12 @@ class SimServer:
         """OpenAI usage; as SGLang, cached prompt tokens are reported only with --enable-cache-report."""
         details = {"cached_tokens": req.cached_tokens} if getattr(self.args, "enable_cache_report", False) else None
         produced = req.produced if produced is None else produced
-        return {"prompt_tokens": len(req.prompt_tokens), "completion_tokens": produced,
-                "total_tokens": len(req.prompt_tokens) + produced, "prompt_tokens_details": details}
+        return {
+            "prompt_tokens": len(req.prompt_tokens),
+            "completion_tokens": produced,
+            "total_tokens": len(req.prompt_tokens) + produced,
+            "prompt_tokens_details": details,
+        }
 
     @web.middleware
     async def require_key(self, request, handler):
@@ -449,8 +529,14 @@ class SimServer:
         return web.Response(text="")
 
     async def model_info(self, request):
-        return web.json_response({"model_path": self.args.model_path, "tokenizer_path": self.args.model_path,
-                                  "is_generation": True, "simulated": True})
+        return web.json_response(
+            {
+                "model_path": self.args.model_path,
+                "tokenizer_path": self.args.model_path,
+                "is_generation": True,
+                "simulated": True,
+            }
+        )
 
     async def server_info(self, request):
         engine = self.engine
@@ -463,13 +549,27 @@ class SimServer:
             info.update({"ddtree_build": decoding.tree_build, "ddtree_mode": shape[0], "ddtree_width": shape[1]})
         if decoding.spec.drafting in ("draft-model", "lookup"):  # the settings as SGLang resolved them
             topk = (decoding.topk or 1) if decoding.spec.drafting == "draft-model" else decoding.max_bfs_breadth
-            info.update({"speculative_num_draft_tokens": decoding.num_draft_tokens, "speculative_eagle_topk": topk,
-                         "speculative_num_steps": decoding.num_steps or decoding.num_draft_tokens // topk})
+            info.update(
+                {
+                    "speculative_num_draft_tokens": decoding.num_draft_tokens,
+                    "speculative_eagle_topk": topk,
+                    "speculative_num_steps": decoding.num_steps or decoding.num_draft_tokens // topk,
+                }
+            )
             if decoding.spec.drafting == "lookup":
-                info.update({"speculative_ngram_max_bfs_breadth": decoding.max_bfs_breadth,
-                             "speculative_ngram_match_type": decoding.match_type})
-        info.update({"version": f"specsweep-sim {__version__}", "simulated": True,
-                     "internal_states": [{"avg_spec_accept_length": avg, "launched_at": self.launched}]})
+                info.update(
+                    {
+                        "speculative_ngram_max_bfs_breadth": decoding.max_bfs_breadth,
+                        "speculative_ngram_match_type": decoding.match_type,
+                    }
+                )
+        info.update(
+            {
+                "version": f"specsweep-sim {__version__}",
+                "simulated": True,
+                "internal_states": [{"avg_spec_accept_length": avg, "launched_at": self.launched}],
+            }
+        )
         return web.json_response(info)
 
     async def flush_cache(self, request):
@@ -509,8 +609,9 @@ class SimServer:
         if text is None and isinstance(input_ids, list) and input_ids and all(isinstance(i, int) for i in input_ids):
             text = self.decode(input_ids)  # SGLang's own client sends token ids with --tokenize-prompt
         elif not isinstance(text, str):
-            raise web.HTTPBadRequest(text="the simulated server accepts 'text' (one string) or 'input_ids' (one list "
-                                          "of token ids) only")
+            raise web.HTTPBadRequest(
+                text="the simulated server accepts 'text' (one string) or 'input_ids' (one list of token ids) only"
+            )
         else:
             input_ids = None
         sampling = body.get("sampling_params") or {}
@@ -519,8 +620,9 @@ class SimServer:
             print(f"fault: crashing at request {self.generate_requests} (--sim-crash-after)", flush=True)
             os._exit(3)
         if args.sim_error_rate and self.fault_rng.random() < args.sim_error_rate:
-            return web.json_response({"error": {"message": "fault: injected internal error (--sim-error-rate)"}},
-                                     status=500)
+            return web.json_response(
+                {"error": {"message": "fault: injected internal error (--sim-error-rate)"}}, status=500
+            )
         truncate = bool(args.sim_truncate_rate) and self.fault_rng.random() < args.sim_truncate_rate
         try:
             req = engine.submit(text, sampling, input_ids)
@@ -542,7 +644,7 @@ class SimServer:
                 request.transport.close()  # fault: the stream is cut mid-way
                 return stream.response
             # as SGLang: the whole text so far, or with --incremental-streaming-output only the new segment
-            text = "".join(req.reply[sent if incremental else 0: step.produced])
+            text = "".join(req.reply[sent if incremental else 0 : step.produced])
             sent = step.produced
             await stream.send({"text": text, "meta_info": engine.meta_info(req, rid, step)})
         return await stream.close()
@@ -564,8 +666,11 @@ class SimServer:
             prompt = body.get("prompt")
             if not isinstance(prompt, str):
                 raise web.HTTPBadRequest(text="the simulated server accepts one string prompt")
-        sampling = {"max_new_tokens": body.get("max_tokens") or body.get("max_completion_tokens") or 128,
-                    "temperature": body.get("temperature", 1.0), "ignore_eos": body.get("ignore_eos", False)}
+        sampling = {
+            "max_new_tokens": body.get("max_tokens") or body.get("max_completion_tokens") or 128,
+            "temperature": body.get("temperature", 1.0),
+            "ignore_eos": body.get("ignore_eos", False),
+        }
         try:
             req = self.engine.submit(prompt, sampling)
         except ValueError as exc:
@@ -575,40 +680,74 @@ class SimServer:
 
         def choice(text, finish):
             if chat:
-                return {"index": 0, "delta": {"role": "assistant", "content": text} if text is not None else {},
-                        "finish_reason": finish}
+                return {
+                    "index": 0,
+                    "delta": {"role": "assistant", "content": text} if text is not None else {},
+                    "finish_reason": finish,
+                }
             return {"index": 0, "text": text or "", "finish_reason": finish}
 
         if not body.get("stream"):
             await self.wait_done(req)
             text = "".join(req.reply)
             finish: str | None = "stop" if req.natural_stop else "length"
-            ch = ({"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": finish} if chat
-                  else {"index": 0, "text": text, "finish_reason": finish})
-            return web.json_response({"id": rid, "object": kind, "created": created, "model": model_name,
-                                      "choices": [ch], "usage": self.usage(req), "simulated": True})
+            ch = (
+                {"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": finish}
+                if chat
+                else {"index": 0, "text": text, "finish_reason": finish}
+            )
+            return web.json_response(
+                {
+                    "id": rid,
+                    "object": kind,
+                    "created": created,
+                    "model": model_name,
+                    "choices": [ch],
+                    "usage": self.usage(req),
+                    "simulated": True,
+                }
+            )
         options = body.get("stream_options") or {}
         stream = await EventStream.open(request)
         obj = kind + ".chunk" if chat else kind
         if chat:  # first chunk carries the role only
-            await stream.send({"id": rid, "object": obj, "created": created, "model": model_name,
-                               "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""},
-                                            "finish_reason": None}]})
+            await stream.send(
+                {
+                    "id": rid,
+                    "object": obj,
+                    "created": created,
+                    "model": model_name,
+                    "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}],
+                }
+            )
         sent, done = 0, False
         while not done:  # one chunk per engine step
             step = await req.queue.get()
             done = step.done
-            text = "".join(req.reply[sent:step.produced])
+            text = "".join(req.reply[sent : step.produced])
             sent = step.produced
             finish = ("stop" if req.natural_stop else "length") if done else None
-            payload = {"id": rid, "object": obj, "created": created, "model": model_name,
-                       "choices": [choice(text, finish)]}
+            payload = {
+                "id": rid,
+                "object": obj,
+                "created": created,
+                "model": model_name,
+                "choices": [choice(text, finish)],
+            }
             if options.get("continuous_usage_stats"):
                 payload["usage"] = self.usage(req, step.produced)
             await stream.send(payload)
         if options.get("include_usage"):
-            await stream.send({"id": rid, "object": obj, "created": created, "model": model_name, "choices": [],
-                               "usage": self.usage(req)})
+            await stream.send(
+                {
+                    "id": rid,
+                    "object": obj,
+                    "created": created,
+                    "model": model_name,
+                    "choices": [],
+                    "usage": self.usage(req),
+                }
+            )
         return await stream.close()
 
     async def chat_completions(self, request):
@@ -618,9 +757,19 @@ class SimServer:
         return await self.openai(request, chat=False)
 
     async def models(self, request):
-        return web.json_response({"object": "list", "data": [{"id": self.model_name, "object": "model",
-                                                              "created": int(self.launched),
-                                                              "owned_by": "specsweep-sim"}]})
+        return web.json_response(
+            {
+                "object": "list",
+                "data": [
+                    {
+                        "id": self.model_name,
+                        "object": "model",
+                        "created": int(self.launched),
+                        "owned_by": "specsweep-sim",
+                    }
+                ],
+            }
+        )
 
     def app(self) -> web.Application:
         app = web.Application(middlewares=[self.require_key])
@@ -647,12 +796,22 @@ def build_app(args: argparse.Namespace) -> web.Application:
 
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
-    print(f"specsweep simulated SGLang server (SIMULATED, no GPU): {args.sim_model_profile} on "
-          f"{args.sim_gpu} x{args.tp_size}, {decoding_from_args(args)}"
-          + (f", clock {args.sim_time_scale:g}x fast" if args.sim_time_scale != 1 else ""), flush=True)
+    print(
+        f"specsweep simulated SGLang server (SIMULATED, no GPU): {args.sim_model_profile} on "
+        f"{args.sim_gpu} x{args.tp_size}, {decoding_from_args(args)}"
+        + (f", clock {args.sim_time_scale:g}x fast" if args.sim_time_scale != 1 else ""),
+        flush=True,
+    )
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     time.sleep(args.sim_startup_seconds / args.sim_time_scale)  # model load
     if args.sim_crash_at_start:
         raise SystemExit("fault: ImportError while loading the model (--sim-crash-at-start)")
-    web.run_app(build_app(args), host=args.host, port=args.port, print=None, access_log=None,
-                handle_signals=True, shutdown_timeout=1.0)
+    web.run_app(
+        build_app(args),
+        host=args.host,
+        port=args.port,
+        print=None,
+        access_log=None,
+        handle_signals=True,
+        shutdown_timeout=1.0,
+    )

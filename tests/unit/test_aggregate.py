@@ -53,7 +53,6 @@ def test_tables_never_read_the_metrics_a_cell_stores():
         assert row["acceptance_length_server"] == today["acceptance_length_server"]
 
 
-
 def test_the_summary_has_every_column_of_a_cell_row_in_its_order(monkeypatch):
     # the columns are cell_row's keys, not a second list beside it that a new column has to be added to as well
     from specsweep import aggregate

@@ -18,8 +18,14 @@ from specsweep.sglang_options import check_argv
 from specsweep.sim import model as sim
 from specsweep.sim.server import decoding_from_args, parse_args
 
-EAGLE3_TREE = {"name": "e3", "algorithm": "eagle3", "drafter": "heads/eagle3", "num_steps": 4, "topk": 4,
-               "num_draft_tokens": 16}
+EAGLE3_TREE = {
+    "name": "e3",
+    "algorithm": "eagle3",
+    "drafter": "heads/eagle3",
+    "num_steps": 4,
+    "topk": 4,
+    "num_draft_tokens": 16,
+}
 
 
 def configured(*methods, **top) -> dict:
@@ -49,8 +55,15 @@ def test_an_unknown_algorithm_is_refused_everywhere(monkeypatch):
     with pytest.raises(SystemExit):  # the simulated server, like SGLang, refuses an algorithm it does not have
         parse_args(["--model-path", "m", "--speculative-algorithm", "MEDUSA"])
     # an algorithm registered with a mechanism the simulator lacks is refused, never run as another's
-    fake = algorithms.DraftModel("medusa", "Medusa", "MEDUSA", algorithms.EAGLE3.parameters, drafter="own",
-                                 drafting="heads", size="num_draft_tokens")
+    fake = algorithms.DraftModel(
+        "medusa",
+        "Medusa",
+        "MEDUSA",
+        algorithms.EAGLE3.parameters,
+        drafter="own",
+        drafting="heads",
+        size="num_draft_tokens",
+    )
     monkeypatch.setitem(algorithms.REGISTRY, "medusa", fake)
     decoding = sim.Decoding("medusa", topk=1, num_steps=3, num_draft_tokens=4)
     with pytest.raises(ValueError, match="no drafting mechanism 'heads'"):
@@ -66,30 +79,70 @@ def test_an_unknown_algorithm_is_refused_everywhere(monkeypatch):
 
 
 INVALID = [
-    ("steps-on-ngram", {"name": "n", "algorithm": "ngram", "num_steps": 3}, r"\(n\): 'num_steps' has no meaning for algorithm 'ngram'"),
+    (
+        "steps-on-ngram",
+        {"name": "n", "algorithm": "ngram", "num_steps": 3},
+        r"\(n\): 'num_steps' has no meaning for algorithm 'ngram'",
+    ),
     ("budget-on-eagle3", dict(EAGLE3_TREE, budget=8), r"\(e3\): 'budget' has no meaning for algorithm 'eagle3'"),
-    ("breadth-on-dflash", {"name": "d", "algorithm": "dflash", "max_bfs_breadth": 4}, "'max_bfs_breadth' has no meaning"),
-    ("eagle3-without-drafter", {k: v for k, v in EAGLE3_TREE.items() if k != "drafter"},
-     r"\(e3\): algorithm 'eagle3' needs its own draft model: set 'drafter'"),
+    (
+        "breadth-on-dflash",
+        {"name": "d", "algorithm": "dflash", "max_bfs_breadth": 4},
+        "'max_bfs_breadth' has no meaning",
+    ),
+    (
+        "eagle3-without-drafter",
+        {k: v for k, v in EAGLE3_TREE.items() if k != "drafter"},
+        r"\(e3\): algorithm 'eagle3' needs its own draft model: set 'drafter'",
+    ),
     ("standalone-without-drafter", {"name": "s", "algorithm": "standalone"}, r"\(s\): .*'drafter'"),
-    ("drafter-on-ngram", {"name": "n", "algorithm": "ngram", "drafter": "x"},
-     r"\(n\): algorithm 'ngram' has no drafter; remove 'drafter'"),
+    (
+        "drafter-on-ngram",
+        {"name": "n", "algorithm": "ngram", "drafter": "x"},
+        r"\(n\): algorithm 'ngram' has no drafter; remove 'drafter'",
+    ),
     ("drafter-on-ar", {"name": "a", "algorithm": "ar", "drafter": "x"}, r"\(a\): algorithm 'ar' has no drafter"),
-    ("chain-with-other-tokens", dict(EAGLE3_TREE, topk=1, num_draft_tokens=8),
-     r"\(e3\): num_draft_tokens 8 with topk 1: .* set num_draft_tokens to 5 or leave it out"),
-    ("tree-without-tokens", {k: v for k, v in EAGLE3_TREE.items() if k != "num_draft_tokens"},
-     r"\(e3\): topk 4 drafts a tree: set num_draft_tokens"),
-    ("tree-too-large", dict(EAGLE3_TREE, num_steps=2, topk=2, num_draft_tokens=8), r"\(e3\): num_draft_tokens 8 is outside 2 .. 7"),
-    ("paged-tree-on-flashmla", dict(EAGLE3_TREE, attention_backend="flashmla", flags=["--page-size", "16"]),
-     r"\(e3\): topk 4 with --page-size 16 on flashmla attention"),
+    (
+        "chain-with-other-tokens",
+        dict(EAGLE3_TREE, topk=1, num_draft_tokens=8),
+        r"\(e3\): num_draft_tokens 8 with topk 1: .* set num_draft_tokens to 5 or leave it out",
+    ),
+    (
+        "tree-without-tokens",
+        {k: v for k, v in EAGLE3_TREE.items() if k != "num_draft_tokens"},
+        r"\(e3\): topk 4 drafts a tree: set num_draft_tokens",
+    ),
+    (
+        "tree-too-large",
+        dict(EAGLE3_TREE, num_steps=2, topk=2, num_draft_tokens=8),
+        r"\(e3\): num_draft_tokens 8 is outside 2 .. 7",
+    ),
+    (
+        "paged-tree-on-flashmla",
+        dict(EAGLE3_TREE, attention_backend="flashmla", flags=["--page-size", "16"]),
+        r"\(e3\): topk 4 with --page-size 16 on flashmla attention",
+    ),
     ("tree-on-trtllm", dict(EAGLE3_TREE, attention_backend="trtllm_mha"), r"\(e3\): topk 4 on trtllm_mha"),
-    ("paged-ngram-off-flashinfer", {"name": "n", "algorithm": "ngram", "flags": ["--page-size", "32"]},
-     r"\(n\): --page-size 32 with max_bfs_breadth 10: SGLang runs NGRAM trees on pages .* only with flashinfer"),
-    ("paged-ngram-equals-form", {"name": "n", "algorithm": "ngram", "flags": ["--page-size=16"],
-                                 "attention_backend": "fa3"}, r"\(n\): --page-size 16"),
-    ("tree-on-trtllm-equals-form", dict(EAGLE3_TREE, flags=["--attention-backend=trtllm_mha"]), r"\(e3\): topk 4 on trtllm_mha"),
-    ("flag-set-by-the-spelling", {"name": "n", "algorithm": "ngram", "flags": ["--speculative-ngram-max-bfs-breadth", "4"]},
-     r"\(n\): --speculative-ngram-max-bfs-breadth in flags .* is set by the spelling of algorithm 'ngram'"),
+    (
+        "paged-ngram-off-flashinfer",
+        {"name": "n", "algorithm": "ngram", "flags": ["--page-size", "32"]},
+        r"\(n\): --page-size 32 with max_bfs_breadth 10: SGLang runs NGRAM trees on pages .* only with flashinfer",
+    ),
+    (
+        "paged-ngram-equals-form",
+        {"name": "n", "algorithm": "ngram", "flags": ["--page-size=16"], "attention_backend": "fa3"},
+        r"\(n\): --page-size 16",
+    ),
+    (
+        "tree-on-trtllm-equals-form",
+        dict(EAGLE3_TREE, flags=["--attention-backend=trtllm_mha"]),
+        r"\(e3\): topk 4 on trtllm_mha",
+    ),
+    (
+        "flag-set-by-the-spelling",
+        {"name": "n", "algorithm": "ngram", "flags": ["--speculative-ngram-max-bfs-breadth", "4"]},
+        r"\(n\): --speculative-ngram-max-bfs-breadth in flags .* is set by the spelling of algorithm 'ngram'",
+    ),
     ("block-size-swept", {"name": "d", "algorithm": "dflash", "block_size": [8, 16]}, "block_size"),
 ]
 
@@ -126,16 +179,24 @@ def test_server_flags_set_what_the_algorithm_check_sees():
     with pytest.raises(cfg.ConfigError, match="DDTree budget 64 builds a tree"):
         validated(config)
     # NGRAM at breadth 1 on pages: SGLang's rule needs a tree of breadth above 1 to refuse it
-    config["methods"] = [{"name": "n", "algorithm": "ngram", "max_bfs_breadth": 1, "flags": ["--page-size", "16"],
-                          "attention_backend": "fa3"}]
+    config["methods"] = [
+        {
+            "name": "n",
+            "algorithm": "ngram",
+            "max_bfs_breadth": 1,
+            "flags": ["--page-size", "16"],
+            "attention_backend": "fa3",
+        }
+    ]
     config["server"] = {}
     assert expand_methods(validated(config))[0].params["max_bfs_breadth"] == 1
 
 
 def test_a_parameter_the_spelling_never_passes_is_refused_or_left_to_the_server():
     config = load_default_config()
-    config["algorithms"] = {"ngram": {"flags": ["--speculative-algorithm", "NGRAM", "--speculative-num-draft-tokens",
-                                                "{num_draft_tokens}"]}}
+    config["algorithms"] = {
+        "ngram": {"flags": ["--speculative-algorithm", "NGRAM", "--speculative-num-draft-tokens", "{num_draft_tokens}"]}
+    }
     config["methods"] = [{"name": "n", "algorithm": "ngram", "max_bfs_breadth": 4}]
     with pytest.raises(cfg.ConfigError, match=r"\(n\): 'max_bfs_breadth' is set, but the spelling .* passes no"):
         validated(config)
@@ -158,40 +219,71 @@ def test_the_simulated_backend_refuses_drafters_it_would_simulate_alike():
 
 
 def test_sweeps_of_any_parameter_name_each_method_by_its_tags():
-    methods = expand_methods(configured(
-        {"name": "ng", "algorithm": "ngram", "num_draft_tokens": [8, 16, 64]},
-        {"name": "e3", "algorithm": "eagle3", "drafter": "h", "num_steps": [3, 5]},
-        {"name": "tr", "algorithm": "eagle3", "drafter": "h", "topk": [2, 4], "num_steps": 3, "num_draft_tokens": 8}))
+    methods = expand_methods(
+        configured(
+            {"name": "ng", "algorithm": "ngram", "num_draft_tokens": [8, 16, 64]},
+            {"name": "e3", "algorithm": "eagle3", "drafter": "h", "num_steps": [3, 5]},
+            {
+                "name": "tr",
+                "algorithm": "eagle3",
+                "drafter": "h",
+                "topk": [2, 4],
+                "num_steps": 3,
+                "num_draft_tokens": 8,
+            },
+        )
+    )
     by_name = {m.name: m for m in methods}
     assert list(by_name) == ["ng-d8", "ng-d16", "ng-d64", "e3-s3", "e3-s5", "tr-t2", "tr-t4"]
     assert by_name["ng-d16"].params == {"num_draft_tokens": 16, "max_bfs_breadth": 10, "match_type": "BFS"}
     flags = by_name["ng-d64"].flags
-    assert flags[flags.index("--speculative-num-draft-tokens") + 1] == "64" and "--speculative-draft-model-path" not in flags
+    assert (
+        flags[flags.index("--speculative-num-draft-tokens") + 1] == "64"
+        and "--speculative-draft-model-path" not in flags
+    )
     # a chain's draft tokens follow its steps; each method keeps its own drafter
     assert by_name["e3-s5"].params == {"num_steps": 5, "topk": 1, "num_draft_tokens": 6}
     assert by_name["e3-s5"].drafter == "h" and by_name["e3-s5"].as_dict()["drafter"] == "h"
     assert by_name["tr-t4"].flags[by_name["tr-t4"].flags.index("--speculative-eagle-topk") + 1] == "4"
     # the shapes and widths the plan, the simulator and the report read
-    shapes = {name: (algorithms.get(m.algorithm).shape(m.params), algorithms.get(m.algorithm).verify_width(m.params))
-              for name, m in by_name.items()}
-    assert shapes == {"ng-d8": (("tree", 10), 8), "ng-d16": (("tree", 10), 16), "ng-d64": (("tree", 10), 64),
-                      "e3-s3": (("chain", 1), 4), "e3-s5": (("chain", 1), 6), "tr-t2": (("tree", 2), 8),
-                      "tr-t4": (("tree", 4), 8)}
+    shapes = {
+        name: (algorithms.get(m.algorithm).shape(m.params), algorithms.get(m.algorithm).verify_width(m.params))
+        for name, m in by_name.items()
+    }
+    assert shapes == {
+        "ng-d8": (("tree", 10), 8),
+        "ng-d16": (("tree", 10), 16),
+        "ng-d64": (("tree", 10), 64),
+        "e3-s3": (("chain", 1), 4),
+        "e3-s5": (("chain", 1), 6),
+        "tr-t2": (("tree", 2), 8),
+        "tr-t4": (("tree", 4), 8),
+    }
 
 
 def test_defaults_are_per_algorithm_and_the_flat_keys_keep_their_old_meaning():
-    methods = expand_methods(configured({"name": "t", "algorithm": "ddtree", "budget": 32},
-                                        {"name": "e", "algorithm": "eagle", "drafter": "h"},
-                                        defaults={"topk": 2, "eagle": {"num_steps": 5}}))
+    methods = expand_methods(
+        configured(
+            {"name": "t", "algorithm": "ddtree", "budget": 32},
+            {"name": "e", "algorithm": "eagle", "drafter": "h"},
+            defaults={"topk": 2, "eagle": {"num_steps": 5}},
+        )
+    )
     assert methods[0].params["topk"] == 2 and methods[0].env == {"SGLANG_DDTREE_MAX_TOPK": "2"}
     # the flat topk is DDTree's width cap, not EAGLE's beam: the EAGLE method stays a chain
     assert methods[1].params == {"num_steps": 5, "topk": 1, "num_draft_tokens": 6}
 
 
 def test_like_for_like_scheduling_takes_the_overlap_scheduler_from_every_speculative_method_that_has_it():
-    methods = expand_methods(configured({"name": "ar", "algorithm": "ar"}, {"name": "n", "algorithm": "ngram"},
-                                        dict(EAGLE3_TREE), {"name": "t", "algorithm": "ddtree", "budget": 8},
-                                        match_ddtree_scheduling=True))
+    methods = expand_methods(
+        configured(
+            {"name": "ar", "algorithm": "ar"},
+            {"name": "n", "algorithm": "ngram"},
+            dict(EAGLE3_TREE),
+            {"name": "t", "algorithm": "ddtree", "budget": 8},
+            match_ddtree_scheduling=True,
+        )
+    )
     off = {m.name: "--disable-overlap-schedule" in m.flags for m in methods}
     assert off == {"ar": False, "n": True, "e3": True, "t": False}  # DDTree runs without it anyway
 
@@ -200,14 +292,20 @@ def test_every_algorithm_launches_with_flags_sglang_0_5_16_parses_and_the_simula
     """The argv a real server gets parses with the recorded 0.5.16 option table, and the simulated server started
     with exactly that argv decodes with the method's own parameters."""
     config = load_default_config()
-    config["methods"] = [{"name": "ar", "algorithm": "ar"}, {"name": "df", "algorithm": "dflash"},
-                         {"name": "t", "algorithm": "ddtree", "budget": 32, "topk": 4},
-                         {"name": "n", "algorithm": "ngram", "num_draft_tokens": 24, "max_bfs_breadth": 3,
-                          "match_type": "PROB"},
-                         dict(EAGLE3_TREE), {"name": "e1", "algorithm": "eagle", "drafter": "h", "num_steps": 2},
-                         {"name": "s", "algorithm": "standalone", "drafter": "small"}]
+    config["methods"] = [
+        {"name": "ar", "algorithm": "ar"},
+        {"name": "df", "algorithm": "dflash"},
+        {"name": "t", "algorithm": "ddtree", "budget": 32, "topk": 4},
+        {"name": "n", "algorithm": "ngram", "num_draft_tokens": 24, "max_bfs_breadth": 3, "match_type": "PROB"},
+        dict(EAGLE3_TREE),
+        {"name": "e1", "algorithm": "eagle", "drafter": "h", "num_steps": 2},
+        {"name": "s", "algorithm": "standalone", "drafter": "small"},
+    ]
     config["model"]["load_format"] = "dummy"
-    config["sglang"] = {"options_table": "0.5.16", "extra_flags": [{"flag": "--speculative-ddtree-budget", "type": "int"}]}
+    config["sglang"] = {
+        "options_table": "0.5.16",
+        "extra_flags": [{"flag": "--speculative-ddtree-budget", "type": "int"}],
+    }
     config = validated(config)
     for method in expand_methods(config):
         job = server_job(config, 1, method.name)
@@ -228,9 +326,18 @@ def test_a_spelling_may_offer_alternatives_chosen_from_the_build():
     # offered by neither: the first, so that the check against the build names it
     assert choose_flags(["--new-flag|--old-flag"], set()) == ["--new-flag"]
     config = load_default_config()
-    config["algorithms"] = {"dflash": {"flags": ["--speculative-algorithm", "DFLASH", "--speculative-draft-model-path",
-                                                 "{drafter}", "--speculative-dflash-block-size|--speculative-num-draft-tokens",
-                                                 "{block_size}"]}}
+    config["algorithms"] = {
+        "dflash": {
+            "flags": [
+                "--speculative-algorithm",
+                "DFLASH",
+                "--speculative-draft-model-path",
+                "{drafter}",
+                "--speculative-dflash-block-size|--speculative-num-draft-tokens",
+                "{block_size}",
+            ]
+        }
+    }
     config["methods"] = [{"name": "df", "algorithm": "dflash"}]
     config = validated(config)
     job = server_job(config, 1, "df")

@@ -57,8 +57,10 @@ TAMPERED = {
     "an edited record": (_edit_record, "its content does not match its digest (it was changed after it was written)"),
     "simulated false": (_unmark, "its content does not match its digest"),
     "no digest": (_drop_digest, "it carries no digest (written before cells were verified)"),
-    "not a cell": (_drop_requests, "it does not follow the cell schema (at the top level: 'requests' is a required "
-                                   "property)"),
+    "not a cell": (
+        _drop_requests,
+        "it does not follow the cell schema (at the top level: 'requests' is a required property)",
+    ),
 }
 
 
@@ -86,11 +88,13 @@ def test_a_cell_of_another_cell_or_configuration_is_refused_saying_why(measured)
     other_prompts = dict(expected[0], digest="0" * 64)
     assert cell_problem(cells[0], other_prompts) == (
         f"its prompts (digest {cells[0]['workload']['digest'][:12]}) are not the prompts this configuration sends "
-        "(digest 000000000000): it was measured for another configuration")
+        "(digest 000000000000): it was measured for another configuration"
+    )
     other_key = dict(expected[0], key="f" * 64)
     assert cell_problem(cells[0], other_key) == (
         f"its key {cells[0]['key'][:12]} is not the key this configuration gives it (ffffffffffff): it was measured "
-        "for another configuration")
+        "for another configuration"
+    )
 
 
 def records(*errors):
@@ -101,9 +105,11 @@ def test_a_cell_with_any_timeout_or_more_than_one_percent_failed_is_not_final():
     ok = [None] * 99
     assert unfinished(records(*ok, "http_status"), DEFAULT_FAILURES) is None  # 1 in 100: not more than 1%
     assert unfinished(records(*ok, "http_status", "truncated"), DEFAULT_FAILURES) == (
-        "2 of 101 requests failed (http_status 1, truncated 1; failures.max_failed_share: 0.01)")
+        "2 of 101 requests failed (http_status 1, truncated 1; failures.max_failed_share: 0.01)"
+    )
     assert unfinished(records(*ok, "timeout"), DEFAULT_FAILURES) == (
-        "1 of 100 requests timed out (failures.max_timeouts: 0)")
+        "1 of 100 requests timed out (failures.max_timeouts: 0)"
+    )
     assert unfinished(records("timeout", "timeout"), DEFAULT_FAILURES).startswith("2 of 2 requests timed out")
     assert unfinished([], DEFAULT_FAILURES) == "it holds no request"
     lenient = {"max_timeouts": 2, "max_failed_share": 0.5}
@@ -112,8 +118,12 @@ def test_a_cell_with_any_timeout_or_more_than_one_percent_failed_is_not_final():
 
 
 def test_remeasure_names_cells_by_glob_of_name_or_path():
-    paths = ["results/cells/tp1/ar/short/c1.json", "results/cells/tp1/ar/short/c16.json",
-             "results/cells/tp1/dflash/long/c1-r1.json", "results/cells/tp2/ar/long/c16.json"]
+    paths = [
+        "results/cells/tp1/ar/short/c1.json",
+        "results/cells/tp1/ar/short/c16.json",
+        "results/cells/tp1/dflash/long/c1-r1.json",
+        "results/cells/tp2/ar/long/c16.json",
+    ]
     assert remeasured_outputs("tp1/ar/short/c1", paths) == paths[:1]
     assert remeasured_outputs("tp1/ar/*", paths) == paths[:2]
     assert remeasured_outputs("*/c16", paths) == [paths[1], paths[3]]
@@ -132,19 +142,41 @@ def test_averaged_gauges_carry_their_sample_count(measured):
     assert server_load({"gauges": []})["running"] == {"samples": 0, "mean": None, "peak": None}
     assert server_load({"gauges": [[0, 0], [2, 1], [1, 0]]})["running"] == {"samples": 3, "mean": 1.0, "peak": 2}
     # cells written before the samples were kept: the sampler's own summary, with its count
-    older = {"samples": 2, "interval_s": 0.5, "running_mean": 1.5, "running_peak": 2, "queued_mean": 0.0,
-             "queued_peak": 0}
+    older = {
+        "samples": 2,
+        "interval_s": 0.5,
+        "running_mean": 1.5,
+        "running_peak": 2,
+        "queued_mean": 0.0,
+        "queued_peak": 0,
+    }
     assert server_load(older)["running"] == {"samples": 2, "mean": 1.5, "peak": 2}
 
 
 def test_launches_combined_keep_every_gauge_sample_and_are_final_only_when_each_is():
     from specsweep.aggregate import combine_repetitions
 
-    launch = dict(tp=1, method="ar", workload="short", concurrency=4, launches=1, output_throughput=100.0,
-                  speedup=1.0, ttft_p50=0.1, ttft_p99=0.2, tpot_p50=0.01, cell_file="a.json")
-    launches = pd.DataFrame([dict(launch, repetition=0, server_running_mean=1.0, server_running_samples=2, final=True),
-                             dict(launch, repetition=1, server_running_mean=2.0, server_running_samples=3, final=False,
-                                  cell_file="b.json")])
+    launch = dict(
+        tp=1,
+        method="ar",
+        workload="short",
+        concurrency=4,
+        launches=1,
+        output_throughput=100.0,
+        speedup=1.0,
+        ttft_p50=0.1,
+        ttft_p99=0.2,
+        tpot_p50=0.01,
+        cell_file="a.json",
+    )
+    launches = pd.DataFrame(
+        [
+            dict(launch, repetition=0, server_running_mean=1.0, server_running_samples=2, final=True),
+            dict(
+                launch, repetition=1, server_running_mean=2.0, server_running_samples=3, final=False, cell_file="b.json"
+            ),
+        ]
+    )
     (row,) = combine_repetitions(launches).to_dict("records")
     assert row["server_running_samples"] == 5 and row["server_running_mean"] == pytest.approx(8 / 5)
     assert row["final"] is False and row["launches"] == 2

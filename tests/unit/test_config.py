@@ -36,15 +36,27 @@ def test_budget_and_topk_sweeps_form_a_grid():
 
 def test_algorithm_spelling_is_data():
     config = load_default_config()
-    config["algorithms"] = {"ddtree": {"flags": ["--speculative-dflash-enable-ddtree", "--speculative-ddtree-budget", "{budget}"],
-                                       "env": {}}}
-    config["sglang"] = {"build": "a fork", "extra_flags": [{"flag": "--speculative-dflash-enable-ddtree", "type": "bool"},
-                                                          {"flag": "--speculative-ddtree-budget", "type": "int"}]}
+    config["algorithms"] = {
+        "ddtree": {
+            "flags": ["--speculative-dflash-enable-ddtree", "--speculative-ddtree-budget", "{budget}"],
+            "env": {},
+        }
+    }
+    config["sglang"] = {
+        "build": "a fork",
+        "extra_flags": [
+            {"flag": "--speculative-dflash-enable-ddtree", "type": "bool"},
+            {"flag": "--speculative-ddtree-budget", "type": "int"},
+        ],
+    }
     config["methods"] = [{"name": "tree", "algorithm": "ddtree", "budget": 32}]
     (method,) = expand_methods(validated(config))
     # each key given replaces the registry's; the others (here the attention backend) stay
-    assert method.flags == ("--speculative-dflash-enable-ddtree", "--speculative-ddtree-budget", "32",
-                            "--attention-backend", "triton") and method.env == {}
+    assert (
+        method.flags
+        == ("--speculative-dflash-enable-ddtree", "--speculative-ddtree-budget", "32", "--attention-backend", "triton")
+        and method.env == {}
+    )
     config["algorithms"]["ddtree"]["attention_backend"] = None
     (method,) = expand_methods(validated(config))
     assert method.flags == ("--speculative-dflash-enable-ddtree", "--speculative-ddtree-budget", "32")
@@ -59,22 +71,33 @@ def test_unknown_placeholder_is_named():
 
 def test_tree_build_is_a_known_build_and_only_for_ddtree():
     config = load_default_config()
-    config["methods"] = [{"name": "t", "algorithm": "ddtree", "budget": 8, "tree_build": "paper"},
-                         {"name": "u", "algorithm": "ddtree", "budget": 8}]
+    config["methods"] = [
+        {"name": "t", "algorithm": "ddtree", "budget": 8, "tree_build": "paper"},
+        {"name": "u", "algorithm": "ddtree", "budget": 8},
+    ]
     paper, default = expand_methods(validated(config))
     assert paper.params["tree_build"] == "paper" and default.params["tree_build"] == "sglang-pr29907"
     config["methods"] = [{"name": "t", "algorithm": "ddtree", "budget": 8, "tree_build": "my-fork"}]
-    with pytest.raises(cfg.ConfigError, match=r"methods\[0\] \(t\)\.tree_build.*my-fork.*known builds: paper, sglang-pr29907"):
+    with pytest.raises(
+        cfg.ConfigError, match=r"methods\[0\] \(t\)\.tree_build.*my-fork.*known builds: paper, sglang-pr29907"
+    ):
         validated(config)
     config["methods"] = [{"name": "d", "algorithm": "dflash", "tree_build": "paper"}]
-    with pytest.raises(cfg.ConfigError, match=r"methods\[0\] \(d\): 'tree_build' has no meaning for algorithm 'dflash'"):
+    with pytest.raises(
+        cfg.ConfigError, match=r"methods\[0\] \(d\): 'tree_build' has no meaning for algorithm 'dflash'"
+    ):
         validated(config)
 
 
 def test_config_strings_are_coerced_to_schema_types():
     # what `snakemake --config tp=[1,4] warmup=2 sampling={temperature: 0}` delivers
-    raw = {"tp": ["1", "4"], "warmup": "2", "sampling": {"temperature": "0"}, "model": {"name": "8"},
-           "methods": [{"name": "d", "algorithm": "ddtree", "budget": ["8", "16"]}]}
+    raw = {
+        "tp": ["1", "4"],
+        "warmup": "2",
+        "sampling": {"temperature": "0"},
+        "model": {"name": "8"},
+        "methods": [{"name": "d", "algorithm": "ddtree", "budget": ["8", "16"]}],
+    }
     out = coerce_to_schema(raw, SCHEMA)
     assert out["tp"] == [1, 4] and out["warmup"] == 2
     assert out["sampling"]["temperature"] == 0.0 and isinstance(out["sampling"]["temperature"], float)
@@ -109,12 +132,25 @@ def test_default_sizing_scales_with_concurrency():
     assert sizes[("agent", 1)] == 16 and ("agent", 16) not in sizes  # its own levels: too few recorded sessions
 
 
-@pytest.mark.parametrize("change, words", [
-    (lambda c: c["workloads"].__setitem__(0, {"name": "short", "family": "short", "requests": 16}),
-     ["short at concurrency 16", "16 sessions", "at least 32", "workloads[0].requests", "workloads[0].concurrency"]),
-    (lambda c: c["workloads"][2].update(concurrency=[1, 4, 16], requests=40),
-     ["agent at concurrency 1", "24 distinct", "replaying", "workloads[2].concurrency"]),
-])
+@pytest.mark.parametrize(
+    "change, words",
+    [
+        (
+            lambda c: c["workloads"].__setitem__(0, {"name": "short", "family": "short", "requests": 16}),
+            [
+                "short at concurrency 16",
+                "16 sessions",
+                "at least 32",
+                "workloads[0].requests",
+                "workloads[0].concurrency",
+            ],
+        ),
+        (
+            lambda c: c["workloads"][2].update(concurrency=[1, 4, 16], requests=40),
+            ["agent at concurrency 1", "24 distinct", "replaying", "workloads[2].concurrency"],
+        ),
+    ],
+)
 def test_cells_that_cannot_hold_their_label_are_rejected_naming_cell_and_fix(change, words):
     config = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
     change(config)
@@ -130,14 +166,25 @@ INVALID = [
     ("tp-not-integer", lambda c: c.update(tp=["two"]), "tp"),
     ("tp-fraction", lambda c: c.update(tp=[1.5]), "tp"),
     ("concurrency-zero", lambda c: c.update(concurrency=[1, 0]), "concurrency"),
-    ("duplicated-method", lambda c: c["methods"].append({"name": "ar", "algorithm": "ar"}), "duplicated method name 'ar'"),
-    ("duplicated-after-sweep", lambda c: c["methods"].append({"name": "ddtree-b8", "algorithm": "ddtree", "budget": 8}),
-     "duplicated method name 'ddtree-b8'"),
+    (
+        "duplicated-method",
+        lambda c: c["methods"].append({"name": "ar", "algorithm": "ar"}),
+        "duplicated method name 'ar'",
+    ),
+    (
+        "duplicated-after-sweep",
+        lambda c: c["methods"].append({"name": "ddtree-b8", "algorithm": "ddtree", "budget": 8}),
+        "duplicated method name 'ddtree-b8'",
+    ),
     ("sglang-without-model-path", lambda c: (c.update(backend="sglang"), c["model"].pop("path")), "model.path"),
     ("ddtree-without-budget", lambda c: c["methods"].append({"name": "t", "algorithm": "ddtree"}), "budget"),
-    ("ddtree-depth-bonus-not-a-number", lambda c: c["methods"].append(
-        {"name": "t", "algorithm": "ddtree", "budget": 32, "env": {"SGLANG_DDTREE_DEPTH_BONUS": "deep"}}),
-     "SGLANG_DDTREE_DEPTH_BONUS='deep' is not a number"),
+    (
+        "ddtree-depth-bonus-not-a-number",
+        lambda c: c["methods"].append(
+            {"name": "t", "algorithm": "ddtree", "budget": 32, "env": {"SGLANG_DDTREE_DEPTH_BONUS": "deep"}}
+        ),
+        "SGLANG_DDTREE_DEPTH_BONUS='deep' is not a number",
+    ),
     ("unknown-key", lambda c: c.update(concurency=[1]), "concurency"),
     ("negative-warmup", lambda c: c.update(warmup=-1), "warmup"),
     ("zero-requests", lambda c: c["workloads"][0].update(requests=0), "requests"),
@@ -148,8 +195,11 @@ INVALID = [
     ("unknown-workload-source", lambda c: c["workloads"][0].update(source="internet"), "source"),
     ("file-source-without-path", lambda c: c["workloads"][0].update(source="file"), "needs 'path'"),
     ("duplicated-workload", lambda c: c["workloads"].append(dict(c["workloads"][0])), "duplicated workload name"),
-    ("ddtree-without-drafter-on-sglang", lambda c: (c.update(backend="sglang"), c["model"].pop("drafter")),
-     "model.drafter"),
+    (
+        "ddtree-without-drafter-on-sglang",
+        lambda c: (c.update(backend="sglang"), c["model"].pop("drafter")),
+        "model.drafter",
+    ),
     ("tp-larger-than-gpus", lambda c: c.update(tp=[8], gpu_pool={"devices": 4}), "larger than the 4 GPUs"),
     ("negative-temperature", lambda c: c["sampling"].update(temperature=-0.5), "temperature"),
     ("top-p-zero", lambda c: c["sampling"].update(top_p=0), "top_p"),
@@ -162,8 +212,11 @@ INVALID = [
     ("method-name-with-slash", lambda c: c["methods"][0].update(name="a/b"), "name"),
     ("max-new-tokens-zero", lambda c: c["workloads"][0].update(max_new_tokens=0), "max_new_tokens"),
     ("string-in-budget-list", lambda c: c["methods"][2].update(budget=[8, "lots"]), "budget"),
-    ("unknown-acceptance-key", lambda c: c["sim"].update(acceptance={"bsae": 0.5}),
-     "sim.acceptance.bsae: not a parameter of the acceptance model; known: base, cap, depth_decay"),
+    (
+        "unknown-acceptance-key",
+        lambda c: c["sim"].update(acceptance={"bsae": 0.5}),
+        "sim.acceptance.bsae: not a parameter of the acceptance model; known: base, cap, depth_decay",
+    ),
 ]
 
 
@@ -179,6 +232,7 @@ def test_invalid_config_is_rejected_naming_the_key(name, mutate, key):
 
 
 # ------------------------------------------------------------------ values a schema cannot see, bounds, types
+
 
 def checked(config: dict) -> dict:
     """The Snakefile's whole sequence: the values walked (size, NaN, infinity, NUL), then coercion, schema
@@ -220,17 +274,34 @@ def test_nan_and_infinity_are_refused_naming_the_key(key, mutate, value):
 ENDLESS = [
     ("block-size", lambda c: c["methods"][1].update(block_size=100000), "methods[1].block_size: 100000 is greater"),
     ("warmup", lambda c: c.update(warmup=1000000), "warmup: 1000000 is greater than the maximum of 1000"),
-    ("poisson-rate", lambda c: c.update(load={"model": "poisson", "rate": 1e-300}),
-     "load.rate: 1e-300 is less than the minimum of 0.001"),
-    ("max-new-tokens", lambda c: c["workloads"][0].update(max_new_tokens=1e9),
-     "workloads[0] (short).max_new_tokens: 1000000000 leaves no room for a prompt in model.context_length 40960"),
+    (
+        "poisson-rate",
+        lambda c: c.update(load={"model": "poisson", "rate": 1e-300}),
+        "load.rate: 1e-300 is less than the minimum of 0.001",
+    ),
+    (
+        "max-new-tokens",
+        lambda c: c["workloads"][0].update(max_new_tokens=1e9),
+        "workloads[0] (short).max_new_tokens: 1000000000 leaves no room for a prompt in model.context_length 40960",
+    ),
     ("requests", lambda c: c["workloads"][0].update(requests=10**7), "workloads[0].requests: 10000000 is greater"),
-    ("waves", lambda c: c.update(load={"waves": 999}, workloads=[dict(c["workloads"][1], concurrency=[16])]),
-     "cell long at concurrency 16 (workloads[0]): 15984 sessions is more than the 10000 a cell may send"),
-    ("topk", lambda c: c["methods"].append({"name": "e", "algorithm": "eagle3", "drafter": "x", "topk": 64,
-                                            "num_steps": 2, "num_draft_tokens": 8}), "methods[3].topk: 64 is greater"),
-    ("num-steps", lambda c: c["methods"].append({"name": "e", "algorithm": "eagle3", "drafter": "x",
-                                                 "num_steps": 100000}), "methods[3].num_steps: 100000 is greater"),
+    (
+        "waves",
+        lambda c: c.update(load={"waves": 999}, workloads=[dict(c["workloads"][1], concurrency=[16])]),
+        "cell long at concurrency 16 (workloads[0]): 15984 sessions is more than the 10000 a cell may send",
+    ),
+    (
+        "topk",
+        lambda c: c["methods"].append(
+            {"name": "e", "algorithm": "eagle3", "drafter": "x", "topk": 64, "num_steps": 2, "num_draft_tokens": 8}
+        ),
+        "methods[3].topk: 64 is greater",
+    ),
+    (
+        "num-steps",
+        lambda c: c["methods"].append({"name": "e", "algorithm": "eagle3", "drafter": "x", "num_steps": 100000}),
+        "methods[3].num_steps: 100000 is greater",
+    ),
     ("repetitions", lambda c: c.update(repetitions=10**6), "repetitions: 1000000 is greater than the maximum of 100"),
     ("think-time", lambda c: c.update(load={"think_time": 1e300}), "load.think_time: 1e+300 is greater"),
 ]
@@ -262,11 +333,14 @@ def test_whole_numbers_written_as_floats_are_the_integers_they_mean():
         checked(config)
 
 
-@pytest.mark.parametrize("key,mutate", [
-    ("methods[0].name", lambda c: c["methods"][0].update(name="ar\n")),
-    ("workloads[0].name", lambda c: c["workloads"][0].update(name="short\n")),
-    ("server.api_key_env", lambda c: c.update(server={"api_key_env": "KEY\n"})),
-])
+@pytest.mark.parametrize(
+    "key,mutate",
+    [
+        ("methods[0].name", lambda c: c["methods"][0].update(name="ar\n")),
+        ("workloads[0].name", lambda c: c["workloads"][0].update(name="short\n")),
+        ("server.api_key_env", lambda c: c.update(server={"api_key_env": "KEY\n"})),
+    ],
+)
 def test_a_name_ending_in_a_newline_is_refused(key, mutate):
     config = load_default_config()
     mutate(config)
@@ -274,11 +348,14 @@ def test_a_name_ending_in_a_newline_is_refused(key, mutate):
         checked(config)
 
 
-@pytest.mark.parametrize("key,mutate", [
-    ("server.env.A", lambda c: c.update(server={"env": {"A": "x\0y"}})),
-    ("methods[1].flags[0]", lambda c: c["methods"][1].update(flags=["--x\0"])),
-    ("model.path", lambda c: c["model"].update(path="/models/\0")),
-])
+@pytest.mark.parametrize(
+    "key,mutate",
+    [
+        ("server.env.A", lambda c: c.update(server={"env": {"A": "x\0y"}})),
+        ("methods[1].flags[0]", lambda c: c["methods"][1].update(flags=["--x\0"])),
+        ("model.path", lambda c: c["model"].update(path="/models/\0")),
+    ],
+)
 def test_a_nul_character_is_refused_at_config_time_naming_the_key(key, mutate):
     config = load_default_config()
     mutate(config)
@@ -302,8 +379,7 @@ def test_schema_errors_are_cut_to_the_key_and_the_reason():
     config["concurency"] = [1]
     with pytest.raises(cfg.ConfigError) as info:
         checked(config)
-    assert str(info.value) == ("the configuration: Additional properties are not allowed ('concurency' was "
-                               "unexpected)")
+    assert str(info.value) == ("the configuration: Additional properties are not allowed ('concurency' was unexpected)")
     config = load_default_config()
     config["workloads"][0]["requests"] = list(range(5000))  # a long value: its reason is cut short
     with pytest.raises(cfg.ConfigError) as info:
@@ -311,11 +387,17 @@ def test_schema_errors_are_cut_to_the_key_and_the_reason():
     assert str(info.value).startswith("workloads[0].requests: [0, 1, 2") and len(str(info.value)) < 400
 
 
-@pytest.mark.parametrize("mutate,message", [
-    (lambda c: c["methods"][2].update(budget=[8, "lots"]), "methods[2].budget[1]: 'lots' is not of type 'integer'"),
-    (lambda c: c["methods"][2].update(budget=5000), "methods[2].budget: 5000 is greater than the maximum of 4096"),
-    (lambda c: c.update(server={"min_free_slots_delay": 1}), "server.min_free_slots_delay: 1 is less than the minimum"),
-])
+@pytest.mark.parametrize(
+    "mutate,message",
+    [
+        (lambda c: c["methods"][2].update(budget=[8, "lots"]), "methods[2].budget[1]: 'lots' is not of type 'integer'"),
+        (lambda c: c["methods"][2].update(budget=5000), "methods[2].budget: 5000 is greater than the maximum of 4096"),
+        (
+            lambda c: c.update(server={"min_free_slots_delay": 1}),
+            "server.min_free_slots_delay: 1 is less than the minimum",
+        ),
+    ],
+)
 def test_a_value_of_none_of_a_keys_forms_gets_the_reason_of_the_closest(mutate, message):
     config = load_default_config()
     mutate(config)
@@ -326,17 +408,22 @@ def test_a_value_of_none_of_a_keys_forms_gets_the_reason_of_the_closest(mutate, 
 
 # ------------------------------------------------------------------ folders the workflow writes into
 
-@pytest.mark.parametrize("key,mutate,message", [
-    ("cache_dir", lambda c: c.update(cache_dir=""), "empty"),
-    ("cache_dir", lambda c: c.update(cache_dir="  "), "empty"),
-    ("cache_dir", lambda c: c.update(cache_dir="/"), "the filesystem root"),
-    ("cache_dir", lambda c: c.update(cache_dir="//"), "the filesystem root"),
-    ("cache_dir", lambda c: c.update(cache_dir="/tmp/.."), "the filesystem root"),
-    ("cache_dir", lambda c: c.update(cache_dir="."), "the working folder or one above it"),
-    ("cache_dir", lambda c: c.update(cache_dir=".."), "the working folder or one above it"),
-    ("gpu_pool.lock_dir", lambda c: c.update(gpu_pool={"lock_dir": ""}), "empty"),
-    ("sglang.env_dir", lambda c: c.update(sglang={"env_dir": "/"}), "the filesystem root"),
-], ids=["empty", "blank", "root", "double-slash", "root-by-dots", "working-folder", "above", "lock-dir", "env-dir"])
+
+@pytest.mark.parametrize(
+    "key,mutate,message",
+    [
+        ("cache_dir", lambda c: c.update(cache_dir=""), "empty"),
+        ("cache_dir", lambda c: c.update(cache_dir="  "), "empty"),
+        ("cache_dir", lambda c: c.update(cache_dir="/"), "the filesystem root"),
+        ("cache_dir", lambda c: c.update(cache_dir="//"), "the filesystem root"),
+        ("cache_dir", lambda c: c.update(cache_dir="/tmp/.."), "the filesystem root"),
+        ("cache_dir", lambda c: c.update(cache_dir="."), "the working folder or one above it"),
+        ("cache_dir", lambda c: c.update(cache_dir=".."), "the working folder or one above it"),
+        ("gpu_pool.lock_dir", lambda c: c.update(gpu_pool={"lock_dir": ""}), "empty"),
+        ("sglang.env_dir", lambda c: c.update(sglang={"env_dir": "/"}), "the filesystem root"),
+    ],
+    ids=["empty", "blank", "root", "double-slash", "root-by-dots", "working-folder", "above", "lock-dir", "env-dir"],
+)
 def test_folders_are_never_empty_or_the_filesystem_root(key, mutate, message):
     config = load_default_config()
     mutate(config)
@@ -349,16 +436,25 @@ def test_a_cache_of_its_own_anywhere_is_accepted(tmp_path):
         assert checked(dict(load_default_config(), cache_dir=folder))["cache_dir"] == folder
 
 
-
 # ------------------------------------------------------------------ configuration files
 
-@pytest.mark.parametrize("text,message", [
-    ("warmup: 2\nseed: 0\nwarmup: 5\n", "line 3: duplicated key 'warmup' (first given at line 1)"),
-    ("sampling:\n  temperature: 0.0\n  top_p: 1.0\n  temperature: 0.7\n",
-     "line 4: duplicated key 'temperature' (first given at line 2)"),
-    ("methods:\n  - {name: ar, algorithm: ar, name: dflash}\n", "line 2: duplicated key 'name' (first given at line 2)"),
-    ('{"warmup": 2, "warmup": 3}', "duplicated key 'warmup'; keep one of them (JSON"),
-], ids=["top-level", "nested", "flow-mapping", "json"])
+
+@pytest.mark.parametrize(
+    "text,message",
+    [
+        ("warmup: 2\nseed: 0\nwarmup: 5\n", "line 3: duplicated key 'warmup' (first given at line 1)"),
+        (
+            "sampling:\n  temperature: 0.0\n  top_p: 1.0\n  temperature: 0.7\n",
+            "line 4: duplicated key 'temperature' (first given at line 2)",
+        ),
+        (
+            "methods:\n  - {name: ar, algorithm: ar, name: dflash}\n",
+            "line 2: duplicated key 'name' (first given at line 2)",
+        ),
+        ('{"warmup": 2, "warmup": 3}', "duplicated key 'warmup'; keep one of them (JSON"),
+    ],
+    ids=["top-level", "nested", "flow-mapping", "json"],
+)
 def test_a_key_given_twice_in_a_config_file_is_refused_naming_file_line_and_key(tmp_path, text, message):
     path = tmp_path / "twice.yaml"
     path.write_text(text)

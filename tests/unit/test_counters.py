@@ -62,10 +62,8 @@ def test_a_served_model_name_with_a_brace_a_quote_or_a_backslash_keeps_every_gen
     server = start_sim(tmp_path, "--served-model-name", name)
     try:
         before = scrape(server.url)
-        sessions = [Session(f"s{i}", "chat", [{"role": "user", "content": f"count to {i}"}], [], 500)
-                    for i in range(3)]
-        records = measure(server.url, sessions, 3, {"temperature": 0.0}, timeout=120,
-                          load=LoadModel(ignore_eos=True))
+        sessions = [Session(f"s{i}", "chat", [{"role": "user", "content": f"count to {i}"}], [], 500) for i in range(3)]
+        records = measure(server.url, sessions, 3, {"temperature": 0.0}, timeout=120, load=LoadModel(ignore_eos=True))
         after = scrape(server.url)
     finally:
         server.stop()

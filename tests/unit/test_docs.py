@@ -28,6 +28,10 @@ def test_every_document_cited_is_in_the_repository():
 def test_the_readmes_workload_table_gives_the_size_of_each_prompt_pool():
     row = next(line for line in (REPO / "README.md").read_text().splitlines() if line.startswith("| `short` |"))
     sizes = [int(n) for n in re.search(r"\| ([\d + ]+) prompts \|", row).group(1).split("+")]
-    pools = [workloads.chat_prompts(), workloads.gsm8k_problems(), workloads.humaneval_problems(),
-             workloads._bfcl_simple()]
+    pools = [
+        workloads.chat_prompts(),
+        workloads.gsm8k_problems(),
+        workloads.humaneval_problems(),
+        workloads._bfcl_simple(),
+    ]
     assert sizes == [len(pool) for pool in pools]

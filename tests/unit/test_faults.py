@@ -23,8 +23,9 @@ def test_port_taken_is_retried_on_another_port(tmp_path):
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        server, argv, _ = start_server(params, {}, {"python": sys.executable}, tmp_path / "s.log", None, [], {},
-                                       first_port=port)
+        server, argv, _ = start_server(
+            params, {}, {"python": sys.executable}, tmp_path / "s.log", None, [], {}, first_port=port
+        )
         try:
             assert server.port != port and server.alive()
             assert "address already in use" in (tmp_path / "s.log").read_text().lower()
@@ -37,8 +38,19 @@ def test_shell_metacharacters_in_flags_and_env_reach_the_server_unchanged(tmp_pa
 
     name = "m; touch pwned && $(touch pwned2) `id` | cat"
     port = free_port()
-    argv = [sys.executable, "-m", "specsweep.sim", "--model-path", "m", "--port", str(port), "--served-model-name",
-            name, "--sim-startup-seconds", "0"]
+    argv = [
+        sys.executable,
+        "-m",
+        "specsweep.sim",
+        "--model-path",
+        "m",
+        "--port",
+        str(port),
+        "--served-model-name",
+        name,
+        "--sim-startup-seconds",
+        "0",
+    ]
     note = "8; touch pwned3 $(touch pwned4)"
     server = Server(argv, {"SPECSWEEP_TEST_NOTE": note}, "127.0.0.1", port, tmp_path / "s.log")
     server.start(30)
@@ -75,8 +87,10 @@ def test_bench_outputs_that_do_not_name_the_servers_cells_are_refused_before_any
     from specsweep.jobs import ServerJob, cells_of_server
 
     config = validated(load_default_config())
-    job = replace(ServerJob.from_dict(json.loads(json.dumps(server_job(config, 1, "ar").as_dict()))),
-                  cache_dir=str(tmp_path / "cache"))
+    job = replace(
+        ServerJob.from_dict(json.loads(json.dumps(server_job(config, 1, "ar").as_dict()))),
+        cache_dir=str(tmp_path / "cache"),
+    )
     environment = {"backend": "sim", "capabilities": {"algorithms": [], "flags": []}, "identity_digest": "x"}
     paths = [c["path"] for c in cells_of_server(config, 1, "ar")]
     renamed = paths[:-1] + ["results/cells/tp1/ar/elsewhere.json"]  # as if the rule and cell_path disagreed

@@ -26,9 +26,17 @@ def sse(*chunks: dict, done: bool = True) -> bytes:
 
 def native(tokens: int) -> list[dict]:
     """A native /generate stream of ``tokens`` one-token chunks, the last with its finish reason."""
-    return [{"text": "x" * (i + 1), "meta_info": {"completion_tokens": i + 1, "prompt_tokens": 3,
-                                                 "finish_reason": {"type": "length"} if i == tokens - 1 else None}}
-            for i in range(tokens)]
+    return [
+        {
+            "text": "x" * (i + 1),
+            "meta_info": {
+                "completion_tokens": i + 1,
+                "prompt_tokens": 3,
+                "finish_reason": {"type": "length"} if i == tokens - 1 else None,
+            },
+        }
+        for i in range(tokens)
+    ]
 
 
 def chunked(body: bytes, sizes=(7, 1, 30)) -> bytes:
@@ -36,7 +44,7 @@ def chunked(body: bytes, sizes=(7, 1, 30)) -> bytes:
     out, i, k = [], 0, 0
     while i < len(body):
         size = sizes[k % len(sizes)]
-        piece = body[i:i + size]
+        piece = body[i : i + size]
         extension = b";note=1" if k == 1 else b""
         out.append(b"%x%s\r\n%s\r\n" % (len(piece), extension, piece))
         i, k = i + size, k + 1
@@ -85,8 +93,12 @@ class Handler(socketserver.BaseRequestHandler):
                     return
                 buffer += data
             head, _, buffer = buffer.partition(b"\r\n\r\n")
-            length = int(next((line.split(b":")[1] for line in head.split(b"\r\n")
-                               if line.lower().startswith(b"content-length")), b"0"))
+            length = int(
+                next(
+                    (line.split(b":")[1] for line in head.split(b"\r\n") if line.lower().startswith(b"content-length")),
+                    b"0",
+                )
+            )
             while len(buffer) < length:
                 buffer += sock.recv(65536)
             buffer = buffer[length:]
@@ -97,7 +109,7 @@ class Handler(socketserver.BaseRequestHandler):
             on_connection += 1
             step = self.server.piece or len(answer) or 1
             for i in range(0, len(answer), step):
-                sock.sendall(answer[i:i + step])
+                sock.sendall(answer[i : i + step])
                 if self.server.piece:
                     time.sleep(0.001)  # separate segments, so that reads end mid-line and mid-chunk
             if then == "hold":  # keep the connection open, the answer unfinished, until the test ends
@@ -131,8 +143,10 @@ def test_sized_and_close_delimited_bodies_and_a_skipped_informational_answer():
     body = sse(*native(3))
     answers = [
         lambda c, i: (STREAM_HEAD + b"Content-Length: %d\r\n\r\n" % len(body) + body, "keep"),
-        lambda c, i: (b"HTTP/1.1 100 Continue\r\n\r\n" + STREAM_HEAD + b"Content-Length: %d\r\n\r\n" % len(body)
-                      + body, "keep"),
+        lambda c, i: (
+            b"HTTP/1.1 100 Continue\r\n\r\n" + STREAM_HEAD + b"Content-Length: %d\r\n\r\n" % len(body) + body,
+            "keep",
+        ),
         lambda c, i: (STREAM_HEAD + b"\r\n" + body, "close"),  # no length: the body ends with the connection
         stream_answer,
     ]
@@ -147,8 +161,7 @@ def test_an_error_status_keeps_its_body_and_a_truncated_stream_is_a_truncated_re
     cut = sse(*native(4), done=False)[:-10]
     answers = [
         lambda c, i: (b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: %d\r\n\r\n" % len(error) + error, "keep"),
-        lambda c, i: (STREAM_HEAD + b"Transfer-Encoding: chunked\r\n\r\n" + b"%x\r\n%s\r\n" % (len(cut), cut),
-                      "close"),
+        lambda c, i: (STREAM_HEAD + b"Transfer-Encoding: chunked\r\n\r\n" + b"%x\r\n%s\r\n" % (len(cut), cut), "close"),
         lambda c, i: (b"not http at all\r\n\r\n", "close"),
     ]
     with Scripted(answers) as server:
@@ -192,25 +205,39 @@ ONE_CHUNK = b'data: {"a": 1}\n\n'  # 16 bytes
 MALFORMED = {
     "chunk size with sign, prefix and digit separator": (
         STREAM_HEAD + b"Transfer-Encoding: chunked\r\n\r\n +0x1_0 \r\n" + ONE_CHUNK + b"\r\n0\r\n\r\n",
-        "Invalid character in chunk size"),
+        "Invalid character in chunk size",
+    ),
     "repeated Content-Length": (
-        STREAM_HEAD + b"Content-Length: 16\r\nContent-Length: 16\r\n\r\n" + ONE_CHUNK, "Duplicate Content-Length"),
-    "Content-Length not digits": (STREAM_HEAD + b"Content-Length: +16\r\n\r\n" + ONE_CHUNK,
-                                  "Invalid character in Content-Length"),
+        STREAM_HEAD + b"Content-Length: 16\r\nContent-Length: 16\r\n\r\n" + ONE_CHUNK,
+        "Duplicate Content-Length",
+    ),
+    "Content-Length not digits": (
+        STREAM_HEAD + b"Content-Length: +16\r\n\r\n" + ONE_CHUNK,
+        "Invalid character in Content-Length",
+    ),
     "repeated Transfer-Encoding": (
-        STREAM_HEAD + b"Transfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n\r\n10\r\n" + ONE_CHUNK
-        + b"\r\n0\r\n\r\n", "repeats its transfer-encoding header"),
+        STREAM_HEAD
+        + b"Transfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n\r\n10\r\n"
+        + ONE_CHUNK
+        + b"\r\n0\r\n\r\n",
+        "repeats its transfer-encoding header",
+    ),
     "a transfer coding other than chunked": (
         STREAM_HEAD + b"Transfer-Encoding: gzip, chunked\r\n\r\n10\r\n" + ONE_CHUNK + b"\r\n0\r\n\r\n",
-        "only chunked is read"),
+        "only chunked is read",
+    ),
     "both Content-Length and Transfer-Encoding": (
         STREAM_HEAD + b"Content-Length: 16\r\nTransfer-Encoding: chunked\r\n\r\n10\r\n" + ONE_CHUNK + b"\r\n0\r\n\r\n",
-        "Transfer-Encoding can't be present with Content-Length"),
+        "Transfer-Encoding can't be present with Content-Length",
+    ),
     "chunk data longer than its size": (
         STREAM_HEAD + b"Transfer-Encoding: chunked\r\n\r\n8\r\n" + ONE_CHUNK + b"\r\n0\r\n\r\n",
-        "Expected LF after chunk data"),
-    "a header line without a colon": (STREAM_HEAD + b"Content-Length 16\r\n\r\n" + ONE_CHUNK,
-                                      "Invalid header field char"),
+        "Expected LF after chunk data",
+    ),
+    "a header line without a colon": (
+        STREAM_HEAD + b"Content-Length 16\r\n\r\n" + ONE_CHUNK,
+        "Invalid header field char",
+    ),
 }
 
 

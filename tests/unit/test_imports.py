@@ -34,8 +34,9 @@ def import_graph(package=PACKAGE) -> dict[str, set[str]]:
                     source = ".".join(base + ([node.module] if node.module else []))
                 else:
                     source = node.module or ""
-                targets = [f"{source}.{alias.name}" if f"{source}.{alias.name}" in files else source
-                           for alias in node.names]
+                targets = [
+                    f"{source}.{alias.name}" if f"{source}.{alias.name}" in files else source for alias in node.names
+                ]
             else:
                 continue
             edges.update(t for t in targets if t in files and t != name)
@@ -54,7 +55,7 @@ def find_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
         stack.append(node)
         for target in sorted(graph[node]):
             if state.get(target) == "open":
-                cycles.append(stack[stack.index(target):] + [target])
+                cycles.append(stack[stack.index(target) :] + [target])
             elif target not in state:
                 visit(target)
         stack.pop()

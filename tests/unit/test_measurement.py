@@ -25,7 +25,7 @@ def test_client_measures_a_known_schedule(tmp_path):
         records = [r.as_dict() for r in measure(server.url, [one()] * 5, 1, {}, timeout=10)]
     finally:
         server.stop()
-    due = [sum(d for d, _ in schedule[:i + 1]) for i in range(len(schedule))]  # each chunk's time after the send
+    due = [sum(d for d, _ in schedule[: i + 1]) for i in range(len(schedule))]  # each chunk's time after the send
     for r in records:
         assert r["chunk_tokens"] == [1, 4, 1, 3]  # the empty first chunk is not content
         assert r["output_tokens"] == 9
@@ -59,15 +59,25 @@ def test_cell_reports_the_window_delta_not_the_servers_cumulative_average(tmp_pa
         measure(server.url, [one(code, 200)] * 4, 2, {"temperature": 0.0}, timeout=60)
         sessions = build(params.workloads[0], 0)
         before = scrape(server.url)
-        cell = {"tp": 1, "method": "ddtree", "workload": "short", "concurrency": 2, "repetition": 0, "requests": 6,
-                "output": "results/cells/x.json", "key": "0" * 64}
+        cell = {
+            "tp": 1,
+            "method": "ddtree",
+            "workload": "short",
+            "concurrency": 2,
+            "repetition": 0,
+            "requests": 6,
+            "output": "results/cells/x.json",
+            "key": "0" * 64,
+        }
         result = measure_cell(server, params, cell, sessions, workload_digest(sessions), environment, argv, env)
     finally:
         server.stop()
     metrics = result.metrics
     cumulative = metrics["server_cumulative_accept_length_not_used"]
     delta = result.server_counters
-    window = (delta["sglang:generation_tokens_total"] - metrics["requests_completed"]) / delta["sglang:spec_verify_calls_total"]
+    window = (delta["sglang:generation_tokens_total"] - metrics["requests_completed"]) / delta[
+        "sglang:spec_verify_calls_total"
+    ]
     assert metrics["acceptance_length_server"] == pytest.approx(window)
     assert abs(cumulative - window) / window > 0.05  # the cumulative value is different...
     assert metrics["acceptance_length_server"] != pytest.approx(cumulative, rel=0.05)  # ...and not used
@@ -77,17 +87,21 @@ def test_cell_reports_the_window_delta_not_the_servers_cumulative_average(tmp_pa
 
 
 def test_multi_turn_sessions_turn_order_context_growth_and_think_time(tmp_path):
-    sessions = build({"name": "agent", "family": "agentic_1", "source": "builtin", "requests": 2, "turns": 3,
-                      "max_new_tokens": 32}, 0)
+    sessions = build(
+        {"name": "agent", "family": "agentic_1", "source": "builtin", "requests": 2, "turns": 3, "max_new_tokens": 32},
+        0,
+    )
     server = start_sim(tmp_path)
     try:
-        records = measure(server.url, sessions, 1, {"temperature": 0.0}, timeout=60,
-                          load=LoadModel(think_time=0.4))
+        records = measure(server.url, sessions, 1, {"temperature": 0.0}, timeout=60, load=LoadModel(think_time=0.4))
     finally:
         server.stop()
     rows = [r.as_dict() for r in records]
     assert [(r["session"], r["turn"]) for r in rows if r["session"] == sessions[0].id] == [
-        (sessions[0].id, 0), (sessions[0].id, 1), (sessions[0].id, 2)]
+        (sessions[0].id, 0),
+        (sessions[0].id, 1),
+        (sessions[0].id, 2),
+    ]
     # with one slot and think time, the second session's first turn goes while the first one thinks
     order = [(r["session"], r["turn"]) for r in rows]
     assert order.index((sessions[1].id, 0)) < order.index((sessions[0].id, 1))
@@ -107,9 +121,13 @@ def test_openai_protocols_match_native(tmp_path):
     sessions = build({"name": "s", "family": "short", "requests": 3, "max_new_tokens": 40}, 1)
     server = start_sim(tmp_path)
     try:
-        results = {p: [r.as_dict() for r in measure(server.url, sessions, 1, {"temperature": 0.0}, 30,
-                                                    load=LoadModel(protocol=p))]
-                   for p in ("native", "openai-chat", "openai-completions")}
+        results = {
+            p: [
+                r.as_dict()
+                for r in measure(server.url, sessions, 1, {"temperature": 0.0}, 30, load=LoadModel(protocol=p))
+            ]
+            for p in ("native", "openai-chat", "openai-completions")
+        }
     finally:
         server.stop()
     for protocol, rows in results.items():
@@ -123,8 +141,12 @@ def test_poisson_arrivals_and_queue_delay(tmp_path):
     sessions = build({"name": "s", "family": "short", "requests": 30, "max_new_tokens": 16}, 2)
     server = start_sim(tmp_path)
     try:
-        rows = [r.as_dict() for r in measure(server.url, sessions, 64, {"temperature": 0.0}, 30,
-                                             load=LoadModel("poisson", rate=40.0, seed=1))]
+        rows = [
+            r.as_dict()
+            for r in measure(
+                server.url, sessions, 64, {"temperature": 0.0}, 30, load=LoadModel("poisson", rate=40.0, seed=1)
+            )
+        ]
     finally:
         server.stop()
     scheduled = sorted(r["t_sched"] for r in rows)

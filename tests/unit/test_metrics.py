@@ -8,9 +8,19 @@ from specsweep import metrics as m
 
 
 def record(t0, times, tokens, n=None, error=None, verify=None, session="s", t_sched=None, kind="chat", t_end=None):
-    return {"session": session, "turn": 0, "kind": kind, "t_sched": t0 if t_sched is None else t_sched, "t0": t0,
-            "t_end": t_end, "chunk_times": times, "chunk_tokens": tokens,
-            "output_tokens": sum(tokens) if n is None else n, "error": error, "verify_ct": verify}
+    return {
+        "session": session,
+        "turn": 0,
+        "kind": kind,
+        "t_sched": t0 if t_sched is None else t_sched,
+        "t0": t0,
+        "t_end": t_end,
+        "chunk_times": times,
+        "chunk_tokens": tokens,
+        "output_tokens": sum(tokens) if n is None else n,
+        "error": error,
+        "verify_ct": verify,
+    }
 
 
 def test_multi_token_chunks():
@@ -131,7 +141,7 @@ def test_steady_window_and_achieved_concurrency():
 def test_combined_launches_use_a_student_t_interval():
     out = m.combine_launches([10.0, 12.0, 11.0])
     assert out["mean"] == pytest.approx(11.0) and out["launches"] == 3
-    assert out["ci"] == pytest.approx([11 - 4.303 / 3 ** 0.5, 11 + 4.303 / 3 ** 0.5])
+    assert out["ci"] == pytest.approx([11 - 4.303 / 3**0.5, 11 + 4.303 / 3**0.5])
     assert m.combine_launches([10.0])["ci"] is None
 
 
@@ -183,7 +193,8 @@ def test_definitions_are_whole_sentences_from_the_code():
         assert "  " not in text and "\n" not in text, name
     defs = dict(m.definitions())
     assert "(t_last - t_first) / (N - N_first)" in defs["tpot"]  # the formula of the code that computes it
-    assert defs["steady_window"].endswith("(closed loop; open loop: from the first to the last send); None when "
-                                          "the concurrency was never reached.")
+    assert defs["steady_window"].endswith(
+        "(closed loop; open loop: from the first to the last send); None when the concurrency was never reached."
+    )
     assert "``pieces``" not in defs["achieved_concurrency"]  # the definition, not the notes on arguments
     assert "no CI below 10 sessions" in dict(m.statistics())["summarise"]  # MIN_SESSIONS given its value

@@ -15,9 +15,13 @@ def test_packing_respects_gpus_and_its_lower_bound():
     assert result["lower_bound_s"] == max((800 + 400 + 800 + 800 + 50) / 8, 400)
     assert result["lower_bound_s"] <= result["makespan_s"] <= 1.15 * result["lower_bound_s"] + 100
     # never more GPUs in use than exist
-    events = sorted({t for s, t in result["starts"].items()} | {result["starts"][s] + durations[s][1] for s in durations})
+    events = sorted(
+        {t for s, t in result["starts"].items()} | {result["starts"][s] + durations[s][1] for s in durations}
+    )
     for t in events:
-        busy = sum(durations[s][0] for s in durations if result["starts"][s] <= t < result["starts"][s] + durations[s][1])
+        busy = sum(
+            durations[s][0] for s in durations if result["starts"][s] <= t < result["starts"][s] + durations[s][1]
+        )
         assert busy <= 8
 
 

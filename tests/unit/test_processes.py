@@ -117,20 +117,30 @@ def test_a_key_file_a_sigkill_left_is_swept_at_the_next_start(tmp_path):
     import subprocess
     import sys
 
-    code = ("import sys, time\nfrom specsweep.launcher import ApiKeyFile\n"
-            "with ApiKeyFile('SPECSWEEP_TEST_KEY') as key:\n    print(key.args[1], flush=True)\n    time.sleep(600)\n")
+    code = (
+        "import sys, time\nfrom specsweep.launcher import ApiKeyFile\n"
+        "with ApiKeyFile('SPECSWEEP_TEST_KEY') as key:\n    print(key.args[1], flush=True)\n    time.sleep(600)\n"
+    )
     env = {**os.environ, "TMPDIR": str(tmp_path), "SPECSWEEP_TEST_KEY": "sk-unit-2"}
     holder = subprocess.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.PIPE, text=True)
     try:
         path = Path(holder.stdout.readline().strip())
         check = "from specsweep.launcher import sweep_secrets\nprint(len(sweep_secrets()))\n"
-        assert subprocess.run([sys.executable, "-c", check], env=env, capture_output=True, text=True,
-                              timeout=60).stdout.strip() == "0"  # its owner runs: kept
+        assert (
+            subprocess.run(
+                [sys.executable, "-c", check], env=env, capture_output=True, text=True, timeout=60
+            ).stdout.strip()
+            == "0"
+        )  # its owner runs: kept
         holder.kill()
         holder.wait(timeout=30)
         assert path.exists()
-        assert subprocess.run([sys.executable, "-c", check], env=env, capture_output=True, text=True,
-                              timeout=60).stdout.strip() == "1"
+        assert (
+            subprocess.run(
+                [sys.executable, "-c", check], env=env, capture_output=True, text=True, timeout=60
+            ).stdout.strip()
+            == "1"
+        )
         assert not path.exists() and not path.parent.exists()
     finally:
         holder.kill()

@@ -33,8 +33,12 @@ SCHEDULE = "0.01:1,0.01:1,0.01:1,0.01:1,0.01:1,0.01:1"  # six chunks of one toke
 
 def _records(url, protocol, n, concurrency=1, **load):
     sessions = [one(f"prompt {i}", 6) for i in range(n)]
-    return [r.as_dict() for r in measure(url, sessions, concurrency, {"temperature": 0.0}, timeout=20,
-                                         load=LoadModel(protocol=protocol, **load))]
+    return [
+        r.as_dict()
+        for r in measure(
+            url, sessions, concurrency, {"temperature": 0.0}, timeout=20, load=LoadModel(protocol=protocol, **load)
+        )
+    ]
 
 
 @pytest.mark.parametrize("protocol", ["native", "openai-chat", "openai-completions"])
@@ -76,8 +80,9 @@ def test_incremental_and_cumulative_streams_give_the_same_text_and_tokens(tmp_pa
     for mode, flags in (("cumulative", ()), ("incremental", ("--incremental-streaming-output",))):
         server = start_sim(tmp_path, *flags)
         try:
-            records = measure(server.url, prompts, 1, {"temperature": 0.0}, 30,
-                              load=LoadModel(incremental=mode == "incremental"))
+            records = measure(
+                server.url, prompts, 1, {"temperature": 0.0}, 30, load=LoadModel(incremental=mode == "incremental")
+            )
         finally:
             server.stop()
         results[mode] = [(r.output_text, r.chunk_tokens, r.error) for r in records]
@@ -89,8 +94,9 @@ def test_ignore_eos_asks_for_exact_lengths_and_counts_mismatches(tmp_path):
     server = start_stub(tmp_path, "--schedule", SCHEDULE)  # always six tokens
     try:
         asked_six = _records(server.url, "native", 2, ignore_eos=True)
-        asked_more = [r.as_dict() for r in measure(server.url, [one("x", 10)] * 3, 1, {}, 20,
-                                                   load=LoadModel(ignore_eos=True))]
+        asked_more = [
+            r.as_dict() for r in measure(server.url, [one("x", 10)] * 3, 1, {}, 20, load=LoadModel(ignore_eos=True))
+        ]
         natural = [r.as_dict() for r in measure(server.url, [one("x", 10)] * 3, 1, {}, 20)]
     finally:
         server.stop()
@@ -105,8 +111,15 @@ def test_per_request_connections_open_a_new_connection_for_every_request(tmp_pat
     try:
         for mode in ("per-request", "keep-alive"):
             seen = []
-            measure(server.url, [one("x", 2)] * 6, 1, {}, 20, load=LoadModel(connections=mode),
-                    on_chunk=lambda now, chunk: seen.append(chunk["meta_info"]["client_port"]))
+            measure(
+                server.url,
+                [one("x", 2)] * 6,
+                1,
+                {},
+                20,
+                load=LoadModel(connections=mode),
+                on_chunk=lambda now, chunk: seen.append(chunk["meta_info"]["client_port"]),
+            )
             ports[mode] = len(set(seen))
     finally:
         server.stop()
@@ -116,8 +129,10 @@ def test_per_request_connections_open_a_new_connection_for_every_request(tmp_pat
 def test_sglang_acceptance_length_is_recorded_beside_ours(tmp_path):
     server = start_sim(tmp_path, "--speculative-algorithm", "DFLASH", "--speculative-draft-model-path", "d")
     try:
-        records = [r.as_dict() for r in measure(server.url, [one("1, 2, 3, 4, 5, 6, 7, 8, 9", 64)] * 3, 1,
-                                                {"temperature": 0.0}, 30)]
+        records = [
+            r.as_dict()
+            for r in measure(server.url, [one("1, 2, 3, 4, 5, 6, 7, 8, 9", 64)] * 3, 1, {"temperature": 0.0}, 30)
+        ]
     finally:
         server.stop()
     verify = sum(r["verify_ct"] for r in records)
@@ -129,6 +144,7 @@ def test_sglang_acceptance_length_is_recorded_beside_ours(tmp_path):
 
 # ------------------------------------------------------------------ launch commands
 
+
 def _params(config, method, protocol="native"):
     config.setdefault("load", {})["protocol"] = protocol
     c = validated(config)
@@ -137,8 +153,11 @@ def _params(config, method, protocol="native"):
 
 def test_ddtree_spelling_follows_the_pull_request_and_records_the_attention_backend():
     config = load_default_config()
-    config["methods"] = [{"name": "ar", "algorithm": "ar"}, {"name": "dflash", "algorithm": "dflash"},
-                         {"name": "t", "algorithm": "ddtree", "budget": [8, 32]}]
+    config["methods"] = [
+        {"name": "ar", "algorithm": "ar"},
+        {"name": "dflash", "algorithm": "dflash"},
+        {"name": "t", "algorithm": "ddtree", "budget": [8, 32]},
+    ]
     methods = {x.name: x for x in expand_methods(validated(config))}
     for name in ("t-b8", "t-b32"):
         flags = list(methods[name].flags)
@@ -203,12 +222,13 @@ def test_simulated_openai_usage_reports_cached_tokens_only_with_the_cache_report
 
 def test_min_free_slots_delay_is_a_setting_per_server_and_method():
     config = load_default_config()
-    config["methods"] = [{"name": "dflash", "algorithm": "dflash"},
-                         {"name": "dflash-sglang", "algorithm": "dflash", "min_free_slots_delay": "sglang"},
-                         {"name": "dflash-4", "algorithm": "dflash", "min_free_slots_delay": 4}]
+    config["methods"] = [
+        {"name": "dflash", "algorithm": "dflash"},
+        {"name": "dflash-sglang", "algorithm": "dflash", "min_free_slots_delay": "sglang"},
+        {"name": "dflash-4", "algorithm": "dflash", "min_free_slots_delay": 4},
+    ]
     c = validated(config)
-    argv = {name: server_arguments(server_job(c, 1, name), 1, 8192) for name in ("dflash", "dflash-sglang",
-                                                                                        "dflash-4")}
+    argv = {name: server_arguments(server_job(c, 1, name), 1, 8192) for name in ("dflash", "dflash-sglang", "dflash-4")}
     assert argv["dflash"][argv["dflash"].index("--min-free-slots-delay") + 1] == "0"  # default: disabled
     assert "--min-free-slots-delay" not in argv["dflash-sglang"]  # SGLang's own rule
     assert argv["dflash-4"][argv["dflash-4"].index("--min-free-slots-delay") + 1] == "4"
@@ -243,8 +263,9 @@ def test_a_flag_the_probed_build_lacks_stops_before_any_server_starts(tmp_path):
     c = validated(config)
     params = server_job(c, 1, "ar")
     environment = probe("sim")
-    environment["capabilities"]["flags"] = [f for f in environment["capabilities"]["flags"]
-                                            if f != "--sampling-backend"]
+    environment["capabilities"]["flags"] = [
+        f for f in environment["capabilities"]["flags"] if f != "--sampling-backend"
+    ]
     with pytest.raises(ServerError, match="does not offer --sampling-backend"):
         start_server(params, {"short": []}, environment, tmp_path / "server.log", None, [], {})
     assert not (tmp_path / "server.log").exists()  # nothing was started
@@ -265,6 +286,7 @@ def test_gpu_check_config_is_valid_and_sized_for_its_concurrency():
 
 
 # ------------------------------------------------------------------ provenance
+
 
 def _git(*args, cwd):
     subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True)
@@ -303,8 +325,9 @@ def test_progress_lines_say_cell_requests_and_time_left():
     progress.request_done()
     progress.request_done()
     lines = out.getvalue().splitlines()
-    assert lines[0].startswith("[tp1/ar] cell 2 of 3 (short, concurrency 4; 1 of 2 to measure): 0/4 requests done; "
-                               "about 2 min 30 s left")
+    assert lines[0].startswith(
+        "[tp1/ar] cell 2 of 3 (short, concurrency 4; 1 of 2 to measure): 0/4 requests done; about 2 min 30 s left"
+    )
     assert "2/4 requests done; about 1 min 40 s left" in lines[-1]  # half of this cell (50 s) + the last (50 s)
 
 

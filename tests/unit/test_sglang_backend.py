@@ -49,7 +49,10 @@ def test_every_full_plan_launch_command_parses_with_the_recorded_sglang_table():
         if server["method"].startswith("eagle3"):  # its own head; NGRAM needs none
             assert argv[argv.index("--speculative-draft-model-path") + 1] == "AngelSlim/Qwen3-8B_eagle3"
         if server["method"] == "ngram":
-            assert "--speculative-draft-model-path" not in argv and argv[argv.index("--speculative-algorithm") + 1] == "NGRAM"
+            assert (
+                "--speculative-draft-model-path" not in argv
+                and argv[argv.index("--speculative-algorithm") + 1] == "NGRAM"
+            )
 
 
 def test_options_table_rejects_what_sglang_rejects():
@@ -61,8 +64,11 @@ def test_options_table_rejects_what_sglang_rejects():
         check_argv(["--model-path", "m", "--tokenizer-mode", "fast"], "0.5.23")
     with pytest.raises(FlagError, match="--speculative-ddtree-budget"):
         check_argv(["--model-path", "m", "--speculative-ddtree-budget", "8"], "0.5.23")  # not upstream
-    check_argv(["--model-path", "m", "--speculative-ddtree-budget", "8"], "0.5.23",
-               [{"flag": "--speculative-ddtree-budget", "type": "int"}])
+    check_argv(
+        ["--model-path", "m", "--speculative-ddtree-budget", "8"],
+        "0.5.23",
+        [{"flag": "--speculative-ddtree-budget", "type": "int"}],
+    )
 
 
 def test_fair_scheduling_switch_runs_dflash_without_overlap():
@@ -75,7 +81,10 @@ def test_fair_scheduling_switch_runs_dflash_without_overlap():
 
 def test_secrets_are_redacted_from_provenance():
     assert redact({"SGLANG_API_KEY": "s3cret", "HF_TOKEN": "t", "SGLANG_DDTREE_MAX_TOPK": "8"}) == {
-        "SGLANG_API_KEY": "<redacted>", "HF_TOKEN": "<redacted>", "SGLANG_DDTREE_MAX_TOPK": "8"}
+        "SGLANG_API_KEY": "<redacted>",
+        "HF_TOKEN": "<redacted>",
+        "SGLANG_DDTREE_MAX_TOPK": "8",
+    }
 
 
 def test_capability_probe_without_ddtree_fails_the_ddtree_method():
@@ -110,8 +119,14 @@ with pool.acquire(int(sys.argv[2]), poll=0.05, holder=sys.argv[3]) as gpus:
 
 def _acquirers(lock_dir, count, need, hold, barrier=None):
     together = [str(barrier), str(count)] if barrier else []
-    procs = [subprocess.Popen([sys.executable, "-c", _ACQUIRE, str(lock_dir), str(need), f"job{i}", str(hold),
-                               *together], stdout=subprocess.PIPE, text=True) for i in range(count)]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", _ACQUIRE, str(lock_dir), str(need), f"job{i}", str(hold), *together],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        for i in range(count)
+    ]
     results = []
     for p in procs:
         out, _ = p.communicate(timeout=90)
@@ -144,8 +159,9 @@ def test_gpu_pool_never_hands_out_more_than_exist(tmp_path):
 
 
 def test_gpu_pool_recovers_locks_of_a_killed_process(tmp_path):
-    holder = subprocess.Popen([sys.executable, "-c", _ACQUIRE, str(tmp_path), "8", "doomed", "60"],
-                              stdout=subprocess.PIPE, text=True)
+    holder = subprocess.Popen(
+        [sys.executable, "-c", _ACQUIRE, str(tmp_path), "8", "doomed", "60"], stdout=subprocess.PIPE, text=True
+    )
     assert json.loads(holder.stdout.readline())["gpus"] == [str(i) for i in range(8)]
     pool = GpuPool(tmp_path, [str(i) for i in range(8)])
     with pytest.raises(GpuPoolError, match="not free"):
@@ -166,6 +182,7 @@ def test_gpu_pool_chooses_only_among_granted_devices(monkeypatch):
 
 # ------------------------------------------------------------------ lifecycle
 
+
 def _group_members(pids):
     alive = []
     for pid in pids:
@@ -180,8 +197,13 @@ def _group_members(pids):
 def test_stop_kills_a_process_tree_that_ignores_sigterm(tmp_path):
     port = free_port()
     pidfile = tmp_path / "pids"
-    server = Server([sys.executable, str(FIXTURES / "stubborn_server.py"), str(port), str(pidfile)], {},
-                    "127.0.0.1", port, tmp_path / "stubborn.log")
+    server = Server(
+        [sys.executable, str(FIXTURES / "stubborn_server.py"), str(port), str(pidfile)],
+        {},
+        "127.0.0.1",
+        port,
+        tmp_path / "stubborn.log",
+    )
     server.start(30)
     pids = [int(p) for p in pidfile.read_text().split()]
     assert len(_group_members(pids)) == 3
@@ -199,7 +221,8 @@ def test_server_killed_with_its_job(tmp_path):
         "'--sim-startup-seconds', '0'], {}, '127.0.0.1', port, sys.argv[1])\n"
         "s.start(30)\n"
         "print(s.process.pid, flush=True)\n"
-        "time.sleep(60)\n")
+        "time.sleep(60)\n"
+    )
     job = subprocess.Popen([sys.executable, "-c", code, str(tmp_path / "s.log")], stdout=subprocess.PIPE, text=True)
     server_pid = int(job.stdout.readline())
     job.kill()

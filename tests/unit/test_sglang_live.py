@@ -34,8 +34,13 @@ def sglang_python():
 
 
 def _parse(python, argvs, extra_flags):
-    proc = subprocess.run([python, str(REPO / "tools" / "sglang_parse.py")], input=json.dumps(
-        {"argv": argvs, "extra_flags": extra_flags}), capture_output=True, text=True, check=True)
+    proc = subprocess.run(
+        [python, str(REPO / "tools" / "sglang_parse.py")],
+        input=json.dumps({"argv": argvs, "extra_flags": extra_flags}),
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     return json.loads(proc.stdout)
 
 
@@ -45,8 +50,11 @@ def test_full_plan_commands_parse_with_sglangs_own_parser(sglang_python):
     for server in servers(config):
         argv, _ = launch_command(server_job(config, server["tp"], server["method"]), 30000, 40000)
         argvs.append(argv[3:])
-    results = _parse(sglang_python, argvs + [["--model-path", "m", "--speculative-dflash-blocksize", "16"]],
-                     config["sglang"]["extra_flags"])
+    results = _parse(
+        sglang_python,
+        argvs + [["--model-path", "m", "--speculative-dflash-blocksize", "16"]],
+        config["sglang"]["extra_flags"],
+    )
     assert all(r["ok"] for r in results[:-1]), [r for r in results if not r["ok"]]
     assert not results[-1]["ok"]  # and the parser does reject a mistyped flag
 

@@ -22,8 +22,15 @@ SHORT = {"name": "short", "family": "short", "requests": 6, "max_new_tokens": 64
 
 def test_pull_request_build_runs_a_chain_up_to_block_minus_one_and_a_widening_tree_above():
     shapes = {b: sim.Decoding("ddtree", 16, b, 8).tree_shape() for b in (4, 8, 15, 16, 32, 64, 128)}
-    assert shapes == {4: ("chain", 1), 8: ("chain", 1), 15: ("chain", 1), 16: ("tree", 2), 32: ("tree", 3),
-                      64: ("tree", 5), 128: ("tree", 8)}  # min(budget // 15 + 1, topk): the cap binds at 128
+    assert shapes == {
+        4: ("chain", 1),
+        8: ("chain", 1),
+        15: ("chain", 1),
+        16: ("tree", 2),
+        32: ("tree", 3),
+        64: ("tree", 5),
+        128: ("tree", 8),
+    }  # min(budget // 15 + 1, topk): the cap binds at 128
     assert sim.Decoding("ddtree", 16, 128, None).tree_shape() == ("tree", 6)  # the build's own cap when unset
     assert sim.Decoding("ddtree", 16, 8, 8, tree_build="paper").tree_shape() == ("tree", 8)
     assert sim.Decoding("dflash", 16).tree_shape() is None
@@ -90,9 +97,11 @@ def test_predictable_text_is_drafted_better():
 
 def test_server_info_names_the_ddtree_mode_its_build_runs(tmp_path):
     chain = [f if f != "32" else "8" for f in DDTREE]
-    for flags, env, expected in ((DDTREE, {}, ("tree", 3)), (chain, {}, ("chain", 1)),
-                                 (DDTREE + ["--sim-ddtree-build", "paper"], {"SGLANG_DDTREE_MAX_TOPK": "4"},
-                                  ("tree", 4))):
+    for flags, env, expected in (
+        (DDTREE, {}, ("tree", 3)),
+        (chain, {}, ("chain", 1)),
+        (DDTREE + ["--sim-ddtree-build", "paper"], {"SGLANG_DDTREE_MAX_TOPK": "4"}, ("tree", 4)),
+    ):
         server = start_sim(tmp_path, *flags, env=env)
         try:
             info = requests.get(server.url + "/server_info", timeout=10).json()
@@ -108,8 +117,11 @@ def test_api_surface_and_streaming(tmp_path):
         assert info["simulated"] is True
         assert requests.get(server.url + "/get_model_info", timeout=10).json()["model_path"] == "Qwen/Qwen3-8B"
         assert requests.get(server.url + "/health", timeout=10).status_code == 200
-        body = {"text": "<|im_start|>user\nWrite JSON for a cat.<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n",
-                "sampling_params": {"max_new_tokens": 48, "temperature": 0}, "stream": True}
+        body = {
+            "text": "<|im_start|>user\nWrite JSON for a cat.<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n",
+            "sampling_params": {"max_new_tokens": 48, "temperature": 0},
+            "stream": True,
+        }
         with requests.post(server.url + "/generate", json=body, stream=True, timeout=30) as resp:
             lines = [l for l in resp.iter_lines() if l]
         assert lines[-1] == b"data: [DONE]"
@@ -153,7 +165,17 @@ def test_bad_flag_fails_start_with_log_tail(tmp_path):
 
 def test_readiness_timeout_quotes_log_and_leaves_no_process(tmp_path):
     port = free_port()
-    argv = [sys.executable, "-m", "specsweep.sim", "--model-path", "m", "--port", str(port), "--sim-startup-seconds", "60"]
+    argv = [
+        sys.executable,
+        "-m",
+        "specsweep.sim",
+        "--model-path",
+        "m",
+        "--port",
+        str(port),
+        "--sim-startup-seconds",
+        "60",
+    ]
     server = Server(argv, {}, "127.0.0.1", port, tmp_path / "slow.log")
     with pytest.raises(ServerError, match=r"(?s)not ready after 2 s.*SIMULATED"):
         try:
@@ -180,8 +202,10 @@ def test_each_engine_step_is_a_chunk_of_its_own_even_when_read_late():
     from specsweep.text import chat_prompt
 
     dflash = engine("dflash")
-    req = dflash.submit(chat_prompt([{"role": "user", "content": "Write a Python function that sorts a list."}]),
-                        {"max_new_tokens": 200, "temperature": 0})
+    req = dflash.submit(
+        chat_prompt([{"role": "user", "content": "Write a Python function that sorts a list."}]),
+        {"max_new_tokens": 200, "temperature": 0},
+    )
     for _ in range(6):  # six steps before anyone reads the stream
         admitted, batch, _ = dflash.next_step()
         dflash.commit_step(admitted, batch)
@@ -213,9 +237,11 @@ def test_generate_takes_token_ids_and_model_info_answers_as_sglangs_client_expec
     ids = tokenizer().encode("<|im_start|>user\nSort a list in Python.<|im_end|>\n<|im_start|>assistant\n").ids
     server = start_sim(tmp_path)
     try:
-        r = requests.post(server.url + "/generate", json={"input_ids": ids, "stream": False,
-                                                          "sampling_params": {"max_new_tokens": 16, "ignore_eos": True}},
-                          timeout=30)
+        r = requests.post(
+            server.url + "/generate",
+            json={"input_ids": ids, "stream": False, "sampling_params": {"max_new_tokens": 16, "ignore_eos": True}},
+            timeout=30,
+        )
         assert r.status_code == 200, r.text
         assert r.json()["meta_info"]["prompt_tokens"] == len(ids)
         assert r.json()["meta_info"]["completion_tokens"] == 16
@@ -223,8 +249,10 @@ def test_generate_takes_token_ids_and_model_info_answers_as_sglangs_client_expec
         assert bad.status_code == 400 and "input_ids" in bad.text
         info = requests.get(server.url + "/model_info", timeout=30)
         assert info.status_code == 200 and info.json()["model_path"] == "Qwen/Qwen3-8B"
-        for path, body in (("/v1/completions", {"prompt": "Say hi."}),
-                           ("/v1/chat/completions", {"messages": [{"role": "user", "content": "Say hi."}]})):
+        for path, body in (
+            ("/v1/completions", {"prompt": "Say hi."}),
+            ("/v1/chat/completions", {"messages": [{"role": "user", "content": "Say hi."}]}),
+        ):
             exact = requests.post(server.url + path, json={**body, "max_tokens": 300, "ignore_eos": True}, timeout=60)
             assert exact.json()["usage"]["completion_tokens"] == 300, path  # the OpenAI API honours ignore_eos too
     finally:
@@ -246,8 +274,7 @@ def test_a_scaled_clock_serves_modelled_minutes_in_moments_and_reports_them_in_m
     assert modelled > 60
     server = start_sim(tmp_path, "--sim-gpu", "RTX-PRO-6000", "--sim-time-scale", "1000", startup=600, timeout=60)
     try:
-        reply = requests.post(server.url + "/generate", json={"text": prompt, "sampling_params": sampling},
-                              timeout=30)
+        reply = requests.post(server.url + "/generate", json={"text": prompt, "sampling_params": sampling}, timeout=30)
         info = requests.get(server.url + "/get_server_info", timeout=30).json()
     finally:
         server.stop()

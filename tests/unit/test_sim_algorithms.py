@@ -124,8 +124,9 @@ def test_a_drafters_cost_comes_from_its_size_and_its_steps():
     assert steps == sorted(steps) and steps[2] - steps[1] > 0
     # NGRAM drafts on the CPU: no drafter pass, a lookup that grows with the batch, a verify with the tree's nodes
     assert cost.draft_seconds(ngram(16), contexts) == 0
-    lookup = [cost.decode_step(ngram(16), [1000] * b) - cost.decode_step(sim.Decoding("ar"), [1000] * b)
-              for b in (1, 16)]
+    lookup = [
+        cost.decode_step(ngram(16), [1000] * b) - cost.decode_step(sim.Decoding("ar"), [1000] * b) for b in (1, 16)
+    ]
     assert lookup[1] > lookup[0] > 0
     widths = [cost.decode_step(ngram(n), [1000] * 16) for n in (8, 32, 128)]
     assert widths == sorted(widths) and widths[2] > widths[0] * 1.5
@@ -139,13 +140,33 @@ def test_plan_expects_ngram_to_draft_a_random_models_loop_and_nothing_else_to_ac
 
 def test_the_simulated_server_speaks_sglangs_ngram_and_eagle3_flags(tmp_path):
     prompt = "Repeat after me: alpha beta gamma delta. " * 8
-    body = {"text": prompt, "stream": True, "sampling_params": {"max_new_tokens": 200, "temperature": 0,
-                                                                 "ignore_eos": True}}
-    flags = {"ngram": ["--speculative-algorithm", "NGRAM", "--speculative-num-draft-tokens", "16",
-                       "--speculative-ngram-max-bfs-breadth", "4"],
-             "eagle3": ["--speculative-algorithm", "EAGLE3", "--speculative-draft-model-path", "head",
-                        "--speculative-num-steps", "4", "--speculative-eagle-topk", "4",
-                        "--speculative-num-draft-tokens", "12"]}
+    body = {
+        "text": prompt,
+        "stream": True,
+        "sampling_params": {"max_new_tokens": 200, "temperature": 0, "ignore_eos": True},
+    }
+    flags = {
+        "ngram": [
+            "--speculative-algorithm",
+            "NGRAM",
+            "--speculative-num-draft-tokens",
+            "16",
+            "--speculative-ngram-max-bfs-breadth",
+            "4",
+        ],
+        "eagle3": [
+            "--speculative-algorithm",
+            "EAGLE3",
+            "--speculative-draft-model-path",
+            "head",
+            "--speculative-num-steps",
+            "4",
+            "--speculative-eagle-topk",
+            "4",
+            "--speculative-num-draft-tokens",
+            "12",
+        ],
+    }
     for name, argv in flags.items():
         server = start_sim(tmp_path / name, *argv)
         try:
@@ -159,8 +180,11 @@ def test_the_simulated_server_speaks_sglangs_ngram_and_eagle3_flags(tmp_path):
             assert len(chunks) == last["spec_verify_ct"] + 1  # one chunk per round, after the prefill's
             info = requests.get(server.url + "/server_info", timeout=10).json()
             expected = {"ngram": (16, 4, 4), "eagle3": (12, 4, 4)}[name]
-            assert (info["speculative_num_draft_tokens"], info["speculative_eagle_topk"],
-                    info["speculative_num_steps"]) == expected
+            assert (
+                info["speculative_num_draft_tokens"],
+                info["speculative_eagle_topk"],
+                info["speculative_num_steps"],
+            ) == expected
             if name == "ngram":  # resolved as SGLang reports them, the match type from its default
                 assert (info["speculative_ngram_max_bfs_breadth"], info["speculative_ngram_match_type"]) == (4, "BFS")
         finally:

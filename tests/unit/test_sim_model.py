@@ -52,8 +52,10 @@ def test_tree_verification_costs_more_on_hybrid_models():
     dense = CostModel.named("H200", "qwen3-8b")
     hybrid = CostModel.named("H200", "hybrid-27b")
     chain = Decoding("dflash", 16)
-    assert hybrid.decode_step(tree, [1000]) / hybrid.decode_step(chain, [1000]) > \
-        dense.decode_step(tree, [1000]) / dense.decode_step(chain, [1000]) + 0.1
+    assert (
+        hybrid.decode_step(tree, [1000]) / hybrid.decode_step(chain, [1000])
+        > dense.decode_step(tree, [1000]) / dense.decode_step(chain, [1000]) + 0.1
+    )
 
 
 def test_ddtree_step_pays_for_its_mask_and_only_a_tree_for_its_construction():
@@ -75,10 +77,15 @@ def test_ddtree_advantage_over_dflash_shrinks_as_concurrency_grows():
     sessions = build({"name": "s", "family": "short", "requests": 32, "max_new_tokens": 96}, 0)
     # the paper's tree (a budget-64 tree at batch 1 beats the chain there); the pull request's narrower tree
     # of width 5 does not on this model
-    engines = {"dflash": lambda: replay.engine("dflash", max_running=32),
-               "ddtree": lambda: replay.engine("ddtree", budget=64, max_running=32, tree_build="paper")}
-    throughput = {(name, c): output_throughput(replay.closed_loop(new(), sessions[: 16 if c == 1 else 32], c))
-                  for name, new in engines.items() for c in (1, 32)}
+    engines = {
+        "dflash": lambda: replay.engine("dflash", max_running=32),
+        "ddtree": lambda: replay.engine("ddtree", budget=64, max_running=32, tree_build="paper"),
+    }
+    throughput = {
+        (name, c): output_throughput(replay.closed_loop(new(), sessions[: 16 if c == 1 else 32], c))
+        for name, new in engines.items()
+        for c in (1, 32)
+    }
     advantage = {c: throughput["ddtree", c] / throughput["dflash", c] for c in (1, 32)}
     assert advantage[1] > 1.0
     assert advantage[32] < advantage[1] - 0.1
@@ -91,11 +98,18 @@ def test_openai_python_client_reads_the_simulator(tmp_path):
     try:
         client = openai.OpenAI(base_url=server.url + "/v1", api_key="unused")
         assert client.models.list().data[0].id == "Qwen/Qwen3-8B"
-        chat = client.chat.completions.create(model="Qwen/Qwen3-8B", messages=[{"role": "user", "content": "Hi"}],
-                                              max_tokens=24, temperature=0)
+        chat = client.chat.completions.create(
+            model="Qwen/Qwen3-8B", messages=[{"role": "user", "content": "Hi"}], max_tokens=24, temperature=0
+        )
         assert chat.choices[0].message.content and chat.usage.completion_tokens > 0
-        stream = client.completions.create(model="Qwen/Qwen3-8B", prompt="Once upon a time", max_tokens=24,
-                                           temperature=0, stream=True, stream_options={"include_usage": True})
+        stream = client.completions.create(
+            model="Qwen/Qwen3-8B",
+            prompt="Once upon a time",
+            max_tokens=24,
+            temperature=0,
+            stream=True,
+            stream_options={"include_usage": True},
+        )
         chunks = list(stream)
         text = "".join(c.choices[0].text for c in chunks if c.choices)
         finished = [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason]
@@ -107,9 +121,12 @@ def test_openai_python_client_reads_the_simulator(tmp_path):
 
 # ------------------------------------------------------------------ fault switches
 
+
 def twelve_sessions(max_new=64):
-    return [Session(f"s{i}", "chat", [{"role": "user", "content": f"Tell me about topic {i}."}], [], max_new)
-            for i in range(12)]
+    return [
+        Session(f"s{i}", "chat", [{"role": "user", "content": f"Tell me about topic {i}."}], [], max_new)
+        for i in range(12)
+    ]
 
 
 def test_fault_never_ready(tmp_path):
@@ -173,9 +190,15 @@ def test_sim_speaks_the_stream_contract_of_sglangs_bench_serving(tmp_path):
     import json as _json
 
     server = start_sim(tmp_path, *DFLASH)
-    payload = {"text": "Write a haiku about the sea.", "stream": True, "lora_path": None, "return_logprob": False,
-               "return_routed_experts": False, "logprob_start_len": -1,
-               "sampling_params": {"temperature": 0.0, "max_new_tokens": 40, "ignore_eos": True}}
+    payload = {
+        "text": "Write a haiku about the sea.",
+        "stream": True,
+        "lora_path": None,
+        "return_logprob": False,
+        "return_routed_experts": False,
+        "logprob_start_len": -1,
+        "sampling_params": {"temperature": 0.0, "max_new_tokens": 40, "ignore_eos": True},
+    }
     try:
         with requests.post(server.url + "/generate", json=payload, stream=True, timeout=30) as resp:
             assert resp.status_code == 200
@@ -271,7 +294,8 @@ def test_moe_step_reads_the_experts_its_tokens_touch():
     # a DFlash verify of 16 tokens reads what 16 AR requests read, bounded by the experts there are, and a
     # dense model reads all its weights at any width
     assert moe._bytes_read(16) == pytest.approx(
-        one + moe.model["expert_bytes"] * (moe.experts_touched(16) - k) / experts)
+        one + moe.model["expert_bytes"] * (moe.experts_touched(16) - k) / experts
+    )
     dense = CostModel.named("H200", "qwen3-8b")
     assert dense._bytes_read(1) == dense._bytes_read(16) == dense.model["weight_bytes"]
     # at batch 1 a DFlash round committing 6 tokens (code: the README's calibration) beats six AR steps on the MoE
@@ -296,8 +320,11 @@ def test_ddtree_rank_probe_logs_where_the_target_token_ranks_as_the_pull_request
     prompt = "Write a Python function that parses a CSV file and returns the rows as dictionaries. " * 4
     body = {"text": prompt, "sampling_params": {"max_new_tokens": 700, "temperature": 0, "ignore_eos": True}}
     logs = {}
-    for name, budget, env in (("tree", "32", {"SGLANG_DDTREE_RANK_PROBE": "1"}), ("off", "32", {}),
-                              ("spine", "15", {"SGLANG_DDTREE_RANK_PROBE": "true"})):
+    for name, budget, env in (
+        ("tree", "32", {"SGLANG_DDTREE_RANK_PROBE": "1"}),
+        ("off", "32", {}),
+        ("spine", "15", {"SGLANG_DDTREE_RANK_PROBE": "true"}),
+    ):
         flags = [f if f != "32" else budget for f in DDTREE]
         server = start_sim(tmp_path / name, *flags, env=env)
         try:
@@ -354,7 +381,9 @@ def test_the_builds_depth_bonus_variable_reaches_the_tree_the_server_and_the_pla
     wide = Decoding.of_build("ddtree", 16, 64, None, False, "sglang-pr29907", {"SGLANG_DDTREE_DEPTH_BONUS": "-3"})
     assert default.depth_bonus is None and wide.depth_bonus == -3.0
     # the paper's build has no such variable: the environment leaves it alone
-    assert Decoding.of_build("ddtree", 16, 64, 8, False, "paper", {"SGLANG_DDTREE_DEPTH_BONUS": "-3"}).depth_bonus is None
+    assert (
+        Decoding.of_build("ddtree", 16, 64, 8, False, "paper", {"SGLANG_DDTREE_DEPTH_BONUS": "-3"}).depth_bonus is None
+    )
 
     def depth(tree):
         return max(len(prefix) for prefix in tree)

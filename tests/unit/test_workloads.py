@@ -10,8 +10,17 @@ import requests
 from conftest import start_sim
 from specsweep.client import measure
 from specsweep.text import chat_prompt
-from specsweep.workloads import (WorkloadError, WorkloadWarning, build, content_mix, count_tokens, distinct_sessions,
-                                 read_user_file, warmup_sessions, workload_digest)
+from specsweep.workloads import (
+    WorkloadError,
+    WorkloadWarning,
+    build,
+    content_mix,
+    count_tokens,
+    distinct_sessions,
+    read_user_file,
+    warmup_sessions,
+    workload_digest,
+)
 
 
 CONTEXT = 40960
@@ -83,6 +92,7 @@ def test_agentic_2_sessions_share_one_long_system_prefix():
 
 # ------------------------------------------------------------------ user files
 
+
 def write(tmp_path, name, lines):
     path = tmp_path / name
     path.write_text("\n".join(lines) + "\n" if lines else "")
@@ -90,15 +100,42 @@ def write(tmp_path, name, lines):
 
 
 def test_user_formats(tmp_path):
-    jsonl = write(tmp_path, "p.jsonl", [json.dumps({"prompt": "What is 2+2?", "kind": "math"}),
-                                        json.dumps({"messages": [{"role": "user", "content": "Hi"},
-                                                                 {"role": "assistant", "content": "Hello"},
-                                                                 {"role": "user", "content": "Tell a joke"}]})])
+    jsonl = write(
+        tmp_path,
+        "p.jsonl",
+        [
+            json.dumps({"prompt": "What is 2+2?", "kind": "math"}),
+            json.dumps(
+                {
+                    "messages": [
+                        {"role": "user", "content": "Hi"},
+                        {"role": "assistant", "content": "Hello"},
+                        {"role": "user", "content": "Tell a joke"},
+                    ]
+                }
+            ),
+        ],
+    )
     rows = read_user_file(str(jsonl), "jsonl")
     assert rows[0][1] == "math" and rows[0][2][-1]["content"] == "What is 2+2?"
     assert rows[1][3] == [{"role": "user", "content": "Tell a joke"}]
-    share = write(tmp_path, "s.json", [json.dumps([{"conversations": [
-        {"from": "human", "value": "Q1"}, {"from": "gpt", "value": "A1"}, {"from": "human", "value": "Q2"}]}])])
+    share = write(
+        tmp_path,
+        "s.json",
+        [
+            json.dumps(
+                [
+                    {
+                        "conversations": [
+                            {"from": "human", "value": "Q1"},
+                            {"from": "gpt", "value": "A1"},
+                            {"from": "human", "value": "Q2"},
+                        ]
+                    }
+                ]
+            )
+        ],
+    )
     (row,) = read_user_file(str(share), "sharegpt")
     assert row[2][-1]["content"] == "Q1" and row[3][0]["content"] == "Q2"
     mt = write(tmp_path, "mt.jsonl", [json.dumps({"question_id": 81, "category": "coding", "turns": ["A", "B"]})])
@@ -106,8 +143,19 @@ def test_user_formats(tmp_path):
     assert row[1] == "code" and [m["content"] for m in row[3]] == ["B"]
     spec = write(tmp_path, "sb.jsonl", [json.dumps({"question_id": 1, "category": "math_reasoning", "turns": ["x"]})])
     assert read_user_file(str(spec), "spec-bench")[0][1] == "math"
-    sessions = build({"name": "mine", "family": "short", "source": "file", "path": str(mt), "format": "mt-bench",
-                      "requests": 3, "max_new_tokens": 64}, 0, context_length=CONTEXT)
+    sessions = build(
+        {
+            "name": "mine",
+            "family": "short",
+            "source": "file",
+            "path": str(mt),
+            "format": "mt-bench",
+            "requests": 3,
+            "max_new_tokens": 64,
+        },
+        0,
+        context_length=CONTEXT,
+    )
     assert len(sessions) == 3 and all(len(s.followups) == 1 for s in sessions)
 
 
@@ -116,9 +164,18 @@ BAD = [
     ("malformed", ['{"prompt": "ok"}', '{"prompt": "broken"'], "jsonl", "line 2: not valid JSON"),
     ("unknown-line-format", ['{"text": "what format is this"}'], "jsonl", "line 1: unknown line format"),
     ("unknown-format", ['{"prompt": "x"}'], "alpaca", "unknown format 'alpaca'"),
-    ("no-user-turn", ['{"prompt": "ok"}', json.dumps({"messages": [{"role": "system", "content": "be nice"}]})],
-     "jsonl", "line 2: the conversation has no user turn"),
-    ("mt-bench-no-turns", [json.dumps({"question_id": 1, "turns": []})], "mt-bench", "line 1: the conversation has no user turn"),
+    (
+        "no-user-turn",
+        ['{"prompt": "ok"}', json.dumps({"messages": [{"role": "system", "content": "be nice"}]})],
+        "jsonl",
+        "line 2: the conversation has no user turn",
+    ),
+    (
+        "mt-bench-no-turns",
+        [json.dumps({"question_id": 1, "turns": []})],
+        "mt-bench",
+        "line 1: the conversation has no user turn",
+    ),
 ]
 
 
@@ -133,8 +190,11 @@ def test_bad_data_names_file_and_line(tmp_path, name, lines, fmt, message):
 def test_prompt_longer_than_the_context_names_the_line(tmp_path):
     path = write(tmp_path, "long.jsonl", [json.dumps({"prompt": "short"}), json.dumps({"prompt": "word " * 5000})])
     with pytest.raises(WorkloadError, match=r"long.jsonl: line 2: a prompt of \d+ tokens"):
-        build({"name": "w", "family": "short", "source": "file", "path": str(path), "requests": 2,
-               "max_new_tokens": 64}, 0, context_length=4096)
+        build(
+            {"name": "w", "family": "short", "source": "file", "path": str(path), "requests": 2, "max_new_tokens": 64},
+            0,
+            context_length=4096,
+        )
 
 
 def test_undecodable_bytes_are_refused_naming_file_and_line(tmp_path):
@@ -145,10 +205,13 @@ def test_undecodable_bytes_are_refused_naming_file_and_line(tmp_path):
     assert str(error.value).startswith(f"{path}: line 2: not valid UTF-8 (byte 0xe9 at column 16)")
 
 
-@pytest.mark.parametrize("fmt,text,where", [
-    ("jsonl", '{"prompt": "a"}\n{"prompt": "b", "prompt": "c"}\n', "line 2: "),
-    ("sharegpt", '[{"conversations": [{"from": "human", "value": "x", "value": "y"}]}]', ""),
-])
+@pytest.mark.parametrize(
+    "fmt,text,where",
+    [
+        ("jsonl", '{"prompt": "a"}\n{"prompt": "b", "prompt": "c"}\n', "line 2: "),
+        ("sharegpt", '[{"conversations": [{"from": "human", "value": "x", "value": "y"}]}]', ""),
+    ],
+)
 def test_a_key_given_twice_is_refused_naming_file_and_key(tmp_path, fmt, text, where):
     path = tmp_path / "twice.json"
     path.write_text(text)
@@ -162,13 +225,22 @@ def test_repeated_prompts_are_used_once_with_a_warning(tmp_path):
     lines = [json.dumps({"prompt": "Summarise the plot of Hamlet."})] * 20
     lines += [json.dumps({"prompt": f"Question {i}: what is {i} squared?"}) for i in range(3)]
     path = write(tmp_path, "twenty.jsonl", lines)
-    with pytest.warns(WorkloadWarning, match=r"twenty.jsonl: 19 entries repeat an earlier entry's first turn "
-                                             r"\(line 2 repeats line 1; line 3 repeats line 1; .*\); each prompt is "
-                                             r"used once, so the file offers 4 distinct sessions"):
+    with pytest.warns(
+        WorkloadWarning,
+        match=r"twenty.jsonl: 19 entries repeat an earlier entry's first turn "
+        r"\(line 2 repeats line 1; line 3 repeats line 1; .*\); each prompt is "
+        r"used once, so the file offers 4 distinct sessions",
+    ):
         rows = read_user_file(str(path), "jsonl")
     assert [r[0] for r in rows] == [1, 21, 22, 23]
-    workload = {"name": "mine", "family": "short", "source": "file", "path": str(path), "requests": 4,
-                "max_new_tokens": 64}
+    workload = {
+        "name": "mine",
+        "family": "short",
+        "source": "file",
+        "path": str(path),
+        "requests": 4,
+        "max_new_tokens": 64,
+    }
     with pytest.warns(WorkloadWarning):
         assert distinct_sessions(workload) == 4
         sessions = build(workload, 0, context_length=CONTEXT)
@@ -192,10 +264,17 @@ def test_warm_up_prompts_share_no_prefix_with_any_measured_prompt(tmp_path, name
     """A warm-up drawn from the workload's own prompts repeated measured ones (or, for agentic_2, their long shared
     system prefix); now no warm-up prompt shares more than the opening role header with a measured one."""
     if name == "file":
-        path = write(tmp_path, "eight.jsonl", [json.dumps({"prompt": f"Prompt {i}: " + "tell me more. " * 30})
-                                               for i in range(8)])
-        workload = {"name": "mine", "family": "short", "source": "file", "path": str(path), "requests": 8,
-                    "max_new_tokens": 64}
+        path = write(
+            tmp_path, "eight.jsonl", [json.dumps({"prompt": f"Prompt {i}: " + "tell me more. " * 30}) for i in range(8)]
+        )
+        workload = {
+            "name": "mine",
+            "family": "short",
+            "source": "file",
+            "path": str(path),
+            "requests": 8,
+            "max_new_tokens": 64,
+        }
     else:
         workload = family(name, turns=2) if name.startswith("agentic") else family(name)
     measured = build(workload, 3, context_length=CONTEXT)
@@ -211,14 +290,24 @@ def test_a_measured_request_is_never_served_from_a_warm_ups_prefix(tmp_path):
     """On the simulated server (64-token prefix-cache pages, cached tokens reported per request): after the warm-up
     a cell sends, no measured request finds any of its prompt in the cache. The same check sees the bias of a
     warm-up drawn from the measured prompts, as cells drew it before."""
-    path = write(tmp_path, "eight.jsonl", [json.dumps({"prompt": f"Prompt {i}: " + "tell me more about it. " * 40})
-                                           for i in range(8)])
-    workload = {"name": "mine", "family": "short", "source": "file", "path": str(path), "requests": 8,
-                "max_new_tokens": 16}
+    path = write(
+        tmp_path,
+        "eight.jsonl",
+        [json.dumps({"prompt": f"Prompt {i}: " + "tell me more about it. " * 40}) for i in range(8)],
+    )
+    workload = {
+        "name": "mine",
+        "family": "short",
+        "source": "file",
+        "path": str(path),
+        "requests": 8,
+        "max_new_tokens": 16,
+    }
     measured = build(workload, 0, context_length=CONTEXT)
     drawn_as_measured = build(dict(workload, name="mine-warmup", requests=2), 0, context_length=CONTEXT)
     server = start_sim(tmp_path)
     try:
+
         def cached_after(warm):
             assert requests.post(server.url + "/flush_cache", timeout=10).status_code == 200
             measure(server.url, warm, 2, {"temperature": 0.0}, timeout=60)
@@ -235,8 +324,14 @@ def test_a_measured_request_is_never_served_from_a_warm_ups_prefix(tmp_path):
 # ------------------------------------------------------------------ sessions of one cell never share a prefix
 
 
-@pytest.mark.parametrize("name,extra", [("long", {"context_tokens": 1000}), ("very_long", {"context_tokens": 1500}),
-                                        ("agentic_1", {"source": "builtin", "turns": 2})])
+@pytest.mark.parametrize(
+    "name,extra",
+    [
+        ("long", {"context_tokens": 1000}),
+        ("very_long", {"context_tokens": 1500}),
+        ("agentic_1", {"source": "builtin", "turns": 2}),
+    ],
+)
 def test_stdlib_sessions_are_distinct_from_their_first_line(name, extra):
     """Long prompts were drawn from 16 file starts (and builtin agent sessions from 16 modules) with replacement: in
     a cell of 32, most repeated an earlier session's first thousands of tokens (the question comes last), served
@@ -246,8 +341,9 @@ def test_stdlib_sessions_are_distinct_from_their_first_line(name, extra):
     openings = [s.messages[1]["content"].split("\n")[0] for s in sessions]
     assert len(set(openings)) == 48, [o for o in openings if openings.count(o) > 1][:2]
     assert distinct_sessions(workload) >= 256  # enough for plan-full's largest long cell (4 x 64)
-    assert [s.as_dict() for s in build(dict(workload, requests=16), 0, context_length=CONTEXT)] == \
-        [s.as_dict() for s in sessions[:16]]  # a cell's sessions are the first of a larger build
+    assert [s.as_dict() for s in build(dict(workload, requests=16), 0, context_length=CONTEXT)] == [
+        s.as_dict() for s in sessions[:16]
+    ]  # a cell's sessions are the first of a larger build
 
 
 def test_no_measured_long_request_is_served_from_another_ones_prefix(tmp_path):

@@ -55,17 +55,32 @@ def test_mistyped_flag_in_config_fails_before_any_job_naming_the_method(workflow
 
 # each of these was accepted and then made the run or its plan go on for ever, or failed only inside a job
 AT_CONFIG_TIME = [
-    ("nan-temperature", lambda c: c["sampling"].update(temperature=float("nan")),
-     "sampling.temperature: nan is not a finite number"),
-    ("infinite-timeout", lambda c: c.update(server={"request_timeout": float("inf")}),
-     "server.request_timeout: inf is not a finite number"),
-    ("block-size", lambda c: c["methods"][1].update(block_size=100000),
-     "methods[1].block_size: 100000 is greater than the maximum of 256"),
+    (
+        "nan-temperature",
+        lambda c: c["sampling"].update(temperature=float("nan")),
+        "sampling.temperature: nan is not a finite number",
+    ),
+    (
+        "infinite-timeout",
+        lambda c: c.update(server={"request_timeout": float("inf")}),
+        "server.request_timeout: inf is not a finite number",
+    ),
+    (
+        "block-size",
+        lambda c: c["methods"][1].update(block_size=100000),
+        "methods[1].block_size: 100000 is greater than the maximum of 256",
+    ),
     ("warmup", lambda c: c.update(warmup=1000000), "warmup: 1000000 is greater than the maximum of 1000"),
-    ("poisson-rate", lambda c: c.update(load={"model": "poisson", "rate": 1e-300}),
-     "load.rate: 1e-300 is less than the minimum of 0.001"),
-    ("max-new-tokens", lambda c: c["workloads"][0].update(max_new_tokens=1e9),
-     "workloads[0] (short).max_new_tokens: 1000000000 leaves no room for a prompt"),
+    (
+        "poisson-rate",
+        lambda c: c.update(load={"model": "poisson", "rate": 1e-300}),
+        "load.rate: 1e-300 is less than the minimum of 0.001",
+    ),
+    (
+        "max-new-tokens",
+        lambda c: c["workloads"][0].update(max_new_tokens=1e9),
+        "workloads[0] (short).max_new_tokens: 1000000000 leaves no room for a prompt",
+    ),
     ("method-name-newline", lambda c: c["methods"][0].update(name="ar\n"), "methods[0].name: 'ar\\n' does not match"),
     ("nul-in-env", lambda c: c.update(server={"env": {"A": "x\0y"}}), "server.env.A: the value holds a NUL character"),
 ]
@@ -88,8 +103,9 @@ def test_a_yaml_anchor_bomb_is_refused_and_never_printed(workflow):
     (workflow / "config" / "bomb.yaml").write_text("\n".join(lines) + "\n")
     proc = snakemake(workflow, "-n", "--configfile", "config/config.yaml", "config/bomb.yaml", check=False, timeout=300)
     assert proc.returncode != 0
-    assert "Invalid configuration: bomb: the configuration holds more than 100000 values" in proc.stdout, \
-        proc.stdout[-2000:]
+    assert "Invalid configuration: bomb: the configuration holds more than 100000 values" in proc.stdout, proc.stdout[
+        -2000:
+    ]
     assert len(proc.stdout) < 10_000, "the configuration was printed"
 
 
@@ -99,8 +115,9 @@ def test_schema_errors_name_the_key_without_printing_the_configuration(workflow)
     write_config(workflow, config)
     proc = snakemake(workflow, "-n", check=False, timeout=120)
     assert proc.returncode != 0
-    assert ("Invalid configuration: the configuration: Additional properties are not allowed ('concurency' was "
-            "unexpected)") in proc.stdout, proc.stdout[-3000:]
+    assert (
+        "Invalid configuration: the configuration: Additional properties are not allowed ('concurency' was unexpected)"
+    ) in proc.stdout, proc.stdout[-3000:]
     assert "On instance" not in proc.stdout and "Failed validating" not in proc.stdout
 
 
@@ -154,16 +171,19 @@ def test_a_key_given_twice_in_a_config_file_stops_the_workflow_naming_file_line_
     proc = snakemake(workflow, "-n", check=False, timeout=120)
     assert proc.returncode != 0
     lines = len(path.read_text().splitlines())
-    assert (f"Invalid configuration: config/config.yaml: line {lines}: duplicated key 'warmup' (first given at line "
-            f"{first})") in proc.stdout, proc.stdout[-3000:]
+    assert (
+        f"Invalid configuration: config/config.yaml: line {lines}: duplicated key 'warmup' (first given at line "
+        f"{first})"
+    ) in proc.stdout, proc.stdout[-3000:]
     assert not (workflow / "results").exists()
 
 
 def dry_run_of_prompt_file(workflow, path, requests: int):
     """A dry run of one workload read from the prompt file ``path``, at concurrency 1."""
     config = load_default_config()
-    config["workloads"] = [{"name": "mine", "family": "short", "source": "file", "path": str(path),
-                            "requests": requests}]
+    config["workloads"] = [
+        {"name": "mine", "family": "short", "source": "file", "path": str(path), "requests": requests}
+    ]
     config["concurrency"] = [1]
     write_config(workflow, config)
     return snakemake(workflow, "-n", check=False, timeout=120)
@@ -182,8 +202,10 @@ def test_repeated_prompts_are_counted_once_with_a_warning(workflow, tmp_path):
     """Twenty identical lines were twenty distinct sessions; now one prompt, said so, and a cell asking for more
     distinct sessions than the file has is refused before any job."""
     path = tmp_path / "twenty.jsonl"
-    path.write_text("".join(json.dumps({"prompt": "Summarise the plot of Hamlet."}) + "\n" for _ in range(20))
-                    + "".join(json.dumps({"prompt": f"What is {i} squared?"}) + "\n" for i in range(3)))
+    path.write_text(
+        "".join(json.dumps({"prompt": "Summarise the plot of Hamlet."}) + "\n" for _ in range(20))
+        + "".join(json.dumps({"prompt": f"What is {i} squared?"}) + "\n" for i in range(3))
+    )
     proc = dry_run_of_prompt_file(workflow, path, 8)
     assert proc.returncode != 0
     assert "19 entries repeat an earlier entry's first turn" in proc.stdout, proc.stdout[-3000:]

@@ -41,9 +41,15 @@ def test_a_changed_formula_recomputes_the_tables_and_measures_nothing(workflow, 
     formula = "    return sum(_tokens_in(r, *window) for r in records) / (window[1] - window[0])\n"
     assert metrics.read_text().count(formula) == 1
     metrics.write_text(metrics.read_text().replace(formula, formula.rstrip() + " / 2\n"))
-    proc = subprocess.run([sys.executable, "-m", "snakemake", "--cores", "2", "results/summary.csv"], cwd=workflow,
-                          env={**os.environ, "PYTHONPATH": str(package)}, stdout=subprocess.PIPE,
-                          stderr=subprocess.STDOUT, text=True, timeout=600)
+    proc = subprocess.run(
+        [sys.executable, "-m", "snakemake", "--cores", "2", "results/summary.csv"],
+        cwd=workflow,
+        env={**os.environ, "PYTHONPATH": str(package)},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stdout[-3000:]
     assert "rule bench_server" not in proc.stdout and "localrule aggregate" in proc.stdout
     assert journal.new_events() == []  # no server started, no cell measured, none even read from the cache
@@ -63,8 +69,10 @@ def test_cells_of_another_configuration_are_refused_by_name(workflow):
     proc = snakemake(workflow, CELLS.format(method="ar", c=1), "results/summary.csv", *rerun, check=False)
     assert proc.returncode != 0
     for c in (1, 2):
-        assert (f"{CELLS.format(method='dflash', c=c)}: its prompts (digest "
-                in proc.stdout and "it was measured for another configuration" in proc.stdout)
+        assert (
+            f"{CELLS.format(method='dflash', c=c)}: its prompts (digest " in proc.stdout
+            and "it was measured for another configuration" in proc.stdout
+        )
         assert f"{CELLS.format(method='ar', c=c)}:" not in proc.stdout
     assert "Delete each refused cell file and run again" in proc.stdout
     assert not (workflow / "results" / "summary.csv").exists()
@@ -99,9 +107,13 @@ def test_tampered_cache_entries_are_refused_by_name_and_measured_again(workflow)
     text = entry["dflash", 2].read_text()
     entry["dflash", 2].write_text(text[: len(text) // 2])  # truncated
     entry["ar", 3].write_text("{}")
-    reasons = {("ar", 1): "its content does not match its digest", ("ar", 2): "it holds the cell tp1/dflash/short/c2, "
-               "not tp1/ar/short/c2", ("dflash", 1): "its content does not match its digest",
-               ("dflash", 2): "it cannot be read as JSON", ("ar", 3): "it is empty"}
+    reasons = {
+        ("ar", 1): "its content does not match its digest",
+        ("ar", 2): "it holds the cell tp1/dflash/short/c2, not tp1/ar/short/c2",
+        ("dflash", 1): "its content does not match its digest",
+        ("dflash", 2): "it cannot be read as JSON",
+        ("ar", 3): "it is empty",
+    }
     shutil.rmtree(workflow / "results" / "cells")
     (workflow / "results" / "summary.csv").unlink()
     out = snakemake(workflow, "results/summary.csv", "results/report/data.json").stdout
@@ -136,14 +148,17 @@ def test_an_edited_cell_file_is_refused_by_aggregation_and_restored_from_the_cac
     victim.write_text(json.dumps(cell))
     proc = snakemake(workflow, "results/summary.csv", check=False)
     assert proc.returncode != 0
-    assert (f"{CELLS.format(method='dflash', c=1)}: its content does not match its digest (it was changed after "
-            "it was written)") in proc.stdout
+    assert (
+        f"{CELLS.format(method='dflash', c=1)}: its content does not match its digest (it was changed after "
+        "it was written)"
+    ) in proc.stdout
     assert not (workflow / "results" / "summary.csv").exists()
     victim.unlink()
     snakemake(workflow, "results/summary.csv")
     new = journal.new_events()
-    assert sorted(e["cell"] for e in new if e["event"] == "cache_hit") == [CELLS.format(method="dflash", c=c)
-                                                                          for c in (1, 2)]
+    assert sorted(e["cell"] for e in new if e["event"] == "cache_hit") == [
+        CELLS.format(method="dflash", c=c) for c in (1, 2)
+    ]
     assert [e for e in new if e["event"] in ("server_start", "measured")] == []
     assert json.loads(victim.read_text()) == json.loads(original)
     assert pd.read_csv(workflow / "results" / "summary.csv")["simulated"].all()

@@ -27,8 +27,10 @@ def no_partial_files(workflow):
 
 
 def failure_records(workflow):
-    return {str(p.relative_to(workflow)): json.loads(p.read_text())
-            for p in (workflow / "results" / "failed").rglob("*.json")}
+    return {
+        str(p.relative_to(workflow)): json.loads(p.read_text())
+        for p in (workflow / "results" / "failed").rglob("*.json")
+    }
 
 
 def test_server_fails_to_start(workflow):
@@ -73,16 +75,19 @@ def test_crash_mid_cell_with_keep_going_lets_the_other_server_finish(workflow):
     no_partial_files(workflow)
     # the rerun measures only what is missing and clears the failure record
     snakemake(workflow, "results/summary.csv")
-    measured = [e["cell"] for e in Journal(workflow).new_events()[len(events):] if e["event"] == "measured"]
+    measured = [e["cell"] for e in Journal(workflow).new_events()[len(events) :] if e["event"] == "measured"]
     assert measured == ["results/cells/tp1/dflash/short/c2.json"]
     assert failure_records(workflow) == {}
 
 
-@pytest.mark.parametrize("fault,category", [
-    ({"error_rate": 0.5}, "http_status"),
-    ({"truncate_rate": 0.5}, "truncated"),
-    ({"hang_after_tokens": 5}, "timeout"),
-])
+@pytest.mark.parametrize(
+    "fault,category",
+    [
+        ({"error_rate": 0.5}, "http_status"),
+        ({"truncate_rate": 0.5}, "truncated"),
+        ({"hang_after_tokens": 5}, "timeout"),
+    ],
+)
 def test_request_faults_are_counted_never_dropped(workflow, fault, category):
     config = fast_config(**fault)
     config["methods"] = [{"name": "ar", "algorithm": "ar"}]
@@ -123,15 +128,21 @@ def test_a_server_that_stalls_leaves_a_cell_that_is_not_final(workflow):
     config["concurrency"] = [2]
     config["server"] = {"request_timeout": 2}
     write_config(workflow, config)
-    run = subprocess.Popen([sys.executable, "-m", "snakemake", "--cores", "2", "results/summary.csv"], cwd=workflow,
-                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    run = subprocess.Popen(
+        [sys.executable, "-m", "snakemake", "--cores", "2", "results/summary.csv"],
+        cwd=workflow,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     try:
         deadline, stalled = time.monotonic() + 120, None
         while stalled is None and time.monotonic() < deadline and run.poll() is None:
             for process in server_processes_under(workflow):
                 try:
-                    gauges = parse_prometheus(requests.get(f"http://127.0.0.1:{server_port(process)}/metrics",
-                                                           timeout=1).text)
+                    gauges = parse_prometheus(
+                        requests.get(f"http://127.0.0.1:{server_port(process)}/metrics", timeout=1).text
+                    )
                 except (requests.RequestException, ValueError, psutil.NoSuchProcess):
                     continue
                 if gauges.get("sglang:num_running_reqs", 0) > 0:
@@ -196,9 +207,11 @@ def test_gpu_lock_held_by_a_dead_process_is_recovered(workflow):
     config["methods"] = [{"name": "ar", "algorithm": "ar"}]
     config["gpu_pool"] = {"devices": 1, "lock_dir": str(workflow / "locks")}
     write_config(workflow, config)
-    code = ("import sys, time\nfrom specsweep.gpus import GpuPool\nimport socket\n"
-            "pool = GpuPool(sys.argv[1] + '/' + socket.gethostname(), ['0'])\n"
-            "with pool.acquire(1):\n    print('held', flush=True)\n    time.sleep(600)\n")
+    code = (
+        "import sys, time\nfrom specsweep.gpus import GpuPool\nimport socket\n"
+        "pool = GpuPool(sys.argv[1] + '/' + socket.gethostname(), ['0'])\n"
+        "with pool.acquire(1):\n    print('held', flush=True)\n    time.sleep(600)\n"
+    )
     holder = subprocess.Popen([sys.executable, "-c", code, str(workflow / "locks")], stdout=subprocess.PIPE, text=True)
     assert holder.stdout.readline().strip() == "held"
     holder.kill()
@@ -225,8 +238,13 @@ def test_two_runs_on_the_same_results_folder(workflow):
     config = fast_config(time_scale=1)  # real time: the first run still measures when the second starts
     config["workloads"][0]["requests"] = 40
     write_config(workflow, config)
-    first = subprocess.Popen([sys.executable, "-m", "snakemake", "--cores", "2"], cwd=workflow,
-                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    first = subprocess.Popen(
+        [sys.executable, "-m", "snakemake", "--cores", "2"],
+        cwd=workflow,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline and not any(e["event"] == "server_start" for e in Journal(workflow).new_events()):
         time.sleep(0.2)
@@ -246,8 +264,14 @@ def test_api_key_reaches_server_and_client_but_never_argv_logs_or_results(workfl
     config["server"] = {"api_key_env": "SPECSWEEP_TEST_KEY"}
     write_config(workflow, config)
     env = {**os.environ, "SPECSWEEP_TEST_KEY": secret}
-    proc = subprocess.Popen([sys.executable, "-m", "snakemake", "--cores", "2"], cwd=workflow, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "snakemake", "--cores", "2"],
+        cwd=workflow,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     seen_cmdlines = []
     while proc.poll() is None:
         for p in server_processes_under(workflow):

@@ -12,8 +12,11 @@ from specsweep import metrics as m
 
 def test_tree_corruption_shows_as_divergence(workflow):
     config = load_default_config()
-    config["methods"] = [{"name": "ar", "algorithm": "ar"}, {"name": "dflash", "algorithm": "dflash"},
-                         {"name": "ddtree", "algorithm": "ddtree", "budget": 32}]
+    config["methods"] = [
+        {"name": "ar", "algorithm": "ar"},
+        {"name": "dflash", "algorithm": "dflash"},
+        {"name": "ddtree", "algorithm": "ddtree", "budget": 32},
+    ]
     config["workloads"] = [{"name": "short", "family": "short", "requests": 6, "max_new_tokens": 96}]
     config["concurrency"] = [2]
     config["warmup"] = 0
@@ -24,7 +27,11 @@ def test_tree_corruption_shows_as_divergence(workflow):
     assert summary.loc["dflash", "lossless_exact_rate"] == 1.0
     assert summary.loc["dflash", "lossless_compared"] == 6
     assert summary.loc["ddtree", "lossless_exact_rate"] < 0.5
-    assert 3 <= summary.loc["ddtree", "lossless_first_divergence_min"] <= summary.loc["ddtree", "lossless_first_divergence_median"]
+    assert (
+        3
+        <= summary.loc["ddtree", "lossless_first_divergence_min"]
+        <= summary.loc["ddtree", "lossless_first_divergence_median"]
+    )
     assert pd.isna(summary.loc["ar", "lossless_exact_rate"])
 
 

@@ -4,8 +4,15 @@ from __future__ import annotations
 
 import pandas as pd
 
-from conftest import (PLUMBING_CLOCK, Journal, eight_gpu_host_config, fast_config, server_processes_under, snakemake,
-                      write_config)
+from conftest import (
+    PLUMBING_CLOCK,
+    Journal,
+    eight_gpu_host_config,
+    fast_config,
+    server_processes_under,
+    snakemake,
+    write_config,
+)
 
 
 def test_full_plan_is_priced_without_starting_anything(workflow):

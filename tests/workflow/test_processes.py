@@ -52,7 +52,11 @@ def test_every_target_downstream_of_a_missing_cell_rebuilds_it(workflow):
     cell.unlink()
     assert planned_jobs(workflow, "results/summary.csv") == {"bench_server": 1, "aggregate": 1}
     assert planned_jobs(workflow, "results/report/report.pdf") == {
-        "bench_server": 1, "aggregate": 1, "report_data": 1, "report_pdf": 1}
+        "bench_server": 1,
+        "aggregate": 1,
+        "report_data": 1,
+        "report_pdf": 1,
+    }
     assert planned_jobs(workflow, "plan") == {"plan": 1}  # a target that does not read cells measures nothing
     snakemake(workflow, "results/summary.csv")
     assert cell.read_text() == content  # restored from the cache
@@ -61,7 +65,11 @@ def test_every_target_downstream_of_a_missing_cell_rebuilds_it(workflow):
     record.unlink()  # a run record feeds the report, not the tables
     assert planned_jobs(workflow, "results/summary.csv") == {}
     assert planned_jobs(workflow, "results/report/report.pdf") == {
-        "bench_server": 1, "aggregate": 1, "report_data": 1, "report_pdf": 1}
+        "bench_server": 1,
+        "aggregate": 1,
+        "report_data": 1,
+        "report_pdf": 1,
+    }
 
 
 def most_at_once(events) -> int:
@@ -100,11 +108,21 @@ def test_two_results_folders_on_one_cache_never_double_book_a_gpu_nor_mix_their_
     try:
         with GpuPool(lock_folder(None), ["0"]).acquire(1, holder="a third workflow"):  # both runs wait for it
             for folder in folders:
-                runs.append(subprocess.Popen([sys.executable, "-m", "snakemake", "--cores", "2",
-                                              "results/summary.csv"], cwd=folder, env=env, stdout=subprocess.PIPE,
-                                             stderr=subprocess.STDOUT, text=True))
-            wait_for(lambda: all(log.exists() and "waiting for 1 GPU(s) from the pool" in log.read_text()
-                                 for log in logs), 180, "both runs waiting for the GPU")
+                runs.append(
+                    subprocess.Popen(
+                        [sys.executable, "-m", "snakemake", "--cores", "2", "results/summary.csv"],
+                        cwd=folder,
+                        env=env,
+                        stdout=subprocess.PIPE,
+                        stderr=subprocess.STDOUT,
+                        text=True,
+                    )
+                )
+            wait_for(
+                lambda: all(log.exists() and "waiting for 1 GPU(s) from the pool" in log.read_text() for log in logs),
+                180,
+                "both runs waiting for the GPU",
+            )
             assert not server_processes_under(tmp_path)
         outputs = [run.communicate(timeout=600)[0] for run in runs]
     finally:
@@ -120,8 +138,10 @@ def test_two_results_folders_on_one_cache_never_double_book_a_gpu_nor_mix_their_
     for file in files:
         assert {json.loads(line)["run"] for line in file.read_text().splitlines()} == {file.stem}
     measured = sorted(e["cell"] for e in events if e["event"] == "measured" and e["run"] == measuring)
-    start, stop = (next(e["time"] for e in events if e["event"] == kind and e["run"] == measuring)
-                   for kind in ("server_start", "server_stop"))
+    start, stop = (
+        next(e["time"] for e in events if e["event"] == kind and e["run"] == measuring)
+        for kind in ("server_start", "server_stop")
+    )
     for folder in folders:  # each run record names the one run that measured its cells, and only that run
         record = json.loads((folder / "results" / "runs" / "tp1" / "ar.json").read_text())["latest_run"]
         assert record["run"] == measuring and sorted(record["cells"]) == measured
@@ -140,7 +160,8 @@ def bench_jobs_under(path):
     for proc in psutil.process_iter(["cmdline", "cwd"]):
         try:
             if "bench_server.py" in " ".join(proc.info["cmdline"] or []) and (proc.info["cwd"] or "").startswith(
-                    str(path)):
+                str(path)
+            ):
                 found.append(proc)
         except psutil.Error:
             continue
@@ -163,8 +184,14 @@ def wait_for(condition, timeout: float, what: str):
 
 def start_run(workflow, tmpdir, log):
     env = {**os.environ, "TMPDIR": str(tmpdir), "SPECSWEEP_TEST_KEY": SECRET}
-    return subprocess.Popen([sys.executable, "-m", "snakemake", "--cores", "2", "results/summary.csv"], cwd=workflow,
-                            env=env, stdout=open(log, "w"), stderr=subprocess.STDOUT, start_new_session=True)
+    return subprocess.Popen(
+        [sys.executable, "-m", "snakemake", "--cores", "2", "results/summary.csv"],
+        cwd=workflow,
+        env=env,
+        stdout=open(log, "w"),
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
 
 
 def keyed_config(requests: int, startup: float) -> dict:
@@ -187,8 +214,11 @@ def test_a_bench_job_killed_outright_leaves_no_server_and_no_key_file(workflow, 
     write_config(workflow, keyed_config(requests=4, startup=60))  # killed while its server starts
     run = start_run(workflow, tmpdir, tmp_path / "first.log")
     try:
-        wait_for(lambda: server_processes_under(workflow) and files_holding(tmpdir, SECRET), 120,
-                 "a server starting with its key file")
+        wait_for(
+            lambda: server_processes_under(workflow) and files_holding(tmpdir, SECRET),
+            120,
+            "a server starting with its key file",
+        )
         (job,) = bench_jobs_under(workflow)
         job.kill()
         run.wait(timeout=120)
@@ -221,8 +251,11 @@ def test_snakemake_killed_outright_stops_its_server_jobs(workflow, tmp_path):
         wait_for(lambda: measuring(workflow), 120, "a server measuring")
         run.kill()  # Snakemake alone, as kill -9 <pid> does: its jobs get no signal
         run.wait(timeout=30)
-        wait_for(lambda: not bench_jobs_under(workflow) and not server_processes_under(workflow), 30,
-                 "the orphaned bench job and its server stopped")
+        wait_for(
+            lambda: not bench_jobs_under(workflow) and not server_processes_under(workflow),
+            30,
+            "the orphaned bench job and its server stopped",
+        )
         assert files_holding(tmpdir, SECRET) == []
         events = Journal(workflow).new_events()
         assert [e["event"] for e in events if e["event"].startswith("server_")] == ["server_start", "server_stop"]

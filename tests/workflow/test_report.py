@@ -25,32 +25,56 @@ def tiny(config: dict) -> dict:
 PLANS = {
     "no-ddtree-one-concurrency": dict(
         methods=[{"name": "ar", "algorithm": "ar"}, {"name": "dflash", "algorithm": "dflash"}],
-        workloads=[{"name": "short", "family": "short"}], concurrency=[2]),
+        workloads=[{"name": "short", "family": "short"}],
+        concurrency=[2],
+    ),
     "two-tp-budgets-agentic": dict(
-        tp=[1, 2], concurrency=[1, 2],
-        methods=[{"name": "ar", "algorithm": "ar"}, {"name": "dflash", "algorithm": "dflash"},
-                 {"name": "ddtree", "algorithm": "ddtree", "budget": [8, 16]}],
-        workloads=[{"name": "short", "family": "short"},
-                   {"name": "agent", "family": "agentic_1", "source": "builtin", "turns": 3}]),
+        tp=[1, 2],
+        concurrency=[1, 2],
+        methods=[
+            {"name": "ar", "algorithm": "ar"},
+            {"name": "dflash", "algorithm": "dflash"},
+            {"name": "ddtree", "algorithm": "ddtree", "budget": [8, 16]},
+        ],
+        workloads=[
+            {"name": "short", "family": "short"},
+            {"name": "agent", "family": "agentic_1", "source": "builtin", "turns": 3},
+        ],
+    ),
     "no-ar": dict(
         methods=[{"name": "dflash", "algorithm": "dflash"}, {"name": "ddtree", "algorithm": "ddtree", "budget": 8}],
-        workloads=[{"name": "short", "family": "short"}], concurrency=[1, 2]),
+        workloads=[{"name": "short", "family": "short"}],
+        concurrency=[1, 2],
+    ),
     "every-algorithm": dict(
         concurrency=[1, 2],
-        methods=[{"name": "ar", "algorithm": "ar"},
-                 {"name": "ngram", "algorithm": "ngram", "num_draft_tokens": [8, 16], "max_bfs_breadth": 4},
-                 {"name": "e3-chain", "algorithm": "eagle3", "drafter": "heads/eagle3", "num_steps": 3},
-                 {"name": "e3-tree", "algorithm": "eagle3", "drafter": "heads/eagle3", "num_steps": 4, "topk": 4,
-                  "num_draft_tokens": 12},
-                 {"name": "eagle", "algorithm": "eagle", "drafter": "heads/eagle", "num_steps": 2},
-                 {"name": "small", "algorithm": "standalone", "drafter": "models/small"}],
-        workloads=[{"name": "short", "family": "short", "max_new_tokens": 96}]),
+        methods=[
+            {"name": "ar", "algorithm": "ar"},
+            {"name": "ngram", "algorithm": "ngram", "num_draft_tokens": [8, 16], "max_bfs_breadth": 4},
+            {"name": "e3-chain", "algorithm": "eagle3", "drafter": "heads/eagle3", "num_steps": 3},
+            {
+                "name": "e3-tree",
+                "algorithm": "eagle3",
+                "drafter": "heads/eagle3",
+                "num_steps": 4,
+                "topk": 4,
+                "num_draft_tokens": 12,
+            },
+            {"name": "eagle", "algorithm": "eagle", "drafter": "heads/eagle", "num_steps": 2},
+            {"name": "small", "algorithm": "standalone", "drafter": "models/small"},
+        ],
+        workloads=[{"name": "short", "family": "short", "max_new_tokens": 96}],
+    ),
 }
 
 
 EXPECTED_TEXT = {
-    "no-ddtree-one-concurrency": ["measures no speculative algorithm at two or more sizes", "one tensor-parallel size",
-                                  "one concurrency level", "No multi-turn workload"],
+    "no-ddtree-one-concurrency": [
+        "measures no speculative algorithm at two or more sizes",
+        "one tensor-parallel size",
+        "one concurrency level",
+        "No multi-turn workload",
+    ],
     "two-tp-budgets-agentic": ["Scaling efficiency", "Session completion time", "Prefix-cache hits per turn"],
     "no-ar": ["No AR baseline in this plan", "No comparison possible"],
     "every-algorithm": ["What each speculative method verifies per round", "EAGLE-3, tree", "NGRAM, tree"],
@@ -88,8 +112,10 @@ def figures_have_data(tex: str, report_dir):
         assert frame[y].notna().any(), f"{csv}: series {y} has no data"
 
 
-@pytest.mark.parametrize("name", [pytest.param(name, marks=pytest.mark.long(2.6)) if name == "two-tp-budgets-agentic"
-                                  else name for name in PLANS])
+@pytest.mark.parametrize(
+    "name",
+    [pytest.param(name, marks=pytest.mark.long(2.6)) if name == "two-tp-budgets-agentic" else name for name in PLANS],
+)
 def test_reduced_plans_compile_and_say_what_has_no_data(tmp_path, name):
     results = reduced_plan(tmp_path, name)
     pdf = results / "report" / "report.pdf"
@@ -118,8 +144,10 @@ def test_reduced_plans_compile_and_say_what_has_no_data(tmp_path, name):
         every_table_number_comes_from_the_aggregated_csv(results, tex)
     if name == "every-algorithm":  # every section handles every algorithm of the registry
         data = results / "report" / "data"
-        names = [long(m) for m in ("e3-chain", "e3-tree", "eagle", "small")] + [long("ngram") + "-d8",
-                                                                                long("ngram") + "-d16"]
+        names = [long(m) for m in ("e3-chain", "e3-tree", "eagle", "small")] + [
+            long("ngram") + "-d8",
+            long("ngram") + "-d16",
+        ]
         shown = {name: tex_name(name) for name in names}  # as the report's CSVs hold them (escaped for LaTeX)
         modes = pd.read_csv(data / "modes.csv").set_index("method")
         assert set(modes.index) == set(shown.values())
@@ -128,7 +156,9 @@ def test_reduced_plans_compile_and_say_what_has_no_data(tmp_path, name):
         assert modes.loc[shown[long("e3-tree")], "verify_width"] == 12
         assert modes.loc[shown[long("ngram") + "-d16"], "verify_width"] == 16
         assert {p.name for p in data.glob("sweep-*-acceptance-*.csv")} == {
-            f"sweep-ngram-acceptance-{long('short')}-tp1.csv", f"sweep-eagle3-acceptance-{long('short')}-tp1.csv"}
+            f"sweep-ngram-acceptance-{long('short')}-tp1.csv",
+            f"sweep-eagle3-acceptance-{long('short')}-tp1.csv",
+        }
         acceptance = pd.read_csv(data / "acceptance.csv").set_index("method")
         assert set(acceptance.index) == set(shown.values())
         assert (acceptance["acceptance_length_sglang"] > acceptance["acceptance_length"]).all()  # ours and SGLang's
@@ -159,11 +189,13 @@ def every_table_number_comes_from_the_aggregated_csv(results, tex: str):
     for name in ("best_budget", "break_even"):
         shown = pd.read_csv(results / "report" / "data" / f"{name}.csv")
         source = pd.read_csv(results / f"{name}.csv")
-        source = source.assign(**{c: source[c].map(tex_name) for c in ("method", "workload", "algorithm")
-                                  if c in source})
+        source = source.assign(
+            **{c: source[c].map(tex_name) for c in ("method", "workload", "algorithm") if c in source}
+        )
         pd.testing.assert_frame_equal(shown.reset_index(drop=True), source.reset_index(drop=True))
     acceptance = pd.read_csv(results / "report" / "data" / "acceptance.csv").merge(
-        summary[summary["concurrency"] == 1], on=["tp", "method", "workload"], suffixes=("", "_agg"))
+        summary[summary["concurrency"] == 1], on=["tp", "method", "workload"], suffixes=("", "_agg")
+    )
     assert (acceptance["acceptance_length"] == acceptance["acceptance_length_agg"]).all()
     assert len(acceptance) > 0
 

@@ -13,8 +13,15 @@ import time
 
 import pytest
 
-from conftest import (FIXTURES, Journal, fast_config, load_default_config, server_processes_under, snakemake,
-                      write_config)
+from conftest import (
+    FIXTURES,
+    Journal,
+    fast_config,
+    load_default_config,
+    server_processes_under,
+    snakemake,
+    write_config,
+)
 
 
 def test_workflow_stops_before_any_server_when_the_build_lacks_ddtree(workflow):
@@ -47,16 +54,22 @@ def test_crash_mid_cell_keeps_finished_cells_and_leaves_no_process(workflow):
     # the rerun measures only the missing cell (a fresh server crashes only at its 6th request)
     snakemake(workflow, "results/summary.csv")
     events = Journal(workflow).new_events()
-    assert [e["cell"] for e in events if e["event"] == "measured"] == ["results/cells/tp1/ar/short/c1.json",
-                                                                       "results/cells/tp1/ar/short/c2.json"]
+    assert [e["cell"] for e in events if e["event"] == "measured"] == [
+        "results/cells/tp1/ar/short/c1.json",
+        "results/cells/tp1/ar/short/c2.json",
+    ]
     assert [e["cell"] for e in events if e["event"] == "cache_hit"] == ["results/cells/tp1/ar/short/c1.json"]
 
 
-@pytest.mark.parametrize("sig,to_group,requests", [
-    (signal.SIGINT, True, 200),  # Ctrl-C in a terminal: the whole foreground process group
-    (signal.SIGTERM, True, 200),  # kill -TERM -<pgid>, a service manager, a batch scheduler
-    (signal.SIGTERM, False, 12),  # snakemake alone: it lets running jobs finish, then exits
-], ids=["SIGINT-group", "SIGTERM-group", "SIGTERM-snakemake"])
+@pytest.mark.parametrize(
+    "sig,to_group,requests",
+    [
+        (signal.SIGINT, True, 200),  # Ctrl-C in a terminal: the whole foreground process group
+        (signal.SIGTERM, True, 200),  # kill -TERM -<pgid>, a service manager, a batch scheduler
+        (signal.SIGTERM, False, 12),  # snakemake alone: it lets running jobs finish, then exits
+    ],
+    ids=["SIGINT-group", "SIGTERM-group", "SIGTERM-snakemake"],
+)
 def test_signal_to_snakemake_leaves_no_server(workflow, sig, to_group, requests):
     config = fast_config(startup=0.2)
     config["workloads"][0]["requests"] = requests
@@ -64,9 +77,14 @@ def test_signal_to_snakemake_leaves_no_server(workflow, sig, to_group, requests)
     write_config(workflow, config)
     # a terminal's Ctrl-C reaches processes whose SIGINT is not ignored; a test run started in the background
     # of a non-interactive shell inherits SIGINT ignored, so give the run the terminal's default back
-    proc = subprocess.Popen([sys.executable, "-m", "snakemake", "--cores", "2"], cwd=workflow,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
-                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "snakemake", "--cores", "2"],
+        cwd=workflow,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
     journal = Journal(workflow)
     deadline = time.monotonic() + 120
     started = False  # new_events() returns each event once: remember the start (it is journaled just before launch)

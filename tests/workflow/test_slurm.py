@@ -28,8 +28,14 @@ NO_ACCOUNTING = ["--slurm-status-command", "squeue", "--slurm-init-seconds-befor
 
 
 def run(workdir: Path, *args: str, timeout: float = 240) -> subprocess.CompletedProcess:
-    proc = subprocess.run([sys.executable, "-m", "snakemake", "--profile", "profiles/slurm", *NO_ACCOUNTING, *args],
-                          cwd=workdir, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=timeout)
+    proc = subprocess.run(
+        [sys.executable, "-m", "snakemake", "--profile", "profiles/slurm", *NO_ACCOUNTING, *args],
+        cwd=workdir,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        timeout=timeout,
+    )
     assert proc.returncode == 0, proc.stdout[-8000:]
     return proc
 
@@ -88,8 +94,9 @@ def test_workflow_through_slurm(cluster, tmp_path):
     for name, (_, _, gpus) in spans.items():
         # SLURM granted each job exactly its TP size (CUDA_VISIBLE_DEVICES), and the pool took those
         assert len(offered[name]) == int(name[2]) and gpus == set(offered[name]), (name, gpus, offered[name])
-    overlapping = [(a, b) for a in spans for b in spans
-                   if a < b and spans[a][0] < spans[b][1] and spans[b][0] < spans[a][1]]
+    overlapping = [
+        (a, b) for a in spans for b in spans if a < b and spans[a][0] < spans[b][1] and spans[b][0] < spans[a][1]
+    ]
     assert overlapping, f"no two servers ran at the same time: {spans}"
     for a, b in overlapping:
         assert not spans[a][2] & spans[b][2], (a, b, spans[a], spans[b])
@@ -112,8 +119,13 @@ def test_workflow_through_slurm(cluster, tmp_path):
     last = max(int(j["JobId"]) for j in cluster.jobs())
     config["workloads"][0]["max_new_tokens"] = 400  # new cells (not cached), long enough to interrupt
     write_config(workdir, config)
-    proc = subprocess.Popen([sys.executable, "-m", "snakemake", "--profile", "profiles/slurm", *NO_ACCOUNTING],
-                            cwd=workdir, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "snakemake", "--profile", "profiles/slurm", *NO_ACCOUNTING],
+        cwd=workdir,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     try:
         deadline = time.monotonic() + 90
         while not any(e["event"] == "server_start" for e in journal.new_events()):

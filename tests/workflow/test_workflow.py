@@ -80,14 +80,16 @@ def test_default_config_end_to_end(workflow):
         cell = json.loads((workflow / path).read_text())
         today, row, c = cell_measures(cell), rows.loc[path], cell["cell"]
         shown = printed.loc[(c["tp"], c["method"], c["workload"], c["concurrency"])]
-        for value, expected in ((row["output_throughput"], today["output_throughput"]),
-                                (shown["output_throughput"], today["output_throughput"]),
-                                (row["ttft_p99"], today["ttft"]["p99"]),
-                                (shown["ttft_p50_ms"], today["ttft"]["p50"] * 1000),
-                                (row["tpot_p50"], today["tpot"]["p50"]),
-                                (shown["tpot_p50_ms"], today["tpot"]["p50"] * 1000),
-                                (row["acceptance_length"], today["acceptance_length"] or math.nan),
-                                (shown["requests_completed"], today["requests_completed"])):
+        for value, expected in (
+            (row["output_throughput"], today["output_throughput"]),
+            (shown["output_throughput"], today["output_throughput"]),
+            (row["ttft_p99"], today["ttft"]["p99"]),
+            (shown["ttft_p50_ms"], today["ttft"]["p50"] * 1000),
+            (row["tpot_p50"], today["tpot"]["p50"]),
+            (shown["tpot_p50_ms"], today["tpot"]["p50"] * 1000),
+            (row["acceptance_length"], today["acceptance_length"] or math.nan),
+            (shown["requests_completed"], today["requests_completed"]),
+        ):
             assert value == pytest.approx(expected, rel=1e-12, nan_ok=True), path
     snakemake(workflow, "--report", "report.html")
     html = (workflow / "report.html").read_text(errors="replace")
@@ -101,7 +103,12 @@ def test_partial_reruns_measure_only_stale_cells(workflow):
     journal = Journal(workflow)
     snakemake(workflow, "results/summary.csv", cores=4)  # (a)-(b) measure: the report is built from (c) on
     first = journal.new_events()
-    assert {e["server"] for e in first if e["event"] == "server_start"} == {"tp1/ar", "tp1/dflash", "tp1/ddtree-b8", "tp1/ddtree-b16"}
+    assert {e["server"] for e in first if e["event"] == "server_start"} == {
+        "tp1/ar",
+        "tp1/dflash",
+        "tp1/ddtree-b8",
+        "tp1/ddtree-b16",
+    }
     assert len([e for e in first if e["event"] == "measured"]) == 4 * 2 * 2
 
     # (a) change one DDTree budget: only that method's cells are measured, no other server starts
@@ -137,8 +144,9 @@ def test_partial_reruns_measure_only_stale_cells(workflow):
 
     # (d) nothing changed: nothing to do, also when values arrive as --config strings
     assert "Nothing to be done" in snakemake(workflow, "-n").stdout
-    assert "Nothing to be done" in snakemake(workflow, "-n", "--config", "tp=[1]", "warmup=1",
-                                             "concurrency=[1,2]").stdout
+    assert (
+        "Nothing to be done" in snakemake(workflow, "-n", "--config", "tp=[1]", "warmup=1", "concurrency=[1,2]").stdout
+    )
 
     # (e) delete one cell JSON: restored from the cache, no server started; the same content reruns nothing after
     victim = workflow / "results" / "cells" / "tp1" / "dflash" / "short" / "c2.json"
@@ -197,9 +205,13 @@ def test_interrupted_run_resumes_where_it_stopped(workflow):
     snakemake(workflow, "results/summary.csv")
     events = journal.new_events()
     assert sorted(e["cell"] for e in events if e["event"] == "cache_hit") == [
-        "results/cells/tp1/ar/short/c1.json", "results/cells/tp1/ar/short/c2.json"]
+        "results/cells/tp1/ar/short/c1.json",
+        "results/cells/tp1/ar/short/c2.json",
+    ]
     assert sorted(e["cell"] for e in events if e["event"] == "measured") == [
-        "results/cells/tp1/ar/long/c1.json", "results/cells/tp1/ar/long/c2.json"]
+        "results/cells/tp1/ar/long/c1.json",
+        "results/cells/tp1/ar/long/c2.json",
+    ]
     from conftest import validated
 
     expected = {c["path"] for c in all_cells(validated(config))}
@@ -233,5 +245,7 @@ def test_repetitions_run_methods_in_a_seeded_random_order(workflow):
         values = list(launches["output_throughput"])
         across = combine_launches(values)
         assert combined.loc[method, "output_throughput"] == pytest.approx(sum(values) / 2)
-        assert [combined.loc[method, "output_throughput_lo"], combined.loc[method, "output_throughput_hi"]] == \
-            pytest.approx(across["ci"])
+        assert [
+            combined.loc[method, "output_throughput_lo"],
+            combined.loc[method, "output_throughput_hi"],
+        ] == pytest.approx(across["ci"])
