@@ -225,7 +225,7 @@ def test_two_runs_on_the_same_results_folder(workflow):
     config = fast_config(time_scale=1)  # real time: the first run still measures when the second starts
     config["workloads"][0]["requests"] = 40
     write_config(workflow, config)
-    first = subprocess.Popen([sys.executable, "-m", "snakemake", "--cores", "2"], cwd=workflow,
+    first = subprocess.Popen([sys.executable, "-m", "snakemake", "--cores", "2", "results/summary.csv"], cwd=workflow,
                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline and not any(e["event"] == "server_start" for e in Journal(workflow).new_events()):
