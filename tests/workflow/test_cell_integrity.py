@@ -14,10 +14,29 @@ import subprocess
 import sys
 
 import pandas as pd
+import pytest
 
-from conftest import REPO, Journal, fast_config, server_processes_under, snakemake, write_config
+from conftest import REPO, Journal, copy_workflow, fast_config, server_processes_under, snakemake, write_config
 
 CELLS = "results/cells/tp1/{method}/short/c{c}.json"
+
+
+@pytest.fixture(scope="module")
+def quick_plan(tmp_path_factory):
+    """The quick plan measured once through results/summary.csv (its folder, cache, journals and Snakemake's
+    records): each test that starts from it measures in a copy of its own (measured_copy)."""
+    root = tmp_path_factory.mktemp("quick-plan")
+    workdir = copy_workflow(root / "wf")
+    write_config(workdir, fast_config())
+    snakemake(workdir, "results/summary.csv")
+    assert server_processes_under(root) == []
+    return workdir
+
+
+def measured_copy(quick_plan, workflow):
+    """``workflow`` made a copy of the measured quick plan (file times kept, so Snakemake sees it as it was left)."""
+    shutil.rmtree(workflow)
+    shutil.copytree(quick_plan, workflow, symlinks=True)
 
 
 def cell_json(workflow, method, c):
@@ -28,10 +47,9 @@ def entry_path(workflow, key):
     return workflow / "results" / "cache" / key[:2] / f"{key}.json"
 
 
-def test_a_changed_formula_recomputes_the_tables_and_measures_nothing(workflow, tmp_path):
-    write_config(workflow, fast_config())
+def test_a_changed_formula_recomputes_the_tables_and_measures_nothing(quick_plan, workflow, tmp_path):
     journal = Journal(workflow)
-    snakemake(workflow, "results/summary.csv")
+    measured_copy(quick_plan, workflow)
     before = pd.read_csv(workflow / "results" / "summary.csv").set_index(["method", "concurrency"])
     assert len(journal.new_events()) > 0
     # the same package with a new definition of output throughput (tokens per two seconds)
@@ -60,9 +78,8 @@ def test_a_changed_formula_recomputes_the_tables_and_measures_nothing(workflow, 
     pd.testing.assert_series_equal(after["ttft_p50"], before["ttft_p50"], rtol=1e-12)
 
 
-def test_cells_of_another_configuration_are_refused_by_name(workflow):
-    write_config(workflow, fast_config())
-    snakemake(workflow, "results/summary.csv")
+def test_cells_of_another_configuration_are_refused_by_name(quick_plan, workflow):
+    measured_copy(quick_plan, workflow)
     (workflow / CELLS.format(method="ar", c=1)).unlink()
     # only AR's job reruns: with mtime as the only rerun trigger the changed seed does not rerun DFlash's
     rerun = ["--rerun-triggers", "mtime", "--config", "seed=1"]
@@ -136,10 +153,9 @@ def test_tampered_cache_entries_are_refused_by_name_and_measured_again(workflow)
     assert server_processes_under(workflow) == []
 
 
-def test_an_edited_cell_file_is_refused_by_aggregation_and_restored_from_the_cache(workflow):
-    write_config(workflow, fast_config())
+def test_an_edited_cell_file_is_refused_by_aggregation_and_restored_from_the_cache(quick_plan, workflow):
+    measured_copy(quick_plan, workflow)
     journal = Journal(workflow)
-    snakemake(workflow, "results/summary.csv")
     journal.new_events()
     victim = workflow / CELLS.format(method="dflash", c=1)
     original = victim.read_text()
@@ -164,10 +180,9 @@ def test_an_edited_cell_file_is_refused_by_aggregation_and_restored_from_the_cac
     assert pd.read_csv(workflow / "results" / "summary.csv")["simulated"].all()
 
 
-def test_remeasure_measures_the_named_cells_again(workflow):
-    write_config(workflow, fast_config())
+def test_remeasure_measures_the_named_cells_again(quick_plan, workflow):
+    measured_copy(quick_plan, workflow)
     journal = Journal(workflow)
-    snakemake(workflow, "results/summary.csv")
     journal.new_events()
     before = cell_json(workflow, "ar", 1)
     snakemake(workflow, "results/summary.csv", "--config", "remeasure=tp1/ar/*/c1")

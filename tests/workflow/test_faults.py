@@ -239,7 +239,7 @@ def test_two_runs_on_the_same_results_folder(workflow):
     config["workloads"][0]["requests"] = 40
     write_config(workflow, config)
     first = subprocess.Popen(
-        [sys.executable, "-m", "snakemake", "--cores", "2"],
+        [sys.executable, "-m", "snakemake", "--cores", "2", "results/summary.csv"],
         cwd=workflow,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
