@@ -149,7 +149,7 @@ def sim_profile_text():
     text = f"{CONFIG['sim']['model_profile']} on {CONFIG['sim']['gpu']}"
     scale = CONFIG["sim"]["time_scale"]
     if scale != 1:
-        text += (f", its clock run {scale:g} times fast (sim.time_scale: every duration measured here is about "
+        text += (f", on a clock run {scale:g} times fast (sim.time_scale: every duration measured here is about "
                  f"1/{scale:g} of the modelled one, every rate about {scale:g} times)")
     return text
 

@@ -17,7 +17,7 @@ sys.path.insert(0, str(REPO / "benchmarks"))
 import ci_coverage  # noqa: E402
 
 
-@pytest.mark.long(1.2)
+@pytest.mark.long(0.6)
 def test_intervals_cover_the_mean_of_independent_draws_at_concurrency_16():
     table = ci_coverage.check(draws=16, concurrency=16, first_seed=2000)
     for name, row in table.items():

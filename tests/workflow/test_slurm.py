@@ -57,7 +57,7 @@ def cluster(tmp_path):
     c.stop()
 
 
-@pytest.mark.long(4.5)
+@pytest.mark.long(2.8)
 def test_workflow_through_slurm(cluster, tmp_path):
     workdir = copy_workflow(tmp_path / "wf")
     shutil.copytree(REPO / "profiles", workdir / "profiles")
