@@ -46,7 +46,8 @@ FITTED = {
 def paper() -> None:
     print("acceptance parameters:", json.dumps(ACCEPTANCE))
     print(
-        "| row | DFlash/AR pred | pub | err | DDTree/AR pred (budget) | pub | err | DDTree/DFlash pred | pub | err | tau chain | tau tree |"
+        "| row | DFlash/AR pred | pub | err | DDTree/AR pred (budget) | pub | err "
+        "| DDTree/DFlash pred | pub | err | tau chain | tau tree |"
     )
     print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for row, prompts in calibration_prompts().items():
@@ -54,7 +55,8 @@ def paper() -> None:
         ratio_pub = pub["ddtree"] / pub["dflash"]
         print(
             f"| {row} | {p['dflash']:.2f} | {pub['dflash']:.2f} | {p['dflash'] / pub['dflash'] - 1:+.0%} "
-            f"| {p['ddtree']:.2f} ({p['ddtree_budget']}) | {pub['ddtree']:.2f} | {p['ddtree'] / pub['ddtree'] - 1:+.0%} "
+            f"| {p['ddtree']:.2f} ({p['ddtree_budget']}) | {pub['ddtree']:.2f} "
+            f"| {p['ddtree'] / pub['ddtree'] - 1:+.0%} "
             f"| {p['ddtree_over_dflash']:.3f} | {ratio_pub:.3f} | {p['ddtree_over_dflash'] / ratio_pub - 1:+.0%} "
             f"| {p['tau_dflash']:.2f} | {p['tau_ddtree']:.2f} |"
         )

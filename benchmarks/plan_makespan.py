@@ -4,8 +4,8 @@
 
 Twelve TP-1 servers (4 AR, 4 DFlash, 4 DDTree budgets; tests/conftest.py eight_gpu_host_config) run through
 Snakemake with `--resources gpu=8`, taking GPUs from the pool in the plan's order. Prints, per run, the plan's
-predicted makespan, the measured one (first server start to last server stop, from the bench jobs' journals) and the packing
-lower bound from the measured server durations (max(sum / 8, longest)). Figures in benchmarks/README.md.
+predicted makespan, the measured one (first server start to last server stop, from the bench jobs' journals) and the
+packing lower bound from the measured server durations (max(sum / 8, longest)). Figures in benchmarks/README.md.
 """
 
 from __future__ import annotations

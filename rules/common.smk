@@ -35,9 +35,10 @@ except ss_config.ConfigError as _error:
 
 SERVERS = jobs.servers(CONFIG)
 
-# One id per invocation, inherited by its jobs (here and on cluster nodes): journals are kept per run (runs.py).
+# One id per invocation, inherited by its jobs (here and on cluster nodes): journals are kept per run; a heartbeat
+# file beside the cache tells cluster jobs the workflow is alive (runs.py).
 if workflow.is_main_process:
-    runs.start()
+    runs.start(f"{CONFIG['cache_dir']}/runs", CONFIG["server"]["orphan_timeout"])
 
 
 def all_cell_outputs():
@@ -77,7 +78,8 @@ def _repetition(wildcards):
 
 def server_job_json(wildcards):
     """Canonical JSON of everything one server's job depends on (the rerun trigger)."""
-    return canonical_json(jobs.server_job(CONFIG, int(wildcards.tp), wildcards.method, _repetition(wildcards)).as_dict())
+    job = jobs.server_job(CONFIG, int(wildcards.tp), wildcards.method, _repetition(wildcards))
+    return canonical_json(job.as_dict())
 
 
 def plan_gpus():

@@ -10,9 +10,9 @@ from specsweep.bench import bench_server
 from specsweep.jobs import ServerJob
 from specsweep.methods import expand_methods
 from specsweep.plan import predict_server
-from specsweep.runs import stop_with_parent
+from specsweep.runs import stop_with_workflow
 
-stop_with_parent()  # Snakemake killed outright: stop the server rather than leave it running as an orphan
+stop_with_workflow()  # Snakemake killed outright (here or on a login node): stop the server, leave no orphan
 
 # every configured method, for the capability check (from the validated config, not a rerun trigger)
 all_methods = [m.as_dict() for m in expand_methods(snakemake.config)]

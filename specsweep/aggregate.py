@@ -295,7 +295,8 @@ def request_rows(cells: dict[str, dict]) -> pd.DataFrame:
 
 
 def turn_rows(requests: pd.DataFrame) -> pd.DataFrame:
-    """Per cell and turn index of multi-turn workloads: requests, TTFT/E2E medians, prompt and cached tokens, cache hit share."""
+    """Per cell and turn index of multi-turn workloads: requests, TTFT/E2E medians, prompt and cached tokens, cache
+    hit share."""
     keys = ["tp", "method", "workload", "concurrency", "repetition", "turn"]
     multi = requests.groupby(["tp", "method", "workload", "concurrency", "repetition"])["turn"].transform("max") > 0
     ok = requests[multi & requests["error"].isna()]
@@ -353,7 +354,8 @@ def best_budget(summary: pd.DataFrame) -> pd.DataFrame:
 
 
 def break_even(summary: pd.DataFrame) -> pd.DataFrame:
-    """Break-even concurrency per (tp, method, workload): the lowest concurrency whose speedup CI upper bound is <= 1."""
+    """Break-even concurrency per (tp, method, workload): the lowest concurrency whose speedup CI upper bound is
+    <= 1."""
     spec = summary[(summary["algorithm"] != "ar") & summary["speedup"].notna()]
     rows = []
     for (tp, method, workload), g in spec.groupby(["tp", "method", "workload"]):
@@ -384,7 +386,8 @@ def break_even(summary: pd.DataFrame) -> pd.DataFrame:
 
 
 def pareto(summary: pd.DataFrame) -> pd.DataFrame:
-    """Cells with interactivity (1/TPOT p50) and throughput per GPU; on_frontier marks the Pareto-optimal ones per workload."""
+    """Cells with interactivity (1/TPOT p50) and throughput per GPU; on_frontier marks the Pareto-optimal ones per
+    workload."""
     frame = summary.dropna(subset=["output_throughput_per_gpu", "tpot_p50"]).copy()
     frame["interactivity"] = 1.0 / frame["tpot_p50"]
     frame["on_frontier"] = False

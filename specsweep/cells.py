@@ -161,7 +161,7 @@ def cell_key(job: ServerJob, cell: dict, prompts_digest: str, identity_digest: s
         for k, v in job.as_dict().items()
         if k not in ("workloads", "concurrency", "repetition", "cache_dir", "gpu_pool")
     }
-    relevant_server["server"] = {k: v for k, v in job.server.items() if k != "startup_timeout"}
+    relevant_server["server"] = {k: v for k, v in job.server.items() if k not in ("startup_timeout", "orphan_timeout")}
     return digest(
         {
             "harness": HARNESS_VERSION,

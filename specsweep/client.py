@@ -319,84 +319,34 @@ async def run_sessions(
     and the sessions under way finish.
     """
     load = load or LoadModel()
-    records: list[RequestRecord] = []
-    start = time.monotonic()
-    arrivals = _arrivals(sessions, load, start)
-    continuing: deque[_SessionState] = deque()  # sessions whose think time is over
-    thinking_sessions = 0
-    wake = asyncio.Event()
-    gate = _SendGate()
+    run = _SessionRun(sessions, load, stop)
     pool = Pool(url, load.headers, per_request=load.connections == "per-request")
 
-    async def think(state: _SessionState):
-        nonlocal thinking_sessions
-        await asyncio.sleep(load.think_time)
-        thinking_sessions -= 1
-        state.t_ready = time.monotonic()
-        continuing.append(state)
-        wake.set()
-
-    def next_state() -> _SessionState | None:
-        if continuing:
-            return continuing.popleft()
-        if arrivals and stop is not None and stop(records):
-            arrivals.clear()  # no new session from now on
-        if arrivals:
-            return arrivals.popleft()
-        return None
-
-    async def slot():
-        nonlocal thinking_sessions
-        while True:
-            state = next_state()
-            if state is None:
-                if thinking_sessions == 0 and not continuing:
-                    wake.set()
-                    return
-                wake.clear()
-                await wake.wait()
-                continue
-            if load.model == "closed" and state.turn == 0:
-                state.t_ready = time.monotonic()  # closed loop: a session is due when a slot is free
-            delay = state.t_ready - time.monotonic()
-            if delay > 0:
-                await asyncio.sleep(delay)
-            while True:
-                session = state.session
-                record = RequestRecord(session.id, state.turn, session.kind, t_sched=state.t_ready)
-                params = dict(sampling, max_new_tokens=session.max_new_tokens)
-                if load.ignore_eos:
-                    params["ignore_eos"] = True
-                await gate.wait()
-                await send(
-                    pool,
-                    state.messages,
-                    params,
-                    record,
-                    timeout,
-                    protocol=load.protocol,
-                    thinking=thinking,
-                    alive=alive,
-                    on_chunk=on_chunk,
-                    incremental=load.incremental,
-                    setup_in_ttft=load.connections == "per-request",
-                    template=session.chat_template,
-                )
-                records.append(record)
-                if on_record is not None:
-                    on_record(record)
-                if not record.ok or state.turn == len(session.followups):
-                    break
-                state.messages = state.messages + [
-                    {"role": "assistant", "content": record.output_text},
-                    session.followups[state.turn],
-                ]
-                state.turn += 1
-                if load.think_time > 0:  # release the slot while the user thinks
-                    thinking_sessions += 1
-                    asyncio.get_running_loop().create_task(think(state))
-                    break
-                state.t_ready = time.monotonic()
+    async def turn(state: _SessionState) -> RequestRecord:
+        """Send the session's next turn and wait for its answer."""
+        record = RequestRecord(state.session.id, state.turn, state.session.kind, t_sched=state.t_ready)
+        params = dict(sampling, max_new_tokens=state.session.max_new_tokens)
+        if load.ignore_eos:
+            params["ignore_eos"] = True
+        await run.gate.wait()
+        await send(
+            pool,
+            state.messages,
+            params,
+            record,
+            timeout,
+            protocol=load.protocol,
+            thinking=thinking,
+            alive=alive,
+            on_chunk=on_chunk,
+            incremental=load.incremental,
+            setup_in_ttft=load.connections == "per-request",
+            template=state.session.chat_template,
+        )
+        run.records.append(record)
+        if on_record is not None:
+            on_record(record)
+        return record
 
     # No garbage collection while the load runs: a collection stops the event loop (a full one walks every object
     # of the process: about 47 ms; even a young one took 4-12 ms at 256 streams), and chunks that wait unread meanwhile
@@ -404,15 +354,82 @@ async def run_sessions(
     # (a failed request's traceback) are collected after it.
     with _collection_paused():
         try:
-            await asyncio.gather(*(slot() for _ in range(max(1, min(concurrency, len(sessions))))))
+            await asyncio.gather(*(run.slot(turn) for _ in range(max(1, min(concurrency, len(sessions))))))
         finally:
             pool.close()
-    for r in records:  # times relative to the start of the run
-        r.t_sched -= start
-        r.t0 -= start
-        r.t_end = r.t_end - start if r.t_end is not None else None
-        r.chunk_times = [t - start for t in r.chunk_times]
-    return records
+    for r in run.records:  # times relative to the start of the run
+        r.t_sched -= run.start
+        r.t0 -= run.start
+        r.t_end = r.t_end - run.start if r.t_end is not None else None
+        r.chunk_times = [t - run.start for t in r.chunk_times]
+    return run.records
+
+
+class _SessionRun:
+    """The sessions of one run and its slots: a slot takes the next session due (one back from thinking first, then
+    a new one while ``stop`` allows), sends its turns one after another, and frees itself while its user thinks."""
+
+    def __init__(self, sessions: list[Session], load: LoadModel, stop):
+        self.load, self.stop = load, stop
+        self.records: list[RequestRecord] = []
+        self.start = time.monotonic()
+        self.arrivals = _arrivals(sessions, load, self.start)
+        self.continuing: deque[_SessionState] = deque()  # sessions whose think time is over
+        self.thinking = 0  # sessions whose user is thinking
+        self.wake = asyncio.Event()
+        self.gate = _SendGate()
+
+    def next_state(self) -> _SessionState | None:
+        if self.continuing:
+            return self.continuing.popleft()
+        if self.arrivals and self.stop is not None and self.stop(self.records):
+            self.arrivals.clear()  # no new session from now on
+        if self.arrivals:
+            return self.arrivals.popleft()
+        return None
+
+    async def think(self, state: _SessionState) -> None:
+        await asyncio.sleep(self.load.think_time)
+        self.thinking -= 1
+        state.t_ready = time.monotonic()
+        self.continuing.append(state)
+        self.wake.set()
+
+    async def slot(self, turn) -> None:
+        """One slot of the load until no session is left: ``turn(state)`` sends a session's next turn."""
+        while True:
+            state = self.next_state()
+            if state is None:
+                if self.thinking == 0 and not self.continuing:
+                    self.wake.set()
+                    return
+                self.wake.clear()
+                await self.wake.wait()
+                continue
+            if self.load.model == "closed" and state.turn == 0:
+                state.t_ready = time.monotonic()  # closed loop: a session is due when a slot is free
+            delay = state.t_ready - time.monotonic()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            await self.session_turns(state, turn)
+
+    async def session_turns(self, state: _SessionState, turn) -> None:
+        """A session's turns from ``state`` on, until it ends, fails, or its user thinks (the slot freed)."""
+        while True:
+            record = await turn(state)
+            session = state.session
+            if not record.ok or state.turn == len(session.followups):
+                return
+            state.messages = state.messages + [
+                {"role": "assistant", "content": record.output_text},
+                session.followups[state.turn],
+            ]
+            state.turn += 1
+            if self.load.think_time > 0:  # release the slot while the user thinks
+                self.thinking += 1
+                asyncio.get_running_loop().create_task(self.think(state))
+                return
+            state.t_ready = time.monotonic()
 
 
 def _arrivals(sessions: list[Session], load: LoadModel, start: float) -> deque[_SessionState]:

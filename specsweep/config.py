@@ -180,7 +180,7 @@ def normalise(config: dict) -> dict:
     config["concurrency"] = sorted(config["concurrency"])
     for key in ("temperature", "top_p"):
         config["sampling"][key] = float(config["sampling"][key])
-    for key in ("startup_timeout", "request_timeout"):
+    for key in ("startup_timeout", "request_timeout", "orphan_timeout"):
         config["server"][key] = float(config["server"][key])
     config["server"]["env"] = {k: str(v) for k, v in config["server"]["env"].items()}
     check_acceptance(config)

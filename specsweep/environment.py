@@ -143,7 +143,8 @@ for p in ("sglang", "sglang-kernel", "sgl-kernel", "flashinfer-python", "torch",
     try: out[p] = m.version(p)
     except m.PackageNotFoundError: out[p] = None
 try:
-    d = m.distribution("sglang"); u = d.read_text("direct_url.json"); out["sglang_source"] = json.loads(u) if u else None
+    d = m.distribution("sglang"); u = d.read_text("direct_url.json")
+    out["sglang_source"] = json.loads(u) if u else None
 except Exception: out["sglang_source"] = None
 try:
     import torch; out["cuda"] = torch.version.cuda

@@ -316,14 +316,16 @@ def acceptance_length_per_request(records: list[dict]) -> float | None:
 
 
 def acceptance_length_sglang(records: list[dict]) -> float | None:
-    """SGLang's acceptance length = sum(N) / sum(verify_ct): SGLang's spec_accept_length, prefill token included (shown beside ours, not used)."""
+    """SGLang's acceptance length = sum(N) / sum(verify_ct): SGLang's spec_accept_length, prefill token included
+    (shown beside ours, not used)."""
     ok = [r for r in records if r["error"] is None and r.get("verify_ct")]
     verify = sum(r["verify_ct"] for r in ok)
     return sum(r["output_tokens"] for r in ok) / verify if verify else None
 
 
 def length_mismatches(records: list[dict]) -> int:
-    """Length mismatches = successful requests sent with ignore_eos whose output length N differs from max_new_tokens."""
+    """Length mismatches = successful requests sent with ignore_eos whose output length N differs from
+    max_new_tokens."""
     return sum(
         1
         for r in records
@@ -415,7 +417,8 @@ def summarise_with_failures(values: list[float | None], failed: int) -> dict:
 
 
 def session_completion(records: list[dict]) -> list[float]:
-    """Session completion time = last content chunk of its last turn - send time of its first turn (all turns successful)."""
+    """Session completion time = last content chunk of its last turn - send time of its first turn (all turns
+    successful)."""
     sessions: dict = {}
     for r in records:
         sessions.setdefault(r["session"], []).append(r)
@@ -444,7 +447,8 @@ def per_turn(records: list[dict], seed: int = 0) -> dict:
 
 
 def acceptance_agreement(estimates: dict, tolerance: float = 0.02) -> dict:
-    """Agreement of acceptance estimates: max relative difference to the request-level value; disagree above tolerance (2%)."""
+    """Agreement of acceptance estimates: max relative difference to the request-level value; disagree above
+    tolerance (2%)."""
     reference = estimates.get("acceptance_length")
     others = {k: v for k, v in estimates.items() if k != "acceptance_length" and v is not None}
     if reference is None or not others:
@@ -454,7 +458,8 @@ def acceptance_agreement(estimates: dict, tolerance: float = 0.02) -> dict:
 
 
 def failures(records: list[dict]) -> dict:
-    """Failed requests by category (connect, http_status, timeout, truncated, server_died, server_error, aborted, client_error)."""
+    """Failed requests by category (connect, http_status, timeout, truncated, server_died, server_error, aborted,
+    client_error)."""
     out: dict = {}
     for r in records:
         if r["error"]:
@@ -688,7 +693,8 @@ def first_divergence(tokens: list[str], reference: list[str]) -> int | None:
 
 
 def losslessness(method_records: list[dict], ar_records: list[dict]) -> dict:
-    """Losslessness = share of requests whose output equals AR's for the same prompt (greedy), and first divergence positions."""
+    """Losslessness = share of requests whose output equals AR's for the same prompt (greedy), and first divergence
+    positions."""
     from .text import split_tokens
 
     reference = {(r["session"], r["turn"]): r for r in ar_records if r["error"] is None}

@@ -146,7 +146,8 @@ class Session:
 
 @lru_cache(maxsize=4)
 def tokenizer(model_path: str | None = None):
-    """The served model's tokenizer if ``model_path`` is a local folder with tokenizer.json, else the shipped Qwen one."""
+    """The served model's tokenizer if ``model_path`` is a local folder with tokenizer.json, else the shipped Qwen
+    one."""
     from tokenizers import Tokenizer
 
     if model_path and (Path(model_path) / "tokenizer.json").is_file():

@@ -20,9 +20,13 @@ if ! .venv/bin/python -m mypy; then
     exit 1
 fi
 # The formatter (ruff format, 120 columns, configured in pyproject.toml): code it would change stops the run here,
-# the files named above; `.venv/bin/ruff format` rewrites them.
+# the files named above; `.venv/bin/ruff format` rewrites them. Then ruff check: no line over 120 columns.
 if ! .venv/bin/ruff format --check --quiet; then
     echo "specsweep tests: the files above are not formatted; run .venv/bin/ruff format, then run the tests" >&2
+    exit 1
+fi
+if ! .venv/bin/ruff check --quiet; then
+    echo "specsweep tests: the lines above are longer than 120 columns; shorten them, then run the tests" >&2
     exit 1
 fi
 # Two test processes (pytest-xdist): most of a test's time is simulated servers and Snakemake waiting, so two

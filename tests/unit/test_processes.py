@@ -160,3 +160,75 @@ def test_a_secrets_folder_others_may_read_is_refused_by_name(tmp_path, monkeypat
         with ApiKeyFile("SPECSWEEP_TEST_KEY"):
             pass
     assert list(folder.iterdir()) == []
+
+
+_WORKFLOW = (
+    "import os, sys, time\nfrom specsweep import runs\n"
+    "runs.start(sys.argv[1], float(sys.argv[2]))\nprint(os.environ[runs.HEARTBEAT_ENV], flush=True)\n"
+    "time.sleep(float(sys.argv[3]))\n"
+)
+_JOB = (
+    "import signal, sys, time\nfrom specsweep import runs\n"
+    "signal.signal(signal.SIGTERM, lambda *_: (print('stopped', flush=True), sys.exit(3)))\n"
+    "runs.stop_with_workflow(poll=0.05)\nprint('watching', flush=True)\ntime.sleep(120)\n"
+)
+
+
+def _job_watching(heartbeat: str):
+    """A job started by this test (a parent that lives on, as a cluster's job step does) watching ``heartbeat``."""
+    import subprocess
+    import sys
+
+    env = {**os.environ, "SPECSWEEP_HEARTBEAT": heartbeat}
+    job = subprocess.Popen(
+        [sys.executable, "-c", _JOB], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    assert job.stdout.readline().strip() == "watching"
+    return job
+
+
+def test_a_cluster_job_stops_when_the_workflow_is_killed_outright_and_not_while_it_lives(tmp_path):
+    import subprocess
+    import sys
+
+    workflow = subprocess.Popen(
+        [sys.executable, "-c", _WORKFLOW, str(tmp_path / "runs"), "2", "600"], stdout=subprocess.PIPE, text=True
+    )
+    job = None
+    try:
+        heartbeat = workflow.stdout.readline().strip()
+        path = Path(heartbeat.rpartition(":")[0])
+        assert heartbeat.endswith(":2") and path.parent == tmp_path / "runs" and path.exists()
+        job = _job_watching(heartbeat)
+        # the workflow alive: its job keeps running through more than two timeouts' worth of heartbeats
+        with pytest.raises(subprocess.TimeoutExpired):
+            job.wait(timeout=5)
+        workflow.kill()  # SIGKILL: the heartbeat file stays, and stops changing
+        workflow.wait(timeout=30)
+        assert path.exists()
+        out, err = job.communicate(timeout=60)
+        assert job.returncode == 3 and out.strip() == "stopped"
+        assert f"has not touched {path} for 2 s: stopping" in err
+    finally:
+        for proc in (workflow, job):
+            if proc is not None and proc.poll() is None:
+                proc.kill()
+
+
+def test_a_workflow_that_ends_removes_its_heartbeat_and_a_job_left_behind_stops(tmp_path):
+    import subprocess
+    import sys
+
+    workflow = subprocess.Popen(
+        [sys.executable, "-c", _WORKFLOW, str(tmp_path / "runs"), "2", "0.5"], stdout=subprocess.PIPE, text=True
+    )
+    heartbeat = workflow.stdout.readline().strip()
+    assert workflow.wait(timeout=60) == 0
+    assert list((tmp_path / "runs").iterdir()) == []  # removed at its exit
+    job = _job_watching(heartbeat)  # a job it left (a missing heartbeat file does not change either)
+    try:
+        out, err = job.communicate(timeout=60)
+        assert job.returncode == 3 and "has not touched" in err
+    finally:
+        if job.poll() is None:
+            job.kill()

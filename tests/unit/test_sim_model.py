@@ -216,10 +216,22 @@ def test_sim_speaks_the_stream_contract_of_sglangs_bench_serving(tmp_path):
 
 
 UNSPACED_TEXTS = {
-    "zh": "推测解码通过一个小型草稿模型一次提出多个候选词元，再由目标模型在一次前向计算中并行验证，从而在不改变输出分布的前提下降低延迟。",
-    "ja": "投機的デコーディングでは、小さな下書きモデルが複数のトークンを提案し、目標モデルが一度の順伝播でそれらを検証します。",
-    "ko": "추측 디코딩은 작은 초안 모델이 여러 토큰을 제안하고 대상 모델이 한 번의 순전파로 이를 검증하여 지연 시간을 줄입니다.",
-    "en": "Speculative decoding lets a small draft model propose several tokens that the target model verifies in one pass.",
+    "zh": (
+        "推测解码通过一个小型草稿模型一次提出多个候选词元，再由目标模型在一次前向计算中并"
+        "行验证，从而在不改变输出分布的前提下降低延迟。"
+    ),
+    "ja": (
+        "投機的デコーディングでは、小さな下書きモデルが複数のトークンを提案し、目標モデル"
+        "が一度の順伝播でそれらを検証します。"
+    ),
+    "ko": (
+        "추측 디코딩은 작은 초안 모델이 여러 토큰을 제안하고 대상 모델이 한 번"
+        "의 순전파로 이를 검증하여 지연 시간을 줄입니다."
+    ),
+    "en": (
+        "Speculative decoding lets a small draft model propose "
+        "several tokens that the target model verifies in one pass."
+    ),
 }
 
 

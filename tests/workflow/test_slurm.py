@@ -148,3 +148,41 @@ def test_workflow_through_slurm(cluster, tmp_path):
         assert time.monotonic() < deadline, f"after Ctrl-C: jobs {states}, servers {[p.pid for p in left]}"
         time.sleep(0.5)
     assert "CANCELLED" in states.values(), (states, out[-4000:])
+
+    # 4. Snakemake killed outright on the login node (SIGKILL: it cancels nothing): its SLURM jobs are the cluster's,
+    # so their parent lives on; they stop their servers once the workflow's heartbeat has been still for the timeout
+    last = max(int(j["JobId"]) for j in cluster.jobs())
+    config["server"] = {**config.get("server", {}), "orphan_timeout": 6}
+    config["workloads"][0]["max_new_tokens"] = 2000  # minutes of cells: only the heartbeat's silence ends them soon
+    write_config(workdir, config)
+    journal.new_events()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "snakemake", "--profile", "profiles/slurm", *NO_ACCOUNTING],
+        cwd=workdir,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 90
+        while not any(e["event"] == "server_start" for e in journal.new_events()):
+            assert time.monotonic() < deadline and proc.poll() is None, "no server started under SLURM"
+            time.sleep(0.5)
+    finally:
+        proc.kill()
+        proc.wait()
+    killed = bench_jobs(cluster, after=last)
+    assert killed
+    deadline = time.monotonic() + 90  # the 6 s timeout, then each server's stop, under load
+    while True:
+        states = {name: job["JobState"] for name, job in bench_jobs(cluster, after=last).items()}
+        left = server_processes_under(tmp_path)
+        if not left and not {"RUNNING", "PENDING", "COMPLETING"} & set(states.values()):
+            break
+        assert time.monotonic() < deadline, f"after SIGKILL: jobs {states}, servers {[p.pid for p in left]}"
+        time.sleep(0.5)
+    stopped = [
+        name
+        for name in states
+        if "has not touched" in (workdir / "logs" / "bench" / f"{name.replace('/', '-')}.log").read_text()
+    ]
+    assert stopped, states
