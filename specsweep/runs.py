@@ -38,7 +38,10 @@ def start(heartbeat_folder: str | None = None, orphan_timeout: float = 300.0) ->
     os.environ[RUN_ENV] = new_run_id()
     if heartbeat_folder is not None:
         path = os.path.join(os.path.abspath(heartbeat_folder), f"{os.environ[RUN_ENV]}.alive")
-        _keep_heartbeat(path, orphan_timeout / 10)
+        try:
+            _keep_heartbeat(path, orphan_timeout / 10)
+        except OSError:  # the cache folder's own check names the problem; the jobs then watch their parent alone
+            return os.environ[RUN_ENV]
         os.environ[HEARTBEAT_ENV] = f"{path}:{orphan_timeout:g}"
     return os.environ[RUN_ENV]
 
