@@ -13,7 +13,7 @@ from specsweep.methods import expand_methods
 from specsweep.canon import canonical_json, package_digest
 
 with open(workflow.source_path("../config/schema.yaml")) as _schema_file:
-    _SCHEMA = yaml.safe_load(_schema_file)
+    _SCHEMA = yaml.load(_schema_file, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))  # libyaml: 10x quicker
 
 # Before anything copies or prints the configuration: each file read again with a duplicated key refused, and the
 # merged values walked (their number bounded, NaN, infinity and NUL refused). Then --config values, which arrive as

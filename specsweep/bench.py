@@ -44,6 +44,52 @@ def _max_context(job: ServerJob, sessions_by_workload: dict) -> int:
     return max(job.model["context_length"], int(longest * 1.25))
 
 
+def _match_outputs(server_name: str, cells: list[dict], outputs: list[str]) -> None:
+    """Give each cell its output (matched by path, not position), or refuse outputs that do not name the cells."""
+    by_path = {os.path.normpath(out): out for out in outputs}
+    unmatched = [c["path"] for c in cells if os.path.normpath(c["path"]) not in by_path]
+    if unmatched or len(cells) != len(outputs):
+        raise CellError(
+            f"server {server_name}: the job's {len(outputs)} outputs do not match its {len(cells)} cells "
+            f"(no output for {', '.join(unmatched[:3]) or 'none'}): the rule's outputs and "
+            "layout.cell_path must name the same files"
+        )
+    for cell in cells:
+        cell["output"] = by_path[os.path.normpath(cell["path"])]
+
+
+def _from_cache(
+    server_name: str,
+    cells: list[dict],
+    store: tuple[CellCache, Journal],
+    failures: dict,
+    asked: set[str],
+    results: dict[str, dict],
+) -> list[dict]:
+    """Put each cell's usable cache entry in ``results`` (journalled as a hit); return the cells to measure: those
+    without an entry, with one refused (said on stderr and in the journal, with why) or named in ``asked``."""
+    cache, journal = store
+    missing = []
+    for cell in cells:
+        entry, why = _usable_entry(cache, cell, failures)
+        if entry is not None and os.path.normpath(cell["output"]) in asked:
+            why = "remeasure asks for it"
+        if why is None and entry is not None:
+            results[cell["output"]] = entry
+            journal.write("cache_hit", server=server_name, cell=cell["output"], key=cell["key"])
+            continue
+        if why is not None:
+            print(
+                f"server {server_name}: cache entry {cache.path(cell['key'])} for {cell['output']} not used: {why}; "
+                "measuring the cell again",
+                file=sys.stderr,
+                flush=True,
+            )
+            journal.write("cache_refused", server=server_name, cell=cell["output"], key=cell["key"], reason=why)
+        missing.append(cell)
+    return missing
+
+
 def bench_server(
     job: ServerJob,
     outputs: list[str],
@@ -77,35 +123,10 @@ def bench_server(
     cache = CellCache(job.cache_dir)
     adaptive = job.adaptive
     cells, sessions = keyed_cells(job, environment["identity_digest"], adaptive["max_requests"] if adaptive else 0)
-    by_path = {os.path.normpath(out): out for out in outputs}  # outputs matched to cells by path, not position
-    unmatched = [c["path"] for c in cells if os.path.normpath(c["path"]) not in by_path]
-    if unmatched or len(cells) != len(outputs):
-        raise CellError(
-            f"server {server_name}: the job's {len(outputs)} outputs do not match its {len(cells)} cells "
-            f"(no output for {', '.join(unmatched[:3]) or 'none'}): the rule's outputs and "
-            "layout.cell_path must name the same files"
-        )
+    _match_outputs(server_name, cells, outputs)
     asked = {os.path.normpath(p) for p in remeasure}  # the outputs to measure again
     results: dict[str, dict] = {}
-    missing = []
-    for cell in cells:
-        cell["output"] = by_path[os.path.normpath(cell["path"])]
-        entry, why = _usable_entry(cache, cell, failures)
-        if entry is not None and os.path.normpath(cell["output"]) in asked:
-            why = "remeasure asks for it"
-        if why is None and entry is not None:
-            results[cell["output"]] = entry
-            journal.write("cache_hit", server=server_name, cell=cell["output"], key=cell["key"])
-            continue
-        if why is not None:
-            print(
-                f"server {server_name}: cache entry {cache.path(cell['key'])} for {cell['output']} not used: {why}; "
-                "measuring the cell again",
-                file=sys.stderr,
-                flush=True,
-            )
-            journal.write("cache_refused", server=server_name, cell=cell["output"], key=cell["key"], reason=why)
-        missing.append(cell)
+    missing = _from_cache(server_name, cells, (cache, journal), failures, asked, results)
     not_final: list[tuple[str, str]] = []
     started = bool(missing) and _measure_missing(
         job,

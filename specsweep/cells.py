@@ -316,13 +316,10 @@ def measure_cell(
     env: dict,
     progress: Progress | None = None,
 ) -> CellResult:
-    """Measure one cell on a running server."""
+    """Measure one cell on a running server: flush its prefix cache, warm it up on sessions of their own, then run
+    the cell's load between two scrapes of its counters, sampling its load gauges meanwhile."""
     where = f"cell {cell['output']}"
     server.check_alive(f"before {where}")
-    workload = job.workload(cell["workload"])
-    sampling = {"temperature": job.sampling["temperature"], "top_p": job.sampling["top_p"]}
-    thinking = job.sampling.get("thinking", False)
-    timeout = job.server["request_timeout"]
     try:
         requests.post(server.url + "/flush_cache", timeout=30, headers=server.headers)
     except requests.RequestException:
@@ -331,72 +328,23 @@ def measure_cell(
     stream = stream_mode(argv, job.load["protocol"])
     load = _load_model(job, cell, server, stream)
     if job.warmup:
-        warm = warmup_sessions(
-            workload, job.warmup, job.seed, thinking, job.model.get("path"), job.model["context_length"]
-        )
-        # the cell's protocol, stream and connections, as a closed loop without think time
-        measure(
-            server.url,
-            warm,
-            cell["concurrency"],
-            sampling,
-            timeout,
-            thinking,
-            server.alive,
-            replace(load, model="closed", rate=0.0, think_time=0.0, seed=0),
-        )
+        _warm_up(server, job, cell, load)
         server.check_alive(f"after warm-up of {where}")
     before = scrape(server.url, server.headers)
-    adaptive = job.adaptive
     measured = sessions[: cell["requests"]]  # the cell's own sessions (an adaptive cell may go on past them)
-    if progress is not None:
-        progress.start(cell, adaptive["max_requests"] if adaptive else sum(1 + len(s.followups) for s in measured))
-    on_record = progress.request_done if progress is not None else None
     with LoadSampler(server.url, server.headers) as sampler:
-        if adaptive:
-            records, precision = measure_adaptive(
-                server,
-                sessions,
-                cell["requests"],
-                adaptive,
-                cell["concurrency"],
-                sampling,
-                timeout,
-                thinking,
-                load,
-                job.seed,
-                on_record,
-            )
-        else:
-            records, precision = (
-                measure(
-                    server.url,
-                    measured,
-                    cell["concurrency"],
-                    sampling,
-                    timeout,
-                    thinking,
-                    server.alive,
-                    load,
-                    on_record=on_record,
-                ),
-                None,
-            )
-    if progress is not None:
-        progress.finish()
-    after = scrape(server.url, server.headers)
+        records, precision = _run_load(server, job, cell, sessions, load, progress)
+    deltas = counter_deltas(before, scrape(server.url, server.headers))
     info = server_info(server.url, server.headers)
-    cumulative = server_cumulative_acceptance(info)
     ended = datetime.now(timezone.utc)
     server.check_alive(f"after {where}")
-    records = [r.as_dict() for r in records]
-    deltas = counter_deltas(before, after)
+    rows = [r.as_dict() for r in records]
     # a copy for readers of the cell: every table computes its metrics again from the records (cell_measures)
-    metrics = _json_numbers(cell_metrics(records, job.tp, cell["concurrency"], load.model, job.seed, deltas))
+    metrics = _json_numbers(cell_metrics(rows, job.tp, cell["concurrency"], load.model, job.seed, deltas))
     # The server's own average is cumulative since launch (warm-up and earlier cells included):
     # kept for reference only, never used as the cell's value.
-    metrics["server_cumulative_accept_length_not_used"] = cumulative
-    kinds = content_mix(measured)
+    metrics["server_cumulative_accept_length_not_used"] = server_cumulative_acceptance(info)
+    workload = job.workload(cell["workload"])
     return CellResult(
         schema_version=CELL_SCHEMA_VERSION,
         harness_version=HARNESS_VERSION,
@@ -411,7 +359,7 @@ def measure_cell(
             "digest": prompts_digest,
             "sessions": cell["requests"],
             "warmup": job.warmup,
-            "content_mix": kinds,
+            "content_mix": content_mix(measured),
             "max_new_tokens": workload["max_new_tokens"],
         },
         sampling=dict(job.sampling),
@@ -427,8 +375,72 @@ def measure_cell(
             "adaptive": False,
             "achieved": precision_of(metrics["output_throughput"], metrics["output_throughput_ci"]),
         },
-        requests=records,
+        requests=rows,
     )
+
+
+def _sampling(job: ServerJob) -> dict:
+    return {"temperature": job.sampling["temperature"], "top_p": job.sampling["top_p"]}
+
+
+def _warm_up(server: Server, job: ServerJob, cell: dict, load: LoadModel) -> None:
+    """Warm-up sessions of their own (no prefix shared with the measured ones) in the cell's protocol, stream and
+    connections, as a closed loop without think time."""
+    workload = job.workload(cell["workload"])
+    thinking = job.sampling.get("thinking", False)
+    warm = warmup_sessions(workload, job.warmup, job.seed, thinking, job.model.get("path"), job.model["context_length"])
+    measure(
+        server.url,
+        warm,
+        cell["concurrency"],
+        _sampling(job),
+        job.server["request_timeout"],
+        thinking,
+        server.alive,
+        replace(load, model="closed", rate=0.0, think_time=0.0, seed=0),
+    )
+
+
+def _run_load(
+    server: Server, job: ServerJob, cell: dict, sessions: list, load: LoadModel, progress: Progress | None
+) -> tuple[list, dict | None]:
+    """The cell's measured requests (its sessions, or under ``adaptive`` as many as its precision needs) and the
+    adaptive precision reached (None for a fixed cell)."""
+    adaptive, measured = job.adaptive, sessions[: cell["requests"]]
+    if progress is not None:
+        progress.start(cell, adaptive["max_requests"] if adaptive else sum(1 + len(s.followups) for s in measured))
+    on_record = progress.request_done if progress is not None else None
+    sampling, timeout, thinking = _sampling(job), job.server["request_timeout"], job.sampling.get("thinking", False)
+    if adaptive:
+        records, precision = measure_adaptive(
+            server,
+            sessions,
+            cell["requests"],
+            adaptive,
+            cell["concurrency"],
+            sampling,
+            timeout,
+            thinking,
+            load,
+            job.seed,
+            on_record,
+        )
+    else:
+        records = measure(
+            server.url,
+            measured,
+            cell["concurrency"],
+            sampling,
+            timeout,
+            thinking,
+            server.alive,
+            load,
+            on_record=on_record,
+        )
+        precision = None
+    if progress is not None:
+        progress.finish()
+    return records, precision
 
 
 def _load_model(job: ServerJob, cell: dict, server: Server, stream: str) -> LoadModel:

@@ -17,7 +17,7 @@ from dataclasses import dataclass, replace
 from functools import lru_cache
 from importlib import resources
 
-import yaml
+from .canon import yaml_data
 
 DEFAULT_BUILD = "sglang-pr29907"
 RANK_PROBE_ENV = "SGLANG_DDTREE_RANK_PROBE"
@@ -40,7 +40,7 @@ class TreeBuild:
 @lru_cache(maxsize=1)
 def builds() -> dict[str, TreeBuild]:
     """The known builds, by name."""
-    raw = yaml.safe_load(resources.files("specsweep").joinpath("data/ddtree_builds.yaml").read_text())
+    raw = yaml_data(resources.files("specsweep").joinpath("data/ddtree_builds.yaml").read_text())
     return {name: TreeBuild(name=name, **fields) for name, fields in raw.items()}
 
 

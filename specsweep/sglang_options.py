@@ -49,11 +49,17 @@ class _Parser(argparse.ArgumentParser):
 
 
 def build_parser(version: str, extra_flags: Sequence[dict] = ()) -> argparse.ArgumentParser:
-    """An argparse parser equivalent to SGLang's for the recorded version, plus declared extra flags."""
+    """An argparse parser equivalent to SGLang's for the recorded version, plus declared extra flags (built once per
+    version and flags: parsing leaves a parser as it was)."""
+    return _parser(version, json.dumps(list(extra_flags), sort_keys=True))
+
+
+@lru_cache(maxsize=8)
+def _parser(version: str, extra_json: str) -> argparse.ArgumentParser:
     parser = _Parser(prog="sglang.launch_server", add_help=False, allow_abbrev=False)
     for option in load_table(version)["options"]:
         add_option(parser, option["flags"], option["nargs"], option["type"], option["choices"])
-    for extra in extra_flags:
+    for extra in json.loads(extra_json):
         kind = extra.get("type", "str")
         add_option(parser, [extra["flag"]], 0 if kind == "bool" else None, None if kind == "bool" else kind, None)
     return parser
@@ -83,4 +89,4 @@ def check_argv(argv: list[str], version: str, extra_flags: Sequence[dict] = ()) 
             close = difflib.get_close_matches(flag, sorted(known), n=1)
             hint = f"; did you mean {close[0]}?" if close else ""
             raise FlagError(f"{flag} is not an option of SGLang {version} nor declared in sglang.extra_flags{hint}")
-    build_parser(version, tuple(extra_flags)).parse_args(argv)
+    build_parser(version, extra_flags).parse_args(argv)

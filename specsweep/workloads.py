@@ -39,9 +39,8 @@ from functools import lru_cache
 from importlib import resources
 from pathlib import Path
 
-import yaml
 
-from .canon import digest
+from .canon import digest, yaml_data
 from .errors import DuplicateKey, unique_pairs
 from .text import QWEN_CHATML, ChatTemplate, chat_template
 
@@ -185,7 +184,7 @@ def _package_file(package: str, relative: str) -> Path:
 
 @lru_cache(maxsize=None)
 def chat_prompts() -> tuple:
-    rows = yaml.safe_load(resources.files("specsweep").joinpath("data/short.yaml").read_text())
+    rows = yaml_data(resources.files("specsweep").joinpath("data/short.yaml").read_text())
     return tuple(r["text"] for r in rows if r["kind"] == "chat")
 
 

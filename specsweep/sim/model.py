@@ -35,6 +35,7 @@ from dataclasses import dataclass, field, replace
 from functools import lru_cache
 
 from .. import algorithms, ddtree
+from ..canon import yaml_data
 from ..text import split_tokens
 
 CANDIDATES_PER_DEPTH = 32  # ranked candidates the drafter distribution covers
@@ -517,10 +518,9 @@ def reply_tokens(prompt: str, max_new_tokens: int, ignore_eos: bool = False) -> 
 @lru_cache(maxsize=1)
 def default_profiles() -> dict:
     """Hardware, model and runtime profiles shipped in specsweep/data/sim_profiles.yaml."""
-    import yaml
     from importlib import resources
 
-    return yaml.safe_load(resources.files("specsweep").joinpath("data/sim_profiles.yaml").read_text())
+    return yaml_data(resources.files("specsweep").joinpath("data/sim_profiles.yaml").read_text())
 
 
 def profiles(overrides: dict | None = None) -> dict:
