@@ -29,10 +29,9 @@ if ! .venv/bin/ruff check --quiet; then
     echo "specsweep tests: the lines above are longer than 120 columns; shorten them, then run the tests" >&2
     exit 1
 fi
-# Three test processes (pytest-xdist) on two cores: a test's processes wait in turn (simulated servers between
-# steps, Snakemake between jobs), and a third process fills those waits (the suite with one core busy: 8.3 min with
-# two, under 8 with three; benchmarks/README.md); SPECSWEEP_TEST_WORKERS=0 runs the tests in this process instead. --dist loadgroup hands
-# the tests out one at a time as a process frees (--dist load gives each a quarter of them at once), in the order
-# tests/conftest.py sets: the tests that take minutes first. (Its xdist_group grouping does not take effect with
-# pytest 9.2 and xdist 3.8: no test relies on it.)
-exec .venv/bin/python -m pytest -ra -n "${SPECSWEEP_TEST_WORKERS:-3}" --dist loadgroup "$@"
+# Four test processes (pytest-xdist) on two cores: the suite is bound by CPU (about 730 CPU-seconds: Snakemake
+# runs, server jobs, simulated servers, LaTeX) and a test's processes wait in turn, so more processes fill the
+# waits (with one core busy: 552 s with two, 499-518 s with three, 477 s with four; benchmarks/README.md).
+# SPECSWEEP_TEST_WORKERS sets the number (0: the tests in this process). --dist loadgroup hands the tests out one
+# at a time as a process frees, in the order tests/conftest.py sets: the tests that take minutes first.
+exec .venv/bin/python -m pytest -ra -n "${SPECSWEEP_TEST_WORKERS:-4}" --dist loadgroup "$@"
