@@ -1,0 +1,42 @@
+"""A calibration under results/calibration/ through real Snakemake runs on the simulated backend: the plan, every
+cell and the report's setup table say which cost model they used, per TP; changing it remeasures only its TP."""
+
+from __future__ import annotations
+
+import json
+
+from calibrations import LABEL, write_calibration
+from conftest import fast_config, snakemake, write_config
+
+GENERIC = "not calibrated: generic roofline (runtime profile sglang)"
+
+
+def test_plan_cells_and_report_say_which_cost_model_they_used(workflow):
+    config = fast_config(requests=4, max_new_tokens=32)
+    config["methods"] = [{"name": "ar", "algorithm": "ar"}]
+    config["tp"] = [1, 2]
+    write_config(workflow, config)
+    folder = workflow / "results" / "calibration"
+    write_calibration(folder, "tp1.yaml")  # the simulated H200, the model, TP 1
+    write_calibration(folder, "tp2.yaml", tp=2, model="someone/other-model")  # another model: ignored
+    snakemake(workflow, "plan", "results/report/data.json")
+
+    md = (workflow / "results" / "plan" / "plan.md").read_text()
+    assert f"- cost model, TP 1: {LABEL} (results/calibration/tp1.yaml; qwen3-8b on H200, calibrated-tp1 runtime)" in md
+    assert f"- cost model, TP 2: {GENERIC} (qwen3-8b on H200, sglang runtime)" in md
+    assert "results/calibration/tp2.yaml: model someone/other-model, not Qwen/Qwen3-8B or Qwen3-8B" in md
+    for tp, label, runtime in ((1, LABEL, "calibrated-tp1"), (2, GENERIC, "sglang")):
+        for c in (1, 2):
+            cell = json.loads((workflow / f"results/cells/tp{tp}/ar/short/c{c}.json").read_text())
+            assert cell["simulated"] and cell["provenance"]["cost_model"] == label
+            assert cell["provenance"]["sim_profile"]["runtime"] == runtime
+    provenance = json.loads((workflow / "results" / "report" / "data.json").read_text())["csv"]["provenance.csv"]
+    row = next(line for line in provenance.splitlines() if line.startswith("Cost model"))
+    assert row.startswith("Cost model (simulated servers and plan),")
+    assert "TP 1: measured on NVIDIA H200 on 2026{-}12{-}01; largest deviation 4.2\\%" in row.replace("\\allowbreak{}", "")
+
+    # the roofline forced: TP 1's cells are other cells now, TP 2's are the same
+    config["sim"]["calibration"] = "none"
+    write_config(workflow, config)
+    dry = snakemake(workflow, "-n", "results/summary.csv").stdout
+    assert "wildcards: tp=1, method=ar" in dry and "tp=2" not in dry
