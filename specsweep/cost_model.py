@@ -219,19 +219,19 @@ def choose(config: dict, environment: dict | None = None, folder: str = CALIBRAT
                     found.append(read_calibration(path))
                 except CalibrationError as exc:
                     print(f"warning: calibration ignored: {exc}", file=sys.stderr)
-                    ignored.append(f"{path}: unreadable")
+                    ignored.append(str(exc))
     known = profiles(config["sim"].get("profiles"))["gpus"]
     by_tp = {}
     for tp in config["tp"]:
-        chosen = None
+        chosen: dict | None = None
         for calibration in _newest_first([c for c in found if c["fingerprint"]["tp"] == tp]):
             why = None if forced else mismatch(calibration, config, environment)
-            if why is None and chosen is None:
-                chosen = calibration
-            elif why is None:
-                ignored.append(f"{calibration['path']}: an older calibration of TP {tp} than {chosen['path']}")
-            else:
+            if why is not None:
                 ignored.append(f"{calibration['path']}: {why}")
+            elif chosen is None:
+                chosen = calibration
+            else:
+                ignored.append(f"{calibration['path']}: an older calibration of TP {tp} than {chosen['path']}")
         by_tp[str(tp)] = _choice(config, chosen, known)
     ignored += [
         f"{c['path']}: {mismatch(c, config, environment)}" for c in found if c["fingerprint"]["tp"] not in config["tp"]
@@ -287,7 +287,8 @@ def sim_settings(config: dict, tp: int) -> dict:
     """The simulator's settings (sim) for one TP size with its cost model in them: a calibrated runtime profile
     becomes the runtime ``calibrated-tp<TP>`` of ``profiles.runtimes``, on the GPU profile it was measured on, and
     ``cost_model`` says which one it is ({label, calibration}). What a simulated server is started with and a cell's
-    key holds, so a cell simulated with another cost model is another cell."""
+    key holds, so a cell simulated with another cost model is another cell (the calibration named by its file's name,
+    not where it lies, so that hosts sharing a cache share its cells)."""
     chosen = of(config, tp)
     sim = {k: v for k, v in config["sim"].items() if k != "calibration"}
     if chosen["runtime"] is not None:
@@ -295,7 +296,8 @@ def sim_settings(config: dict, tp: int) -> dict:
         overrides = dict(sim.get("profiles") or {})
         overrides["runtimes"] = {**overrides.get("runtimes", {}), name: chosen["runtime"]}
         sim.update(runtime=name, profiles=overrides, gpu=chosen["gpu_profile"])
-    sim["cost_model"] = {"label": chosen["label"], "calibration": chosen["calibration"]}
+    calibration = Path(chosen["calibration"]).name if chosen["calibration"] else None
+    sim["cost_model"] = {"label": chosen["label"], "calibration": calibration}
     return sim
 
 

@@ -309,7 +309,9 @@ def _schedule(durations: dict, order: list[str], gpus: int, exclusive: bool, hos
     free_at = [0.0] * gpus  # when each GPU becomes free
     hosts = [list(range(h, min(h + host_gpus, gpus))) for h in range(0, gpus, host_gpus)] if gpus else []
     warm_from = [math.inf] * len(hosts)  # when a server on each host has finished starting
-    starts, cold, seconds = {}, {}, {}
+    starts: dict[str, float] = {}
+    cold: dict[str, bool] = {}
+    seconds: dict[str, float] = {}
     for server in order:
         cost = costs[server]
         need = gpus if exclusive else cost.tp
@@ -359,13 +361,14 @@ def priorities(
 
 
 def scheduled(rows: list[dict], packing: dict) -> list[dict]:
-    """The rows with the start-up each server pays in the packing (``startup_s``: cold or warm, on its first row)
-    and whether it starts cold (``cold_start``)."""
+    """The rows with the start-up each server pays in the packing (``startup_s``: cold or warm, on its first row;
+    none for a server never started, its cells all cached) and whether it starts cold (``cold_start``)."""
     out = []
     for r in rows:
         is_cold = bool(packing["cold"].get(r["server"]))
         startup = r["cold_startup_s"] if is_cold else r["warm_startup_s"]
-        out.append({**r, "startup_s": startup, "cold_start": is_cold})
+        started = packing["seconds"].get(r["server"], 1.0) > 0
+        out.append({**r, "startup_s": startup if started else 0.0, "cold_start": is_cold})
     return out
 
 

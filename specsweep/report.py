@@ -539,7 +539,7 @@ def setup_tables(t: Tables, environment: dict, view: dict, simulated: bool, data
         ("Sampling", view.get("sampling", "")),
     ]
     if view.get("cost_model"):  # cost_model.labels: the simulated servers' and the plan's, or the plan's
-        prov.append(("Cost model" + (" (simulated servers, plan)" if simulated else " (plan)"), view["cost_model"]))
+        prov.append(("Cost model" + (" (simulated servers and plan)" if simulated else " (plan)"), view["cost_model"]))
     for label, column in (
         ("Attention backend", "attention_backend"),
         ("Weights", "load_format"),
