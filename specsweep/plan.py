@@ -222,7 +222,7 @@ def predict_server(
     for i, cell in enumerate(cells_of_server(config, tp, method.name, repetition)):
         w = workloads[cell["workload"]]
         built = (sessions or {}).get(w["name"])
-        warm = (
+        warmup = (
             cell_seconds(config, tp, method, w, cell["concurrency"], config["warmup"], built)
             if config["warmup"]
             else 0.0
@@ -240,7 +240,7 @@ def predict_server(
                 "path": cell["path"],
                 "cold_startup_s": cold if i == 0 else 0.0,
                 "warm_startup_s": warm if i == 0 else 0.0,
-                "warmup_s": warm,
+                "warmup_s": warmup,
                 "measure_s": measure,
             }
         )
@@ -319,7 +319,9 @@ def _schedule(durations: dict, order: list[str], gpus: int, exclusive: bool, hos
             starts[server], cold[server], seconds[server] = 0.0, False, 0.0
             continue
         groups = [h for h in hosts if len(h) >= need] or [list(range(gpus))]
-        slots = min((sorted(h, key=lambda g: free_at[g])[:need] for h in groups), key=lambda s: max(free_at[g] for g in s))
+        slots = min(
+            (sorted(h, key=lambda g: free_at[g])[:need] for h in groups), key=lambda s: max(free_at[g] for g in s)
+        )
         start = max(free_at[g] for g in slots)
         touched = {g // host_gpus for g in slots}
         cold[server] = any(start < warm_from[h] for h in touched)

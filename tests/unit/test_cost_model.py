@@ -19,6 +19,7 @@ from specsweep.launcher import Server, free_port, launch_command
 from specsweep.sim.model import CostModel, Decoding, profiles
 from specsweep.sim.server import Engine, parse_args
 
+
 def sglang_config(**changes) -> dict:
     config = fast_config(time_scale=1)
     config["backend"] = "sglang"
