@@ -4,6 +4,7 @@ cell and the report's setup table say which cost model they used, per TP; changi
 from __future__ import annotations
 
 import json
+import subprocess
 
 from calibrations import LABEL, write_calibration
 from conftest import fast_config, snakemake, write_config
@@ -19,7 +20,7 @@ def test_plan_cells_and_report_say_which_cost_model_they_used(workflow):
     folder = workflow / "results" / "calibration"
     write_calibration(folder, "tp1.yaml")  # the simulated H200, the model, TP 1
     write_calibration(folder, "tp2.yaml", tp=2, model="someone/other-model")  # another model: ignored
-    snakemake(workflow, "plan", "results/report/data.json")
+    snakemake(workflow, "plan", "results/report/report.pdf")
 
     md = (workflow / "results" / "plan" / "plan.md").read_text()
     assert f"- cost model, TP 1: {LABEL} (results/calibration/tp1.yaml; qwen3-8b on H200, calibrated-tp1 runtime)" in md
@@ -34,9 +35,16 @@ def test_plan_cells_and_report_say_which_cost_model_they_used(workflow):
     row = next(line for line in provenance.splitlines() if line.startswith("Cost model"))
     # as LaTeX typesets it: places to break, the per cent escaped, commas made semicolons (pgfplotstable's CSV)
     assert row.replace("\\allowbreak{}", "") == (
-        "Cost model (simulated servers and plan),TP 1: measured on NVIDIA H200 on 2026-12-01; largest deviation "
-        f"4.2\\%; TP 2: {GENERIC}"
+        f"Cost model,TP 1: measured on NVIDIA H200 on 2026-12-01; largest deviation 4.2\\%; TP 2: {GENERIC}"
     )
+    pdf = subprocess.run(
+        ["pdftotext", "-layout", str(workflow / "results" / "report" / "report.pdf"), "-"],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    ).stdout
+    assert "measured on NVIDIA H200 on 2026-12-01; largest deviation 4.2%" in " ".join(pdf.split())
 
     # the roofline forced: TP 1's cells are other cells now, TP 2's are the same
     config["sim"]["calibration"] = "none"
