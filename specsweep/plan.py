@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Mapping
 from functools import lru_cache
 from pathlib import Path
 from typing import NamedTuple
@@ -288,7 +289,7 @@ ORDERS = {
 }
 
 
-def pack(durations: dict[str, tuple], gpus: int, exclusive: bool = False, host_gpus: int | None = None) -> dict:
+def pack(durations: Mapping[str, tuple], gpus: int, exclusive: bool = False, host_gpus: int | None = None) -> dict:
     """List scheduling of servers ({server: ServerCost or (tp, seconds)}) onto ``gpus`` GPUs, in hosts of
     ``host_gpus`` (default: one host), in the best of a few orders (longest first, widest first, largest GPU-time
     first): start times, which servers start cold, makespan and its lower bound."""
@@ -301,7 +302,7 @@ def pack(durations: dict[str, tuple], gpus: int, exclusive: bool = False, host_g
     return best
 
 
-def _schedule(durations: dict, order: list[str], gpus: int, exclusive: bool, host_gpus: int) -> dict:
+def _schedule(durations: Mapping[str, tuple], order: list[str], gpus: int, exclusive: bool, host_gpus: int) -> dict:
     """Each server in turn on the GPUs that free first: those of one host where it fits on one (the host where it
     starts soonest), else the earliest of all. It starts cold where no server of its hosts has finished starting
     (their compiled kernels are not there yet) and warm on a host where one has."""
@@ -355,7 +356,7 @@ def _schedule(durations: dict, order: list[str], gpus: int, exclusive: bool, hos
 
 
 def priorities(
-    durations: dict[str, tuple], gpus: int, exclusive: bool = False, host_gpus: int | None = None
+    durations: Mapping[str, tuple], gpus: int, exclusive: bool = False, host_gpus: int | None = None
 ) -> dict[str, int]:
     """Snakemake priorities that start servers in the plan's packing order."""
     order = pack(durations, gpus, exclusive, host_gpus)["order"]
