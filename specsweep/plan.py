@@ -475,8 +475,9 @@ def write_plan(config: dict, environment: dict | None, gpus: int, out_md: str, o
         seconds = packing["seconds"][server]
         cells = frame[frame["server"] == server]
         cached = cells["cached"]
-        kind = "cold" if packing["cold"][server] else "warm"
-        startup = f"{kind} {cells['startup_s'].sum():.0f} s" if seconds else "none (all cached)"
+        first = cells.iloc[0]
+        kind = ("cold " if packing["cold"][server] else "warm ") if first.cold_startup_s != first.warm_startup_s else ""
+        startup = f"{kind}{cells['startup_s'].sum():.0f} s" if seconds else "none (all cached)"
         lines.append(
             f"| {i} | {server} | {int(cells['tp'].iloc[0])} | {seconds:.0f} | {packing['starts'][server]:.0f} | "
             f"{int(cached.sum())}/{len(cached)} | {startup} |"

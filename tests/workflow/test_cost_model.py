@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import subprocess
 
-from calibrations import LABEL, write_calibration
+from calibrations import HOST, LABEL, environment_of, write_calibration
 from conftest import fast_config, snakemake, write_config
 
 GENERIC = "not calibrated: generic roofline (runtime profile sglang)"
@@ -51,3 +51,29 @@ def test_plan_cells_and_report_say_which_cost_model_they_used(workflow):
     write_config(workflow, config)
     dry = snakemake(workflow, "-n", "results/summary.csv").stdout
     assert "wildcards: tp=1, method=ar" in dry and "tp=2" not in dry
+
+
+def test_the_plan_on_sglang_matches_this_hosts_environment_record(workflow):
+    """`snakemake plan` on SGLang: the calibration whose fingerprint is the recorded host's prices the servers, the
+    first server on each of the two one-GPU hosts starts cold and the third warm; a record of another driver makes
+    it the roofline again, the plan saying why."""
+    config = fast_config(requests=4, max_new_tokens=32)
+    config["backend"] = "sglang"
+    config["methods"] = [{"name": m, "algorithm": "ar"} for m in ("a", "b", "c")]
+    config["gpu_pool"] = {"devices": 2}
+    write_config(workflow, config)
+    write_calibration(workflow / "results" / "calibration", "tp1.yaml")
+    record = workflow / "results" / "env" / "sglang.json"
+    record.parent.mkdir(parents=True)
+    record.write_text(json.dumps({**environment_of(HOST), "identity_digest": "not-in-the-cache"}))
+    snakemake(workflow, "plan", cores=1)
+    md = (workflow / "results" / "plan" / "plan.md").read_text()
+    assert f"- cost model, TP 1: {LABEL} (results/calibration/tp1.yaml" in md and "GPUs: 2, on hosts of 1" in md
+    assert md.count("| cold 153 s |") == 2 and md.count("| warm 63 s |") == 1
+
+    record.write_text(json.dumps({**environment_of({**HOST, "driver": "550.1"}), "identity_digest": "x"}))
+    snakemake(workflow, "plan", cores=1)
+    md = (workflow / "results" / "plan" / "plan.md").read_text()
+    assert f"- cost model, TP 1: {GENERIC} (qwen3-8b on H200, sglang runtime)" in md
+    assert "results/calibration/tp1.yaml: driver 570.86.15, not this host's 550.1" in md
+    assert "start-up, TP 1: not measured:" in md and "| cold" not in md
