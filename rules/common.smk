@@ -7,7 +7,7 @@ from snakemake.utils import validate
 import yaml
 
 from specsweep import config as ss_config
-from specsweep import jobs, layout, runs
+from specsweep import cost_model, jobs, layout, runs
 from specsweep.coerce import coerce_to_schema
 from specsweep.methods import expand_methods
 from specsweep.canon import canonical_json, package_digest
@@ -29,7 +29,8 @@ try:
         if not isinstance(_invalid.__context__, ValidationError):
             raise
         raise ss_config.ConfigError(ss_config.schema_error(_invalid.__context__)) from None
-    CONFIG = ss_config.normalise(config)
+    # the cost model of each TP size: a matching calibration (results/calibration/) or the configured runtime
+    CONFIG = cost_model.resolve(ss_config.normalise(config), cost_model.recorded_environment(config["backend"]))
 except ss_config.ConfigError as _error:
     raise WorkflowError(f"Invalid configuration: {_error}") from None
 
@@ -118,9 +119,12 @@ def server_job_priority(wildcards):
     if rep is not None:
         return jobs.server_priority(CONFIG, int(wildcards.tp), wildcards.method, rep)
     if not _PACKING:
-        from specsweep.plan import priorities
+        from specsweep.plan import gpus_per_host, priorities
 
-        _PACKING.update(priorities(predicted_durations(), plan_gpus(), CONFIG["gpu_pool"]["exclusive"]))
+        gpus = plan_gpus()
+        _PACKING.update(
+            priorities(predicted_durations(), gpus, CONFIG["gpu_pool"]["exclusive"], gpus_per_host(CONFIG, gpus))
+        )
     return _PACKING.get(f"tp{wildcards.tp}/{wildcards.method}", 0)
 
 
@@ -156,6 +160,14 @@ def sim_profile_text():
     return text
 
 
+def plan_profile_text():
+    """The runtime profiles the plan priced with (a calibrated one is calibrated-tp<TP>), on which model and GPU."""
+    settings = [cost_model.sim_settings(CONFIG, tp) for tp in CONFIG["tp"]]
+    runtimes = ", ".join(dict.fromkeys(s["runtime"] for s in settings))
+    gpus = ", ".join(dict.fromkeys(s["gpu"] for s in settings))
+    return f"{runtimes} ({CONFIG['sim']['model_profile']} on {gpus})"
+
+
 def report_params_json():
     """What the report's data depends on besides its input files."""
     view = {
@@ -169,7 +181,8 @@ def report_params_json():
         f"thinking {'on' if CONFIG['sampling']['thinking'] else 'off'}, load {CONFIG['load']['model']}, "
         f"protocol {CONFIG['load']['protocol']}",
         "sim_profile": sim_profile_text() if CONFIG["backend"] == "sim" else "",
-        "plan_profile": f"{CONFIG['sim']['runtime']} ({CONFIG['sim']['model_profile']} on {CONFIG['sim']['gpu']})",
+        "plan_profile": plan_profile_text(),
+        "cost_model": cost_model.labels(CONFIG),
     }
     return params_text(view)
 

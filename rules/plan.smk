@@ -16,8 +16,8 @@ rule plan:
         "../scripts/plan.py"
 
 
-# The plan's predicted seconds per cell (a pure function of the configuration), which the report's appendix
-# compares with each server's latest run.
+# The plan's predicted seconds per cell (a pure function of the configuration and its cost models), each server's
+# start-up cold or warm as the packing starts it, which the report's appendix compares with each server's latest run.
 rule predictions:
     output:
         layout.PREDICTIONS,
@@ -25,6 +25,7 @@ rule predictions:
         config=lambda wildcards: canonical_json(
             {k: v for k, v in CONFIG.items() if k not in ("report", "failures", "remeasure")}
         ),
+        gpus=plan_gpus(),
     log:
         "logs/predictions.log",
     script:

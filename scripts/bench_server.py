@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 from specsweep.bench import bench_server
+from specsweep.cost_model import resolve
 from specsweep.jobs import ServerJob
 from specsweep.methods import expand_methods
 from specsweep.plan import predict_server
@@ -22,17 +23,19 @@ job = ServerJob.from_dict(json.loads(snakemake.params.job))
 def planned(sessions: dict) -> dict | None:
     """The plan's seconds per cell, for the progress lines' time left (from the config, not a rerun trigger)."""
     try:
-        rows = predict_server(snakemake.config, job.tp, job.method["name"], job.repetition, sessions)
+        config = resolve(snakemake.config, environment if job.backend == "sglang" else None)  # its cost models
+        rows = predict_server(config, job.tp, job.method["name"], job.repetition, sessions)
     except Exception as exc:  # progress lines then go without a time estimate
         print(f"no time estimate from the plan ({type(exc).__name__}: {exc})", file=sys.stderr)
         return None
     return {row["path"]: row["warmup_s"] + row["measure_s"] for row in rows}
 
 
+environment = json.loads(Path(snakemake.input.environment).read_text())
 result = bench_server(
     job=job,
     outputs=list(snakemake.output.cells),
-    environment=json.loads(Path(snakemake.input.environment).read_text()),
+    environment=environment,
     log_dir=Path(snakemake.log[0]).parent,
     run_record=snakemake.output.run,
     all_methods=all_methods,

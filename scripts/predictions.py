@@ -6,4 +6,4 @@ import json
 
 from specsweep.plan import write_predictions
 
-write_predictions(json.loads(snakemake.params.config), snakemake.output[0])
+write_predictions(json.loads(snakemake.params.config), snakemake.output[0], snakemake.params.gpus)

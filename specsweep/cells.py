@@ -471,8 +471,8 @@ def _provenance(
     info: dict,
 ) -> dict:
     """Where a cell was measured: specsweep, the server's software and GPUs, its command and environment (secrets
-    redacted), its start-up, the GPUs it held and their memory, when the cell began and ended, the prompts' chat
-    template and the server's account of itself."""
+    redacted), its start-up, the GPUs it held and their memory, when the cell began and ended, the simulator's
+    settings and cost model, the prompts' chat template and the server's account of itself."""
     return {
         "specsweep": __version__,
         "backend": job.backend,
@@ -487,6 +487,8 @@ def _provenance(
         "started_at": span[0].isoformat(),
         "finished_at": span[1].isoformat(),
         "sim_profile": job.sim,
+        # which cost model the simulated server ran (cost_model.label); None on a real server
+        "cost_model": (job.sim or {}).get("cost_model", {}).get("label"),
         "chat_template": "the server's" if load.protocol == "openai-chat" else measured[0].chat_template.source,
         "load_format": job.model.get("load_format", "auto"),
         "attention_backend": job.method.get("attention_backend"),

@@ -8,6 +8,7 @@ from __future__ import annotations
 import copy
 from dataclasses import asdict, dataclass, fields
 
+from .cost_model import sim_settings
 from .errors import ConfigError
 from .layout import cell_path, server_name
 from .methods import expand_methods
@@ -27,7 +28,7 @@ class ServerJob:
     tp: int
     method: dict  # methods.Method.as_dict()
     server: dict
-    sim: dict | None  # the simulated backend's profile (None on SGLang)
+    sim: dict | None  # the simulator's settings with the TP's cost model (cost_model.sim_settings); None on SGLang
     sglang: dict
     gpu_pool: dict
     workloads: list
@@ -140,7 +141,7 @@ def server_job(config: dict, tp: int, method_name: str, repetition: int | None =
         tp=tp,
         method=method.as_dict(),
         server=dict(config["server"]),
-        sim=dict(config["sim"]) if config["backend"] == "sim" else None,
+        sim=sim_settings(config, tp) if config["backend"] == "sim" else None,
         sglang=(
             dict(config["sglang"])
             if config["backend"] == "sglang"

@@ -2,29 +2,37 @@
 
 Each server's duration is predicted with the simulator's cost and acceptance
 model for the configured hardware and model profile (``sim.gpu``,
-``sim.model_profile``): start-up (model load), then per cell the warm-up and
-the measured requests at the cell's concurrency. Servers are packed onto the
-GPUs longest first (the order the workflow uses, through job priorities);
-the plan reports the predicted makespan against the lower bound
-max(total GPU-seconds / GPUs, longest server).
+``sim.model_profile``) and each TP size's cost model (``cost_model``: a
+calibration measured on these GPUs, else the runtime profile ``sim.runtime``):
+start-up (model load), then per cell the warm-up and the measured requests at
+the cell's concurrency. Servers are packed onto the GPUs longest first (the
+order the workflow uses, through job priorities); the plan reports the
+predicted makespan against its lower bound.
 
 Assumptions (stated in plan.md): outputs stop at 65% of max_new_tokens on
 average (all of it with sampling.ignore_eos); a drafter with dummy weights
 (model.load_format: dummy) is accepted no further than its bonus token, while
 NGRAM drafts from the random model's output, a loop of its first three tokens;
-SGLang start-up = weights read at 2 GB/s (none with dummy weights) + 60 s of
-initialisation and CUDA-graph capture (the runtime profile's startup_seconds
-where it was measured); 3 s per server job for its own start; no overlap
-between a server's cells.
+SGLang start-up as the calibration measured it, cold for a server that starts
+before any other on its host has finished starting (it compiles the kernels
+and graphs), warm for later ones; without a measured start-up, weights read at
+2 GB/s (none with dummy weights) + 60 s of initialisation and CUDA-graph
+capture (the runtime profile's startup_seconds where it was measured) for
+every server; hosts of as many GPUs as the calibration's host had (one host
+without one); 3 s per server job for its own start; no overlap between a
+server's cells.
 """
 
 from __future__ import annotations
 
 import json
 import math
+from collections.abc import Mapping
 from functools import lru_cache
 from pathlib import Path
+from typing import NamedTuple
 
+from . import cost_model
 from .cache import CellCache
 from .canon import atomic_write_json, atomic_write_text, digest, package_digest
 from .cells import cell_digest, cell_key, cell_sessions
@@ -95,15 +103,34 @@ def clock_scale(config: dict) -> float:
     return config["sim"]["time_scale"] if config["backend"] == "sim" else 1.0
 
 
-def startup_seconds(config: dict, tp: int) -> float:
-    """Predicted server start-up: the simulator's configured delay, or weights read from disk (none with dummy
-    weights) + initialisation and CUDA-graph capture (the runtime profile's startup_seconds where measured)."""
+def startup_seconds(config: dict, tp: int) -> tuple[float, float]:
+    """Predicted server start-up (cold: the first server on a host; warm: a later one), each with the job's own
+    start: the simulator's configured delay; on SGLang the TP size's calibrated start-ups, else for both weights
+    read from disk (none with dummy weights) + initialisation and CUDA-graph capture (the runtime profile's
+    startup_seconds where measured)."""
     if config["backend"] == "sim":
-        return config["sim"]["startup_seconds"] / clock_scale(config) + JOB_OVERHEAD_SECONDS
-    p = profiles(config["sim"]["profiles"])
-    model, runtime = p["models"][config["sim"]["model_profile"]], p["runtimes"][config["sim"]["runtime"]]
+        seconds = config["sim"]["startup_seconds"] / clock_scale(config) + JOB_OVERHEAD_SECONDS
+        return seconds, seconds
+    measured = cost_model.of(config, tp)["startup"]
+    if measured:
+        return measured["cold_s"] + JOB_OVERHEAD_SECONDS, measured["warm_s"] + JOB_OVERHEAD_SECONDS
+    sim = cost_model.sim_settings(config, tp)
+    p = profiles(sim["profiles"])
+    model, runtime = p["models"][sim["model_profile"]], p["runtimes"][sim["runtime"]]
     weights = 0.0 if config["model"].get("load_format") == "dummy" else model["weight_bytes"] / DISK_BYTES_PER_SECOND
-    return weights + runtime.get("startup_seconds", SGLANG_INIT_SECONDS) + JOB_OVERHEAD_SECONDS
+    seconds = weights + runtime.get("startup_seconds", SGLANG_INIT_SECONDS) + JOB_OVERHEAD_SECONDS
+    return seconds, seconds
+
+
+def startup_text(config: dict, tp: int) -> str:
+    """Where a TP size's predicted start-ups come from, for plan.md."""
+    cold, warm = startup_seconds(config, tp)
+    job = f"{JOB_OVERHEAD_SECONDS:g} s of job start included"
+    if config["backend"] == "sim":
+        return f"simulated: {cold:.1f} s for every server (sim.startup_seconds on the servers' clock; {job})"
+    if cost_model.of(config, tp)["startup"]:
+        return f"measured: cold {cold:.0f} s (the first server on each host), warm {warm:.0f} s (later ones; {job})"
+    return f"not measured: {cold:.0f} s for every server, cold or warm (weights, initialisation; {job})"
 
 
 def cell_seconds(
@@ -114,7 +141,7 @@ def cell_seconds(
 
     ``sessions``, the workload's sessions where they are built already (a server job), spare building a sample.
     """
-    sim = config["sim"]
+    sim = cost_model.sim_settings(config, tp)
     cost = CostModel.named(
         sim["gpu"], sim["model_profile"], sim["runtime"], tp, sim["profiles"], sim.get("draft_model_profile")
     )
@@ -127,7 +154,7 @@ def cell_seconds(
     tau = _tau(
         prompts,
         decoding,
-        json.dumps({k: sim.get(k) or {} for k in ("acceptance", "profiles")}, sort_keys=True),
+        json.dumps({k: config["sim"].get(k) or {} for k in ("acceptance", "profiles")}, sort_keys=True),
         workload["max_new_tokens"],
         config["model"].get("load_format") == "dummy",
     )
@@ -186,16 +213,17 @@ def _code_digest() -> str:
 def predict_server(
     config: dict, tp: int, method_name: str, repetition: int | None = None, sessions: dict | None = None
 ) -> list[dict]:
-    """The predicted rows of one server's cells (see predict); its first row carries the start-up.
-    ``sessions`` ({workload name: built sessions}) where a server job has them already."""
+    """The predicted rows of one server's cells (see predict); its first row carries the start-ups, cold and warm
+    (``scheduled`` says which one it pays). ``sessions`` ({workload name: built sessions}) where a server job has
+    them already."""
     method = next(m for m in expand_methods(config) if m.name == method_name)
     workloads = {w["name"]: w for w in config["workloads"]}
-    start = startup_seconds(config, tp)
+    cold, warm = startup_seconds(config, tp)
     rows = []
     for i, cell in enumerate(cells_of_server(config, tp, method.name, repetition)):
         w = workloads[cell["workload"]]
         built = (sessions or {}).get(w["name"])
-        warm = (
+        warmup = (
             cell_seconds(config, tp, method, w, cell["concurrency"], config["warmup"], built)
             if config["warmup"]
             else 0.0
@@ -211,26 +239,47 @@ def predict_server(
                 "concurrency": cell["concurrency"],
                 "requests": cell["requests"],
                 "path": cell["path"],
-                "startup_s": start if i == 0 else 0.0,
-                "warmup_s": warm,
+                "cold_startup_s": cold if i == 0 else 0.0,
+                "warm_startup_s": warm if i == 0 else 0.0,
+                "warmup_s": warmup,
                 "measure_s": measure,
             }
         )
     return rows
 
 
-def server_durations(rows: list[dict]) -> dict[str, tuple[int, float]]:
-    """{server: (tp, predicted seconds)} from cell rows: start-up plus the cells not cached; a server whose
-    cells are all cached is never started and costs nothing."""
+class ServerCost(NamedTuple):
+    """A server's predicted cost: its TP size, its seconds with a warm start-up, what a cold one adds, and how long
+    a cold one takes (the host is warm once it is over)."""
+
+    tp: int
+    seconds: float
+    cold_extra_s: float = 0.0
+    cold_startup_s: float = 0.0
+
+
+def server_durations(rows: list[dict]) -> dict[str, ServerCost]:
+    """{server: ServerCost} from cell rows: start-up plus the cells not cached; a server whose cells are all cached
+    is never started and costs nothing."""
     groups: dict[str, list[dict]] = {}
     for r in rows:
         groups.setdefault(r["server"], []).append(r)
     out = {}
     for server, cells in groups.items():
         todo = [r for r in cells if not r.get("cached")]
-        startup = sum(r["startup_s"] for r in cells) if todo else 0.0
-        out[server] = (cells[0]["tp"], startup + sum(r["warmup_s"] + r["measure_s"] for r in todo))
+        cold, warm = (sum(r[k] for r in cells) if todo else 0.0 for k in ("cold_startup_s", "warm_startup_s"))
+        out[server] = ServerCost(
+            cells[0]["tp"], warm + sum(r["warmup_s"] + r["measure_s"] for r in todo), cold - warm, cold
+        )
     return out
+
+
+def gpus_per_host(config: dict, gpus: int) -> int:
+    """GPUs per host the plan packs onto: on SGLang as many as the calibrations' host had (their fingerprints'
+    gpu_count), else all of them on one host."""
+    counts = [cost_model.of(config, tp)["gpu_count"] for tp in config["tp"]]
+    known = [c for c in counts if isinstance(c, int) and c > 0]
+    return min(max(known), gpus) if config["backend"] == "sglang" and known and gpus else gpus
 
 
 ORDERS = {
@@ -240,49 +289,90 @@ ORDERS = {
 }
 
 
-def pack(durations: dict[str, tuple[int, float]], gpus: int, exclusive: bool = False) -> dict:
-    """List scheduling of servers onto ``gpus`` GPUs in the best of a few orders (longest first, widest first,
-    largest GPU-time first): start times, makespan and its lower bound."""
+def pack(durations: Mapping[str, tuple], gpus: int, exclusive: bool = False, host_gpus: int | None = None) -> dict:
+    """List scheduling of servers ({server: ServerCost or (tp, seconds)}) onto ``gpus`` GPUs, in hosts of
+    ``host_gpus`` (default: one host), in the best of a few orders (longest first, widest first, largest GPU-time
+    first): start times, which servers start cold, makespan and its lower bound."""
     best: dict = {}
     for name, key in ORDERS.items():
         order = sorted(durations, key=lambda s: key(durations[s]))
-        result = _schedule(durations, order, gpus, exclusive)
+        result = _schedule(durations, order, gpus, exclusive, min(host_gpus or gpus, gpus))
         if not best or result["makespan_s"] < best["makespan_s"] - 1e-9:
             best = {**result, "heuristic": name}
     return best
 
 
-def _schedule(durations: dict, order: list[str], gpus: int, exclusive: bool) -> dict:
+def _schedule(durations: Mapping[str, tuple], order: list[str], gpus: int, exclusive: bool, host_gpus: int) -> dict:
+    """Each server in turn on the GPUs that free first: those of one host where it fits on one (the host where it
+    starts soonest), else the earliest of all. It starts cold where no server of its hosts has finished starting
+    (their compiled kernels are not there yet) and warm on a host where one has."""
+    costs = {server: ServerCost(*durations[server]) for server in durations}
     free_at = [0.0] * gpus  # when each GPU becomes free
-    starts = {}
+    hosts = [list(range(h, min(h + host_gpus, gpus))) for h in range(0, gpus, host_gpus)] if gpus else []
+    warm_from = [math.inf] * len(hosts)  # when a server on each host has finished starting
+    starts: dict[str, float] = {}
+    cold: dict[str, bool] = {}
+    seconds: dict[str, float] = {}
     for server in order:
-        tp, seconds = durations[server]
-        need = gpus if exclusive else tp
-        if seconds == 0:
-            starts[server] = 0.0
+        cost = costs[server]
+        need = gpus if exclusive else cost.tp
+        if cost.seconds == 0:
+            starts[server], cold[server], seconds[server] = 0.0, False, 0.0
             continue
-        slots = sorted(range(gpus), key=lambda g: free_at[g])[:need]
+        groups = [h for h in hosts if len(h) >= need] or [list(range(gpus))]
+        slots = min(
+            (sorted(h, key=lambda g: free_at[g])[:need] for h in groups), key=lambda s: max(free_at[g] for g in s)
+        )
         start = max(free_at[g] for g in slots)
+        touched = {g // host_gpus for g in slots}
+        cold[server] = any(start < warm_from[h] for h in touched)
+        seconds[server] = cost.seconds + (cost.cold_extra_s if cold[server] else 0.0)
+        for h in touched:
+            if start < warm_from[h]:
+                warm_from[h] = min(warm_from[h], start + cost.cold_startup_s)
         for g in slots:
-            free_at[g] = start + seconds
+            free_at[g] = start + seconds[server]
         starts[server] = start
     makespan = max(free_at) if durations else 0.0
-    gpu_seconds = sum((gpus if exclusive else tp) * s for tp, s in durations.values())
-    bound = max(gpu_seconds / gpus if gpus else 0.0, max((s for _, s in durations.values()), default=0.0))
+    width = {server: gpus if exclusive else cost.tp for server, cost in costs.items()}
+    warm_gpu_seconds = sum(width[s] * cost.seconds for s, cost in costs.items())
+    # any schedule starts one server cold at least, and no server takes less than its warm duration
+    first = min((width[s] * cost.cold_extra_s for s, cost in costs.items() if cost.seconds), default=0.0)
+    bound = max(
+        (warm_gpu_seconds + first) / gpus if gpus else 0.0,
+        max((cost.seconds for cost in costs.values()), default=0.0),
+        min((cost.seconds + cost.cold_extra_s for cost in costs.values() if cost.seconds), default=0.0),
+    )
     order = sorted(starts, key=lambda s: (starts[s], order.index(s)))
     return {
         "order": order,
         "starts": starts,
+        "cold": cold,
+        "seconds": seconds,
         "makespan_s": makespan,
         "lower_bound_s": bound,
-        "gpu_seconds": sum(tp * s for tp, s in durations.values()),
+        "gpu_seconds": sum(costs[s].tp * seconds[s] for s in seconds),
     }
 
 
-def priorities(durations: dict[str, tuple[int, float]], gpus: int, exclusive: bool = False) -> dict[str, int]:
+def priorities(
+    durations: Mapping[str, tuple], gpus: int, exclusive: bool = False, host_gpus: int | None = None
+) -> dict[str, int]:
     """Snakemake priorities that start servers in the plan's packing order."""
-    order = pack(durations, gpus, exclusive)["order"]
+    order = pack(durations, gpus, exclusive, host_gpus)["order"]
     return {server: len(order) - i for i, server in enumerate(order)}
+
+
+def scheduled(rows: list[dict], packing: dict) -> list[dict]:
+    """The rows with the start-up each server pays in the packing (``startup_s``: cold or warm, on its first row;
+    none for a server never started, its cells all cached) and whether it starts cold (``cold_start``)."""
+    out = []
+    for r in rows:
+        is_cold = bool(packing["cold"].get(r["server"]))
+        startup = r["cold_startup_s"] if is_cold else r["warm_startup_s"]
+        started = packing["seconds"].get(r["server"], 1.0) > 0
+        out.append({**r, "startup_s": startup if started else 0.0, "cold_start": is_cold})
+    return out
 
 
 def mark_cached(config: dict, rows: list[dict], environment: dict | None) -> bool:
@@ -312,13 +402,20 @@ def mark_cached(config: dict, rows: list[dict], environment: dict | None) -> boo
     return True
 
 
-def write_predictions(config: dict, out_csv: str) -> None:
-    """The predicted rows of every cell (see predict) as CSV: what the report compares each server's run with."""
+def packed(config: dict, rows: list[dict], gpus: int) -> tuple[list[dict], dict]:
+    """(the rows with the start-up each server pays, the packing) of a configuration's predicted rows on ``gpus``
+    GPUs (see pack, scheduled)."""
+    packing = pack(server_durations(rows), gpus, config["gpu_pool"]["exclusive"], gpus_per_host(config, gpus))
+    return scheduled(rows, packing), packing
+
+
+def write_predictions(config: dict, out_csv: str, gpus: int) -> None:
+    """The predicted rows of every cell (see predict), each server's start-up as the packing on ``gpus`` GPUs
+    starts it (cold or warm), as CSV: what the report compares each server's run with."""
     import pandas as pd
 
-    atomic_write_text(
-        out_csv, pd.DataFrame(predict(config, config["cache_dir"]), columns=PREDICTION_COLUMNS).to_csv(index=False)
-    )
+    rows, _ = packed(config, predict(config, config["cache_dir"]), gpus)
+    atomic_write_text(out_csv, pd.DataFrame(rows, columns=PREDICTION_COLUMNS).to_csv(index=False))
 
 
 PREDICTION_COLUMNS = [
@@ -331,6 +428,9 @@ PREDICTION_COLUMNS = [
     "requests",
     "path",
     "startup_s",
+    "cold_start",
+    "cold_startup_s",
+    "warm_startup_s",
     "warmup_s",
     "measure_s",
 ]
@@ -342,17 +442,16 @@ def write_plan(config: dict, environment: dict | None, gpus: int, out_md: str, o
 
     rows = predict(config, config["cache_dir"])
     known = mark_cached(config, rows, environment)
-    durations = server_durations(rows)
-    packing = pack(durations, gpus, config["gpu_pool"]["exclusive"])
+    rows, packing = packed(config, rows, gpus)
     frame = pd.DataFrame(rows)
     frame["cached"] = frame.get("cached", False)
     atomic_write_text(out_csv, frame.to_csv(index=False))
     hours = packing["gpu_seconds"] / 3600
     lines = [
-        f"# Plan: {len(durations)} servers, {len(rows)} cells",
+        f"# Plan: {len(packing['order'])} servers, {len(rows)} cells",
         "",
-        f"- backend: {config['backend']}; cost model: {config['sim']['model_profile']} on {config['sim']['gpu']} "
-        f"({config['sim']['runtime']} runtime)" + (" - simulated backend" if config["backend"] == "sim" else ""),
+        f"- backend: {config['backend']}" + (" - simulated backend" if config["backend"] == "sim" else ""),
+        *cost_model_lines(config),
         f"- cells already cached: {int(frame['cached'].sum())} of {len(rows)}"
         + (
             ""
@@ -362,22 +461,45 @@ def write_plan(config: dict, environment: dict | None, gpus: int, out_md: str, o
         ),
         f"- GPU-hours: {hours:.2f} (sum over servers of TP x predicted duration)",
         f"- GPUs: {gpus}"
-        + (" (all servers serialised: gpu_pool.exclusive)" if config["gpu_pool"]["exclusive"] else ""),
+        + (" (all servers serialised: gpu_pool.exclusive)" if config["gpu_pool"]["exclusive"] else "")
+        + (f", on hosts of {gpus_per_host(config, gpus)}" if gpus_per_host(config, gpus) < gpus else ""),
         f"- predicted makespan: {packing['makespan_s'] / 3600:.2f} h ({packing['makespan_s']:.0f} s), order: "
         f"{packing['heuristic']}; "
         f"lower bound {packing['lower_bound_s'] / 3600:.2f} h "
         f"(ratio {packing['makespan_s'] / packing['lower_bound_s'] if packing['lower_bound_s'] else 1:.3f})",
         "",
-        "| start order | server | TP | predicted duration (s) | predicted start (s) | cells cached |",
-        "|---|---|---|---|---|---|",
+        "| start order | server | TP | predicted duration (s) | predicted start (s) | cells cached | start-up |",
+        "|---|---|---|---|---|---|---|",
     ]
     for i, server in enumerate(packing["order"], start=1):
-        tp, seconds = durations[server]
-        cached = frame[frame["server"] == server]["cached"]
+        seconds = packing["seconds"][server]
+        cells = frame[frame["server"] == server]
+        cached = cells["cached"]
+        first = cells.iloc[0]
+        kind = ("cold " if packing["cold"][server] else "warm ") if first.cold_startup_s != first.warm_startup_s else ""
+        startup = f"{kind}{cells['startup_s'].sum():.0f} s" if seconds else "none (all cached)"
         lines.append(
-            f"| {i} | {server} | {tp} | {seconds:.0f} | {packing['starts'][server]:.0f} | "
-            f"{int(cached.sum())}/{len(cached)} |"
+            f"| {i} | {server} | {int(cells['tp'].iloc[0])} | {seconds:.0f} | {packing['starts'][server]:.0f} | "
+            f"{int(cached.sum())}/{len(cached)} | {startup} |"
         )
     lines += ["", "Assumptions: " + " ".join(__doc__.split("Assumptions (stated in plan.md): ")[1].split())]
     atomic_write_text(out_md, "\n".join(lines) + "\n")
-    return {"servers": len(durations), "cells": len(rows), "gpu_hours": hours, **packing}
+    return {"servers": len(packing["order"]), "cells": len(rows), "gpu_hours": hours, **packing}
+
+
+def cost_model_lines(config: dict) -> list[str]:
+    """plan.md's account of its cost models: per TP size what prices its steps (cost_model.label, the file and the
+    profiles) and its start-ups, then every calibration found and not used, and why."""
+    lines = []
+    for tp in config["tp"]:
+        chosen, sim = cost_model.of(config, tp), cost_model.sim_settings(config, tp)
+        where = f"{chosen['calibration']}; " if chosen["calibration"] else ""
+        lines.append(
+            f"- cost model, TP {tp}: {chosen['label']} ({where}{sim['model_profile']} on {sim['gpu']}, "
+            f"{sim['runtime']} runtime)"
+        )
+        lines.append(f"- start-up, TP {tp}: {startup_text(config, tp)}")
+    ignored = (config.get("cost_model") or {}).get("ignored", [])
+    if ignored:
+        lines.append("- calibrations not used: " + "; ".join(ignored))
+    return lines

@@ -538,6 +538,8 @@ def setup_tables(t: Tables, environment: dict, view: dict, simulated: bool, data
         ("Model", view["model"]),
         ("Sampling", view.get("sampling", "")),
     ]
+    if view.get("cost_model"):  # cost_model.labels: what the simulated servers ran and the plan priced with
+        prov.append(("Cost model" if simulated else "Plan's cost model", view["cost_model"]))
     for label, column in (
         ("Attention backend", "attention_backend"),
         ("Weights", "load_format"),

@@ -1,0 +1,55 @@
+"""Calibration files as `snakemake calibrate` writes them (the format specsweep/cost_model.py reads), and the
+environment record of the host they fit, for the tests of which cost model a configuration uses."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import yaml
+
+from specsweep.sim.model import profiles
+
+# a runtime measured on a slower engine than the generic roofline: every step costs more
+MEASURED_RUNTIME = {
+    **profiles()["runtimes"]["sglang"],
+    "bandwidth_efficiency": 0.5,
+    "layer_overhead": 60.0e-6,
+    "cpu_step": 2.0e-3,
+}
+HOST = {"gpu": "NVIDIA H200", "gpu_count": 1, "driver": "570.86.15", "engine_version": "0.5.16", "engine_commit": None}
+LABEL = "measured on NVIDIA H200 on 2026-12-01, largest deviation 4.2%"
+
+
+def write_calibration(
+    folder: Path, name: str = "cal.yaml", *, tp: int = 1, model: str = "Qwen/Qwen3-8B", date: str = "2026-12-01", **host
+) -> Path:
+    """One calibration of ``HOST`` (changed by ``host``) for a model and TP size, measured on ``date``: the runtime
+    MEASURED_RUNTIME, start-ups of 150 s cold and 60 s warm, a largest deviation of 4.2%."""
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / name
+    fingerprint = {**HOST, **host, "model": model, "tp": tp}
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "fingerprint": fingerprint,
+                "measured_on": {"gpu": fingerprint["gpu"], "date": date},
+                "largest_deviation": 0.042,
+                "runtime": MEASURED_RUNTIME,
+                "startup": {"cold_s": 150.0, "warm_s": 60.0},
+                "table": name.replace(".yaml", ".csv"),
+            }
+        )
+    )
+    return path
+
+
+def environment_of(host: dict) -> dict:
+    """An environment record (the parts of environment.probe's that a fingerprint reads) of a host with these
+    GPUs, driver and engine."""
+    return {
+        "hardware": {
+            "gpus": [{"index": i, "name": host["gpu"], "driver": host["driver"]} for i in range(host["gpu_count"])],
+            "driver": host["driver"],
+        },
+        "server": {"name": "sglang", "version": host["engine_version"], "commit": host["engine_commit"]},
+    }
