@@ -217,12 +217,14 @@ def decoding_from_args(args: argparse.Namespace, env=None) -> Decoding:
 
 @dataclass(frozen=True)
 class Step:
-    """What one engine step emitted for a request: its tokens, and the request's totals right after it."""
+    """What one engine step emitted for a request: its tokens, the request's totals right after it, and which of the
+    engine's steps it was (counted from launch)."""
 
     tokens: int
     produced: int
     verify_ct: int
     done: bool
+    index: int
 
 
 @dataclass
@@ -427,7 +429,7 @@ class Engine:
             self.counters["prompt_tokens"] += len(req.prompt_tokens)
             self.counters["cached_tokens"] += req.cached_tokens
             self.remember(req.prompt_tokens + req.reply)
-        req.queue.put_nowait(Step(n, req.produced, req.verify_ct, done))
+        req.queue.put_nowait(Step(n, req.produced, req.verify_ct, done, self.counters["steps"]))
 
     def meta_info(self, req: Request, rid: str, step: Step | None = None) -> dict:
         """SGLang's meta_info for a request as it stood after ``step`` (default: now)."""
@@ -451,6 +453,8 @@ class Engine:
             "queue_time": (req.admitted - req.started) * scale if req.admitted is not None else None,
             "simulated": True,
         }
+        if step is not None:  # the engine step that sent this chunk (all chunks of one step share it)
+            info["sim_step"] = step.index
         if self.decoding.algorithm != "ar":
             info["spec_verify_ct"] = verify_ct
             # SGLang's definition: completion tokens (the prefill token included) per verify round
