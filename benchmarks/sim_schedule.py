@@ -5,8 +5,9 @@
 For AR and DFlash (block 16) on the default profile (H200, Qwen3-8B, TP 1, real time: no --sim-time-scale), at
 concurrency 1, 4, 16 and 64: one simulated server per method (a subprocess on 127.0.0.1, start-up 0 s) and, per
 concurrency, one wave of that many streaming /generate requests through specsweep's client (distinct prompts of
---prompt-words words, so that no prompt page is shared or cached; ignore_eos, temperature 0). Every chunk names the
-engine step that sent it (meta_info.sim_step) and is dated by the client when its bytes arrive.
+--prompt-words words, so that no prompt page is shared or cached; ignore_eos, temperature 0; incremental text, as
+the workflow launches its servers). Every chunk names the engine step that sent it (meta_info.sim_step) and is
+dated by the client when its bytes arrive.
 
 A decode step k is one in which no request was admitted. Its batch is the requests with a chunk of step k; the
 context of each = its prompt tokens + its tokens after step k - 1 (its previous chunk). Modelled step =
@@ -30,7 +31,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from specsweep.client import measure
+from specsweep.client import LoadModel, measure
 from specsweep.counters import scrape
 from specsweep.launcher import Server, free_port
 from specsweep.sim.server import Engine, parse_args
@@ -100,7 +101,7 @@ def run_method(method: str, concurrencies, words: int, server_path: str | None, 
     engine = Engine(parse_args(flags))  # the cost model and decoding the server runs with
     port = free_port()
     argv = [sys.executable, "-m", "specsweep.sim", *flags, "--port", str(port), "--enable-metrics"]
-    argv += ["--sim-startup-seconds", "0"]
+    argv += ["--sim-startup-seconds", "0", "--incremental-streaming-output"]  # as the workflow launches it
     env = {"PYTHONPATH": server_path} if server_path else {}
     server = Server(argv, env, "127.0.0.1", port, log_dir / f"sim-{method}.log")
     rows = []
@@ -115,6 +116,7 @@ def run_method(method: str, concurrencies, words: int, server_path: str | None, 
                 concurrency,
                 {"temperature": 0.0, "ignore_eos": True},
                 timeout=300,
+                load=LoadModel(incremental=True),
                 on_chunk=lambda arrival, chunk: chunks.append((arrival, chunk)),
             )
             after = scrape(server.url)
