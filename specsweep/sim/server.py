@@ -35,6 +35,7 @@ from .. import __version__, algorithms
 from ..ddtree import DEFAULT_BUILD, RankProbe, builds as ddtree_builds
 from ..text import chat_template, split_tokens
 from ..workloads import WorkloadError, tokenizer
+from .clock import StepClock
 from .model import (
     CostModel,
     Decoding,
@@ -45,7 +46,6 @@ from .model import (
     request_drafter,
     top1_probability,
 )
-from .clock import StepClock
 from .stream import EventStream
 
 PAGE = 64  # prefix-cache granularity in tokens
