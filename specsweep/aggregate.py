@@ -124,7 +124,6 @@ def cell_row(
         "server_running_mean": m["server_load"]["running"]["mean"],
         "server_running_peak": m["server_load"]["running"]["peak"],
         "server_running_samples": m["server_load"]["running"]["samples"],
-        "sim_late_share": sim_late_share(cell["server_counters"]),
         "attention_backend": attention_backend(cell),
         "load_format": cell["provenance"].get("load_format", "auto"),
         "stream": (cell.get("load") or {}).get("stream"),
@@ -143,14 +142,6 @@ def cell_row(
         "lossless_first_divergence_min": lossless.get("first_divergence_min", math.nan),
         "cell_file": path,
     }
-
-
-def sim_late_share(counters: dict) -> float | None:
-    """How much longer than modelled a simulated cell's engine steps took, because its host was late with their work:
-    late seconds / scheduled seconds over the cell's window (the specsweep_sim counters, sim/clock.py); None for a
-    server that does not count them."""
-    scheduled = counters.get("specsweep_sim:scheduled_seconds_total")
-    return counters.get("specsweep_sim:late_seconds_total", 0.0) / scheduled if scheduled else None
 
 
 def attention_backend(cell: dict) -> str:

@@ -523,23 +523,6 @@ def agentic(t: Tables, figs: Figures, data: dict[str, str]) -> dict:
     return {"has_sessions": has_sessions}
 
 
-def clock_account(summary: pd.DataFrame) -> str:
-    """The simulated servers' schedule over the cells (sim_late_share): the cell whose engine steps took the longest
-    past their modelled seconds because its host was late with their work, and how many cells lost 1% or more."""
-    late = summary.dropna(subset=["sim_late_share"])
-    if late.empty:
-        return "not counted (cells measured by a server that did not count late steps)"
-    worst = late.loc[late["sim_late_share"].idxmax()]
-    share, slow = worst["sim_late_share"], int((late["sim_late_share"] >= 0.01).sum())
-    if share < 0.01:
-        return f"on the cost model's schedule: engine steps at most {share:.2%} longer than modelled"
-    return (
-        f"the host could not keep the cost model's pace: engine steps up to {share:.1%} longer than modelled (TP "
-        f"{worst['tp']} {worst['method']} {worst['workload']} at concurrency {worst['concurrency']}); {slow} of "
-        f"{len(late)} cells 1% or more"
-    )
-
-
 def setup_tables(t: Tables, environment: dict, view: dict, simulated: bool, data: dict[str, str]) -> dict:
     """Section 1 and the appendix: provenance, workloads, acceptance, all cells, cells below their label,
     queueing, losslessness, failures."""
@@ -568,8 +551,6 @@ def setup_tables(t: Tables, environment: dict, view: dict, simulated: bool, data
             if column == "load_format" and "dummy" in set(per_method):
                 text += " (random weights of the model's shape: acceptance about 1, speedups meaningless)"
             prov.append((label, text))
-    if simulated and "sim_late_share" in summary:
-        prov.append(("Simulated clock", clock_account(summary)))
     if simulated:
         prov.append(("Simulated profile", view.get("sim_profile", "")))
     _table(pd.DataFrame(prov, columns=["item", "value"]), data, "provenance.csv", ["item", "value"])
