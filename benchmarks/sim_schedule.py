@@ -85,6 +85,8 @@ def compare(engine: Engine, by_step: dict[int, dict[str, tuple[float, int, int]]
         contexts = [before[rid][1] + before[rid][2] for rid in batch]
         modelled.append(engine.cost.decode_step(engine.decoding, contexts))
         seen.append(statistics.fmean(batch[rid][0] - before[rid][0] for rid in batch))
+    if not seen:
+        raise SystemExit("no decode step seen: the server's chunks do not name their engine step (meta_info.sim_step)")
     ratios = sorted(s / m for s, m in zip(seen, modelled))
     return {
         "steps": len(seen),
@@ -100,7 +102,8 @@ def run_method(method: str, concurrencies, words: int, server_path: str | None, 
     flags = ["--model-path", "Qwen/Qwen3-8B", *METHODS[method]]
     engine = Engine(parse_args(flags))  # the cost model and decoding the server runs with
     port = free_port()
-    argv = [sys.executable, "-m", "specsweep.sim", *flags, "--port", str(port), "--enable-metrics"]
+    isolated = ["-P"] if server_path else []  # the server's package from its PYTHONPATH, never the current folder
+    argv = [sys.executable, *isolated, "-m", "specsweep.sim", *flags, "--port", str(port), "--enable-metrics"]
     argv += ["--sim-startup-seconds", "0", "--incremental-streaming-output"]  # as the workflow launches it
     env = {"PYTHONPATH": server_path} if server_path else {}
     server = Server(argv, env, "127.0.0.1", port, log_dir / f"sim-{method}.log")
