@@ -79,6 +79,7 @@ SERVER_INFO_KEYS = (
     "context_length",
     "mem_fraction_static",
     "sim_time_scale",
+    "sim_clock",  # the simulated server's schedule since launch: steps, steps late, seconds late (sim/clock.py)
 )
 
 

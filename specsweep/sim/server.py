@@ -1,9 +1,12 @@
 """The simulated SGLang-compatible server: HTTP API and a continuous-batching engine.
 
 Run as ``python -m specsweep.sim`` with SGLang's launch flags (the subset
-specsweep uses) plus ``--sim-*`` flags for the emulated hardware. It sleeps
-for the modelled step time instead of computing. Every response says
-``simulated``.
+specsweep uses) plus ``--sim-*`` flags for the emulated hardware. It waits
+out each modelled engine step instead of computing, on an absolute schedule
+(specsweep.sim.clock: a step ends at its modelled deadline, its own Python work
+done inside it); steps whose work ran past their deadline are counted in
+/server_info's ``sim_clock`` and /metrics' ``specsweep_sim:*`` counters. Every
+response says ``simulated``.
 
 ``--sim-time-scale S`` runs its clock S times fast: every modelled duration (start-up, each engine step) lasts
 1/S of its modelled seconds (the hang fault still never ends), while the durations it reports itself
@@ -32,6 +35,7 @@ from .. import __version__, algorithms
 from ..ddtree import DEFAULT_BUILD, RankProbe, builds as ddtree_builds
 from ..text import chat_template, split_tokens
 from ..workloads import WorkloadError, tokenizer
+from .clock import StepClock
 from .model import (
     CostModel,
     Decoding,
@@ -217,12 +221,14 @@ def decoding_from_args(args: argparse.Namespace, env=None) -> Decoding:
 
 @dataclass(frozen=True)
 class Step:
-    """What one engine step emitted for a request: its tokens, and the request's totals right after it."""
+    """What one engine step emitted for a request: its tokens, the request's totals right after it, and which of the
+    engine's steps it was (counted from launch)."""
 
     tokens: int
     produced: int
     verify_ct: int
     done: bool
+    index: int
 
 
 @dataclass
@@ -278,6 +284,7 @@ class Engine:
             "cached_tokens": 0,
             "steps": 0,
         }
+        self.clock = StepClock(args.sim_time_scale)
 
     # prefix cache ----------------------------------------------------------
     @staticmethod
@@ -395,22 +402,18 @@ class Engine:
         return not self.waiting and not self.running
 
     async def run(self) -> None:
-        """Steps in real time: each one sleeps for its modelled seconds / --sim-time-scale (never catching up on
-        lost time)."""
-        loop, scale = asyncio.get_running_loop(), self.args.sim_time_scale
-        deadline = loop.time()
+        """Steps in real time on an absolute schedule (specsweep.sim.clock): each one ends at its deadline, the end of
+        the step before + its modelled seconds / --sim-time-scale, its own work done inside it; a step whose work
+        passes its deadline is counted late and the next one starts when it ends (no debt carried)."""
         while True:
             if self.idle:
                 self.wakeup.clear()
                 await self.wakeup.wait()
-                deadline = loop.time()
+                self.clock.restart()
             admitted, batch, step = self.next_step()
-            deadline += step / scale
-            delay = deadline - loop.time()
-            if delay > 0:
-                await asyncio.sleep(delay)
-            else:
-                deadline = loop.time()  # fell behind (host too slow): do not accumulate debt
+            wait = self.clock.step(step)
+            if wait > 0:
+                await asyncio.sleep(wait)
             self.commit_step(admitted, batch)
 
     def _emit(self, req: Request, n: int) -> None:
@@ -427,7 +430,7 @@ class Engine:
             self.counters["prompt_tokens"] += len(req.prompt_tokens)
             self.counters["cached_tokens"] += req.cached_tokens
             self.remember(req.prompt_tokens + req.reply)
-        req.queue.put_nowait(Step(n, req.produced, req.verify_ct, done))
+        req.queue.put_nowait(Step(n, req.produced, req.verify_ct, done, self.counters["steps"]))
 
     def meta_info(self, req: Request, rid: str, step: Step | None = None) -> dict:
         """SGLang's meta_info for a request as it stood after ``step`` (default: now)."""
@@ -451,6 +454,8 @@ class Engine:
             "queue_time": (req.admitted - req.started) * scale if req.admitted is not None else None,
             "simulated": True,
         }
+        if step is not None:  # the engine step that sent this chunk (all chunks of one step share it)
+            info["sim_step"] = step.index
         if self.decoding.algorithm != "ar":
             info["spec_verify_ct"] = verify_ct
             # SGLang's definition: completion tokens (the prefill token included) per verify round
@@ -567,6 +572,7 @@ class SimServer:
             {
                 "version": f"specsweep-sim {__version__}",
                 "simulated": True,
+                "sim_clock": engine.clock.report(),
                 "internal_states": [{"avg_spec_accept_length": avg, "launched_at": self.launched}],
             }
         )
@@ -593,6 +599,9 @@ class SimServer:
             ("sglang:cuda_graph_passes_total", c["steps"], "counter"),
             ("sglang:num_running_reqs", len(engine.running), "gauge"),
             ("sglang:num_queue_reqs", len(engine.waiting), "gauge"),
+            ("specsweep_sim:steps_late_total", engine.clock.steps_late, "counter"),
+            ("specsweep_sim:late_seconds_total", engine.clock.late_seconds, "counter"),
+            ("specsweep_sim:scheduled_seconds_total", engine.clock.scheduled_seconds, "counter"),
         ):
             lines += [f"# TYPE {name} {kind}", f"{name}{label} {float(value)}"]
         lines.append("# specsweep simulated backend")
