@@ -363,6 +363,7 @@ def write_plan(config: dict, environment: dict | None, gpus: int, out_md: str, o
         f"- GPU-hours: {hours:.2f} (sum over servers of TP x predicted duration)",
         f"- GPUs: {gpus}"
         + (" (all servers serialised: gpu_pool.exclusive)" if config["gpu_pool"]["exclusive"] else ""),
+        __import__("specsweep.calibrate", fromlist=["plan_line"]).plan_line(config),
         f"- predicted makespan: {packing['makespan_s'] / 3600:.2f} h ({packing['makespan_s']:.0f} s), order: "
         f"{packing['heuristic']}; "
         f"lower bound {packing['lower_bound_s'] / 3600:.2f} h "
