@@ -401,7 +401,10 @@ def measure_prefill(probe: Probe, context: int, repeats: int, new_tokens: int, s
         usual = [b - a for j, (a, b) in enumerate(zip(times, times[1:])) if not i - 2 <= j < i]
         if not usual:
             return {"skipped": "the streaming request has no usual step besides the admission"}
-        steps.append(times[i] - times[i - 2] - statistics.median(usual))
+        step = times[i] - times[i - 2] - statistics.median(usual)
+        if step <= 0:
+            return {"skipped": "the prefill is too short to tell from the stream's own steps"}
+        steps.append(step)
         stream_contexts.append(stream.prompt_tokens + sum(stream.chunk_tokens[:i]))
         contexts.append(admitted.prompt_tokens)
     return {

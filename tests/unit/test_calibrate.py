@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import json
 import random
+import sys
 from dataclasses import asdict
 
 import pytest
 
-from conftest import REPO, start_sim
+from conftest import FIXTURES, REPO, load_default_config, start_sim, validated
 from specsweep import calibrate
+from specsweep.environment import probe
 from specsweep.sim.model import CostModel, Decoding, profiles
 
 TRUTH = "sglang-0.5.16-h200"  # the measured H200 runtime: far enough from the prior in every fitted parameter
@@ -160,3 +162,30 @@ def test_shapes_the_server_cannot_take_are_skipped_with_the_reason(truth_server)
     probe.capacity = None
     # more requests than the server runs at once (--max-running-requests 8): never all in flight together
     assert "did not hold the batch" in calibrate.measure_batch(probe, 16, 256, 24, "e")["skipped"]
+
+
+def test_the_sglang_path_calibrates_a_server_that_speaks_sglang_and_reuses_its_cache(tmp_path, monkeypatch):
+    """backend: sglang end to end (environment probe, launch command, flag checks, the pool's GPU lookup) against
+    a stand-in interpreter whose `-m sglang.launch_server` runs the simulated server; the second calibration of the
+    same fingerprint starts no server."""
+    monkeypatch.setenv("SPECSWEEP_PYTHON", sys.executable)
+    python = str(FIXTURES / "sglang_via_sim.sh")
+    config = load_default_config()
+    config.update(backend="sglang", sglang={"python": python}, cache_dir=str(tmp_path / "cache"))
+    config["methods"] = [{"name": "ar", "algorithm": "ar"}, {"name": "dflash", "algorithm": "dflash"}]
+    config["calibration"] = {"batches": [1, 4], "contexts": [1024, 4096], "new_tokens": 24, "prefill_repeats": 1}
+    config = validated(config)
+    environment = probe("sglang", python)
+    job = calibrate.calibration_job(config, environment, 1)
+    out = (str(tmp_path / "profile.yaml"), str(tmp_path / "table.csv"))
+    first = calibrate.calibrate(job, environment, *out, tmp_path)
+    assert first["measured"] == ["ar", "dflash"] and first["cached"] == []
+    profile = calibrate.read_profile(out[0])
+    assert profile["fingerprint"]["engine_version"] == "sglang 0.5.23" and profile["simulated"] is False
+    assert profile["shapes"]["measured"] == 2 + 4 + 4  # the AR server's prefills, then every batch x context
+    assert (tmp_path / "server-calibration-tp1-dflash.log").exists()
+    (tmp_path / "server-calibration-tp1-dflash.log").unlink()
+    again = calibrate.calibrate(job, environment, *out, tmp_path)
+    assert again["measured"] == [] and again["cached"] == ["ar", "dflash"]
+    assert not (tmp_path / "server-calibration-tp1-dflash.log").exists()
+    assert calibrate.read_profile(out[0])["runtime"] == profile["runtime"]
