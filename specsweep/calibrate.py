@@ -693,9 +693,7 @@ def cached_entries(job: dict, log=sys.stderr) -> dict[str, dict]:
 def measure_servers(job: dict, environment: dict, missing: list[dict], log_dir: Path, log=sys.stderr) -> list[dict]:
     """Start each missing method's server in turn (the job's GPUs held from the pool throughout), measure its
     shapes within the time bound, always stop it; each server's entry is cached as soon as it is measured."""
-    from .bench import start_server
-    from .gpus import GpuPool, lock_folder, visible_devices, wait_until_released
-    from .launcher import ApiKeyFile
+    from .gpus import GpuPool, lock_folder, visible_devices
 
     base = ServerJob.from_dict(job["server_job"])
     settings, cache = job["settings"], _cache(job)
@@ -714,33 +712,15 @@ def measure_servers(job: dict, environment: dict, missing: list[dict], log_dir: 
         stack.callback(signal.signal, signal.SIGTERM, previous)
         for index, method in enumerate(missing):
             share_end = time.monotonic() + (budget_end - time.monotonic()) / (len(missing) - index)
-            log_path = log_dir / f"server-calibration-tp{base.tp}-{method['name']}.log"
-            server = None
-            with ApiKeyFile(base.server.get("api_key_env")) as key:
-                try:
-                    print(f"calibration tp{base.tp}: starting the {method['name']} server", file=log, flush=True)
-                    server, _, _ = start_server(
-                        replace(base, method=method), {}, environment, log_path, gpus, key.args, key.headers
-                    )
-                    key.remove()  # the server read it when it started
-                    probe = open_probe(
-                        server.url,
-                        key.headers,
-                        server.alive,
-                        base.server["request_timeout"],
-                        base.model["context_length"],
-                    )
-                    rows = measure_shapes(probe, method, settings, share_end, log)
-                finally:
-                    if server is not None:
-                        server.stop()
-                        if gpus and base.backend == "sglang":
-                            wait_until_released(gpus)
+            print(f"calibration tp{base.tp}: starting the {method['name']} server", file=log, flush=True)
+            startup_s, rows = _measure_server(
+                replace(base, method=method), settings, environment, gpus, log_dir, share_end, log
+            )
             entry = {
                 "key": entry_key(job, method),
                 "fingerprint": job["fingerprint"],
                 "method": method,
-                "startup_s": server.startup_seconds,
+                "startup_s": startup_s,
                 "first_on_host": index == 0,
                 "measured_at": datetime.now(timezone.utc).isoformat(),
                 "rows": rows,
@@ -749,6 +729,32 @@ def measure_servers(job: dict, environment: dict, missing: list[dict], log_dir: 
             cache.put(entry["key"], entry)
             entries.append(entry)
     return entries
+
+
+def _measure_server(
+    job: ServerJob, settings: dict, environment: dict, gpus, log_dir: Path, share_end: float, log
+) -> tuple[float, list[dict]]:
+    """(start-up seconds, the table rows) of one method's server, started as the workflow starts it and always
+    stopped."""
+    from .bench import start_server
+    from .gpus import wait_until_released
+    from .launcher import ApiKeyFile, Server
+
+    log_path = log_dir / f"server-calibration-tp{job.tp}-{job.method['name']}.log"
+    server: Server | None = None
+    with ApiKeyFile(job.server.get("api_key_env")) as key:
+        try:
+            server, _, _ = start_server(job, {}, environment, log_path, gpus, key.args, key.headers)
+            key.remove()  # the server read it when it started
+            timeout, context_length = job.server["request_timeout"], job.model["context_length"]
+            probe = open_probe(server.url, key.headers, server.alive, timeout, context_length)
+            rows = measure_shapes(probe, job.method, settings, share_end, log)
+            return float(server.startup_seconds or 0.0), rows
+        finally:
+            if server is not None:
+                server.stop()
+                if gpus and job.backend == "sglang":
+                    wait_until_released(gpus)
 
 
 def startup(entries: list[dict]) -> dict:
