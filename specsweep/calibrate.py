@@ -82,7 +82,7 @@ CALIBRATION_VERSION = 1  # part of every cached measurement's key: bump it when 
 FOLDER = "results/calibration"
 FINGERPRINTS = f"{FOLDER}/fingerprints.json"
 FINGERPRINT_KEYS = ("gpu", "gpu_count", "driver", "engine_version", "engine_commit", "model", "tp")
-IDENTIFIED_WITHIN = 0.02  # a parameter is identified when one standard error of its log is below this
+IDENTIFIED_WITHIN = 0.015  # a parameter is identified when one standard error of its log is below this
 NOISE_FLOOR = 0.003  # the smallest residual scatter assumed (log units) when the fit is closer than this
 RAW = ChatTemplate("calibration: the prompt text as sent", "{{ messages[0]['content'] }}")
 
@@ -572,16 +572,21 @@ def _standard_errors(jac: np.ndarray, scatter: float) -> np.ndarray:
     blind = values <= (values.max() if values.size else 0) * 1e-9
     inverse = np.where(blind, np.inf, 1 / np.where(blind, 1, values) ** 2)
     shares = vt**2
-    contributions = np.where(shares > 1e-20, shares * inverse[:, None], 0.0)
+    contributions = np.where(shares > 1e-20, shares, 0.0) * np.where(shares > 1e-20, inverse[:, None], 0.0)
     return scatter * np.sqrt(contributions.sum(axis=0))
 
 
 @dataclass
 class Fit:
+    """A fitted runtime; ``identified``: the parameters the measurements pin within IDENTIFIED_WITHIN;
+    ``not_identified``: the others, of which ``held`` (no measurement tells them apart from the rest) keep the
+    prior's value and the rest keep the fit's, pinned less well; ``scatter``: the residuals' RMS (log)."""
+
     runtime: dict
     identified: list[str]
     not_identified: list[str]
     scatter: float
+    held: list[str]
 
 
 def fit_runtime(
@@ -613,25 +618,28 @@ def fit_runtime(
     sensitive = np.max(np.abs(_jacobian(residuals, x, residuals(x))), axis=0) > 1e-4
     free = [n for n, keep in zip(free, sensitive) if keep]  # a parameter no measured shape depends on
     x = x[sensitive]
+    errors = np.array([])
     while free:
         residuals = residuals_for(free)
         x = least_squares(residuals, x)
         r = residuals(x)
-        scatter = max(float(np.sqrt(np.mean(r**2))), NOISE_FLOOR)
+        # the residuals' scatter, counting the degrees of freedom the fit took
+        scatter = max(float(np.sqrt(r @ r / max(len(r) - len(free), 1))), NOISE_FLOOR)
         jac = _jacobian(residuals, x, r)
         errors = _standard_errors(jac, scatter)
-        if errors.max() <= IDENTIFIED_WITHIN:
+        if not np.isinf(errors).any():
             break
-        if np.isinf(errors).any():  # of those the measurements cannot tell apart, the one they see least
-            blind = np.flatnonzero(np.isinf(errors))
-            worst = int(blind[np.argmin(np.linalg.norm(jac[:, blind], axis=0))])
-        else:
-            worst = int(np.argmax(errors))
-        keep = [i for i in range(len(free)) if i != worst]  # held at the prior; the others fitted again from here
+        # of the parameters the measurements cannot tell apart, the one they see least is held at the prior
+        blind = np.flatnonzero(np.isinf(errors))
+        worst = int(blind[np.argmin(np.linalg.norm(jac[:, blind], axis=0))])
+        keep = [i for i in range(len(free)) if i != worst]
         free, x = [free[i] for i in keep], x[keep]
+    identified = [n for n, e in zip(free, errors) if e <= IDENTIFIED_WITHIN]
     runtime = runtime_of(free, x)
     rounded = {k: float(f"{v:.4g}") if isinstance(v, float) else v for k, v in runtime.items()}
-    return Fit(rounded, free, [n for n in FITTED if n not in free], scatter)
+    return Fit(
+        rounded, identified, [n for n in FITTED if n not in identified], scatter, [n for n in FITTED if n not in free]
+    )
 
 
 # ------------------------------------------------------------------ one TP: cache, servers, fit, files
@@ -647,7 +655,7 @@ def entry_key(job: dict, method: dict) -> str:
             "fingerprint": job["fingerprint"],
             "method": {k: v for k, v in method.items() if k != "name"},
             "model": server_job["model"],
-            "server": server_job["server"],
+            "server": {k: server_job["server"].get(k) for k in ("flags", "env", "min_free_slots_delay")},
             "sim": server_job["sim"],
             "settings": settings,
             "version": CALIBRATION_VERSION,
@@ -851,6 +859,7 @@ def calibrate(job: dict, environment: dict, profile_out: str, table_out: str, lo
         "measured_on": {"gpu": job["fingerprint"]["gpu"], "date": latest[:10]},
         "largest_deviation": round(max(deviations), 4),
         "not_identified": fit.not_identified,
+        "held": fit.held,
         "identified": fit.identified,
         "startup": cold_warm,
         "runtime": {**fit.runtime, "startup_seconds": cold_warm["cold_s"]},

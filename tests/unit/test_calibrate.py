@@ -61,29 +61,35 @@ def _fit(rows):
 
 
 def test_the_fit_recovers_a_known_profile_from_its_own_steps():
+    truth, prior = profiles()["runtimes"][TRUTH], calibrate.prior()
+    exact = _fit(_rows(truth))
+    # what no row reaches keeps the prior: the CPU behind the overlap scheduler, the draft models' costs, the KV
+    # pages two requests share (no two prompts alike), and what NGRAM's one width cannot split per node
+    assert {"cpu_step", "spec_cpu_per_request", "draft_step_overhead", "shared_kv_reads"} <= set(exact.held)
+    assert all(exact.runtime[name] == pytest.approx(prior[name], rel=1e-3) for name in exact.held)
+    assert set(exact.held) <= set(exact.not_identified)
+    # every other parameter back at the profile the steps came from, though the fit starts elsewhere
+    fitted = [n for n in calibrate.FITTED if n not in exact.held and n != "ngram_cpu_per_request"]
+    assert {n: exact.runtime[n] for n in fitted} == pytest.approx({n: truth[n] for n in fitted}, rel=0.005)
+    assert all(abs(prior[n] / truth[n] - 1) > 0.05 for n in fitted)  # it had somewhere to go
+
+
+def test_with_measurement_noise_every_identified_parameter_is_within_five_percent():
+    """Steps with a 0.5% error each (about what a median of a shape's steps keeps): the parameters the fit calls
+    identified are within 5% of the truth, and those it does not are flagged, not silently wrong."""
     truth = profiles()["runtimes"][TRUTH]
-    fit = _fit(_rows(truth, noise=0.005))
-    prior = calibrate.prior()
-    # every identified parameter within 5% of the profile the steps came from, though the fit starts elsewhere
-    errors = {name: fit.runtime[name] / truth[name] - 1 for name in fit.identified}
-    assert all(abs(e) < 0.05 for e in errors.values()), errors
-    core = {
-        "compute_efficiency",
-        "layer_overhead",
-        "attention_bandwidth_efficiency",
-        "attention_request_bandwidth",
-        "prefill_fixed",
-        "attention_compute_efficiency",
-        "drafter_fraction",
-        "verify_attention_reads",
-        "ngram_step_overhead",
-    }
-    assert core <= set(fit.identified), fit.not_identified
-    assert all(abs(prior[name] / truth[name] - 1) > 0.05 for name in core)  # it had somewhere to go
-    # what no row reaches keeps the prior: the CPU behind the overlap scheduler, the draft models' costs
-    assert {"cpu_step", "spec_cpu_per_request", "draft_step_overhead", "draft_per_request"} <= set(fit.not_identified)
-    assert all(fit.runtime[name] == pytest.approx(prior[name], rel=1e-3) for name in fit.not_identified)
-    assert set(fit.identified) | set(fit.not_identified) == set(calibrate.FITTED)
+    for seed in range(3):
+        fit = _fit(_rows(truth, noise=0.005, seed=seed))
+        errors = {name: fit.runtime[name] / truth[name] - 1 for name in fit.identified}
+        assert all(abs(e) < 0.05 for e in errors.values()), errors
+        assert {
+            "layer_overhead",
+            "attention_bandwidth_efficiency",
+            "attention_request_bandwidth",
+            "verify_attention_reads",
+            "verify_request_attention_reads",
+        } <= set(fit.identified), fit.not_identified
+        assert 0.003 <= fit.scatter < 0.008  # the residuals are the noise, nothing the model lacks
 
 
 def test_parameters_the_rows_cannot_tell_apart_are_not_identified():
