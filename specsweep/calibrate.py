@@ -7,7 +7,9 @@ and measures through the HTTP API only, so that the same code measures a real SG
 - decode steps (AR server): for each batch b of ``calibration.batches`` and context c of ``calibration.contexts``,
   b requests of about c prompt tokens sent together, each asking for ``calibration.new_tokens`` tokens (ignore_eos,
   temperature 0); a step is a gap between two chunks of one request (one chunk per step, as SGLang and the
-  simulator stream), taken while all b requests are in flight: the shape's step is their median;
+  simulator stream), taken while all b requests are in flight: the shape's step is their mean (the time those
+  steps took over their count: a chunk that arrives late makes one gap longer and the next shorter, which a
+  median would not weigh alike);
 - verify rounds (each speculative method's server): the same shapes; a round's gap holds the drafter's pass and
   the target's verify of the method's width or tree, which the HTTP API cannot separate (the fit splits them
   through the drafter's parameters: DFlash's drafter_fraction, the draft models' draft_*);
@@ -370,7 +372,7 @@ def measure_batch(probe: Probe, batch: int, context: int, new_tokens: int, seed:
         return {
             "skipped": f"the server did not hold the batch: {len(gaps) // batch} step(s) with all {batch} in flight"
         }
-    seconds = statistics.median(gaps) * probe.time_scale
+    seconds = statistics.fmean(gaps) * probe.time_scale
     return {"seconds": seconds, "context": round(statistics.fmean(contexts)), "gaps": len(gaps)}
 
 
@@ -401,7 +403,7 @@ def measure_prefill(probe: Probe, context: int, repeats: int, new_tokens: int, s
         usual = [b - a for j, (a, b) in enumerate(zip(times, times[1:])) if not i - 2 <= j < i]
         if not usual:
             return {"skipped": "the streaming request has no usual step besides the admission"}
-        step = times[i] - times[i - 2] - statistics.median(usual)
+        step = times[i] - times[i - 2] - statistics.fmean(usual)
         if step <= 0:
             return {"skipped": "the prefill is too short to tell from the stream's own steps"}
         steps.append(step)
@@ -614,14 +616,16 @@ def fit_runtime(
 
     free = list(FITTED)
     residuals = residuals_for(free)
-    x = np.array([_to_free(n, start[n]) for n in free])
+    x = least_squares(residuals, [_to_free(n, start[n]) for n in free])
+    # a parameter no measured shape depends on at the fit is held where the fit left it: at the prior when nothing
+    # moved it, else where it drove it (a cost at nothing, whose log the shapes no longer see)
     sensitive = np.max(np.abs(_jacobian(residuals, x, residuals(x))), axis=0) > 1e-4
-    free = [n for n, keep in zip(free, sensitive) if keep]  # a parameter no measured shape depends on
-    x = x[sensitive]
+    start.update({n: _from_free(n, v) for n, v, keep in zip(FITTED, x, sensitive) if not keep})
+    free, x = [n for n, keep in zip(FITTED, sensitive) if keep], x[sensitive]
     errors = np.array([])
+    residuals = residuals_for(free)
+    x = least_squares(residuals, x)
     while free:
-        residuals = residuals_for(free)
-        x = least_squares(residuals, x)
         r = residuals(x)
         # the residuals' scatter, counting the degrees of freedom the fit took
         scatter = max(float(np.sqrt(r @ r / max(len(r) - len(free), 1))), NOISE_FLOOR)
@@ -629,11 +633,22 @@ def fit_runtime(
         errors = _standard_errors(jac, scatter)
         if not np.isinf(errors).any():
             break
-        # of the parameters the measurements cannot tell apart, the one they see least is held at the prior
+        # of the parameters the measurements cannot tell apart, the one they see least is held: at the prior when
+        # the others then fit as well (its effect is theirs too), else where the fit put it (a cost it drove to
+        # nothing, say, which the log scale no longer sees)
         blind = np.flatnonzero(np.isinf(errors))
         worst = int(blind[np.argmin(np.linalg.norm(jac[:, blind], axis=0))])
         keep = [i for i in range(len(free)) if i != worst]
-        free, x = [free[i] for i in keep], x[keep]
+        name, value = free[worst], _from_free(free[worst], x[worst])
+        free = [free[i] for i in keep]
+        residuals = residuals_for(free)
+        x_prior = least_squares(residuals, x[keep])
+        r_prior = residuals(x_prior)
+        if float(r_prior @ r_prior) <= 1.1 * float(r @ r) + len(r) * NOISE_FLOOR**2:
+            x = x_prior
+        else:
+            start[name] = value
+            x = least_squares(residuals, x[keep])
     identified = [n for n, e in zip(free, errors) if e <= IDENTIFIED_WITHIN]
     runtime = runtime_of(free, x)
     rounded = {k: float(f"{v:.4g}") if isinstance(v, float) else v for k, v in runtime.items()}
@@ -865,7 +880,7 @@ def calibrate(job: dict, environment: dict, profile_out: str, table_out: str, lo
         "runtime": {**fit.runtime, "startup_seconds": cold_warm["cold_s"]},
         "simulated": environment["backend"] == "sim",
         "time_bound_s": job["settings"]["max_seconds_per_tp"],
-        "shapes": {"measured": len(deviations), "skipped": sum(1 for r in table if r["skipped"])},
+        "shapes": {"measured": len(deviations), "skipped": sum(1 for r in table if r.get("skipped"))},
         "table": Path(table_out).name,
         "profiles": {"gpu": _config_name(job, "gpu"), "model": _config_name(job, "model_profile")},
     }
