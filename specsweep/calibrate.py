@@ -7,9 +7,9 @@ and measures through the HTTP API only, so that the same code measures a real SG
 - decode steps (AR server): for each batch b of ``calibration.batches`` and context c of ``calibration.contexts``,
   b requests of about c prompt tokens sent together, each asking for ``calibration.new_tokens`` tokens (ignore_eos,
   temperature 0); a step is a gap between two chunks of one request (one chunk per step, as SGLang and the
-  simulator stream), taken while all b requests are in flight: the shape's step is their mean (the time those
-  steps took over their count: a chunk that arrives late makes one gap longer and the next shorter, which a
-  median would not weigh alike);
+  simulator stream), taken while all b requests are in flight: the shape's step is the slope of each request's
+  chunk arrival times against their number (least squares, so that a chunk that arrives late moves one point),
+  averaged over the batch;
 - verify rounds (each speculative method's server): the same shapes; a round's gap holds the drafter's pass and
   the target's verify of the method's width or tree, which the HTTP API cannot separate (the fit splits them
   through the drafter's parameters: DFlash's drafter_fraction, the draft models' draft_*);
@@ -324,21 +324,26 @@ def open_probe(url: str, headers: dict, alive, timeout: float, context_length: i
     return probe
 
 
-def steady_gaps(records: list[RequestRecord]) -> tuple[list[float], list[float]]:
-    """(gaps, contexts): every gap between two chunks of one request, after its first chunk, while every request
-    of the batch was in flight (from the last first chunk to the first last chunk), and the request's context
-    (prompt + tokens generated) at the gap's start."""
+def steady_steps(records: list[RequestRecord]) -> tuple[float, float, int]:
+    """(seconds per step, mean context, steps) of a batch while every request of it was in flight (from the last
+    first chunk to the first last chunk): per request, the slope of its chunks' arrival times against their
+    number (least squares: a chunk that arrives late moves one point, not the span), weighted by its steps;
+    the context is the request's prompt plus the tokens generated before each of those steps."""
     start = max(r.chunk_times[0] for r in records)
     end = min(r.chunk_times[-1] for r in records)
-    gaps, contexts = [], []
+    slopes, weights, contexts = [], [], []
     for r in records:
-        produced = 0
-        for (a, b), tokens in zip(zip(r.chunk_times, r.chunk_times[1:]), r.chunk_tokens):
-            produced += tokens
-            if start <= a and b <= end:
-                gaps.append(b - a)
-                contexts.append(r.prompt_tokens + produced)
-    return gaps, contexts
+        inside = [i for i, t in enumerate(r.chunk_times) if start <= t <= end]
+        if len(inside) < 3:
+            continue
+        times = np.array([r.chunk_times[i] for i in inside])
+        slopes.append(float(np.polyfit(np.arange(len(times)), times, 1)[0]))
+        weights.append(len(times) - 1)
+        produced = np.cumsum(r.chunk_tokens)
+        contexts += [r.prompt_tokens + int(produced[i]) for i in inside[:-1]]
+    if not weights:
+        return 0.0, 0.0, 0
+    return float(np.average(slopes, weights=weights)), float(np.mean(contexts)), sum(weights)
 
 
 MIN_STEPS = 4  # a shape needs at least this many steps with its whole batch in flight
@@ -367,13 +372,10 @@ def measure_batch(probe: Probe, batch: int, context: int, new_tokens: int, seed:
         return {"skipped": f"the server could not hold the batch: {retracted:g} request(s) retracted"}
     if any(len(r.chunk_times) < 2 for r in records):
         return {"skipped": "a request streamed fewer than two chunks"}
-    gaps, contexts = steady_gaps(records)
-    if len(gaps) < MIN_STEPS * batch:
-        return {
-            "skipped": f"the server did not hold the batch: {len(gaps) // batch} step(s) with all {batch} in flight"
-        }
-    seconds = statistics.fmean(gaps) * probe.time_scale
-    return {"seconds": seconds, "context": round(statistics.fmean(contexts)), "gaps": len(gaps)}
+    seconds, context, steps = steady_steps(records)
+    if steps < MIN_STEPS * batch:
+        return {"skipped": f"the server did not hold the batch: {steps // batch} step(s) with all {batch} in flight"}
+    return {"seconds": seconds * probe.time_scale, "context": round(context), "gaps": steps}
 
 
 PREFILL_LEAD = 4  # chunks the streaming request streams before the long request is sent
@@ -382,10 +384,11 @@ PREFILL_LEAD = 4  # chunks the streaming request streams before the long request
 def measure_prefill(probe: Probe, context: int, repeats: int, new_tokens: int, seed: str) -> dict:
     """One prefill shape: while a short request streams (``new_tokens`` tokens), a request of ``context`` tokens
     (one new token) is admitted. The admitting step's chunk of the streaming request is the one that arrives with
-    (or, on SGLang, first after) the new request's first chunk; the two gaps before it, less one of the stream's
-    usual steps, are the admitting step (two: the arrival of the long request may hold the server's loop, so that
-    the chunk before the admission comes late and the next on schedule). {"seconds", "stream_context", "context",
-    "gaps"} (medians of ``repeats``), or {"skipped": why}."""
+    (or, on SGLang, first after) the new request's first chunk; the three gaps around it (one before, one after),
+    less two of the stream's usual steps, are the admitting step. Three: the long request's arrival may hold the
+    server's loop, so that the chunk before the admission comes late, and the admission's own bookkeeping may
+    delay the chunk that ends it, while the chunks one step further on keep their schedule. {"seconds",
+    "stream_context", "context", "gaps"} (medians of ``repeats``), or {"skipped": why}."""
     if context + 1 > probe.context_length:
         return {"skipped": f"{context} tokens exceed model.context_length {probe.context_length}"}
     rng = random.Random(seed)
@@ -396,14 +399,14 @@ def measure_prefill(probe: Probe, context: int, repeats: int, new_tokens: int, s
             if r.error or not r.chunk_times:
                 return {"skipped": f"refused: {r.error}: {r.error_detail[:200]}"}
         first, times = admitted.chunk_times[0], stream.chunk_times
-        after = [i for i in range(2, len(times)) if times[i] >= first - 0.002]
+        after = [i for i in range(2, len(times) - 1) if times[i] >= first - 0.002]
         if not after:
             return {"skipped": "the streaming request ended before the long request was admitted"}
         i = min(after, key=lambda j: abs(times[j] - first))
-        usual = [b - a for j, (a, b) in enumerate(zip(times, times[1:])) if not i - 2 <= j < i]
+        usual = [b - a for j, (a, b) in enumerate(zip(times, times[1:])) if not i - 2 <= j <= i]
         if not usual:
             return {"skipped": "the streaming request has no usual step besides the admission"}
-        step = times[i] - times[i - 2] - statistics.fmean(usual)
+        step = times[i + 1] - times[i - 2] - 2 * statistics.fmean(usual)
         if step <= 0:
             return {"skipped": "the prefill is too short to tell from the stream's own steps"}
         steps.append(step)
@@ -578,6 +581,21 @@ def _standard_errors(jac: np.ndarray, scatter: float) -> np.ndarray:
     return scatter * np.sqrt(contributions.sum(axis=0))
 
 
+def _scatter(raw: np.ndarray, parameters: int) -> float:
+    """The residuals' typical size (log): 1.4826 x their median absolute value (the standard deviation of normal
+    errors, unmoved by a few shapes far off), scaled up for the degrees of freedom the fit took; at least
+    NOISE_FLOOR."""
+    dof = max(len(raw) - parameters, 1)
+    return max(1.4826 * float(np.median(np.abs(raw))) * math.sqrt(len(raw) / dof), NOISE_FLOOR)
+
+
+def _huber_weights(raw: np.ndarray, parameters: int, k: float = 2.0) -> np.ndarray:
+    """Huber's weights: 1 for a residual within k scatters, k x scatter / |residual| beyond (a shape that a
+    hiccup of the host made slow pulls the fit by k scatters, not by its whole error)."""
+    limit = k * _scatter(raw, parameters)
+    return np.minimum(1.0, limit / np.maximum(np.abs(raw), 1e-300))
+
+
 @dataclass
 class Fit:
     """A fitted runtime; ``identified``: the parameters the measurements pin within IDENTIFIED_WITHIN;
@@ -607,28 +625,41 @@ def fit_runtime(
     def runtime_of(names, x) -> dict:
         return {**start, **{n: _from_free(n, v) for n, v in zip(names, x)}}
 
+    weights = np.ones(len(measured))  # Huber's: a shape far off the others' fit counts less (see _reweigh)
+
     def residuals_for(names):
         def residuals(x):
             cost = CostModel(gpu, model, runtime_of(names, x), tp, draft_model)
-            return np.log(np.array([modelled_seconds(cost, r) for r in measured]) / seconds)
+            return np.sqrt(weights) * np.log(np.array([modelled_seconds(cost, r) for r in measured]) / seconds)
 
         return residuals
 
+    def fit(names, x0) -> np.ndarray:
+        """Least squares, reweighed until the weights settle (at most 4 times)."""
+        x = np.asarray(x0, float)
+        for _ in range(4):
+            x = least_squares(residuals_for(names), x)
+            raw = residuals_for(names)(x) / np.sqrt(weights)
+            new = _huber_weights(raw, len(names))
+            if np.allclose(new, weights, atol=1e-3):
+                break
+            weights[:] = new
+        return x
+
     free = list(FITTED)
-    residuals = residuals_for(free)
-    x = least_squares(residuals, [_to_free(n, start[n]) for n in free])
+    x = fit(free, [_to_free(n, start[n]) for n in free])
     # a parameter no measured shape depends on at the fit is held where the fit left it: at the prior when nothing
     # moved it, else where it drove it (a cost at nothing, whose log the shapes no longer see)
+    residuals = residuals_for(free)
     sensitive = np.max(np.abs(_jacobian(residuals, x, residuals(x))), axis=0) > 1e-4
     start.update({n: _from_free(n, v) for n, v, keep in zip(FITTED, x, sensitive) if not keep})
     free, x = [n for n, keep in zip(FITTED, sensitive) if keep], x[sensitive]
     errors = np.array([])
-    residuals = residuals_for(free)
-    x = least_squares(residuals, x)
+    x = fit(free, x)
     while free:
+        residuals = residuals_for(free)
         r = residuals(x)
-        # the residuals' scatter, counting the degrees of freedom the fit took
-        scatter = max(float(np.sqrt(r @ r / max(len(r) - len(free), 1))), NOISE_FLOOR)
+        scatter = _scatter(r / np.sqrt(weights), len(free))
         jac = _jacobian(residuals, x, r)
         errors = _standard_errors(jac, scatter)
         if not np.isinf(errors).any():
@@ -641,14 +672,13 @@ def fit_runtime(
         keep = [i for i in range(len(free)) if i != worst]
         name, value = free[worst], _from_free(free[worst], x[worst])
         free = [free[i] for i in keep]
-        residuals = residuals_for(free)
-        x_prior = least_squares(residuals, x[keep])
-        r_prior = residuals(x_prior)
+        x_prior = least_squares(residuals_for(free), x[keep])
+        r_prior = residuals_for(free)(x_prior)
         if float(r_prior @ r_prior) <= 1.1 * float(r @ r) + len(r) * NOISE_FLOOR**2:
             x = x_prior
         else:
             start[name] = value
-            x = least_squares(residuals, x[keep])
+            x = least_squares(residuals_for(free), x[keep])
     identified = [n for n, e in zip(free, errors) if e <= IDENTIFIED_WITHIN]
     runtime = runtime_of(free, x)
     rounded = {k: float(f"{v:.4g}") if isinstance(v, float) else v for k, v in runtime.items()}
