@@ -372,10 +372,10 @@ def measure_batch(probe: Probe, batch: int, context: int, new_tokens: int, seed:
         return {"skipped": f"the server could not hold the batch: {retracted:g} request(s) retracted"}
     if any(len(r.chunk_times) < 2 for r in records):
         return {"skipped": "a request streamed fewer than two chunks"}
-    seconds, context, steps = steady_steps(records)
+    seconds, mean_context, steps = steady_steps(records)
     if steps < MIN_STEPS * batch:
         return {"skipped": f"the server did not hold the batch: {steps // batch} step(s) with all {batch} in flight"}
-    return {"seconds": seconds * probe.time_scale, "context": round(context), "gaps": steps}
+    return {"seconds": seconds * probe.time_scale, "context": round(mean_context), "gaps": steps}
 
 
 PREFILL_LEAD = 4  # chunks the streaming request streams before the long request is sent
@@ -427,30 +427,20 @@ def _admit_during_stream(probe: Probe, stream_prompt: str, long_prompt: str, new
     async def run() -> tuple[RequestRecord, RequestRecord]:
         pool = Pool(probe.url, probe.headers)
         stream, admitted = RequestRecord("stream", 0, "calibration"), RequestRecord("prefill", 0, "calibration")
-        sampling = {"ignore_eos": True, "temperature": 0.0}
-        common = {"alive": probe.alive, "incremental": True, "template": RAW}
-        try:
-            task = asyncio.ensure_future(
-                send(
-                    pool,
-                    [{"role": "user", "content": stream_prompt}],
-                    dict(sampling, max_new_tokens=new_tokens),
-                    stream,
-                    probe.timeout,
-                    **common,
-                )
+
+        def request(prompt: str, tokens: int, record: RequestRecord):
+            sampling = {"ignore_eos": True, "temperature": 0.0, "max_new_tokens": tokens}
+            messages = [{"role": "user", "content": prompt}]
+            return send(
+                pool, messages, sampling, record, probe.timeout, alive=probe.alive, incremental=True, template=RAW
             )
+
+        try:
+            task = asyncio.ensure_future(request(stream_prompt, new_tokens, stream))
             deadline = time.monotonic() + probe.timeout
             while len(stream.chunk_times) < PREFILL_LEAD and not task.done() and time.monotonic() < deadline:
                 await asyncio.sleep(0.0005)
-            await send(
-                pool,
-                [{"role": "user", "content": long_prompt}],
-                dict(sampling, max_new_tokens=1),
-                admitted,
-                probe.timeout,
-                **common,
-            )
+            await request(long_prompt, 1, admitted)
             await task
         finally:
             pool.close()
