@@ -31,16 +31,18 @@ longest shape measured so far on that server.
 The fit: the runtime parameters of the simulator's cost model (specsweep.sim.model.CostModel) that
 ``FITTED`` names start from ``PRIOR`` (the generic roofline runtime ``sglang`` with generic values for the
 parameters it lacks) and are fitted to every measured shape by least squares on log(modelled / measured)
-(Levenberg-Marquardt in log coordinates; efficiencies through a logistic). The gpu and model profiles
-(``sim.gpu``, ``sim.model_profile``) are given, not fitted; the parameters outside FITTED come from the configured
-runtime (``sim.runtime``) or the prior: bandwidth_efficiency (one model at one TP cannot tell a faster weight
-read from a larger fixed cost per layer), allreduce_latency (at one TP a per-layer constant like
-layer_overhead, which absorbs it: a profile is fitted per TP), and the costs no HTTP measurement reaches (the
-DDTree heap and rank probe, hybrid models' recurrent state). A fitted parameter is identified when the
-measurements pin it to within ``IDENTIFIED_WITHIN`` (one standard error of its log, from the fit's Jacobian and
-its residual scatter); the others keep their prior values and are listed as not identified (for instance
-cpu_step when the overlap scheduler hides the CPU behind every measured step, or the NGRAM and draft-model
-parameters when no such method is configured).
+(Levenberg-Marquardt in log coordinates, efficiencies through a logistic; Huber's weights at two scatters, the
+scatter from the median residual, so that one shape a hiccup of the host slowed does not pull the fit). The gpu
+and model profiles (``sim.gpu``, ``sim.model_profile``) are given, not fitted; the parameters outside FITTED
+come from the configured runtime (``sim.runtime``) or the prior: bandwidth_efficiency (one model at one TP cannot
+tell a faster weight read from a larger fixed cost per layer), allreduce_latency (at one TP a per-layer constant
+like layer_overhead, which absorbs it: a profile is fitted per TP), and the costs no HTTP measurement reaches
+(the DDTree heap and rank probe, hybrid models' recurrent state). A fitted parameter is identified when the
+measurements pin it to within ``IDENTIFIED_WITHIN`` (one standard error of its log, from the fit's Jacobian
+and scatter). The others are not identified: a parameter no measured shape depends on, or one the shapes cannot
+tell from another, is held (at the prior, or where the fit drove it, such as a cost put at zero); the rest keep
+the fit's value, pinned less well (for instance cpu_step when the overlap scheduler hides the CPU behind every
+measured step, or the NGRAM and draft-model parameters when no such method is configured).
 
 Each server's measurements are cached like cells (``{cache_dir}/calibration/``, verified on reuse: key, digest of
 the content, fingerprint) under a key of the fingerprint, the method as its server runs it and the calibration
