@@ -451,7 +451,7 @@ def fit(records: list[Path], write: Path | None) -> None:
         )
     within = sum(d <= 0.10 for d in deviations)
     print(f"\n{within} of {len(rows)} shapes within 10%; largest deviation {max(deviations):.0%}")
-    print(f"not identified (held at the prior): {', '.join(result.not_identified) or 'none'}")
+    print(f"not identified: {', '.join(result.not_identified) or 'none'}")
     profile = {"runtimes": {"sglang-0.5.16-h200": result.runtime}}
     print(yaml.safe_dump(profile, sort_keys=False))
     if write:
