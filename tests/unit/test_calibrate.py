@@ -4,9 +4,11 @@ model is known."""
 
 from __future__ import annotations
 
+import io
 import json
 import random
 import sys
+import time
 from dataclasses import asdict
 
 import pytest
@@ -199,3 +201,24 @@ def test_the_sglang_path_calibrates_a_server_that_speaks_sglang_and_reuses_its_c
     assert again["measured"] == [] and again["cached"] == ["ar", "dflash"]
     assert not (tmp_path / "server-calibration-tp1-dflash.log").exists()
     assert calibrate.read_profile(out[0])["runtime"] == profile["runtime"]
+    # an entry edited in the cache is named, not used, and its server measured again
+    cache = calibrate.CellCache(tmp_path / "cache" / "calibration")
+    key = calibrate.entry_key(job, job["methods"][1])
+    entry = cache.get(key)
+    entry["rows"][0]["seconds"] *= 2
+    cache.put(key, entry)
+    log = io.StringIO()
+    third = calibrate.calibrate(job, environment, *out, tmp_path, log=log)
+    assert third["measured"] == ["dflash"] and third["cached"] == ["ar"]
+    assert f"cache entry {cache.path(key)} not used: its content does not match its digest" in log.getvalue()
+
+
+def test_shapes_beyond_the_time_bound_are_skipped_and_listed(truth_server):
+    probe = calibrate.open_probe(truth_server.url, {}, truth_server.alive, 60, 40960)
+    settings = {"batches": [1], "contexts": [512, 1024, 2048, 4096], "new_tokens": 24, "prefill_repeats": 1}
+    method = {"name": "ar", "algorithm": "ar", "params": {}, "flags": [], "env": {}}
+    rows = calibrate.measure_shapes(probe, method, settings, time.monotonic() + 0.3, log=io.StringIO())
+    assert len(rows) == 8 and "seconds" in rows[0]  # the first shape always runs
+    skipped = [r for r in rows if r.get("skipped")]
+    assert skipped and all("time bound (calibration.max_seconds_per_tp)" == r["skipped"] for r in skipped)
+    assert rows[-1] in skipped  # what is left when the share is spent
