@@ -3,7 +3,7 @@
 # driver, engine version and commit, model, TP), which the environment record gives: a checkpoint reads it and
 # names them. Each server's measurements are cached in cache_dir/calibration/, so a rerun with the same
 # fingerprint starts no server. Not part of the default target unless calibration.in_default_target is true
-# (the Snakefile includes this file after rule all, whose targets that rule then extends).
+# (the Snakefile includes this file after rule all: see the end of this file).
 import json
 from types import SimpleNamespace
 
@@ -83,10 +83,8 @@ rule calibrate:
         calibration_outputs,
 
 
+# calibration.in_default_target: the default target's rule (all, above this file's include) also asks for every
+# TP's calibration. Snakemake keeps the default target of the main Snakefile (a default_target directive in an
+# included file is reset when the include ends), so the files are added to that rule's input.
 if CONFIG["calibration"]["in_default_target"]:
-
-    rule all_and_calibrate:
-        default_target: True
-        input:
-            rules.all.input,
-            calibration_outputs,
+    rules.all.rule.set_input(calibration_outputs)

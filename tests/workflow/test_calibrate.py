@@ -67,3 +67,12 @@ def test_calibrate_recovers_the_simulated_profile_and_measures_again_only_for_a_
     snakemake(workflow, "calibrate", timeout=600)
     assert len(_profiles(workflow)) == 2 and _server_logs(workflow) != logs
     assert server_processes_under(workflow) == []
+
+
+def test_the_default_target_calibrates_only_when_the_configuration_asks(workflow):
+    config = _config()
+    write_config(workflow, config)
+    assert "calibration_fingerprints" not in snakemake(workflow, "-n").stdout
+    config["calibration"]["in_default_target"] = True
+    write_config(workflow, config)
+    assert "calibration_fingerprints" in snakemake(workflow, "-n").stdout
