@@ -29,7 +29,7 @@ its shapes run cheapest first (batch x context), and a shape is skipped when the
 longest shape measured so far on that server.
 
 The fit: the runtime parameters of the simulator's cost model (specsweep.sim.model.CostModel) that
-``FITTED`` names start from ``PRIOR`` (the generic roofline runtime ``sglang`` with generic values for the
+``FITTED`` names start from ``prior()`` (the generic roofline runtime ``sglang`` with generic values for the
 parameters it lacks) and are fitted to every measured shape by least squares on log(modelled / measured)
 (Levenberg-Marquardt in log coordinates, efficiencies through a logistic; Huber's weights at two scatters, the
 scatter from the median residual, so that one shape a hiccup of the host slowed does not pull the fit). The gpu

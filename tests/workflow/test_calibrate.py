@@ -16,7 +16,12 @@ def _config() -> dict:
     config = load_default_config()
     config["methods"] = [{"name": "ar", "algorithm": "ar"}, {"name": "dflash", "algorithm": "dflash"}]
     config["sim"] = {"gpu": "H200", "model_profile": "qwen3-8b", "runtime": TRUTH, "startup_seconds": 0.2}
-    config["calibration"] = {"batches": [1, 4, 16], "contexts": [512, 2048, 8192], "new_tokens": 48, "prefill_repeats": 3}
+    config["calibration"] = {
+        "batches": [1, 4, 16],
+        "contexts": [512, 2048, 8192],
+        "new_tokens": 48,
+        "prefill_repeats": 3,
+    }
     return config
 
 
