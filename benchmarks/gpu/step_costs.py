@@ -424,6 +424,13 @@ def package_row(row: dict) -> dict:
     return {**row, "server": row.get("source", "steps"), "kind": kind, "decoding": asdict(decoding)}
 
 
+def simulated(cost, row: dict) -> float:
+    """The simulator's seconds for a measured shape (specsweep.calibrate.modelled_seconds of its package_row)."""
+    from specsweep.calibrate import modelled_seconds
+
+    return modelled_seconds(cost, package_row(row))
+
+
 def fit(records: list[Path], write: Path | None) -> None:
     """Fit the runtime profile to every shape of the records with specsweep.calibrate's fit (weights streaming at
     the bandwidth a device copy measured on the H200, 4.3 of 4.8 TB/s: one model at one TP cannot tell a faster
@@ -443,7 +450,7 @@ def fit(records: list[Path], write: Path | None) -> None:
     print("|---|---|---|---|---|---|---|---|")
     deviations = []
     for r in rows:
-        s = modelled_seconds(cost, r)
+        s = modelled_seconds(cost, r)  # as simulated() gives it
         deviations.append(abs(s / r["seconds"] - 1))
         print(
             f"| {r['server']} | {r['kind']} | {r['batch']} | {r['width']} | {r['context']} | "
