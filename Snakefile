@@ -36,3 +36,5 @@ rule all:
         layout.table_path("summary"),
         "results/report/report.pdf",
         expand("results/report/figures/{section}", section=layout.REPORT_SECTIONS),
+
+include: "rules/calibrate.smk"

@@ -32,7 +32,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import NamedTuple
 
-from . import cost_model
+from . import calibrate, cost_model
 from .cache import CellCache
 from .canon import atomic_write_json, atomic_write_text, digest, package_digest
 from .cells import cell_digest, cell_key, cell_sessions
@@ -463,6 +463,7 @@ def write_plan(config: dict, environment: dict | None, gpus: int, out_md: str, o
         f"- GPUs: {gpus}"
         + (" (all servers serialised: gpu_pool.exclusive)" if config["gpu_pool"]["exclusive"] else "")
         + (f", on hosts of {gpus_per_host(config, gpus)}" if gpus_per_host(config, gpus) < gpus else ""),
+        calibrate.plan_line(config),
         f"- predicted makespan: {packing['makespan_s'] / 3600:.2f} h ({packing['makespan_s']:.0f} s), order: "
         f"{packing['heuristic']}; "
         f"lower bound {packing['lower_bound_s'] / 3600:.2f} h "

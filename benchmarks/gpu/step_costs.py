@@ -21,14 +21,13 @@ request's chunks, the batch its concurrency, the verify width the block size.
 Block size 1 is a plain AR server (no drafter): its gaps are decode steps
 behind the scheduler, overlap on, as a served request sees them.
 
-fit: minimises the sum of log(simulated / measured)^8 over every measured shape
-(close to minimising the worst shape: the target is each within 10%), over the
-simulator's runtime parameters (FITTED: compute efficiency, KV-read efficiency,
-per-layer overhead, per-request attention bandwidth, extra KV reads of a
-verify step for a batch and for one request, prefill attention efficiency and
-fixed cost, drafter share, CPU work per step and per request of a speculative
-round); weights stream at the device copy's measured bandwidth. Prints simulated against measured for every shape and
-writes the runtime profile.
+fit: specsweep.calibrate's fit (what `snakemake calibrate` runs): least squares on
+log(simulated / measured) over every measured shape, over the simulator's runtime
+parameters that the shapes identify (specsweep.calibrate.FITTED), from the generic
+prior; weights stream at the device copy's measured bandwidth. Prints simulated
+against measured for every shape, the parameters not identified, and writes the
+runtime profile. (The records here came before the workflow's own calibration,
+which measures through the HTTP API only: `snakemake calibrate`.)
 """
 
 from __future__ import annotations
@@ -405,147 +404,62 @@ def cell_step(cell: dict) -> dict:
     }
 
 
-def simulated(cost, row: dict) -> float:
-    """The simulator's seconds for a measured shape."""
+def package_row(row: dict) -> dict:
+    """A measured shape as specsweep.calibrate's fit reads it: a step of a decoding (bench_one_batch's decode steps
+    one batch at a time, so no scheduler overlaps its CPU work; an AR server's steps and DFlash rounds run behind
+    SGLang 0.5.16's overlap scheduler), or bench_one_batch's prefill of the whole batch."""
+    from dataclasses import asdict
+
     from specsweep.sim.model import Decoding
 
-    contexts = [row["context"]] * row["batch"]
     if "decoding" in row:  # a registry algorithm's round, as the simulated server decodes it
-        return cost.decode_step(Decoding(**row["decoding"]), contexts, row.get("shared", 0.0))
-    if row["kind"] == "prefill":
-        return cost.prefill(row["batch"] * row["width"], row["batch"] * row["width"] ** 2 / 2)
-    if row["kind"] == "decode":  # bench_one_batch steps one batch at a time: no scheduler overlaps its CPU work
-        return cost.decode_step(Decoding("ar", overlap=False), contexts)
-    if row["kind"] == "ar-server":
-        return cost.decode_step(Decoding("ar"), contexts)  # behind the scheduler: CPU work hidden by overlap
-    return cost.decode_step(Decoding("dflash", block_size=row["width"]), contexts)  # SGLang 0.5.16: overlap on
+        decoding = Decoding(**row["decoding"])
+    elif row["kind"] == "decode":
+        decoding = Decoding("ar", overlap=False)
+    elif row["kind"] == "dflash":
+        decoding = Decoding("dflash", block_size=row["width"])
+    else:  # ar-server, prefill
+        decoding = Decoding("ar")
+    kind = "one-batch-prefill" if row["kind"] == "prefill" else "step"
+    return {**row, "server": row.get("source", "steps"), "kind": kind, "decoding": asdict(decoding)}
 
 
-# spec_cpu_per_request is not fitted: every speculative row ran with the overlap scheduler, which hides it, so
-# the rows do not determine it, while DDTree (overlap off) pays it in full
-FITTED = (
-    "attention_bandwidth_efficiency",
-    "layer_overhead",
-    "attention_request_bandwidth",
-    "compute_efficiency",
-    "attention_compute_efficiency",
-    "prefill_fixed",
-    "drafter_fraction",
-    "cpu_step",
-    "verify_attention_reads",
-    "verify_request_attention_reads",
-    "draft_step_overhead",
-    "ngram_cpu_per_request",
-    "draft_layer_overhead",
-    "draft_attention_reads",
-    "ngram_step_overhead",
-    "draft_per_request",
-    "draft_tree_per_node",
-    "ngram_cpu_per_node",
-    "shared_kv_reads",
-    "verify_per_request",
-)
-# where a fit starts for the parameters the shipped profile does not have yet
-NEW = {
-    "draft_step_overhead": 2e-4,
-    "ngram_cpu_per_request": 2.5e-4,
-    "draft_layer_overhead": 4e-5,
-    "draft_attention_reads": 3.0,
-    "ngram_step_overhead": 1e-3,
-    "draft_per_request": 5e-5,
-    "draft_tree_per_node": 5e-6,
-    "ngram_cpu_per_node": 2e-6,
-    "shared_kv_reads": 0.5,
-    "verify_per_request": 5e-5,
-}
+def simulated(cost, row: dict) -> float:
+    """The simulator's seconds for a measured shape (specsweep.calibrate.modelled_seconds of its package_row)."""
+    from specsweep.calibrate import modelled_seconds
 
-
-def _from_free(name: str, x: float) -> float:
-    """A fitted parameter from its unbounded coordinate: an efficiency (a share of the GPU's datasheet bandwidth
-    or compute) stays in (0, 1) through a logistic, every other parameter stays positive through exp."""
-    import math
-
-    return 1 / (1 + math.exp(-x)) if name.endswith("_efficiency") else math.exp(x)
-
-
-def _to_free(name: str, value: float) -> float:
-    import math
-
-    return math.log(value / (1 - value)) if name.endswith("_efficiency") else math.log(value)
-
-
-def _nelder_mead(f, x0, steps: int = 12000):
-    """Minimise f from x0 (a small Nelder-Mead; the parameters are logs, so every step keeps them positive)."""
-    import numpy as np
-
-    n = len(x0)
-    simplex = [np.array(x0, float)] + [np.array(x0, float) + np.eye(n)[i] * 0.5 for i in range(n)]
-    values = [f(x) for x in simplex]
-    for _ in range(steps):
-        order = np.argsort(values)
-        simplex, values = [simplex[i] for i in order], [values[i] for i in order]
-        centre = np.mean(simplex[:-1], axis=0)
-        reflected = centre + (centre - simplex[-1])
-        fr = f(reflected)
-        if fr < values[0]:
-            expanded = centre + 2 * (centre - simplex[-1])
-            fe = f(expanded)
-            simplex[-1], values[-1] = (expanded, fe) if fe < fr else (reflected, fr)
-        elif fr < values[-2]:
-            simplex[-1], values[-1] = reflected, fr
-        else:
-            contracted = centre + 0.5 * (simplex[-1] - centre)
-            fc = f(contracted)
-            if fc < values[-1]:
-                simplex[-1], values[-1] = contracted, fc
-            else:
-                simplex = [simplex[0] + 0.5 * (x - simplex[0]) for x in simplex]
-                values = [f(x) for x in simplex]
-    return simplex[int(np.argmin(values))]
+    return modelled_seconds(cost, package_row(row))
 
 
 def fit(records: list[Path], write: Path | None) -> None:
-    """Fit the runtime profile to every shape of the records, starting from the shipped sglang-0.5.16-h200 profile;
-    print simulated against measured per shape (and per source) and the profile."""
-    import numpy as np
+    """Fit the runtime profile to every shape of the records with specsweep.calibrate's fit (weights streaming at
+    the bandwidth a device copy measured on the H200, 4.3 of 4.8 TB/s: one model at one TP cannot tell a faster
+    read from a larger fixed cost per layer); print modelled against measured per shape and the profile."""
     import yaml
 
+    from specsweep.calibrate import fit_runtime, modelled_seconds
     from specsweep.sim.model import CostModel, profiles
 
-    rows = measured_steps(*records)
+    rows = [package_row(r) for r in measured_steps(*records)]
     p = profiles()
     gpu, model, drafter = p["gpus"]["H200"], p["models"]["qwen3-8b"], p["models"]["qwen3-0.6b"]
-    # weights stream at the bandwidth a device copy measured on the H200 (4.3 of 4.8 TB/s): one model at one TP
-    # cannot tell a faster read from a larger fixed cost per layer, and the copy is what the hardware does
-    start = {**NEW, **p["runtimes"]["sglang-0.5.16-h200"], "bandwidth_efficiency": 4.3 / 4.8}
-    start.update({name: max(start[name], 1e-7) for name in FITTED})  # a parameter fitted to 0 may grow again
-
-    def runtime(x):
-        return {**start, **{name: _from_free(name, v) for name, v in zip(FITTED, x)}}
-
-    def loss(x):  # near minimax (an eighth power), and a steep price on any shape beyond 9.5%
-        cost = CostModel(gpu, model, runtime(x), 1, drafter)
-        errors = [abs(np.log(simulated(cost, r) / r["seconds"])) for r in rows]
-        return sum(e**8 + 1e3 * max(0.0, e - np.log(1.095)) ** 2 for e in errors)
-
-    best = _nelder_mead(loss, [_to_free(name, start[name]) for name in FITTED])
-    best = _nelder_mead(loss, best)  # a restart from the best simplex point escapes a collapsed simplex
-    fitted = runtime(best)
-    cost = CostModel(gpu, model, fitted, 1, drafter)
+    shipped = p["runtimes"]["sglang-0.5.16-h200"]
+    result = fit_runtime(rows, gpu, model, drafter, 1, {**shipped, "bandwidth_efficiency": 4.3 / 4.8})
+    cost = CostModel(gpu, model, result.runtime, 1, drafter)
     print("| source | kind | batch | width | context | measured | simulated | simulated / measured |")
     print("|---|---|---|---|---|---|---|---|")
     deviations = []
     for r in rows:
-        s = simulated(cost, r)
+        s = modelled_seconds(cost, r)  # as simulated() gives it
         deviations.append(abs(s / r["seconds"] - 1))
         print(
-            f"| {r.get('source', 'steps')} | {r['kind']} | {r['batch']} | {r['width']} | {r['context']} | "
+            f"| {r['server']} | {r['kind']} | {r['batch']} | {r['width']} | {r['context']} | "
             f"{1000 * r['seconds']:.2f} ms | {1000 * s:.2f} ms | {s / r['seconds']:.2f} |"
         )
     within = sum(d <= 0.10 for d in deviations)
     print(f"\n{within} of {len(rows)} shapes within 10%; largest deviation {max(deviations):.0%}")
-    rounded = {k: (float(f"{v:.4g}") if v >= 1e-9 else 0.0) if isinstance(v, float) else v for k, v in fitted.items()}
-    profile = {"runtimes": {"sglang-0.5.16-h200": rounded}}
+    print(f"not identified: {', '.join(result.not_identified) or 'none'}")
+    profile = {"runtimes": {"sglang-0.5.16-h200": result.runtime}}
     print(yaml.safe_dump(profile, sort_keys=False))
     if write:
         write.write_text(yaml.safe_dump(profile, sort_keys=False))

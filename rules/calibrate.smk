@@ -1,0 +1,90 @@
+# `snakemake calibrate`: per configured TP, measure the engine through its HTTP API and fit the simulator's runtime
+# profile (specsweep/calibrate.py). The files are named by a digest of what was measured (GPU model and count,
+# driver, engine version and commit, model, TP), which the environment record gives: a checkpoint reads it and
+# names them. Each server's measurements are cached in cache_dir/calibration/, so a rerun with the same
+# fingerprint starts no server. Not part of the default target unless calibration.in_default_target is true
+# (the Snakefile includes this file after rule all: see the end of this file).
+import json
+from types import SimpleNamespace
+
+from specsweep import calibrate as ss_calibrate
+
+
+localrules:
+    calibrate,
+    calibration_fingerprints,
+
+
+checkpoint calibration_fingerprints:
+    input:
+        environment=rebuilt_when_missing(layout.environment_path(CONFIG["backend"])),
+    output:
+        ss_calibrate.FINGERPRINTS,
+    params:
+        config=lambda wildcards: canonical_json(
+            {k: CONFIG[k] for k in ("backend", "model", "tp", "sim")}
+        ),
+    log:
+        "logs/calibration/fingerprints.log",
+    script:
+        "../scripts/calibration_fingerprints.py"
+
+
+def _calibration(digest):
+    """The fingerprint entry ({tp, fingerprint, digest}) that the checkpoint gave this digest."""
+    with open(checkpoints.calibration_fingerprints.get().output[0]) as handle:
+        entries = {e["digest"]: e for e in json.load(handle)}
+    if digest not in entries:
+        raise WorkflowError(f"{ss_calibrate.profile_path(digest)}: no configured TP has this fingerprint digest")
+    return entries[digest]
+
+
+def calibration_outputs(wildcards):
+    """Every configured TP's profile and table (after the checkpoint named them)."""
+    with open(checkpoints.calibration_fingerprints.get().output[0]) as handle:
+        names = [e["digest"] for e in json.load(handle)]
+    return [path for name in names for path in (ss_calibrate.profile_path(name), ss_calibrate.table_path(name))]
+
+
+def calibration_job_json(wildcards):
+    """Canonical JSON of everything one TP's calibration depends on (the rerun trigger)."""
+    with open(layout.environment_path(CONFIG["backend"])) as handle:
+        environment = json.load(handle)
+    entry = _calibration(wildcards.digest)
+    return canonical_json(ss_calibrate.calibration_job(CONFIG, environment, entry["tp"]))
+
+
+def calibration_gpus(wildcards):
+    """GPUs a calibration job holds: its TP size, as a server job (see server_gpus)."""
+    return server_gpus(SimpleNamespace(tp=_calibration(wildcards.digest)["tp"]))
+
+
+rule calibration:
+    input:
+        environment=rebuilt_when_missing(layout.environment_path(CONFIG["backend"])),
+        fingerprints=ss_calibrate.FINGERPRINTS,
+    output:
+        profile=ss_calibrate.profile_path("{digest}"),
+        table=ss_calibrate.table_path("{digest}"),
+    params:
+        job=calibration_job_json,
+    resources:
+        gpu=calibration_gpus,
+    wildcard_constraints:
+        digest=r"[0-9a-f]{12}",
+    log:
+        "logs/calibration/{digest}.log",
+    script:
+        "../scripts/calibrate.py"
+
+
+rule calibrate:
+    input:
+        calibration_outputs,
+
+
+# calibration.in_default_target: the default target's rule (all, above this file's include) also asks for every
+# TP's calibration. Snakemake keeps the default target of the main Snakefile (a default_target directive in an
+# included file is reset when the include ends), so the files are added to that rule's input.
+if CONFIG["calibration"]["in_default_target"]:
+    rules.all.rule.set_input(calibration_outputs)

@@ -1,0 +1,935 @@
+"""Calibration: measure an engine's steps through its HTTP API and fit the simulator's runtime profile to them.
+
+``snakemake calibrate`` runs ``calibrate`` once per configured TP. It starts one server per method as the workflow
+starts them (``bench.start_server``, its GPUs from the pool): first AR, then every configured speculative method,
+and measures through the HTTP API only, so that the same code measures a real SGLang server and the simulated one:
+
+- decode steps (AR server): for each batch b of ``calibration.batches`` and context c of ``calibration.contexts``,
+  b requests of about c prompt tokens sent together, each asking for ``calibration.new_tokens`` tokens (ignore_eos,
+  temperature 0); a step is a gap between two chunks of one request (one chunk per step, as SGLang and the
+  simulator stream), taken while all b requests are in flight: the shape's step is the slope of each request's
+  chunk arrival times against their number (least squares, so that a chunk that arrives late moves one point),
+  averaged over the batch;
+- verify rounds (each speculative method's server): the same shapes; a round's gap holds the drafter's pass and
+  the target's verify of the method's width or tree, which the HTTP API cannot separate (the fit splits them
+  through the drafter's parameters: DFlash's drafter_fraction, the draft models' draft_*);
+- prefill (AR server): a request of c tokens admitted while another one streams; the streaming request's gap
+  across the admission is the step that prefills it (both ends of the gap on one stream, so the client's own
+  latency cancels), the median of ``calibration.prefill_repeats``;
+- start-up: each server's launch to ready; the first server the job starts on the host (cold: kernel compilation
+  and caches) and the later ones (warm).
+
+A shape the server refuses (an HTTP error, or longer than model.context_length), cannot hold (its KV cache holds
+fewer than b x (c + new tokens), a request was retracted, or the b requests were never in flight together) or
+that the time bound leaves no room for is kept in the table with the reason, and out of the fit.
+
+Time bound: ``calibration.max_seconds_per_tp`` for all servers of one TP, start-ups included. Each server to
+measure gets an equal share of what is left when it starts (a server that used less leaves it to the next);
+its shapes run cheapest first (batch x context), and a shape is skipped when the share left is shorter than the
+longest shape measured so far on that server.
+
+The fit: the runtime parameters of the simulator's cost model (specsweep.sim.model.CostModel) that
+``FITTED`` names start from ``prior()`` (the generic roofline runtime ``sglang`` with generic values for the
+parameters it lacks) and are fitted to every measured shape by least squares on log(modelled / measured)
+(Levenberg-Marquardt in log coordinates, efficiencies through a logistic; Huber's weights at two scatters, the
+scatter from the median residual, so that one shape a hiccup of the host slowed does not pull the fit). The gpu
+and model profiles (``sim.gpu``, ``sim.model_profile``) are given, not fitted; the parameters outside FITTED
+come from the configured runtime (``sim.runtime``) or the prior: bandwidth_efficiency (one model at one TP cannot
+tell a faster weight read from a larger fixed cost per layer), allreduce_latency (at one TP a per-layer constant
+like layer_overhead, which absorbs it: a profile is fitted per TP), and the costs no HTTP measurement reaches
+(the DDTree heap and rank probe, hybrid models' recurrent state). A fitted parameter is identified when the
+measurements pin it to within ``IDENTIFIED_WITHIN`` (one standard error of its log, from the fit's Jacobian
+and scatter). The others are not identified: a parameter no measured shape depends on, or one the shapes cannot
+tell from another, is held (at the prior, or where the fit drove it, such as a cost put at zero); the rest keep
+the fit's value, pinned less well (for instance cpu_step when the overlap scheduler hides the CPU behind every
+measured step, or the NGRAM and draft-model parameters when no such method is configured).
+
+Each server's measurements are cached like cells (``{cache_dir}/calibration/``, verified on reuse: key, digest of
+the content, fingerprint) under a key of the fingerprint, the method as its server runs it and the calibration
+settings: a rerun measures a server again only when one of them changes, and one whose servers are all cached
+starts none. The profile and its table are written under ``results/calibration/`` named by a short digest of the
+fingerprint (GPU model and count, driver, engine version and commit, model, TP).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import csv
+import io
+import math
+import random
+import signal
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from contextlib import ExitStack
+from dataclasses import asdict, dataclass, replace
+from datetime import datetime, timezone
+from pathlib import Path
+
+import numpy as np
+import yaml
+
+from . import __version__
+from .cache import CellCache
+from .canon import atomic_write_text, canonical_json, digest, package_digest
+from .client import LoadModel, RequestRecord, send
+from .counters import scrape, server_info
+from .http1 import Pool
+from .jobs import ServerJob, server_job
+from .methods import expand_methods
+from .sim.model import CostModel, Decoding, profiles
+from .text import ChatTemplate
+
+CALIBRATION_VERSION = 1  # part of every cached measurement's key: bump it when what is measured changes
+FOLDER = "results/calibration"
+FINGERPRINTS = f"{FOLDER}/fingerprints.json"
+FINGERPRINT_KEYS = ("gpu", "gpu_count", "driver", "engine_version", "engine_commit", "model", "tp")
+IDENTIFIED_WITHIN = 0.015  # a parameter is identified when one standard error of its log is below this
+NOISE_FLOOR = 0.003  # the smallest residual scatter assumed (log units) when the fit is closer than this
+RAW = ChatTemplate("calibration: the prompt text as sent", "{{ messages[0]['content'] }}")
+
+# the parameters the fit may move (every one the HTTP measurements can reach)
+FITTED = (
+    "compute_efficiency",
+    "layer_overhead",
+    "attention_bandwidth_efficiency",
+    "attention_request_bandwidth",
+    "attention_compute_efficiency",
+    "prefill_fixed",
+    "cpu_step",
+    "spec_cpu_per_request",
+    "drafter_fraction",
+    "verify_attention_reads",
+    "verify_request_attention_reads",
+    "verify_per_request",
+    "shared_kv_reads",
+    "draft_step_overhead",
+    "draft_layer_overhead",
+    "draft_attention_reads",
+    "draft_per_request",
+    "draft_tree_per_node",
+    "ngram_step_overhead",
+    "ngram_cpu_per_request",
+    "ngram_cpu_per_node",
+)
+# where the fit starts: the generic roofline runtime plus generic values for what it lacks
+GENERIC = {
+    "attention_bandwidth_efficiency": 0.5,
+    "attention_request_bandwidth": 5e11,
+    "attention_compute_efficiency": 0.3,
+    "prefill_fixed": 5e-3,
+    "cpu_step": 1e-3,
+    "spec_cpu_per_request": 1e-6,
+    "verify_attention_reads": 3.0,
+    "verify_request_attention_reads": 3.0,
+    "verify_per_request": 5e-5,
+    "shared_kv_reads": 0.5,
+    "drafter_per_token": True,
+    "draft_step_overhead": 2e-4,
+    "draft_layer_overhead": 4e-5,
+    "draft_attention_reads": 3.0,
+    "draft_per_request": 5e-5,
+    "draft_tree_per_node": 5e-6,
+    "ngram_step_overhead": 1e-3,
+    "ngram_cpu_per_request": 2.5e-4,
+    "ngram_cpu_per_node": 2e-6,
+}
+
+
+class CalibrationError(RuntimeError):
+    """A calibration could not be made; the message names the TP, the server or the file, and what to do."""
+
+
+def prior() -> dict:
+    """The runtime the fit starts from: the shipped generic ``sglang`` runtime with GENERIC's values added."""
+    return {**profiles()["runtimes"]["sglang"], **GENERIC}
+
+
+# ------------------------------------------------------------------ what is measured, and under which name
+
+
+def fingerprint(environment: dict, config: dict, tp: int) -> dict:
+    """What a calibration measured: {gpu, gpu_count, driver, engine_version, engine_commit, model, tp}, from the
+    environment record (results/env/<backend>.json) and the configuration. On SGLang the engine commit is the
+    build's source commit, else the digest of the wheel it was installed from, else the configured build label.
+    On the simulated backend the GPU is the simulated one (``sim.gpu``, "(simulated)"), tp of them, and the
+    engine commit a digest of the profiles it emulates and of its cost model's code."""
+    model = config["model"]["name"]
+    if environment["backend"] == "sim":
+        sim = config["sim"]
+        emulated = _sim_profiles(config)
+        return {
+            "gpu": f"{sim['gpu']} (simulated)",
+            "gpu_count": tp,
+            "driver": None,
+            "engine_version": f"specsweep-sim {environment['server'].get('version', __version__)}",
+            "engine_commit": digest([emulated, package_digest("sim/model.py")])[:12],
+            "model": model,
+            "tp": tp,
+        }
+    server, hardware = environment["server"], environment["hardware"]
+    gpus = hardware.get("gpus") or []
+    archive = ((server.get("source") or {}).get("archive_info") or {}).get("hash")
+    return {
+        "gpu": gpus[0]["name"] if gpus else None,
+        "gpu_count": len(gpus),
+        "driver": hardware.get("driver"),
+        "engine_version": f"sglang {server.get('version')}",
+        "engine_commit": server.get("commit") or archive or server.get("build"),
+        "model": model,
+        "tp": tp,
+    }
+
+
+def fingerprint_digest(value: dict) -> str:
+    """The short digest that names a calibration's files: 12 hex digits of the fingerprint's canonical JSON."""
+    return digest({k: value[k] for k in FINGERPRINT_KEYS})[:12]
+
+
+def profile_path(name: str) -> str:
+    return f"{FOLDER}/{name}.yaml"
+
+
+def table_path(name: str) -> str:
+    return f"{FOLDER}/{name}.csv"
+
+
+def fingerprints(environment: dict, config: dict) -> list[dict]:
+    """[{tp, fingerprint, digest}] for every configured TP (what the calibrate target's checkpoint writes)."""
+    out = []
+    for tp in config["tp"]:
+        value = fingerprint(environment, config, tp)
+        out.append({"tp": tp, "fingerprint": value, "digest": fingerprint_digest(value)})
+    return out
+
+
+def _sim_profiles(config: dict) -> dict:
+    """The gpu, model, draft-model and runtime profiles the simulated backend emulates (overrides merged)."""
+    p, sim = profiles(config["sim"]["profiles"]), config["sim"]
+    return {
+        "gpu": p["gpus"][sim["gpu"]],
+        "model": p["models"][sim["model_profile"]],
+        "draft_model": p["models"].get(sim.get("draft_model_profile", "qwen3-0.6b")),
+        "runtime": p["runtimes"][sim["runtime"]],
+    }
+
+
+def calibration_methods(config: dict) -> list[dict]:
+    """The methods whose servers a calibration starts, AR first (the configured AR method, else a plain one), then
+    every configured speculative method (Method.as_dict)."""
+    methods = [m.as_dict() for m in expand_methods(config)]
+    ar = next((m for m in methods if m["algorithm"] == "ar"), None)
+    if ar is None:
+        ar = {"name": "ar", "algorithm": "ar", "params": {}, "flags": [], "env": {}, "attention_backend": None}
+        ar["min_free_slots_delay"] = None
+    return [ar] + [m for m in methods if m["algorithm"] != "ar"]
+
+
+def calibration_job(config: dict, environment: dict, tp: int) -> dict:
+    """Everything one TP's calibration depends on (and nothing else): the rule's params, as canonical JSON."""
+    value = fingerprint(environment, config, tp)
+    job = server_job(config, tp, expand_methods(config)[0].name).as_dict()
+    job.update(workloads=[], warmup=0, adaptive=None, repetition=None)
+    job["load"] = {"protocol": "native"}
+    job["concurrency"] = [max(config["calibration"]["batches"])]
+    return {
+        "fingerprint": value,
+        "digest": fingerprint_digest(value),
+        "server_job": job,
+        "methods": calibration_methods(config),
+        "settings": dict(config["calibration"]),
+        "sim_profiles": _sim_profiles(config),
+    }
+
+
+def plan_line(config: dict) -> str:
+    """The line plan.md gives calibration: its time bound and whether the default target runs it."""
+    settings = config["calibration"]
+    where = (
+        "part of the default target (calibration.in_default_target)"
+        if settings["in_default_target"]
+        else "not part of the default target"
+    )
+    return (
+        f"- calibration (`snakemake calibrate`, {where}): at most {settings['max_seconds_per_tp']:g} s per TP "
+        f"(calibration.max_seconds_per_tp) for {len(calibration_methods(config))} server(s) each, start-ups included"
+    )
+
+
+# ------------------------------------------------------------------ measuring through the HTTP API
+
+
+def _words(count: int, rng: random.Random) -> str:
+    """Text of ``count`` random words: one token each for the simulator, a few each for a real tokenizer."""
+    return "".join(f" w{rng.randrange(10**6)}" for _ in range(count))
+
+
+@dataclass
+class Probe:
+    """How the measurements reach one running server."""
+
+    url: str
+    headers: dict
+    alive: Callable[[], bool]  # whether the server process still runs
+    timeout: float
+    tokens_per_word: float = 1.0  # the server's prompt tokens per word of ``_words`` (measured at start)
+    capacity: int | None = None  # tokens its KV cache holds (SGLang's max_total_num_tokens), where it says
+    context_length: int = 1 << 30
+    time_scale: float = 1.0  # the simulated server's fast clock (sim_time_scale): measured x this = modelled
+
+    def requests(self, prompts: list[str], new_tokens: int) -> list[RequestRecord]:
+        """Send the prompts together, each asking for exactly ``new_tokens`` tokens; their records, in order."""
+
+        async def run() -> list[RequestRecord]:
+            pool = Pool(self.url, self.headers)
+            records = [RequestRecord(f"calibration-{i}", 0, "calibration") for i in range(len(prompts))]
+            sampling = {"max_new_tokens": new_tokens, "ignore_eos": True, "temperature": 0.0}
+            try:
+                await asyncio.gather(
+                    *(
+                        send(
+                            pool,
+                            [{"role": "user", "content": p}],
+                            sampling,
+                            r,
+                            self.timeout,
+                            alive=self.alive,
+                            incremental=True,
+                            template=RAW,
+                        )
+                        for p, r in zip(prompts, records)
+                    )
+                )
+            finally:
+                pool.close()
+            return records
+
+        return asyncio.run(run())
+
+    def prompt(self, tokens: int, rng: random.Random) -> str:
+        return _words(max(1, round(tokens / self.tokens_per_word)), rng)
+
+
+def open_probe(url: str, headers: dict, alive, timeout: float, context_length: int) -> Probe:
+    """A probe of a ready server: its prompt tokens per word (one request of 256 words), its KV capacity."""
+    probe = Probe(url, headers, alive, timeout, context_length=context_length)
+    record = probe.requests([_words(256, random.Random("tokens per word"))], 2)[0]
+    if record.error or not record.prompt_tokens:
+        raise CalibrationError(f"server {url}: a first request failed ({record.error}: {record.error_detail})")
+    probe.tokens_per_word = record.prompt_tokens / 256
+    info = server_info(url, headers)
+    capacity = info.get("max_total_num_tokens") or (info.get("internal_states") or [{}])[0].get("max_total_num_tokens")
+    probe.capacity = int(capacity) if capacity else None
+    probe.time_scale = float(info.get("sim_time_scale") or 1.0)
+    return probe
+
+
+def steady_steps(records: list[RequestRecord]) -> tuple[float, float, int]:
+    """(seconds per step, mean context, steps) of a batch while every request of it was in flight (from the last
+    first chunk to the first last chunk): per request, the slope of its chunks' arrival times against their
+    number (least squares: a chunk that arrives late moves one point, not the span), weighted by its steps;
+    the context is the request's prompt plus the tokens generated before each of those steps."""
+    start = max(r.chunk_times[0] for r in records)
+    end = min(r.chunk_times[-1] for r in records)
+    slopes, weights, contexts = [], [], []
+    for r in records:
+        inside = [i for i, t in enumerate(r.chunk_times) if start <= t <= end]
+        if len(inside) < 3:
+            continue
+        times = np.array([r.chunk_times[i] for i in inside])
+        slopes.append(float(np.polyfit(np.arange(len(times)), times, 1)[0]))
+        weights.append(len(times) - 1)
+        produced = np.cumsum(r.chunk_tokens)
+        contexts += [r.prompt_tokens + int(produced[i]) for i in inside[:-1]]
+    if not weights:
+        return 0.0, 0.0, 0
+    return float(np.average(slopes, weights=weights)), float(np.mean(contexts)), sum(weights)
+
+
+MIN_STEPS = 4  # a shape needs at least this many steps with its whole batch in flight
+
+
+def measure_batch(probe: Probe, batch: int, context: int, new_tokens: int, seed: str) -> dict:
+    """One decode or verify shape: ``batch`` requests of ``context`` tokens together (see the module's text).
+    {"seconds", "context", "gaps"}, or {"skipped": why}."""
+    if context + new_tokens > probe.context_length:
+        return {"skipped": f"{context} + {new_tokens} tokens exceed model.context_length {probe.context_length}"}
+    if probe.capacity and batch * (context + new_tokens) > probe.capacity:
+        return {
+            "skipped": f"needs {batch * (context + new_tokens)} tokens of KV cache; the server holds {probe.capacity}"
+        }
+    rng = random.Random(seed)
+    before = scrape(probe.url, probe.headers)
+    records = probe.requests([probe.prompt(context, rng) for _ in range(batch)], new_tokens)
+    after = scrape(probe.url, probe.headers)
+    failed = [r for r in records if r.error]
+    if failed:
+        return {"skipped": f"refused: {failed[0].error}: {failed[0].error_detail[:200]}"}
+    retracted = after.get("sglang:num_retracted_requests_total", 0.0) - before.get(
+        "sglang:num_retracted_requests_total", 0.0
+    )
+    if retracted > 0:
+        return {"skipped": f"the server could not hold the batch: {retracted:g} request(s) retracted"}
+    if any(len(r.chunk_times) < 2 for r in records):
+        return {"skipped": "a request streamed fewer than two chunks"}
+    seconds, mean_context, steps = steady_steps(records)
+    if steps < MIN_STEPS * batch:
+        return {"skipped": f"the server did not hold the batch: {steps // batch} step(s) with all {batch} in flight"}
+    return {"seconds": seconds * probe.time_scale, "context": round(mean_context), "gaps": steps}
+
+
+PREFILL_LEAD = 4  # chunks the streaming request streams before the long request is sent
+
+
+def measure_prefill(probe: Probe, context: int, repeats: int, new_tokens: int, seed: str) -> dict:
+    """One prefill shape: while a short request streams (``new_tokens`` tokens), a request of ``context`` tokens
+    (one new token) is admitted. The admitting step's chunk of the streaming request is the one that arrives with
+    (or, on SGLang, first after) the new request's first chunk; the three gaps around it (one before, one after),
+    less two of the stream's usual steps, are the admitting step. Three: the long request's arrival may hold the
+    server's loop, so that the chunk before the admission comes late, and the admission's own bookkeeping may
+    delay the chunk that ends it, while the chunks one step further on keep their schedule. {"seconds",
+    "stream_context", "context", "gaps"} (medians of ``repeats``), or {"skipped": why}."""
+    if context + 1 > probe.context_length:
+        return {"skipped": f"{context} tokens exceed model.context_length {probe.context_length}"}
+    rng = random.Random(seed)
+    steps, stream_contexts, contexts = [], [], []
+    for _ in range(repeats):
+        stream, admitted = _admit_during_stream(probe, probe.prompt(128, rng), probe.prompt(context, rng), new_tokens)
+        for r in (stream, admitted):
+            if r.error or not r.chunk_times:
+                return {"skipped": f"refused: {r.error}: {r.error_detail[:200]}"}
+        first, times = admitted.chunk_times[0], stream.chunk_times
+        after = [i for i in range(2, len(times) - 1) if times[i] >= first - 0.002]
+        if not after:
+            return {"skipped": "the streaming request ended before the long request was admitted"}
+        i = min(after, key=lambda j: abs(times[j] - first))
+        usual = [b - a for j, (a, b) in enumerate(zip(times, times[1:])) if not i - 2 <= j <= i]
+        if not usual:
+            return {"skipped": "the streaming request has no usual step besides the admission"}
+        step = times[i + 1] - times[i - 2] - 2 * statistics.fmean(usual)
+        if step <= 0:
+            return {"skipped": "the prefill is too short to tell from the stream's own steps"}
+        steps.append(step)
+        stream_contexts.append(stream.prompt_tokens + sum(stream.chunk_tokens[:i]))
+        contexts.append(admitted.prompt_tokens)
+    return {
+        "seconds": statistics.median(steps) * probe.time_scale,
+        "stream_context": round(statistics.fmean(stream_contexts)),
+        "context": round(statistics.fmean(contexts)),
+        "gaps": len(steps),
+    }
+
+
+def _admit_during_stream(probe: Probe, stream_prompt: str, long_prompt: str, new_tokens: int):
+    """(the streaming request's record, the admitted one's): the second sent once the first has streamed
+    PREFILL_LEAD chunks."""
+
+    async def run() -> tuple[RequestRecord, RequestRecord]:
+        pool = Pool(probe.url, probe.headers)
+        stream, admitted = RequestRecord("stream", 0, "calibration"), RequestRecord("prefill", 0, "calibration")
+
+        def request(prompt: str, tokens: int, record: RequestRecord):
+            sampling = {"ignore_eos": True, "temperature": 0.0, "max_new_tokens": tokens}
+            messages = [{"role": "user", "content": prompt}]
+            return send(
+                pool, messages, sampling, record, probe.timeout, alive=probe.alive, incremental=True, template=RAW
+            )
+
+        try:
+            task = asyncio.ensure_future(request(stream_prompt, new_tokens, stream))
+            deadline = time.monotonic() + probe.timeout
+            while len(stream.chunk_times) < PREFILL_LEAD and not task.done() and time.monotonic() < deadline:
+                await asyncio.sleep(0.0005)
+            await request(long_prompt, 1, admitted)
+            await task
+        finally:
+            pool.close()
+        return stream, admitted
+
+    return asyncio.run(run())
+
+
+def method_decoding(method: dict) -> Decoding:
+    """How the simulator decodes a method (its algorithm, parameters, scheduler and environment)."""
+    return Decoding.of_params(
+        method["algorithm"], method["params"], "--disable-overlap-schedule" not in method["flags"], method["env"]
+    )
+
+
+def server_shapes(method: dict, settings: dict) -> list[dict]:
+    """The shapes one server measures, cheapest first: prefill (AR only), then every batch x context."""
+    batch_shapes = [
+        {"kind": "step", "batch": b, "context": c} for b in settings["batches"] for c in settings["contexts"]
+    ]
+    batch_shapes.sort(key=lambda s: (s["batch"] * (s["context"] + settings["new_tokens"]), s["batch"]))
+    prefill = [{"kind": "prefill", "batch": 1, "context": c} for c in sorted(settings["contexts"])]
+    return (prefill if method["algorithm"] == "ar" else []) + batch_shapes
+
+
+def measure_shapes(probe: Probe, method: dict, settings: dict, deadline: float, log=sys.stderr) -> list[dict]:
+    """Every shape of one server (``server_shapes``) as a table row, measured or skipped with its reason."""
+    decoding = asdict(method_decoding(method))
+    rows, longest = [], 0.0
+    for shape in server_shapes(method, settings):
+        seed = canonical_json([method["name"], shape])
+        row = {"server": method["name"], **shape, "width": Decoding(**decoding).verify_width(), "decoding": decoding}
+        if time.monotonic() + longest > deadline:
+            rows.append({**row, "skipped": "time bound (calibration.max_seconds_per_tp)"})
+            continue
+        started = time.monotonic()
+        if shape["kind"] == "prefill":
+            row["width"] = shape["context"]
+            result = measure_prefill(probe, shape["context"], settings["prefill_repeats"], settings["new_tokens"], seed)
+        else:
+            result = measure_batch(probe, shape["batch"], shape["context"], settings["new_tokens"], seed)
+        longest = max(longest, time.monotonic() - started)
+        rows.append({**row, **result})
+        what = f"{1000 * result['seconds']:.2f} ms" if "seconds" in result else f"skipped: {result['skipped']}"
+        print(f"calibration {method['name']} {shape['kind']} b{shape['batch']} c{shape['context']}: {what}", file=log)
+        if not probe.alive():
+            raise CalibrationError(f"server {method['name']} died while it was measured")
+    return rows
+
+
+# ------------------------------------------------------------------ the modelled steps and the fit
+
+
+def modelled_seconds(cost: CostModel, row: dict) -> float:
+    """The simulator's seconds for a measured row, as its engine charges a step (sim.server.Engine.next_step):
+    a prefill row: prefill(c, c^2 / 2) + an AR step of the admitted request + the streaming request's AR step;
+    a step row: one decode_step of its decoding over ``batch`` requests at its context."""
+    decoding = Decoding(**row["decoding"])
+    if row["kind"] == "prefill":
+        c = row["context"]
+        return (
+            cost.prefill(c, c * c / 2)
+            + cost.decode_step(Decoding(), [c])
+            + cost.decode_step(decoding, [row["stream_context"]])
+        )
+    if row["kind"] == "one-batch-prefill":  # bench_one_batch's prefill of the whole batch, no decode
+        tokens = row["batch"] * row["width"]
+        return cost.prefill(tokens, row["batch"] * row["width"] ** 2 / 2)
+    return cost.decode_step(decoding, [row["context"]] * row["batch"], row.get("shared", 0.0))
+
+
+def _from_free(name: str, x: float) -> float:
+    """A parameter from its unbounded coordinate: an efficiency (a share of the GPU's datasheet bandwidth or
+    compute) stays in (0, 1) through a logistic, every other parameter stays positive through exp."""
+    return 1 / (1 + math.exp(-x)) if name.endswith("_efficiency") else math.exp(x)
+
+
+def _to_free(name: str, value: float) -> float:
+    value = min(max(value, 1e-9), 1 - 1e-9) if name.endswith("_efficiency") else max(value, 1e-12)
+    return math.log(value / (1 - value)) if name.endswith("_efficiency") else math.log(value)
+
+
+def _jacobian(residuals, x: np.ndarray, r: np.ndarray, h: float = 1e-6) -> np.ndarray:
+    columns = []
+    for j in range(len(x)):
+        step = np.zeros_like(x)
+        step[j] = h
+        columns.append((residuals(x + step) - r) / h)
+    return np.array(columns).T
+
+
+def least_squares(residuals, x0, iterations: int = 200) -> np.ndarray:
+    """Minimise sum(residuals(x)^2) from x0 (Levenberg-Marquardt with Marquardt's scaling; a coordinate the
+    residuals do not depend on stays where it starts). Stops when a step gains less than 1e-12 of the cost."""
+    x = np.array(x0, float)
+    r = residuals(x)
+    cost, damping = float(r @ r), 1e-3
+    for _ in range(iterations):
+        jac = _jacobian(residuals, x, r)
+        gradient, normal = jac.T @ r, jac.T @ jac
+        scale = np.diag(np.diag(normal)) + 1e-12 * np.eye(len(x))
+        while True:
+            step = np.linalg.solve(normal + damping * scale, -gradient)
+            trial = np.clip(x + step, -40, 40)
+            r_trial = residuals(trial)
+            if float(r_trial @ r_trial) < cost:
+                gain = cost - float(r_trial @ r_trial)
+                x, r, cost, damping = trial, r_trial, float(r_trial @ r_trial), max(damping / 3, 1e-12)
+                break
+            damping *= 4
+            if damping > 1e12:
+                return x
+        if gain <= 1e-12 * max(cost, 1e-30) or cost < 1e-20:
+            break
+    return x
+
+
+def _standard_errors(jac: np.ndarray, scatter: float) -> np.ndarray:
+    """One standard error of each coordinate, scatter x sqrt(diag((J'J)^-1)) from J's singular values; infinite
+    for a coordinate with a share in a direction the residuals do not see (a singular value below 1e-9 of the
+    largest, or beyond the number of rows)."""
+    _, values, vt = np.linalg.svd(jac, full_matrices=True)
+    values = np.concatenate([values, np.zeros(len(vt) - len(values))])
+    blind = values <= (values.max() if values.size else 0) * 1e-9
+    inverse = np.where(blind, np.inf, 1 / np.where(blind, 1, values) ** 2)
+    shares = vt**2
+    contributions = np.where(shares > 1e-20, shares, 0.0) * np.where(shares > 1e-20, inverse[:, None], 0.0)
+    return scatter * np.sqrt(contributions.sum(axis=0))
+
+
+def _scatter(raw: np.ndarray, parameters: int) -> float:
+    """The residuals' typical size (log): 1.4826 x their median absolute value (the standard deviation of normal
+    errors, unmoved by a few shapes far off), scaled up for the degrees of freedom the fit took; at least
+    NOISE_FLOOR."""
+    dof = max(len(raw) - parameters, 1)
+    return max(1.4826 * float(np.median(np.abs(raw))) * math.sqrt(len(raw) / dof), NOISE_FLOOR)
+
+
+def _huber_weights(raw: np.ndarray, parameters: int, k: float = 2.0) -> np.ndarray:
+    """Huber's weights: 1 for a residual within k scatters, k x scatter / |residual| beyond (a shape that a
+    hiccup of the host made slow pulls the fit by k scatters, not by its whole error)."""
+    limit = k * _scatter(raw, parameters)
+    return np.minimum(1.0, limit / np.maximum(np.abs(raw), 1e-300))
+
+
+@dataclass
+class Fit:
+    """A fitted runtime; ``identified``: the parameters the measurements pin within IDENTIFIED_WITHIN;
+    ``not_identified``: the others, of which ``held`` (no measurement tells them apart from the rest) keep the
+    prior's value and the rest keep the fit's, pinned less well; ``scatter``: the residuals' RMS (log)."""
+
+    runtime: dict
+    identified: list[str]
+    not_identified: list[str]
+    scatter: float
+    held: list[str]
+
+
+def fit_runtime(
+    rows: list[dict], gpu: dict, model: dict, draft_model: dict | None, tp: int, fixed: dict | None = None
+) -> Fit:
+    """The runtime profile fitted to measured rows (each with ``seconds``): see the module's text. ``fixed``: the
+    values of the parameters outside FITTED (default: the prior's)."""
+    measured = [r for r in rows if r.get("seconds")]
+    if not measured:
+        raise CalibrationError("no shape was measured: nothing to fit (see the table's reasons)")
+    start = {**prior(), **(fixed or {})}
+    start.update({k: prior()[k] for k in FITTED})
+    scatter = NOISE_FLOOR
+    seconds = np.array([r["seconds"] for r in measured])
+
+    def runtime_of(names, x) -> dict:
+        return {**start, **{n: _from_free(n, v) for n, v in zip(names, x)}}
+
+    weights = np.ones(len(measured))  # Huber's: a shape far off the others' fit counts less (see _reweigh)
+
+    def residuals_for(names):
+        def residuals(x):
+            cost = CostModel(gpu, model, runtime_of(names, x), tp, draft_model)
+            return np.sqrt(weights) * np.log(np.array([modelled_seconds(cost, r) for r in measured]) / seconds)
+
+        return residuals
+
+    def fit(names, x0) -> np.ndarray:
+        """Least squares, reweighed until the weights settle (at most 4 times)."""
+        x = np.asarray(x0, float)
+        for _ in range(4):
+            x = least_squares(residuals_for(names), x)
+            raw = residuals_for(names)(x) / np.sqrt(weights)
+            new = _huber_weights(raw, len(names))
+            if np.allclose(new, weights, atol=1e-3):
+                break
+            weights[:] = new
+        return x
+
+    free = list(FITTED)
+    x = fit(free, [_to_free(n, start[n]) for n in free])
+    # a parameter no measured shape depends on at the fit is held where the fit left it: at the prior when nothing
+    # moved it, else where it drove it (a cost at nothing, whose log the shapes no longer see)
+    residuals = residuals_for(free)
+    sensitive = np.max(np.abs(_jacobian(residuals, x, residuals(x))), axis=0) > 1e-4
+    start.update({n: _from_free(n, v) for n, v, keep in zip(FITTED, x, sensitive) if not keep})
+    free, x = [n for n, keep in zip(FITTED, sensitive) if keep], x[sensitive]
+    errors = np.array([])
+    x = fit(free, x)
+    while free:
+        residuals = residuals_for(free)
+        r = residuals(x)
+        scatter = _scatter(r / np.sqrt(weights), len(free))
+        jac = _jacobian(residuals, x, r)
+        errors = _standard_errors(jac, scatter)
+        if not np.isinf(errors).any():
+            break
+        # of the parameters the measurements cannot tell apart, the one they see least is held: at the prior when
+        # the others then fit as well (its effect is theirs too), else where the fit put it (a cost it drove to
+        # nothing, say, which the log scale no longer sees)
+        blind = np.flatnonzero(np.isinf(errors))
+        worst = int(blind[np.argmin(np.linalg.norm(jac[:, blind], axis=0))])
+        keep = [i for i in range(len(free)) if i != worst]
+        name, value = free[worst], _from_free(free[worst], x[worst])
+        free = [free[i] for i in keep]
+        x_prior = least_squares(residuals_for(free), x[keep])
+        r_prior = residuals_for(free)(x_prior)
+        if float(r_prior @ r_prior) <= 1.1 * float(r @ r) + len(r) * NOISE_FLOOR**2:
+            x = x_prior
+        else:
+            start[name] = value
+            x = least_squares(residuals_for(free), x[keep])
+    identified = [n for n, e in zip(free, errors) if e <= IDENTIFIED_WITHIN]
+    runtime = runtime_of(free, x)
+    rounded = {k: float(f"{v:.4g}") if isinstance(v, float) else v for k, v in runtime.items()}
+    return Fit(
+        rounded, identified, [n for n in FITTED if n not in identified], scatter, [n for n in FITTED if n not in free]
+    )
+
+
+# ------------------------------------------------------------------ one TP: cache, servers, fit, files
+
+
+def entry_key(job: dict, method: dict) -> str:
+    """The cache key of one server's measurements: the fingerprint, the method as its server runs it, what the
+    servers are started with, the calibration settings (its in_default_target aside) and CALIBRATION_VERSION."""
+    server_job = job["server_job"]
+    settings = {k: v for k, v in job["settings"].items() if k != "in_default_target"}
+    return digest(
+        {
+            "fingerprint": job["fingerprint"],
+            "method": {k: v for k, v in method.items() if k != "name"},
+            "model": server_job["model"],
+            "server": {k: server_job["server"].get(k) for k in ("flags", "env", "min_free_slots_delay")},
+            "sim": server_job["sim"],
+            "settings": settings,
+            "version": CALIBRATION_VERSION,
+        }
+    )
+
+
+def entry_problem(entry, key: str, fingerprint_value: dict) -> str | None:
+    """Why a cached entry cannot stand for the measurements of ``key``, or None."""
+    if not isinstance(entry, dict) or not entry:
+        return "it is empty or not a JSON object"
+    if entry.get("digest") != digest({k: v for k, v in entry.items() if k != "digest"}):
+        return "its content does not match its digest"
+    if entry.get("key") != key:
+        return f"it holds the measurements of key {str(entry.get('key'))[:12]}, not {key[:12]}"
+    if entry.get("fingerprint") != fingerprint_value:
+        return "its fingerprint is not this calibration's"
+    if not isinstance(entry.get("rows"), list) or not isinstance(entry.get("startup_s"), (int, float)):
+        return "it has no rows or no start-up time"
+    return None
+
+
+def _cache(job: dict) -> CellCache:
+    return CellCache(Path(job["server_job"]["cache_dir"]) / "calibration")
+
+
+def cached_entries(job: dict, log=sys.stderr) -> dict[str, dict]:
+    """{method name: its verified cache entry} for the methods of ``job`` that have one; an entry that fails a
+    check is named with the reason, and its server measured again."""
+    cache, out = _cache(job), {}
+    for method in job["methods"]:
+        key = entry_key(job, method)
+        entry, why = cache.read(key)
+        if entry is not None:
+            why = entry_problem(entry, key, job["fingerprint"])
+        if why is None and entry is not None:
+            out[method["name"]] = entry
+        elif why is not None:
+            print(f"calibration: cache entry {cache.path(key)} not used: {why}; measuring again", file=log)
+    return out
+
+
+def measure_servers(job: dict, environment: dict, missing: list[dict], log_dir: Path, log=sys.stderr) -> list[dict]:
+    """Start each missing method's server in turn (the job's GPUs held from the pool throughout), measure its
+    shapes within the time bound, always stop it; each server's entry is cached as soon as it is measured."""
+    from .gpus import GpuPool, lock_folder, visible_devices
+
+    base = ServerJob.from_dict(job["server_job"])
+    settings, cache = job["settings"], _cache(job)
+    entries = []
+    budget_end = time.monotonic() + settings["max_seconds_per_tp"]
+    pooled = base.backend == "sglang" or base.gpu_pool["devices"]
+    devices = visible_devices(base.gpu_pool["devices"]) if pooled else []
+    with ExitStack() as stack:
+        gpus = None
+        if devices:
+            pool = GpuPool(lock_folder(base.gpu_pool["lock_dir"]), devices)
+            need = len(devices) if base.gpu_pool["exclusive"] else base.tp
+            print(f"calibration tp{base.tp}: waiting for {need} GPU(s) from the pool", file=log, flush=True)
+            gpus = stack.enter_context(pool.acquire(need, holder=f"calibration tp{base.tp}"))
+        previous = signal.signal(signal.SIGTERM, signal.default_int_handler)  # SIGTERM stops the servers too
+        stack.callback(signal.signal, signal.SIGTERM, previous)
+        for index, method in enumerate(missing):
+            share_end = time.monotonic() + (budget_end - time.monotonic()) / (len(missing) - index)
+            print(f"calibration tp{base.tp}: starting the {method['name']} server", file=log, flush=True)
+            startup_s, rows = _measure_server(
+                replace(base, method=method), settings, environment, gpus, log_dir, share_end, log
+            )
+            entry = {
+                "key": entry_key(job, method),
+                "fingerprint": job["fingerprint"],
+                "method": method,
+                "startup_s": startup_s,
+                "first_on_host": index == 0,
+                "measured_at": datetime.now(timezone.utc).isoformat(),
+                "rows": rows,
+            }
+            entry["digest"] = digest(entry)
+            cache.put(entry["key"], entry)
+            entries.append(entry)
+    return entries
+
+
+def _measure_server(
+    job: ServerJob, settings: dict, environment: dict, gpus, log_dir: Path, share_end: float, log
+) -> tuple[float, list[dict]]:
+    """(start-up seconds, the table rows) of one method's server, started as the workflow starts it and always
+    stopped."""
+    from .bench import start_server
+    from .gpus import wait_until_released
+    from .launcher import ApiKeyFile, Server
+
+    log_path = log_dir / f"server-calibration-tp{job.tp}-{job.method['name']}.log"
+    server: Server | None = None
+    with ApiKeyFile(job.server.get("api_key_env")) as key:
+        try:
+            server, _, _ = start_server(job, {}, environment, log_path, gpus, key.args, key.headers)
+            key.remove()  # the server read it when it started
+            timeout, context_length = job.server["request_timeout"], job.model["context_length"]
+            probe = open_probe(server.url, key.headers, server.alive, timeout, context_length)
+            rows = measure_shapes(probe, job.method, settings, share_end, log)
+            return float(server.startup_seconds or 0.0), rows
+        finally:
+            if server is not None:
+                server.stop()
+                if gpus and job.backend == "sglang":
+                    wait_until_released(gpus)
+
+
+def startup(entries: list[dict]) -> dict:
+    """{cold_s, warm_s}: the start-up of the first server a calibration run started on the host (the median where
+    several runs did), and the median of the later ones' (None where there was none)."""
+    cold = [e["startup_s"] for e in entries if e["first_on_host"]]
+    warm = [e["startup_s"] for e in entries if not e["first_on_host"]]
+    return {
+        "cold_s": round(statistics.median(cold), 3) if cold else None,
+        "warm_s": round(statistics.median(warm), 3) if warm else None,
+    }
+
+
+TABLE_COLUMNS = (
+    "server",
+    "kind",
+    "batch",
+    "width",
+    "context",
+    "measured_s",
+    "fitted_s",
+    "deviation",
+    "gaps",
+    "skipped",
+    "decoding",
+)
+
+
+def table_rows(entries: list[dict], cost: CostModel, cold_warm: dict) -> list[dict]:
+    """The measured table: every shape (measured or skipped) and every server's start-up, with the fitted
+    seconds and deviation = fitted / measured - 1."""
+    out = []
+    for entry in entries:
+        kind = "startup-cold" if entry["first_on_host"] else "startup-warm"
+        fitted = cold_warm["cold_s" if entry["first_on_host"] else "warm_s"]
+        out.append(
+            {
+                "server": entry["method"]["name"],
+                "kind": kind,
+                "measured_s": entry["startup_s"],
+                "fitted_s": fitted,
+                "deviation": fitted / entry["startup_s"] - 1 if fitted and entry["startup_s"] else None,
+            }
+        )
+        for row in entry["rows"]:
+            modelled = modelled_seconds(cost, row) if row.get("seconds") else None
+            out.append(
+                {
+                    **{k: row.get(k) for k in ("server", "kind", "batch", "width", "context", "gaps", "skipped")},
+                    "measured_s": row.get("seconds"),
+                    "fitted_s": modelled,
+                    "deviation": modelled / row["seconds"] - 1 if modelled else None,
+                    "decoding": canonical_json(row["decoding"]),
+                }
+            )
+    return out
+
+
+def _csv(rows: list[dict]) -> str:
+    out = io.StringIO()
+    writer = csv.DictWriter(out, fieldnames=TABLE_COLUMNS, lineterminator="\n")
+    writer.writeheader()
+    for row in rows:
+        writer.writerow({k: ("" if row.get(k) is None else row[k]) for k in TABLE_COLUMNS})
+    return out.getvalue()
+
+
+def calibrate(job: dict, environment: dict, profile_out: str, table_out: str, log_dir: Path, log=sys.stderr) -> dict:
+    """One TP's calibration: its servers' verified cache entries, the others measured (see measure_servers), the
+    runtime fitted to every measured shape, the profile and its table written (atomically). Returns
+    {"measured": [servers measured], "cached": [servers from the cache], "profile": the profile written}."""
+    if job["fingerprint"] != fingerprint(environment, _config_view(job), job["fingerprint"]["tp"]):
+        raise CalibrationError(
+            f"calibration tp{job['fingerprint']['tp']}: the environment record does not give this job's "
+            "fingerprint (it changed since the plan of this run): run snakemake calibrate again"
+        )
+    cached = cached_entries(job, log)
+    missing = [m for m in job["methods"] if m["name"] not in cached]
+    measured = measure_servers(job, environment, missing, log_dir, log) if missing else []
+    by_name = {**cached, **{e["method"]["name"]: e for e in measured}}
+    entries = [by_name[m["name"]] for m in job["methods"]]
+    rows = [row for e in entries for row in e["rows"]]
+    emulated, tp = job["sim_profiles"], job["fingerprint"]["tp"]
+    fixed = {k: v for k, v in emulated["runtime"].items() if k not in FITTED and not k.startswith("eager_")}
+    fit = fit_runtime(rows, emulated["gpu"], emulated["model"], emulated["draft_model"], tp, fixed)
+    cost = CostModel(emulated["gpu"], emulated["model"], fit.runtime, tp, emulated["draft_model"])
+    cold_warm = startup(entries)
+    table = table_rows(entries, cost, cold_warm)
+    deviations = [abs(r["deviation"]) for r in table if r["deviation"] is not None and r["kind"] in ("step", "prefill")]
+    latest = max(e["measured_at"] for e in entries)
+    profile = {
+        "fingerprint": job["fingerprint"],
+        "digest": job["digest"],
+        "measured_on": {"gpu": job["fingerprint"]["gpu"], "date": latest[:10]},
+        "largest_deviation": round(max(deviations), 4),
+        "not_identified": fit.not_identified,
+        "held": fit.held,
+        "identified": fit.identified,
+        "startup": cold_warm,
+        "runtime": {**fit.runtime, "startup_seconds": cold_warm["cold_s"]},
+        "simulated": environment["backend"] == "sim",
+        "time_bound_s": job["settings"]["max_seconds_per_tp"],
+        "shapes": {"measured": len(deviations), "skipped": sum(1 for r in table if r.get("skipped"))},
+        "table": Path(table_out).name,
+        "profiles": {"gpu": _config_name(job, "gpu"), "model": _config_name(job, "model_profile")},
+    }
+    atomic_write_text(table_out, _csv(table))
+    atomic_write_text(profile_out, yaml.safe_dump(profile, sort_keys=False))
+    print(
+        f"calibration tp{tp}: {len(measured)} server(s) measured, {len(cached)} from the cache; "
+        f"{len(deviations)} shapes, largest deviation {max(deviations):.1%}; not identified: "
+        f"{', '.join(fit.not_identified) or 'none'}",
+        file=log,
+        flush=True,
+    )
+    return {"measured": [e["method"]["name"] for e in measured], "cached": sorted(cached), "profile": profile}
+
+
+def _config_view(job: dict) -> dict:
+    """What ``fingerprint`` reads of the configuration, from a calibration job."""
+    return {"model": job["server_job"]["model"], "sim": job["server_job"]["sim"]}
+
+
+def _config_name(job: dict, key: str) -> str | None:
+    return (job["server_job"]["sim"] or {}).get(key)
+
+
+def read_profile(path: str | Path) -> dict:
+    """A calibration profile written by ``calibrate`` (YAML)."""
+    try:
+        return yaml.safe_load(Path(path).read_text())
+    except (OSError, yaml.YAMLError) as exc:
+        raise CalibrationError(f"{path}: cannot read the calibration profile ({exc}); run snakemake calibrate") from exc

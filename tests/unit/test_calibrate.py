@@ -1,0 +1,224 @@
+"""Calibration without Snakemake: the fit against rows generated from a known profile, the fingerprint from the
+environment record, the cache entries' checks, and the HTTP measurements against a simulated server whose cost
+model is known."""
+
+from __future__ import annotations
+
+import io
+import json
+import random
+import sys
+import time
+from dataclasses import asdict
+
+import pytest
+
+from conftest import FIXTURES, REPO, load_default_config, start_sim, validated
+from specsweep import calibrate
+from specsweep.environment import probe
+from specsweep.sim.model import CostModel, Decoding, profiles
+
+TRUTH = "sglang-0.5.16-h200"  # the measured H200 runtime: far enough from the prior in every fitted parameter
+
+
+def _rows(truth: dict, noise: float = 0.0, seed: int = 0) -> list[dict]:
+    """Rows as a calibration measures them (AR decode steps, prefills, DFlash and NGRAM rounds), their seconds the
+    truth's modelled ones times a log-normal error of ``noise``."""
+    p = profiles()
+    cost = CostModel(p["gpus"]["H200"], p["models"]["qwen3-8b"], truth, 1, p["models"]["qwen3-0.6b"])
+    rng = random.Random(seed)
+    decodings = {
+        "ar": Decoding("ar"),
+        "dflash": Decoding("dflash", block_size=16),
+        "ngram": Decoding("ngram", num_draft_tokens=8, max_bfs_breadth=8, match_type="BFS"),
+    }
+    rows = []
+    for name, decoding in decodings.items():
+        for batch in (1, 4, 16, 64):
+            for context in (1024, 4096, 16384, 32768):
+                rows.append(
+                    {"server": name, "kind": "step", "batch": batch, "context": context, "decoding": asdict(decoding)}
+                )
+    for context in (1024, 4096, 16384, 32768):
+        rows.append(
+            {
+                "server": "ar",
+                "kind": "prefill",
+                "batch": 1,
+                "context": context,
+                "stream_context": 140,
+                "decoding": asdict(decodings["ar"]),
+            }
+        )
+    for row in rows:
+        row["seconds"] = calibrate.modelled_seconds(cost, row) * (1 + rng.gauss(0, noise))
+    return rows
+
+
+def _fit(rows):
+    p = profiles()
+    truth = p["runtimes"][TRUTH]
+    fixed = {k: v for k, v in truth.items() if k not in calibrate.FITTED}
+    return calibrate.fit_runtime(rows, p["gpus"]["H200"], p["models"]["qwen3-8b"], p["models"]["qwen3-0.6b"], 1, fixed)
+
+
+def test_the_fit_recovers_a_known_profile_from_its_own_steps():
+    truth, prior = profiles()["runtimes"][TRUTH], calibrate.prior()
+    exact = _fit(_rows(truth))
+    # what no row reaches keeps the prior: the CPU behind the overlap scheduler, the draft models' costs, the KV
+    # pages two requests share (no two prompts alike)
+    untouched = {"cpu_step", "spec_cpu_per_request", "draft_step_overhead", "draft_per_request", "shared_kv_reads"}
+    assert untouched <= set(exact.held) <= set(exact.not_identified)
+    assert all(exact.runtime[name] == pytest.approx(prior[name], rel=1e-3) for name in untouched)
+    # NGRAM at one width cannot split its CPU work per request from per node: one is held, their sum is right
+    assert "ngram_cpu_per_node" in exact.held
+    per_request = exact.runtime["ngram_cpu_per_request"] + 8 * exact.runtime["ngram_cpu_per_node"]
+    assert per_request == pytest.approx(truth["ngram_cpu_per_request"] + 8 * truth["ngram_cpu_per_node"], rel=0.005)
+    # every other parameter back at the profile the steps came from, though the fit starts elsewhere
+    fitted = [n for n in calibrate.FITTED if n not in exact.held and not n.startswith("ngram_cpu")]
+    assert {n: exact.runtime[n] for n in fitted} == pytest.approx({n: truth[n] for n in fitted}, rel=0.005)
+    assert all(abs(prior[n] / truth[n] - 1) > 0.05 for n in fitted)  # it had somewhere to go
+
+
+def test_with_measurement_noise_every_identified_parameter_is_within_five_percent():
+    """Steps with a 0.5% error each (about what a median of a shape's steps keeps): the parameters the fit calls
+    identified are within 5% of the truth, and those it does not are flagged, not silently wrong."""
+    truth = profiles()["runtimes"][TRUTH]
+    for seed in range(3):
+        fit = _fit(_rows(truth, noise=0.005, seed=seed))
+        errors = {name: fit.runtime[name] / truth[name] - 1 for name in fit.identified}
+        assert all(abs(e) < 0.05 for e in errors.values()), errors
+        assert {
+            "layer_overhead",
+            "attention_bandwidth_efficiency",
+            "attention_request_bandwidth",
+            "verify_attention_reads",
+            "verify_request_attention_reads",
+        } <= set(fit.identified), fit.not_identified
+        assert 0.003 <= fit.scatter < 0.008  # the residuals are the noise, nothing the model lacks
+
+
+def test_parameters_the_rows_cannot_tell_apart_are_not_identified():
+    """One AR step (batch 16, 4k context): the KV-read efficiency, the per-layer cost and the compute efficiency
+    all move that one number, so at most one of them is identified, and nothing of the drafter or the prefill."""
+    truth = profiles()["runtimes"][TRUTH]
+    rows = [r for r in _rows(truth) if r["server"] == "ar" and r["kind"] == "step"]
+    fit = _fit([r for r in rows if r["context"] == 4096 and r["batch"] == 16])
+    assert len(fit.identified) <= 1
+    assert "drafter_fraction" in fit.not_identified and "prefill_fixed" in fit.not_identified
+
+
+def test_fingerprint_of_a_real_gpu_host_and_its_digest():
+    environment = json.loads((REPO / "benchmarks/gpu/record-2026-11-30/environment.json").read_text())
+    config = {"model": {"name": "Qwen3-8B"}, "tp": [1, 2]}
+    value = calibrate.fingerprint(environment, config, 1)
+    assert value == {
+        "gpu": "NVIDIA H200",
+        "gpu_count": 2,
+        "driver": "580.159.04",
+        "engine_version": "sglang 0.5.16",
+        "engine_commit": "sha256=b8ed16e72c7d6a643e31ba52e3ff106439e9dbb78543950e4c810158b826ea8e",
+        "model": "Qwen3-8B",
+        "tp": 1,
+    }
+    names = {e["digest"] for e in calibrate.fingerprints(environment, config)}
+    assert len(names) == 2 and all(len(n) == 12 for n in names)  # one per TP
+    other = json.loads(json.dumps(environment))
+    other["hardware"]["driver"] = "580.200.01"
+    assert calibrate.fingerprint_digest(calibrate.fingerprint(other, config, 1)) != calibrate.fingerprint_digest(value)
+    assert calibrate.fingerprint_digest(value) == calibrate.fingerprint_digest(dict(value))
+
+
+def test_a_cache_entry_is_used_only_when_its_checks_pass():
+    entry = {"key": "k" * 64, "fingerprint": {"tp": 1}, "rows": [], "startup_s": 1.0}
+    entry["digest"] = calibrate.digest(entry)
+    assert calibrate.entry_problem(entry, "k" * 64, {"tp": 1}) is None
+    edited = dict(entry, startup_s=2.0)
+    assert "digest" in calibrate.entry_problem(edited, "k" * 64, {"tp": 1})
+    assert "key" in calibrate.entry_problem(entry, "j" * 64, {"tp": 1})
+    assert "fingerprint" in calibrate.entry_problem(entry, "k" * 64, {"tp": 2})
+    assert calibrate.entry_problem({}, "k" * 64, {"tp": 1}) is not None
+
+
+@pytest.fixture
+def truth_server(tmp_path):
+    server = start_sim(tmp_path, "--sim-runtime", TRUTH, "--max-running-requests", "8", startup=0.0)
+    yield server
+    server.stop()
+
+
+def _cost():
+    return CostModel.named("H200", "qwen3-8b", TRUTH)
+
+
+def test_measured_decode_steps_and_prefill_match_the_simulated_cost_model(truth_server):
+    """Through the HTTP API only: a batch's steps and a prefill across a streaming request, against the cost model
+    the simulated server sleeps (within 5%: the chunks' timing on a shared machine)."""
+    probe = calibrate.open_probe(truth_server.url, {}, truth_server.alive, 60, 40960)
+    assert probe.tokens_per_word == 1.0  # the simulator counts a word as a token
+    step = calibrate.measure_batch(probe, 4, 4096, 24, "a")
+    row = {"kind": "step", "batch": 4, "context": step["context"], "decoding": asdict(Decoding())}
+    assert step["seconds"] == pytest.approx(calibrate.modelled_seconds(_cost(), row), rel=0.05)
+    prefill = calibrate.measure_prefill(probe, 8192, 2, 24, "b")
+    row = {"kind": "prefill", "batch": 1, "context": prefill["context"], "decoding": asdict(Decoding())}
+    row["stream_context"] = prefill["stream_context"]
+    assert prefill["seconds"] == pytest.approx(calibrate.modelled_seconds(_cost(), row), rel=0.05)
+
+
+def test_shapes_the_server_cannot_take_are_skipped_with_the_reason(truth_server):
+    probe = calibrate.open_probe(truth_server.url, {}, truth_server.alive, 60, 2048)
+    assert "model.context_length" in calibrate.measure_batch(probe, 1, 4096, 24, "c")["skipped"]
+    probe.capacity = 10_000
+    assert "KV cache" in calibrate.measure_batch(probe, 8, 2048 - 64, 24, "d")["skipped"]
+    probe.context_length = 40960
+    probe.capacity = None
+    # more requests than the server runs at once (--max-running-requests 8): never all in flight together
+    assert "did not hold the batch" in calibrate.measure_batch(probe, 16, 256, 24, "e")["skipped"]
+
+
+def test_the_sglang_path_calibrates_a_server_that_speaks_sglang_and_reuses_its_cache(tmp_path, monkeypatch):
+    """backend: sglang end to end (environment probe, launch command, flag checks, the pool's GPU lookup) against
+    a stand-in interpreter whose `-m sglang.launch_server` runs the simulated server; the second calibration of the
+    same fingerprint starts no server."""
+    monkeypatch.setenv("SPECSWEEP_PYTHON", sys.executable)
+    python = str(FIXTURES / "sglang_via_sim.sh")
+    config = load_default_config()
+    config.update(backend="sglang", sglang={"python": python}, cache_dir=str(tmp_path / "cache"))
+    config["methods"] = [{"name": "ar", "algorithm": "ar"}, {"name": "dflash", "algorithm": "dflash"}]
+    config["calibration"] = {"batches": [1, 4], "contexts": [1024, 4096], "new_tokens": 24, "prefill_repeats": 1}
+    config = validated(config)
+    environment = probe("sglang", python)
+    job = calibrate.calibration_job(config, environment, 1)
+    out = (str(tmp_path / "profile.yaml"), str(tmp_path / "table.csv"))
+    first = calibrate.calibrate(job, environment, *out, tmp_path)
+    assert first["measured"] == ["ar", "dflash"] and first["cached"] == []
+    profile = calibrate.read_profile(out[0])
+    assert profile["fingerprint"]["engine_version"] == "sglang 0.5.23" and profile["simulated"] is False
+    assert profile["shapes"]["measured"] == 2 + 4 + 4  # the AR server's prefills, then every batch x context
+    assert (tmp_path / "server-calibration-tp1-dflash.log").exists()
+    (tmp_path / "server-calibration-tp1-dflash.log").unlink()
+    again = calibrate.calibrate(job, environment, *out, tmp_path)
+    assert again["measured"] == [] and again["cached"] == ["ar", "dflash"]
+    assert not (tmp_path / "server-calibration-tp1-dflash.log").exists()
+    assert calibrate.read_profile(out[0])["runtime"] == profile["runtime"]
+    # an entry edited in the cache is named, not used, and its server measured again
+    cache = calibrate.CellCache(tmp_path / "cache" / "calibration")
+    key = calibrate.entry_key(job, job["methods"][1])
+    entry = cache.get(key)
+    entry["rows"][0]["seconds"] *= 2
+    cache.put(key, entry)
+    log = io.StringIO()
+    third = calibrate.calibrate(job, environment, *out, tmp_path, log=log)
+    assert third["measured"] == ["dflash"] and third["cached"] == ["ar"]
+    assert f"cache entry {cache.path(key)} not used: its content does not match its digest" in log.getvalue()
+
+
+def test_shapes_beyond_the_time_bound_are_skipped_and_listed(truth_server):
+    probe = calibrate.open_probe(truth_server.url, {}, truth_server.alive, 60, 40960)
+    settings = {"batches": [1], "contexts": [512, 1024, 2048, 4096], "new_tokens": 24, "prefill_repeats": 1}
+    method = {"name": "ar", "algorithm": "ar", "params": {}, "flags": [], "env": {}}
+    rows = calibrate.measure_shapes(probe, method, settings, time.monotonic() + 0.3, log=io.StringIO())
+    assert len(rows) == 8 and "seconds" in rows[0]  # the first shape always runs
+    skipped = [r for r in rows if r.get("skipped")]
+    assert skipped and all("time bound (calibration.max_seconds_per_tp)" == r["skipped"] for r in skipped)
+    assert rows[-1] in skipped  # what is left when the share is spent
