@@ -3,6 +3,7 @@ engine's runtime profile, a rerun measures nothing, and a changed fingerprint me
 
 from __future__ import annotations
 
+import pytest
 import yaml
 
 from conftest import load_default_config, server_processes_under, snakemake, write_config
@@ -34,6 +35,7 @@ def _server_logs(workflow) -> dict:
     return {p.name: p.stat().st_mtime_ns for p in (workflow / "logs" / "calibration").glob("server-*.log")}
 
 
+@pytest.mark.long(2.0)  # real time: the fit reads the simulated engine's own pace
 def test_calibrate_recovers_the_simulated_profile_and_measures_again_only_for_a_new_fingerprint(workflow):
     write_config(workflow, _config())
     proc = snakemake(workflow, "calibrate", timeout=600)
@@ -43,7 +45,9 @@ def test_calibrate_recovers_the_simulated_profile_and_measures_again_only_for_a_
     assert profile["fingerprint"]["gpu"] == "H200 (simulated)" and profile["simulated"] is True
     truth = profiles()["runtimes"][TRUTH]
     errors = {p: profile["runtime"][p] / truth[p] - 1 for p in profile["identified"]}
-    assert all(abs(e) < 0.05 for e in errors.values()), errors
+    # the fixed cost of a prefill comes from three admissions timed on a stream (one 1-ms wake of the event loop is
+    # 5% of it): within 10%; every other identified parameter within 5% (synthetic rows: test_calibrate.py)
+    assert all(abs(e) < (0.10 if p == "prefill_fixed" else 0.05) for p, e in errors.items()), errors
     # how many the steps pin within 1.5% depends on how busy the host is (7 of the 10 the shapes reach on an idle
     # machine, 1 beside the whole test suite): every one within 5% (above); the CPU behind the overlap scheduler
     # and the costs of methods not configured never are
@@ -69,9 +73,13 @@ def test_calibrate_recovers_the_simulated_profile_and_measures_again_only_for_a_
     # another model: another fingerprint, measured again (the first calibration stays)
     config = _config()
     config["model"]["name"] = "Qwen3-8B-other"
+    config["methods"] = config["methods"][:1]  # AR alone: enough to see the new fingerprint measured
     write_config(workflow, config)
-    snakemake(workflow, "calibrate", timeout=600)
-    assert len(_profiles(workflow)) == 2 and _server_logs(workflow) != logs
+    assert "1 server(s) measured, 0 from the cache" in snakemake(workflow, "calibrate", timeout=600).stdout
+    assert (
+        len(_profiles(workflow)) == 2
+        and _server_logs(workflow)["server-calibration-tp1-ar.log"] != logs["server-calibration-tp1-ar.log"]
+    )
     assert server_processes_under(workflow) == []
 
 
