@@ -43,11 +43,12 @@ def _current_umask() -> int:
 _UMASK = _current_umask()
 
 
-def atomic_write_text(path: str | os.PathLike, text: str) -> None:
+def atomic_write_text(path: str | os.PathLike, text: str, durable: bool = True) -> None:
     """Write a file so that readers see either nothing or the whole text.
 
-    The text goes to a temporary file in the same folder, is flushed to disk,
-    then renamed over the target; on any error the temporary file is removed.
+    The text goes to a temporary file in the same folder, is flushed to disk
+    (unless not ``durable``: a cache that can be made again), then renamed over
+    the target; on any error the temporary file is removed.
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -56,8 +57,9 @@ def atomic_write_text(path: str | os.PathLike, text: str) -> None:
         os.fchmod(fd, 0o666 & ~_UMASK)  # as open() would create it (mkstemp makes it private to its owner)
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
             handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
+            if durable:
+                handle.flush()
+                os.fsync(handle.fileno())
         os.replace(tmp, path)
     except BaseException:
         try:

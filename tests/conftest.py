@@ -137,9 +137,11 @@ def host_temporary_folder(monkeypatch, tmp_path_factory):
     files): tests running at once on one host (two test processes, two checkouts) never wait for each other's
     simulated GPUs. The processes a test starts inherit it (TMPDIR); a short path, as Unix sockets need. pytest's
     own temporary folders stay where they were (their base is fixed before TMPDIR changes)."""
-    tmp_path_factory.getbasetemp()
+    base = tmp_path_factory.getbasetemp()
     folder = tempfile.mkdtemp(prefix="specsweep-test-")
     monkeypatch.setenv("TMPDIR", folder)
+    # token counts made by one test's processes serve the others of this run (never the user's own folder)
+    monkeypatch.setenv("SPECSWEEP_TOKEN_COUNTS", str(base.parent / "token-counts"))
     monkeypatch.setattr(tempfile, "tempdir", None)  # read TMPDIR again in this process too
     yield Path(folder)
     monkeypatch.setattr(tempfile, "tempdir", None)

@@ -356,3 +356,21 @@ def test_no_measured_long_request_is_served_from_another_ones_prefix(tmp_path):
         server.stop()
     assert len(records) == 16 and all(r.error is None for r in records)
     assert [r.cached_tokens for r in records] == [0] * 16
+
+
+def test_a_token_count_is_made_once_and_read_back_by_any_process(tmp_path, monkeypatch):
+    from specsweep import workloads
+
+    text = "a text whose tokens are counted once"
+    true = len(workloads.tokenizer().encode(text, add_special_tokens=False).ids)
+    monkeypatch.setenv(workloads.TOKEN_COUNTS_ENV, str(tmp_path / "counts"))
+    workloads._token_counts.cache_clear()
+    assert workloads.count_tokens(text) == true
+    (written,) = list((tmp_path / "counts").glob("*/*"))
+    assert written.read_text() == str(true)
+    written.write_text("12345")  # what another process wrote is what is read back: the tokenizer is not asked
+    assert workloads.count_tokens(text) == 12345
+    monkeypatch.setenv(workloads.TOKEN_COUNTS_ENV, "off")
+    workloads._token_counts.cache_clear()
+    assert workloads.count_tokens(text) == true
+    workloads._token_counts.cache_clear()
