@@ -71,7 +71,7 @@ from pathlib import Path
 import numpy as np
 import yaml
 
-from . import __version__
+from . import __version__, cost_model
 from .cache import CellCache
 from .canon import atomic_write_text, canonical_json, digest, package_digest
 from .client import LoadModel, RequestRecord, send
@@ -230,10 +230,8 @@ def calibration_methods(config: dict) -> list[dict]:
 def calibration_job(config: dict, environment: dict, tp: int) -> dict:
     """Everything one TP's calibration depends on (and nothing else): the rule's params, as canonical JSON."""
     value = fingerprint(environment, config, tp)
-    # the engine as configured: a calibration measures the engine, never an earlier calibration of it (on the
-    # simulated backend, sim.calibration auto would otherwise run the servers on the profile this job wrote)
-    uncalibrated = {**config, "cost_model": {}, "sim": {**config["sim"], "calibration": "none"}}
-    job = server_job(uncalibrated, tp, expand_methods(config)[0].name).as_dict()
+    # on the simulated backend, sim.calibration auto would otherwise run the servers on the profile this job wrote
+    job = server_job(cost_model.uncalibrated(config), tp, expand_methods(config)[0].name).as_dict()
     job.update(workloads=[], warmup=0, adaptive=None, repetition=None)
     job["load"] = {"protocol": "native"}
     job["concurrency"] = [max(config["calibration"]["batches"])]

@@ -283,6 +283,12 @@ def of(config: dict, tp: int) -> dict:
     return chosen or _choice(config, None, {})
 
 
+def uncalibrated(config: dict) -> dict:
+    """The configuration with every TP size on its configured runtime: no calibration chosen or resolved (what a
+    calibration measures: the engine as configured, never an earlier calibration of it)."""
+    return {**config, "cost_model": {}, "sim": {**config["sim"], "calibration": "none"}}
+
+
 def sim_settings(config: dict, tp: int) -> dict:
     """The simulator's settings (sim) for one TP size with its cost model in them: a calibrated runtime profile
     becomes the runtime ``calibrated-tp<TP>`` of ``profiles.runtimes``, on the GPU profile it was measured on, and

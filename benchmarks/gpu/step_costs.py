@@ -113,6 +113,28 @@ async def _rounds(url: str, concurrency: int, prompt: int, new_tokens: int, seed
         return await asyncio.gather(*(_stream(session, url, p, new_tokens) for p in prompts))
 
 
+def server_argv(port: int, prompts: list[int]) -> list[str]:
+    """An SGLang server on 127.0.0.1:``port`` with room for the longest prompt, 64 requests and CUDA graphs to 64."""
+    return [
+        sys.executable,
+        "-m",
+        "sglang.launch_server",
+        *COMMON,
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--mem-fraction-static",
+        "0.8",
+        "--max-running-requests",
+        "64",
+        "--cuda-graph-max-bs",
+        "64",
+        "--context-length",
+        str(max(prompts) + 1024),
+    ]
+
+
 def dflash(out: Path, blocks: list[int], prompts: list[int], port: int = 30123) -> None:
     from specsweep.launcher import Server
 
@@ -126,24 +148,7 @@ def dflash(out: Path, blocks: list[int], prompts: list[int], port: int = 30123) 
             (drafter / "config.json").write_text(json.dumps(config))
             for f in Path(DRAFTER).glob("tokenizer*"):
                 (drafter / f.name).write_bytes(f.read_bytes())
-        argv = [
-            sys.executable,
-            "-m",
-            "sglang.launch_server",
-            *COMMON,
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(port),
-            "--mem-fraction-static",
-            "0.8",
-            "--max-running-requests",
-            "64",
-            "--cuda-graph-max-bs",
-            "64",
-            "--context-length",
-            str(max(prompts) + 1024),
-        ]
+        argv = server_argv(port, prompts)
         if block > 1:
             argv += [
                 "--speculative-algorithm",
@@ -211,22 +216,7 @@ def trees(out: Path, specs: list[str], prompts: list[int], port: int = 30124) ->
     for spec in specs:
         label, flags, env = tree_argv(spec)
         argv = [
-            sys.executable,
-            "-m",
-            "sglang.launch_server",
-            *COMMON,
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(port),
-            "--mem-fraction-static",
-            "0.8",
-            "--max-running-requests",
-            "64",
-            "--cuda-graph-max-bs",
-            "64",
-            "--context-length",
-            str(max(prompts) + 1024),
+            *server_argv(port, prompts),
             *flags,
         ]
         server = Server(argv, env, "127.0.0.1", port, out / f"server-{label}.log")
