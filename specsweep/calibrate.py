@@ -169,18 +169,7 @@ def fingerprint(environment: dict, config: dict, tp: int) -> dict:
             "model": model,
             "tp": tp,
         }
-    server, hardware = environment["server"], environment["hardware"]
-    gpus = hardware.get("gpus") or []
-    archive = ((server.get("source") or {}).get("archive_info") or {}).get("hash")
-    return {
-        "gpu": gpus[0]["name"] if gpus else None,
-        "gpu_count": len(gpus),
-        "driver": hardware.get("driver"),
-        "engine_version": f"sglang {server.get('version')}",
-        "engine_commit": server.get("commit") or archive or server.get("build"),
-        "model": model,
-        "tp": tp,
-    }
+    return {**cost_model.host_fingerprint(environment), "model": model, "tp": tp}
 
 
 def fingerprint_digest(value: dict) -> str:

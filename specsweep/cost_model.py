@@ -139,15 +139,18 @@ def label(calibration: dict | None, runtime: str) -> str:
 
 
 def host_fingerprint(environment: dict) -> dict:
-    """The part of a fingerprint an environment record (environment.probe) gives: GPU model and count, driver,
-    engine version and commit."""
-    gpus = environment["hardware"]["gpus"]
+    """The part of a calibration's fingerprint an SGLang environment record (environment.probe) gives: GPU model and
+    count, driver, engine version ("sglang <version>") and commit (the build's source commit, else the digest of the
+    wheel it was installed from, else the configured build label)."""
+    server, hardware = environment["server"], environment["hardware"]
+    gpus = hardware.get("gpus") or []
+    archive = ((server.get("source") or {}).get("archive_info") or {}).get("hash")
     return {
         "gpu": gpus[0]["name"] if gpus else None,
         "gpu_count": len(gpus),
-        "driver": environment["hardware"].get("driver"),
-        "engine_version": environment["server"].get("version"),
-        "engine_commit": environment["server"].get("commit"),
+        "driver": hardware.get("driver"),
+        "engine_version": f"sglang {server.get('version')}",
+        "engine_commit": server.get("commit") or archive or server.get("build"),
     }
 
 

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import yaml
 
+from specsweep.cost_model import host_fingerprint
 from specsweep.sim.model import profiles
 
 # a runtime measured on a slower engine than the generic roofline: every step costs more
@@ -23,11 +24,12 @@ LABEL = "measured on NVIDIA H200 on 2026-12-01, largest deviation 4.2%"
 def write_calibration(
     folder: Path, name: str = "cal.yaml", *, tp: int = 1, model: str = "Qwen/Qwen3-8B", date: str = "2026-12-01", **host
 ) -> Path:
-    """One calibration of ``HOST`` (changed by ``host``) for a model and TP size, measured on ``date``: the runtime
-    MEASURED_RUNTIME, start-ups of 150 s cold and 60 s warm, a largest deviation of 4.2%."""
+    """One calibration of ``HOST`` (changed by ``host``; its fingerprint as `snakemake calibrate` writes it) for a
+    model and TP size, measured on ``date``: the runtime MEASURED_RUNTIME, start-ups of 150 s cold and 60 s warm, a
+    largest deviation of 4.2%."""
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / name
-    fingerprint = {**HOST, **host, "model": model, "tp": tp}
+    fingerprint = {**host_fingerprint(environment_of({**HOST, **host})), "model": model, "tp": tp}
     path.write_text(
         yaml.safe_dump(
             {

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The GPU record's steps, run on the lent GPU machine from the repository root (see README.md here):
-#   bash benchmarks/gpu/device.sh install-a|install-b|install-c|check|fault|compare|tp2|spec|trees
+#   bash benchmarks/gpu/device.sh install-a|install-b|install-c|calibrate|check|cells|fault|compare|tp2|spec|trees
 # install-a/-b/check install SGLang 0.5.16 from the staged payload (.gpu-payload, .gpu-tools: the GPU recipe)
 # and specsweep's own wheels (.whl); `check` then records SGLang's option table and runs the workflow on
 # config/gpu-check.yaml (AR and DFlash side by side through the GPU pool); `fault` kills a server mid-cell
@@ -8,7 +8,9 @@
 # compare_bench_serving.py); `tp2` one TP-2 server; `spec METHOD...` runs config/gpu-spec.yaml's cells of those
 # methods (every speculative algorithm; call it again with the others, the cache keeps what is done; an argument
 # results/... is a target as it is, e.g. results/summary.csv once every cell is there); `trees SPEC...`
-# times NGRAM and EAGLE-3 tree rounds with step_costs.py.
+# times NGRAM and EAGLE-3 tree rounds with step_costs.py. `calibrate` (after install-a, -b) runs `snakemake calibrate`
+# at TP 1 (calibrate.yaml over gpu-check.yaml); `cells [--cold] METHOD...` runs check's cells of those methods
+# (--cold: the kernel caches cleared first, a fresh host again), a call each: the cache keeps what is done.
 # Everything each step produces goes to $OUT (results as tarballs). On a fresh machine `install-c` stands in
 # for `check` when only `compare` or `tp2` is to run.
 set -u
@@ -28,6 +30,9 @@ LEVELS="1 4 16"
 cells() { for w in short long; do for c in $LEVELS; do echo "results/cells/tp1/$1/$w/c$c.json"; done; done; }
 pack() { tar czf "$OUT/$1.tgz" results/env results/cells results/failed results/runs results/cache/journal results/summary.csv \
            logs .snakemake/log 2>/dev/null; ls -la "$OUT"; }
+# the kernel and compilation caches a first server fills (triton's JIT kernels, torch's inductor, FlashInfer's JIT)
+CACHES="$HOME/.triton /tmp/torchinductor_$(id -un) $HOME/.cache/flashinfer $HOME/.cache/torch_extensions"
+caches() { du -sh $CACHES 2>&1; }
 gpu_apps() { nvidia-smi --query-compute-apps=pid,process_name,used_memory --format=csv,noheader; }
 case $step in
   install-a|install-b)
@@ -36,6 +41,26 @@ case $step in
     bash .gpu-tools/install.sh c .gpu-payload || exit 3
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 4
     mkdir -p .specsweep && cp $TABLE .specsweep/ ;;
+  calibrate)  # install c and the wheels, then `snakemake calibrate` at TP 1 (AR and DFlash: calibrate.yaml)
+    bash .gpu-tools/install.sh c .gpu-payload || exit 3
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 4
+    mkdir -p .specsweep && cp $TABLE .specsweep/
+    nvidia-smi > "$OUT/nvidia-smi.txt"; date -u +%FT%TZ > "$OUT/started"
+    OVERLAY=benchmarks/gpu/calibrate.yaml
+    snake calibrate results/env/sglang.json > "$OUT/calibrate.log" 2>&1
+    echo "snakemake exit $?" >> "$OUT/calibrate.log"; tail -8 "$OUT/calibrate.log"
+    caches > "$OUT/compile-caches.txt"; gpu_apps > "$OUT/gpu-apps-after.txt"
+    tar czf "$OUT/calibrate.tgz" results/env results/calibration results/cache/calibration logs .snakemake/log 2>/dev/null
+    ls -la "$OUT" ;;
+  cells)  # `cells [--cold] METHOD...`: check's cells of those methods (a call each: the cache keeps what is done);
+    # --cold first clears the kernel caches the first server on a host fills, so that its server starts as on a fresh host
+    restore_table
+    shift; [ "${1:-}" = --cold ] && { caches > "$OUT/compile-caches-before.txt"; rm -rf $CACHES; shift; }
+    date -u +%FT%TZ >> "$OUT/started"
+    targets=""; for m in "$@"; do targets="$targets $(cells $m)"; done
+    snake $targets results/env/sglang.json > "$OUT/check-$1.log" 2>&1
+    echo "snakemake exit $?" >> "$OUT/check-$1.log"; tail -5 "$OUT/check-$1.log"
+    gpu_apps > "$OUT/gpu-apps-after.txt"; pack "check-$1" ;;
   check)
     bash .gpu-tools/install.sh c .gpu-payload || exit 3
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 4

@@ -20,6 +20,7 @@ from .model import (
     accepted_tokens,
     drafter_acceptance,
     profiles,
+    random_weights_reply,
     reply_tokens,
     top1_probability,
 )
@@ -56,7 +57,7 @@ def mean_tau(
         if decoding.spec.drafting == "lookup":
             reply = reply_tokens(prompt, max_new_tokens, ignore_eos=True)[0]
             if looping:
-                reply = (reply[:3] * len(reply))[: len(reply)]
+                reply = random_weights_reply(reply)
             drafter = LookupDrafter(decoding, split_tokens(prompt), reply)
             produced, steps = 1, 0  # the first token comes from the prefill
             while produced < len(reply):

@@ -469,20 +469,43 @@ def _mechanism(decoding: Decoding) -> str:
     return kind
 
 
-Drafter = RankedDrafter | LookupDrafter  # one request's rounds: ``round(produced)`` -> (tokens committed, ranks)
+class RandomDrafter:
+    """A drafter model with random weights (``--speculative-draft-load-format dummy``): its proposals are never the
+    target's choice, so each round commits the target's own token alone (SGLang's accept length 1)."""
+
+    def round(self, produced: int) -> tuple[int, None]:
+        return 1, None
+
+
+Drafter = (
+    RankedDrafter | LookupDrafter | RandomDrafter
+)  # one request's rounds: ``round(produced)`` -> (committed, ranks)
 
 
 def request_drafter(
-    decoding: Decoding, a: float, rng: random.Random, acceptance: dict, prompt: list, reply: list
+    decoding: Decoding,
+    a: float,
+    rng: random.Random,
+    acceptance: dict,
+    prompt: list,
+    reply: list,
+    random_drafter: bool = False,
 ) -> Drafter | None:
-    """The drafter of one request's rounds (None for AR): ranked draws for drafter models, the n-gram lookup over
-    the request's tokens for NGRAM."""
+    """The drafter of one request's rounds (None for AR): ranked draws for drafter models (RandomDrafter where the
+    drafter has random weights), the n-gram lookup over the request's tokens for NGRAM."""
     kind = _mechanism(decoding)
     if kind == "none":
         return None
     if kind == "lookup":
         return LookupDrafter(decoding, prompt, reply)
-    return RankedDrafter(decoding, a, rng, acceptance)
+    return RandomDrafter() if random_drafter else RankedDrafter(decoding, a, rng, acceptance)
+
+
+def random_weights_reply(reply: list) -> list:
+    """The greedy reply of a target with random weights (``--load-format dummy``), as long as ``reply``: its first
+    three tokens over and over (a randomly initialised model's greedy output falls into a loop of two or three
+    tokens, which is what n-gram lookup accepts on such a model)."""
+    return (reply[:3] * len(reply))[: len(reply)]
 
 
 def drafter_acceptance(decoding: Decoding, profile_set: dict, dflash_overrides: dict | None = None) -> dict:

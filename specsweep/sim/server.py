@@ -42,6 +42,7 @@ from .model import (
     Drafter,
     drafter_acceptance,
     profiles,
+    random_weights_reply,
     reply_tokens,
     request_drafter,
     top1_probability,
@@ -269,6 +270,11 @@ class Engine:
         self.acceptance = drafter_acceptance(
             self.decoding, profiles(overrides), json.loads(args.sim_acceptance) if args.sim_acceptance else None
         )
+        # dummy weights (--load-format dummy; the drafter's --speculative-draft-load-format, which follows the target's
+        # where not given, as in SGLang): the target's greedy output loops, a drafter model never proposes its choice
+        self.random_target = getattr(args, "load_format", None) == "dummy"
+        drafter_format = getattr(args, "speculative_draft_load_format", None) or getattr(args, "load_format", None)
+        self.random_drafter = drafter_format == "dummy"
         self.rank_probe = RankProbe(self.decoding.block_size - 1) if self.decoding.probes_ranks() else None
         self.waiting: list[Request] = []
         self.running: list[Request] = []
@@ -337,11 +343,13 @@ class Engine:
                 f"exceeds the context length {self.args.context_length}"
             )
         reply, natural = reply_tokens(prompt, max_new, bool(sampling.get("ignore_eos")))
+        if self.random_target:
+            reply = random_weights_reply(reply)
         thinking = not prompt.rstrip().endswith("</think>")
         a = top1_probability(prompt, temperature, thinking and "<|im_start|>" in prompt, self.acceptance)
         rng = random.Random(f"{prompt}|{self.decoding}|{self.args.random_seed}")
         req = Request(prompt, tokens, reply, natural, a, rng, asyncio.Queue(), page_keys=self._page_keys(tokens))
-        req.drafter = request_drafter(self.decoding, a, rng, self.acceptance, tokens, reply)
+        req.drafter = request_drafter(self.decoding, a, rng, self.acceptance, tokens, reply, self.random_drafter)
         self.waiting.append(req)
         self.counters["requests"] += 1
         self.wakeup.set()

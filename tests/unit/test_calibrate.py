@@ -14,7 +14,7 @@ from dataclasses import asdict
 import pytest
 
 from conftest import FIXTURES, REPO, load_default_config, start_sim, validated
-from specsweep import calibrate
+from specsweep import calibrate, cost_model
 from specsweep.environment import probe
 from specsweep.sim.model import CostModel, Decoding, profiles
 
@@ -188,6 +188,7 @@ def test_the_sglang_path_calibrates_a_server_that_speaks_sglang_and_reuses_its_c
     config["calibration"] = {"batches": [1, 4], "contexts": [1024, 4096], "new_tokens": 24, "prefill_repeats": 1}
     config = validated(config)
     environment = probe("sglang", python)
+    environment["hardware"]["gpus"] = [{"index": 0, "name": "NVIDIA H200", "driver": "580.159.04"}]  # as on a GPU host
     job = calibrate.calibration_job(config, environment, 1)
     out = (str(tmp_path / "profile.yaml"), str(tmp_path / "table.csv"))
     first = calibrate.calibrate(job, environment, *out, tmp_path)
@@ -195,6 +196,9 @@ def test_the_sglang_path_calibrates_a_server_that_speaks_sglang_and_reuses_its_c
     profile = calibrate.read_profile(out[0])
     assert profile["fingerprint"]["engine_version"] == "sglang 0.5.23" and profile["simulated"] is False
     assert profile["shapes"]["measured"] == 2 + 4 + 4  # the AR server's prefills, then every batch x context
+    # the profile written is the one the plan and the simulated backend choose on this host (same fingerprint)
+    chosen = cost_model.choose(config, environment, str(tmp_path))["by_tp"]["1"]
+    assert chosen["calibration"] == out[0] and chosen["label"].startswith("measured on ")
     assert (tmp_path / "server-calibration-tp1-dflash.log").exists()
     (tmp_path / "server-calibration-tp1-dflash.log").unlink()
     again = calibrate.calibrate(job, environment, *out, tmp_path)

@@ -100,7 +100,7 @@ def test_packing_starts_cold_what_starts_before_its_host_is_warm():
         ({"driver": "550.54"}, "driver 550.54, not this host's 570.86.15"),
         ({"gpu": "NVIDIA B200"}, "gpu NVIDIA B200, not this host's NVIDIA H200"),
         ({"gpu_count": 8}, "gpu_count 8, not this host's 1"),
-        ({"engine_version": "0.5.23"}, "engine_version 0.5.23, not this host's 0.5.16"),
+        ({"engine_version": "0.5.23"}, "engine_version sglang 0.5.23, not this host's sglang 0.5.16"),
         ({"engine_commit": "0" * 40}, f"engine_commit {'0' * 40}, not this host's None"),
     ],
 )
