@@ -195,6 +195,7 @@ def test_the_sglang_path_calibrates_a_server_that_speaks_sglang_and_reuses_its_c
     assert first["measured"] == ["ar", "dflash"] and first["cached"] == []
     profile = calibrate.read_profile(out[0])
     assert profile["fingerprint"]["engine_version"] == "sglang 0.5.23" and profile["simulated"] is False
+    assert profile["profiles"] == {"gpu": config["sim"]["gpu"], "model": config["sim"]["model_profile"]}
     assert profile["shapes"]["measured"] == 2 + 4 + 4  # the AR server's prefills, then every batch x context
     # the profile written is the one the plan and the simulated backend choose on this host (same fingerprint)
     chosen = cost_model.choose(config, environment, str(tmp_path))["by_tp"]["1"]
