@@ -82,7 +82,7 @@ from .methods import expand_methods
 from .sim.model import CostModel, Decoding, profiles
 from .text import ChatTemplate
 
-CALIBRATION_VERSION = 1  # part of every cached measurement's key: bump it when what is measured changes
+CALIBRATION_VERSION = 2  # part of every cached measurement's key: bump it when what is measured changes
 FOLDER = "results/calibration"
 FINGERPRINTS = f"{FOLDER}/fingerprints.json"
 FINGERPRINT_KEYS = ("gpu", "gpu_count", "driver", "engine_version", "engine_commit", "model", "tp")
@@ -341,6 +341,7 @@ def steady_steps(records: list[RequestRecord]) -> tuple[float, float, int]:
     return float(np.average(slopes, weights=weights)), float(np.mean(contexts)), sum(weights)
 
 
+TIME_BOUND = "time bound (calibration.max_seconds_per_tp)"  # why a shape the time bound left no room for is skipped
 MIN_STEPS = 4  # a shape needs at least this many steps with its whole batch in flight
 
 
@@ -348,11 +349,11 @@ def measure_batch(probe: Probe, batch: int, context: int, new_tokens: int, seed:
     """One decode or verify shape: ``batch`` requests of ``context`` tokens together (see the module's text).
     {"seconds", "context", "gaps"}, or {"skipped": why}."""
     if context + new_tokens > probe.context_length:
-        return {"skipped": f"{context} + {new_tokens} tokens exceed model.context_length {probe.context_length}"}
+        why = f"{context} + {new_tokens} tokens exceed model.context_length {probe.context_length}"
+        return {"skipped": why, "lasting": True}
     if probe.capacity and batch * (context + new_tokens) > probe.capacity:
-        return {
-            "skipped": f"needs {batch * (context + new_tokens)} tokens of KV cache; the server holds {probe.capacity}"
-        }
+        why = f"needs {batch * (context + new_tokens)} tokens of KV cache; the server holds {probe.capacity}"
+        return {"skipped": why, "lasting": True}
     rng = random.Random(seed)
     before = scrape(probe.url, probe.headers)
     records = probe.requests([probe.prompt(context, rng) for _ in range(batch)], new_tokens)
@@ -385,7 +386,7 @@ def measure_prefill(probe: Probe, context: int, repeats: int, new_tokens: int, s
     delay the chunk that ends it, while the chunks one step further on keep their schedule. {"seconds",
     "stream_context", "context", "gaps"} (medians of ``repeats``), or {"skipped": why}."""
     if context + 1 > probe.context_length:
-        return {"skipped": f"{context} tokens exceed model.context_length {probe.context_length}"}
+        return {"skipped": f"{context} tokens exceed model.context_length {probe.context_length}", "lasting": True}
     rng = random.Random(seed)
     steps, stream_contexts, contexts = [], [], []
     for _ in range(repeats):
@@ -461,15 +462,24 @@ def server_shapes(method: dict, settings: dict) -> list[dict]:
     return (prefill if method["algorithm"] == "ar" else []) + batch_shapes
 
 
-def measure_shapes(probe: Probe, method: dict, settings: dict, deadline: float, log=sys.stderr) -> list[dict]:
-    """Every shape of one server (``server_shapes``) as a table row, measured or skipped with its reason."""
+def shape_of(row: dict) -> tuple:
+    """The shape a table row measured, (kind, batch, nominal context): its ``context`` is what was measured."""
+    return (row["kind"], row["batch"], row["shape_context"])
+
+
+def measure_shapes(
+    probe: Probe, method: dict, settings: dict, deadline: float, log=sys.stderr, shapes: list[dict] | None = None
+) -> list[dict]:
+    """Each shape (default: every shape of the server, ``server_shapes``) as a table row, measured or skipped with
+    its reason."""
     decoding = asdict(method_decoding(method))
     rows, longest = [], 0.0
-    for shape in server_shapes(method, settings):
+    for shape in server_shapes(method, settings) if shapes is None else shapes:
         seed = canonical_json([method["name"], shape])
         row = {"server": method["name"], **shape, "width": Decoding(**decoding).verify_width(), "decoding": decoding}
+        row["shape_context"] = shape["context"]
         if time.monotonic() + longest > deadline:
-            rows.append({**row, "skipped": "time bound (calibration.max_seconds_per_tp)"})
+            rows.append({**row, "skipped": TIME_BOUND})
             continue
         started = time.monotonic()
         if shape["kind"] == "prefill":
@@ -677,9 +687,11 @@ def fit_runtime(
 
 def entry_key(job: dict, method: dict) -> str:
     """The cache key of one server's measurements: the fingerprint, the method as its server runs it, what the
-    servers are started with, the calibration settings (its in_default_target aside) and CALIBRATION_VERSION."""
+    servers are started with, how a shape is measured (calibration.new_tokens, prefill_repeats) and
+    CALIBRATION_VERSION. Not which shapes (batches, contexts) nor the time bound: an entry holds every shape measured
+    under its key, and a calibration with more shapes measures only those it lacks (see missing_shapes)."""
     server_job = job["server_job"]
-    settings = {k: v for k, v in job["settings"].items() if k != "in_default_target"}
+    settings = {k: job["settings"][k] for k in ("new_tokens", "prefill_repeats")}
     return digest(
         {
             "fingerprint": job["fingerprint"],
@@ -728,9 +740,21 @@ def cached_entries(job: dict, log=sys.stderr) -> dict[str, dict]:
     return out
 
 
-def measure_servers(job: dict, environment: dict, missing: list[dict], log_dir: Path, log=sys.stderr) -> list[dict]:
-    """Start each missing method's server in turn (the job's GPUs held from the pool throughout), measure its
-    shapes within the time bound, always stop it; each server's entry is cached as soon as it is measured."""
+def missing_shapes(method: dict, settings: dict, entry: dict | None) -> list[dict]:
+    """The shapes of a server (server_shapes) its cache entry has no measurement for: a skipped shape counts as
+    missing (the time bound, a batch never in flight together, a refusal may not recur) unless it was skipped for
+    what the server and model are (``lasting``: its KV cache, the context length)."""
+    known = {shape_of(r) for r in (entry or {}).get("rows", []) if r.get("seconds") or r.get("lasting")}
+    return [s for s in server_shapes(method, settings) if (s["kind"], s["batch"], s["context"]) not in known]
+
+
+def measure_servers(
+    job: dict, environment: dict, missing: list[dict], log_dir: Path, log=sys.stderr, cached: dict | None = None
+) -> list[dict]:
+    """Start each missing method's server in turn (the job's GPUs held from the pool throughout), measure the
+    shapes its cache entry (``cached``, by method name) lacks within the time bound, always stop it; each server's
+    entry (its earlier rows of other shapes kept, this start-up's time) is cached as soon as it is measured."""
+    cached = cached or {}
     from .gpus import GpuPool, lock_folder, visible_devices
 
     base = ServerJob.from_dict(job["server_job"])
@@ -751,9 +775,13 @@ def measure_servers(job: dict, environment: dict, missing: list[dict], log_dir: 
         for index, method in enumerate(missing):
             share_end = time.monotonic() + (budget_end - time.monotonic()) / (len(missing) - index)
             print(f"calibration tp{base.tp}: starting the {method['name']} server", file=log, flush=True)
+            before = cached.get(method["name"])
+            shapes = missing_shapes(method, settings, before)
             startup_s, rows = _measure_server(
-                replace(base, method=method), settings, environment, gpus, log_dir, share_end, log
+                replace(base, method=method), settings, environment, gpus, log_dir, share_end, log, shapes
             )
+            redone = {(s["kind"], s["batch"], s["context"]) for s in shapes}
+            rows = [r for r in (before or {}).get("rows", []) if shape_of(r) not in redone] + rows
             entry = {
                 "key": entry_key(job, method),
                 "fingerprint": job["fingerprint"],
@@ -770,7 +798,7 @@ def measure_servers(job: dict, environment: dict, missing: list[dict], log_dir: 
 
 
 def _measure_server(
-    job: ServerJob, settings: dict, environment: dict, gpus, log_dir: Path, share_end: float, log
+    job: ServerJob, settings: dict, environment: dict, gpus, log_dir: Path, share_end: float, log, shapes: list[dict]
 ) -> tuple[float, list[dict]]:
     """(start-up seconds, the table rows) of one method's server, started as the workflow starts it and always
     stopped."""
@@ -786,7 +814,7 @@ def _measure_server(
             key.remove()  # the server read it when it started
             timeout, context_length = job.server["request_timeout"], job.model["context_length"]
             probe = open_probe(server.url, key.headers, server.alive, timeout, context_length)
-            rows = measure_shapes(probe, job.method, settings, share_end, log)
+            rows = measure_shapes(probe, job.method, settings, share_end, log, shapes)
             return float(server.startup_seconds or 0.0), rows
         finally:
             if server is not None:
@@ -861,19 +889,24 @@ def _csv(rows: list[dict]) -> str:
 
 
 def calibrate(job: dict, environment: dict, profile_out: str, table_out: str, log_dir: Path, log=sys.stderr) -> dict:
-    """One TP's calibration: its servers' verified cache entries, the others measured (see measure_servers), the
-    runtime fitted to every measured shape, the profile and its table written (atomically). Returns
-    {"measured": [servers measured], "cached": [servers from the cache], "profile": the profile written}."""
+    """One TP's calibration: its servers' verified cache entries, the shapes they lack measured (see
+    measure_servers), the runtime fitted to every measured shape, the profile and its table written (atomically).
+    Returns {"measured": [servers started], "cached": [servers wholly from the cache], "profile": the profile}."""
     if job["fingerprint"] != fingerprint(environment, _config_view(job), job["fingerprint"]["tp"]):
         raise CalibrationError(
             f"calibration tp{job['fingerprint']['tp']}: the environment record does not give this job's "
             "fingerprint (it changed since the plan of this run): run snakemake calibrate again"
         )
     cached = cached_entries(job, log)
-    missing = [m for m in job["methods"] if m["name"] not in cached]
-    measured = measure_servers(job, environment, missing, log_dir, log) if missing else []
+    settings = job["settings"]
+    missing = [m for m in job["methods"] if missing_shapes(m, settings, cached.get(m["name"]))]
+    measured = measure_servers(job, environment, missing, log_dir, log, cached) if missing else []
     by_name = {**cached, **{e["method"]["name"]: e for e in measured}}
+    started = [e["method"]["name"] for e in measured]
     entries = [by_name[m["name"]] for m in job["methods"]]
+    for entry in entries:  # the configured shapes only (an entry may hold more, from an earlier calibration)
+        wanted = {(s["kind"], s["batch"], s["context"]) for s in server_shapes(entry["method"], settings)}
+        entry["rows"] = [r for r in entry["rows"] if shape_of(r) in wanted]
     rows = [row for e in entries for row in e["rows"]]
     emulated, tp = job["sim_profiles"], job["fingerprint"]["tp"]
     fixed = {k: v for k, v in emulated["runtime"].items() if k not in FITTED and not k.startswith("eager_")}
@@ -904,13 +937,13 @@ def calibrate(job: dict, environment: dict, profile_out: str, table_out: str, lo
     atomic_write_text(table_out, _csv(table))
     atomic_write_text(profile_out, yaml.safe_dump(profile, sort_keys=False))
     print(
-        f"calibration tp{tp}: {len(measured)} server(s) measured, {len(cached)} from the cache; "
+        f"calibration tp{tp}: {len(started)} server(s) started, {len(set(cached) - set(started))} wholly cached; "
         f"{len(deviations)} shapes, largest deviation {max(deviations):.1%}; not identified: "
         f"{', '.join(fit.not_identified) or 'none'}",
         file=log,
         flush=True,
     )
-    return {"measured": [e["method"]["name"] for e in measured], "cached": sorted(cached), "profile": profile}
+    return {"measured": started, "cached": sorted(set(cached) - set(started)), "profile": profile}
 
 
 def _config_view(job: dict) -> dict:

@@ -9,7 +9,7 @@
 # methods (every speculative algorithm; call it again with the others, the cache keeps what is done; an argument
 # results/... is a target as it is, e.g. results/summary.csv once every cell is there); `trees SPEC...`
 # times NGRAM and EAGLE-3 tree rounds with step_costs.py. `calibrate` (after install-a, -b) runs `snakemake calibrate`
-# at TP 1 (calibrate.yaml over gpu-check.yaml); `cells [--cold] METHOD...` runs check's cells of those methods
+# at TP 1 (calibrate.yaml over gpu-check.yaml; a results/cache/calibration carried in is reused shape by shape); `cells [--cold] METHOD...` runs check's cells of those methods
 # (--cold: the kernel caches cleared first, a fresh host again), a call each: the cache keeps what is done.
 # Everything each step produces goes to $OUT (results as tarballs). On a fresh machine `install-c` stands in
 # for `check` when only `compare` or `tp2` is to run.
@@ -47,7 +47,9 @@ case $step in
     mkdir -p .specsweep && cp $TABLE .specsweep/
     nvidia-smi > "$OUT/nvidia-smi.txt"; date -u +%FT%TZ > "$OUT/started"
     OVERLAY=benchmarks/gpu/calibrate.yaml
-    snake calibrate results/env/sglang.json > "$OUT/calibrate.log" 2>&1
+    # a hard stop below the session's device time left (CAL_LIMIT s): the servers are stopped, what was measured packed
+    timeout "${CAL_LIMIT:-540}" python3 -m snakemake calibrate results/env/sglang.json --cores 8 --resources gpu="$GPUS" \
+      --scheduler greedy --configfile $CONFIG $OVERLAY > "$OUT/calibrate.log" 2>&1
     echo "snakemake exit $?" >> "$OUT/calibrate.log"; tail -8 "$OUT/calibrate.log"
     caches > "$OUT/compile-caches.txt"; gpu_apps > "$OUT/gpu-apps-after.txt"
     tar czf "$OUT/calibrate.tgz" results/env results/calibration results/cache/calibration logs .snakemake/log 2>/dev/null

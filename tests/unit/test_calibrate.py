@@ -216,6 +216,22 @@ def test_the_sglang_path_calibrates_a_server_that_speaks_sglang_and_reuses_its_c
     third = calibrate.calibrate(job, environment, *out, tmp_path, log=log)
     assert third["measured"] == ["dflash"] and third["cached"] == ["ar"]
     assert f"cache entry {cache.path(key)} not used: its content does not match its digest" in log.getvalue()
+    # one more context: each server starts again for the shapes its entry lacks, and only those are measured
+    config["calibration"]["contexts"] = [512, 1024, 4096]
+    more = calibrate.calibration_job(config, environment, 1)
+    assert calibrate.entry_key(more, more["methods"][1]) == key  # the shapes are not part of the key
+    log = io.StringIO()
+    fourth = calibrate.calibrate(more, environment, *out, tmp_path, log=log)
+    assert fourth["measured"] == ["ar", "dflash"] and fourth["cached"] == []
+    shapes = [
+        line for line in log.getvalue().splitlines() if line.startswith(("calibration ar ", "calibration dflash "))
+    ]
+    assert len(shapes) == 3 + 2 and all(line.split(": ")[0].endswith(" c512") for line in shapes), shapes
+    assert calibrate.read_profile(out[0])["shapes"]["measured"] == 3 + 6 + 6
+    # and back to the first shapes: all of them in the cache, no server started
+    config["calibration"]["contexts"] = [1024, 4096]
+    fifth = calibrate.calibrate(calibrate.calibration_job(config, environment, 1), environment, *out, tmp_path)
+    assert fifth["measured"] == [] and calibrate.read_profile(out[0])["shapes"]["measured"] == 10
 
 
 def test_shapes_beyond_the_time_bound_are_skipped_and_listed(truth_server):
