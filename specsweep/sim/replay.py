@@ -24,6 +24,7 @@ def engine(
     model_profile: str = "qwen3-8b",
     max_running: int = 256,
     tree_build: str | None = None,
+    load_format: str | None = None,
     **params,
 ) -> Engine:
     """A simulated engine decoding with ``algorithm`` (a name of specsweep.algorithms.REGISTRY), started with
@@ -49,6 +50,8 @@ def engine(
         )
     if tree_build is not None:
         argv += ["--sim-ddtree-build", tree_build]
+    if load_format is not None:  # dummy: random weights for the target and its drafter
+        argv += ["--load-format", load_format]
     return Engine(parse_args(argv))
 
 

@@ -247,6 +247,7 @@ class Request:
     produced: int = 0
     verify_ct: int = 0
     prefilled: bool = False
+    prefill_done: int = 0  # prompt tokens prefilled so far (chunked prefill: a long prompt takes several steps)
     corrupted: bool = False
     started: float = field(default_factory=time.monotonic)
     admitted: float | None = None  # when the engine took it from the queue
@@ -278,6 +279,7 @@ class Engine:
         self.rank_probe = RankProbe(self.decoding.block_size - 1) if self.decoding.probes_ranks() else None
         self.waiting: list[Request] = []
         self.running: list[Request] = []
+        self.prefilling: Request | None = None  # the request whose prompt a prefill step left unfinished
         self.wakeup = asyncio.Event()
         self.prefix_cache: OrderedDict[str, None] = OrderedDict()
         self._shared: tuple[tuple, int] = ((), 0)  # (the batch's request ids, its shared tokens)
@@ -356,28 +358,41 @@ class Engine:
         return req
 
     def next_step(self) -> tuple[list[Request], list[Request], float]:
-        """Admit waiting requests; return (admitted, decoding batch, modelled seconds) of the next step."""
+        """The next step as SGLang schedules it by default (chunked prefill, no mixed batches): while requests wait
+        and a running slot is free, a prefill step of at most --chunked-prefill-size new prompt tokens (8192, as
+        SGLang 0.5.16 picks on an H200; -1: no limit), the request that goes past it continuing in the next step,
+        the running batch held meanwhile; else a decode (or verify) step of the running batch. Returns (requests
+        whose prefill this step completes, each getting its first token; the decoding batch; modelled seconds)."""
         limit = self.args.max_running_requests
-        admitted: list[Request] = []
-        while self.waiting and len(self.running) + len(admitted) < limit:
-            admitted.append(self.waiting.pop(0))
-            admitted[-1].admitted = time.monotonic()
-        step = 0.0
-        if admitted:  # prefill batch: each admitted request gets its first token
-            new, pairs = 0, 0.0
-            for req in admitted:
+        chunk = getattr(self.args, "chunked_prefill_size", None) or 8192
+        budget = chunk if chunk > 0 else 1 << 62
+        new, pairs, done, step = 0, 0.0, [], 0.0
+        while budget > 0 and (self.prefilling or (self.waiting and len(self.running) + len(done) < limit)):
+            if self.prefilling is None:
+                req = self.waiting.pop(0)
+                req.admitted = time.monotonic()
                 req.cached_tokens = self.cached_prefix(req.page_keys)
-                fresh = len(req.prompt_tokens) - req.cached_tokens
-                new += fresh
-                pairs += fresh * req.cached_tokens + fresh * fresh / 2
-            step += self.cost.prefill(new, pairs) + self.cost.decode_step(
-                Decoding(), [len(r.prompt_tokens) for r in admitted]
-            )
+                req.prefill_done = req.cached_tokens
+                self.prefilling = req
+            req = self.prefilling
+            part = min(len(req.prompt_tokens) - req.prefill_done, budget)
+            new += part
+            pairs += part * req.prefill_done + part * part / 2
+            req.prefill_done += part
+            budget -= part
+            if req.prefill_done >= len(req.prompt_tokens):
+                done.append(req)
+                self.prefilling = None
+        if new or done:  # a prefill step: the completed requests' first tokens (their logits) come with it
+            step = self.cost.prefill(new, pairs)
+            if done:
+                step += self.cost.decode_step(Decoding(), [len(r.prompt_tokens) for r in done])
+            return done, [], step
         batch = list(self.running)
-        step += self.cost.decode_step(
+        step = self.cost.decode_step(
             self.decoding, [len(r.prompt_tokens) + r.produced for r in batch], self.shared_tokens(batch)
         )
-        return admitted, batch, step
+        return [], batch, step
 
     def commit_step(self, admitted: list[Request], batch: list[Request]) -> None:
         """Emit what one step produced: the admitted requests' first tokens, each decoding request's accepted ones."""
@@ -407,7 +422,7 @@ class Engine:
 
     @property
     def idle(self) -> bool:
-        return not self.waiting and not self.running
+        return not self.waiting and not self.running and self.prefilling is None
 
     async def run(self) -> None:
         """Steps in real time on an absolute schedule (specsweep.sim.clock): each one ends at its deadline, the end of

@@ -284,3 +284,65 @@ def test_a_scaled_clock_serves_modelled_minutes_in_moments_and_reports_them_in_m
     assert info["sim_time_scale"] == 1000
     with pytest.raises(SystemExit):
         parse_args(["--model-path", "m", "--sim-time-scale", "0"])
+
+
+def _steps(sim: Engine, count: int) -> list[tuple[int, int, float]]:
+    """(requests whose prefill completed, requests decoded, modelled seconds) of the next ``count`` steps."""
+    out = []
+    for _ in range(count):
+        admitted, batch, seconds = sim.next_step()
+        sim.commit_step(admitted, batch)
+        out.append((len(admitted), len(batch), seconds))
+    return out
+
+
+def test_a_long_prompt_is_prefilled_in_chunks_while_the_running_batch_waits():
+    """SGLang's default schedule: a prefill step of at most --chunked-prefill-size new tokens runs ahead of the
+    decode steps; a 4,000-token prompt at 1,024 a step takes four prefill steps, in which the request already
+    running gets no token, and the steps cost what prefilling its chunks costs."""
+    long_prompt = " ".join(f"w{i}" for i in range(4000))
+
+    def engine(chunk: int) -> Engine:
+        sim = Engine(parse_args(["--model-path", "m", "--chunked-prefill-size", str(chunk)]))
+        running = sim.submit("a short prompt", {"max_new_tokens": 64, "temperature": 0})
+        _steps(sim, 3)  # its prefill, then two decode steps
+        assert running.produced == 3
+        sim.submit(long_prompt, {"max_new_tokens": 8, "temperature": 0})
+        return sim
+
+    chunked = engine(1024)
+    tokens = len(chunked.waiting[0].prompt_tokens)
+    steps = _steps(chunked, 5)
+    prefills = -(-tokens // 1024)
+    assert [(a, b) for a, b, _ in steps[:prefills]] == [(0, 0)] * (prefills - 1) + [(1, 0)]
+    assert steps[prefills][:2] == (0, 2)  # then both decode together
+    assert chunked.running[0].produced == 4  # one decode step's token since the prefill began
+    whole = engine(-1)  # no limit: one prefill step
+    assert [(a, b) for a, b, _ in _steps(whole, 2)] == [(1, 0), (0, 2)]
+    assert sum(s for _, _, s in steps[:prefills]) > whole.cost.prefill(tokens, tokens * tokens / 2)
+
+
+def test_dummy_weights_loop_the_output_and_a_random_drafter_accepts_nothing():
+    """--load-format dummy: the reply is its first three tokens over and over; DFlash commits one token a round
+    (SGLang's accept length 1), NGRAM accepts the loop; the outputs are the same whatever the method."""
+    from specsweep.sim.replay import engine
+    from specsweep.text import chat_prompt
+
+    prompt = chat_prompt([{"role": "user", "content": "Write a JSON parser in Python, with tests."}])
+    sampling = {"max_new_tokens": 96, "temperature": 0, "ignore_eos": True}
+    outputs, rounds = {}, {}
+    for name, kwargs in (("ar", {}), ("dflash", {}), ("ngram", {"num_draft_tokens": 8})):
+        sim = engine(name, load_format="dummy", **kwargs)
+        req = sim.submit(prompt, sampling)
+        while not sim.idle:
+            _steps(sim, 1)
+        outputs[name], rounds[name] = req.reply, req.verify_ct
+    assert outputs["ar"] == outputs["dflash"] == outputs["ngram"]
+    assert outputs["ar"] == (outputs["ar"][:3] * 40)[:96] and len(set(outputs["ar"])) > 1
+    assert rounds["dflash"] == 95  # every round after the prefill's token commits one token
+    assert rounds["ngram"] < 95 / 4  # the loop is drafted from the reply itself
+    real = engine("dflash")
+    req = real.submit(prompt, sampling)
+    while not real.idle:
+        _steps(real, 1)
+    assert req.verify_ct < 95 and req.reply != outputs["ar"]  # with real weights the drafter accepts
