@@ -366,7 +366,8 @@ class Engine:
         limit = self.args.max_running_requests
         chunk = getattr(self.args, "chunked_prefill_size", None) or 8192
         budget = chunk if chunk > 0 else 1 << 62
-        new, pairs, done, step = 0, 0.0, [], 0.0
+        new, pairs, step = 0, 0.0, 0.0
+        done: list[Request] = []
         while budget > 0 and (self.prefilling or (self.waiting and len(self.running) + len(done) < limit)):
             if self.prefilling is None:
                 req = self.waiting.pop(0)
