@@ -271,6 +271,7 @@ class Probe:
     capacity: int | None = None  # tokens its KV cache holds (SGLang's max_total_num_tokens), where it says
     context_length: int = 1 << 30
     time_scale: float = 1.0  # the simulated server's fast clock (sim_time_scale): measured x this = modelled
+    chunk: int = 8192  # new prompt tokens a prefill step takes at most (SGLang's chunked_prefill_size; -1: all)
 
     def requests(self, prompts: list[str], new_tokens: int) -> list[RequestRecord]:
         """Send the prompts together, each asking for exactly ``new_tokens`` tokens; their records, in order."""
@@ -316,6 +317,7 @@ def open_probe(url: str, headers: dict, alive, timeout: float, context_length: i
     capacity = info.get("max_total_num_tokens") or (info.get("internal_states") or [{}])[0].get("max_total_num_tokens")
     probe.capacity = int(capacity) if capacity else None
     probe.time_scale = float(info.get("sim_time_scale") or 1.0)
+    probe.chunk = int(info.get("chunked_prefill_size") or probe.chunk)
     return probe
 
 
@@ -413,6 +415,7 @@ def measure_prefill(probe: Probe, context: int, repeats: int, new_tokens: int, s
         "stream_context": round(statistics.fmean(stream_contexts)),
         "context": round(statistics.fmean(contexts)),
         "gaps": len(steps),
+        "chunk": probe.chunk,
     }
 
 
@@ -501,16 +504,17 @@ def measure_shapes(
 
 def modelled_seconds(cost: CostModel, row: dict) -> float:
     """The simulator's seconds for a measured row, as its engine charges a step (sim.server.Engine.next_step):
-    a prefill row: prefill(c, c^2 / 2) + an AR step of the admitted request + the streaming request's AR step;
+    a prefill row: the prefill of c tokens in steps of its server's chunked-prefill size (8192 where the row does
+    not say; each step prefill(n, n x done + n^2 / 2)) + an AR step of the admitted request + the streaming
+    request's AR step;
     a step row: one decode_step of its decoding over ``batch`` requests at its context."""
     decoding = Decoding(**row["decoding"])
     if row["kind"] == "prefill":
-        c = row["context"]
-        return (
-            cost.prefill(c, c * c / 2)
-            + cost.decode_step(Decoding(), [c])
-            + cost.decode_step(decoding, [row["stream_context"]])
-        )
+        c, chunk = row["context"], row.get("chunk") or 8192
+        size = chunk if chunk > 0 else c
+        parts = [min(size, c - done) for done in range(0, c, size)]
+        prefill = sum(cost.prefill(n, n * (i * size) + n * n / 2) for i, n in enumerate(parts))
+        return prefill + cost.decode_step(Decoding(), [c]) + cost.decode_step(decoding, [row["stream_context"]])
     if row["kind"] == "one-batch-prefill":  # bench_one_batch's prefill of the whole batch, no decode
         tokens = row["batch"] * row["width"]
         return cost.prefill(tokens, row["batch"] * row["width"] ** 2 / 2)

@@ -50,6 +50,7 @@ from .model import (
 from .stream import EventStream
 
 PAGE = 64  # prefix-cache granularity in tokens
+CHUNKED_PREFILL_SIZE = 8192  # new prompt tokens a prefill step takes at most, as SGLang 0.5.16 picks on an H200
 
 
 def _merge_config_file(argv: list[str]) -> list[str]:
@@ -280,6 +281,7 @@ class Engine:
         self.waiting: list[Request] = []
         self.running: list[Request] = []
         self.prefilling: Request | None = None  # the request whose prompt a prefill step left unfinished
+        self.chunk = getattr(args, "chunked_prefill_size", None) or CHUNKED_PREFILL_SIZE
         self.wakeup = asyncio.Event()
         self.prefix_cache: OrderedDict[str, None] = OrderedDict()
         self._shared: tuple[tuple, int] = ((), 0)  # (the batch's request ids, its shared tokens)
@@ -364,8 +366,7 @@ class Engine:
         the running batch held meanwhile; else a decode (or verify) step of the running batch. Returns (requests
         whose prefill this step completes, each getting its first token; the decoding batch; modelled seconds)."""
         limit = self.args.max_running_requests
-        chunk = getattr(self.args, "chunked_prefill_size", None) or 8192
-        budget = chunk if chunk > 0 else 1 << 62
+        budget = self.chunk if self.chunk > 0 else 1 << 62
         new, pairs, step = 0, 0.0, 0.0
         done: list[Request] = []
         while budget > 0 and (self.prefilling or (self.waiting and len(self.running) + len(done) < limit)):
@@ -572,6 +573,7 @@ class SimServer:
         verify = engine.counters["verify_calls"]
         avg = engine.counters["accepted_tokens"] / verify if verify else None
         info = {k.replace("-", "_"): v for k, v in vars(self.args).items()}
+        info["chunked_prefill_size"] = engine.chunk  # as resolved (SGLang reports its own choice)
         decoding = engine.decoding
         shape = decoding.tree_shape()
         if shape:  # what the DDTree build runs at this budget
