@@ -14,7 +14,8 @@ with the calibration in results/calibration/ (chosen automatically: sim.calibrat
   real run started AR first, on a host whose kernel caches were cleared (`cells --cold`), and DFlash after it, so
   each server is given the plan's cold start-up where it started first on the host and the warm one otherwise.
 
---simulated DIR reads the simulated cells of an earlier run (DIR/results/cells) instead of running them.
+--simulated DIR reads the simulated cells of an earlier run (DIR/results/cells) instead of running them; --keep DIR
+runs in DIR and keeps it.
 Prints markdown tables; figures in benchmarks/README.md.
 """
 
@@ -73,7 +74,7 @@ def cell_table(real: dict[str, dict], simulated: Path) -> list[str]:
         throughput = s["output_throughput"] / r["output_throughput"] - 1
         tpot = s["tpot"]["p50"] / r["tpot"]["p50"] - 1
         worst = max(worst, abs(throughput), abs(tpot))
-        label = (sim["provenance"].get("cost_model") or {}).get("label", "?")
+        label = str(sim["provenance"].get("cost_model"))
         lines.append(
             f"| {name} | {label.split(',')[0]} | {r['output_throughput']:.1f} | {s['output_throughput']:.1f} | "
             f"{throughput:+.1%} | {1000 * r['tpot']['p50']:.2f} ms | {1000 * s['tpot']['p50']:.2f} ms | {tpot:+.1%} |"
@@ -130,10 +131,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("record", type=Path)
     parser.add_argument("--simulated", type=Path, help="a workflow folder whose results/cells are the simulated run")
+    parser.add_argument("--keep", type=Path, help="run in this (new) folder and keep it (for --simulated later)")
     args = parser.parse_args()
     real = real_cells(args.record)
     with tempfile.TemporaryDirectory(prefix="specsweep-calibration-check-") as tmp:
-        workflow = workflow_with(args.record, Path(tmp) / "wf")
+        workflow = workflow_with(args.record, args.keep or Path(tmp) / "wf")
         print("\n".join(plan_table(args.record, workflow, real)), flush=True)
         simulated = args.simulated / "results" if args.simulated else simulate(workflow, sorted(real))
         print("\n" + "\n".join(cell_table(real, simulated)))
