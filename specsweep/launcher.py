@@ -156,6 +156,8 @@ def launch_command(
             str(sim["startup_seconds"]),
             "--sim-time-scale",
             str(sim["time_scale"]),
+            "--sim-tokenizer",
+            sim.get("tokenizer", "model"),
         ]
         if algorithms.get(job.method["algorithm"]).drafting == "draft-model":
             argv += ["--sim-draft-model-profile", sim.get("draft_model_profile", "qwen3-0.6b")]

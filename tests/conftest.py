@@ -42,7 +42,11 @@ def write_config(workdir: Path, config: dict, name: str = "config/config.yaml") 
 
 
 def load_default_config() -> dict:
-    return yaml.safe_load((REPO / "config" / "config.yaml").read_text())
+    """config/config.yaml, its simulated servers counting prompt tokens with the word splitter (sim.tokenizer
+    approximate: no tokenizer loaded in each server, for the tests of plumbing that start many)."""
+    config = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
+    config.setdefault("sim", {})["tokenizer"] = "approximate"
+    return config
 
 
 # How many times fast the simulated servers' clock runs in tests of plumbing (cache, reruns, faults, reports, bad

@@ -119,6 +119,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     p.add_argument("--sim-runtime", default="sglang", help="runtime profile: sglang or hf-eager")
     p.add_argument(
+        "--sim-tokenizer",
+        choices=["model", "approximate"],
+        default="approximate",
+        help="count prompt tokens with the model's tokenizer (as a real server) or the word splitter (sim.tokenizer)",
+    )
+    p.add_argument(
         "--sim-draft-model-profile",
         default="qwen3-0.6b",
         help="model profile of a STANDALONE drafter (EAGLE heads are sized from the target's profile)",
@@ -236,7 +242,7 @@ class Step:
 @dataclass
 class Request:
     prompt: str
-    prompt_tokens: list[str]
+    prompt_tokens: list[str]  # the simulator's own units: its prefix-cache pages and n-gram lookup run on them
     reply: list[str]
     natural_stop: bool
     a: float
@@ -249,6 +255,7 @@ class Request:
     verify_ct: int = 0
     prefilled: bool = False
     prefill_done: int = 0  # prompt tokens prefilled so far (chunked prefill: a long prompt takes several steps)
+    length: int = 0  # prompt tokens as the model counts them (sim.tokenizer): what its steps are priced by
     corrupted: bool = False
     started: float = field(default_factory=time.monotonic)
     admitted: float | None = None  # when the engine took it from the queue
@@ -341,9 +348,10 @@ class Engine:
         max_new = int(sampling.get("max_new_tokens", 128))
         temperature = float(sampling.get("temperature", 1.0))
         tokens = [str(i) for i in input_ids] if input_ids is not None else split_tokens(prompt)
-        if len(tokens) + max_new > self.args.context_length:
+        length = len(tokens) if input_ids is not None else self.count_tokens(prompt, len(tokens))
+        if length + max_new > self.args.context_length:
             raise ValueError(
-                f"prompt of {len(tokens)} tokens + max_new_tokens {max_new} "
+                f"prompt of {length} tokens + max_new_tokens {max_new} "
                 f"exceeds the context length {self.args.context_length}"
             )
         reply, natural = reply_tokens(prompt, max_new, bool(sampling.get("ignore_eos")))
@@ -353,11 +361,20 @@ class Engine:
         a = top1_probability(prompt, temperature, thinking and "<|im_start|>" in prompt, self.acceptance)
         rng = random.Random(f"{prompt}|{self.decoding}|{self.args.random_seed}")
         req = Request(prompt, tokens, reply, natural, a, rng, asyncio.Queue(), page_keys=self._page_keys(tokens))
+        req.length = length
         req.drafter = request_drafter(self.decoding, a, rng, self.acceptance, tokens, reply, self.random_drafter)
         self.waiting.append(req)
         self.counters["requests"] += 1
         self.wakeup.set()
         return req
+
+    def count_tokens(self, prompt: str, approximate: int) -> int:
+        """A prompt's tokens: the model's tokenizer's count (sim.tokenizer model), else the word splitter's."""
+        if self.args.sim_tokenizer != "model":
+            return approximate
+        from ..workloads import count_tokens
+
+        return count_tokens(prompt, self.args.model_path)
 
     def next_step(self) -> tuple[list[Request], list[Request], float]:
         """The next step as SGLang schedules it by default (chunked prefill, no mixed batches): while requests wait
@@ -373,27 +390,26 @@ class Engine:
             if self.prefilling is None:
                 req = self.waiting.pop(0)
                 req.admitted = time.monotonic()
-                req.cached_tokens = self.cached_prefix(req.page_keys)
+                cached = self.cached_prefix(req.page_keys)  # in the simulator's units, counted as the model's
+                req.cached_tokens = min(req.length, round(cached * req.length / max(len(req.prompt_tokens), 1)))
                 req.prefill_done = req.cached_tokens
                 self.prefilling = req
             req = self.prefilling
-            part = min(len(req.prompt_tokens) - req.prefill_done, budget)
+            part = min(req.length - req.prefill_done, budget)
             new += part
             pairs += part * req.prefill_done + part * part / 2
             req.prefill_done += part
             budget -= part
-            if req.prefill_done >= len(req.prompt_tokens):
+            if req.prefill_done >= req.length:
                 done.append(req)
                 self.prefilling = None
         if new or done:  # a prefill step: the completed requests' first tokens (their logits) come with it
             step = self.cost.prefill(new, pairs)
             if done:
-                step += self.cost.decode_step(Decoding(), [len(r.prompt_tokens) for r in done])
+                step += self.cost.decode_step(Decoding(), [r.length for r in done])
             return done, [], step
         batch = list(self.running)
-        step = self.cost.decode_step(
-            self.decoding, [len(r.prompt_tokens) + r.produced for r in batch], self.shared_tokens(batch)
-        )
+        step = self.cost.decode_step(self.decoding, [r.length + r.produced for r in batch], self.shared_tokens(batch))
         return [], batch, step
 
     def commit_step(self, admitted: list[Request], batch: list[Request]) -> None:
@@ -403,9 +419,7 @@ class Engine:
             req.prefilled = True
             self._emit(req, 1)
         first = batch[0] if batch else None  # the build counts a step by its batch's first request's context
-        probe = (
-            self.rank_probe if first and len(first.prompt_tokens) + first.produced >= RankProbe.MIN_CONTEXT else None
-        )
+        probe = self.rank_probe if first and first.length + first.produced >= RankProbe.MIN_CONTEXT else None
         for req in batch:
             if req.drafter is None:
                 self._emit(req, 1)
@@ -452,7 +466,7 @@ class Engine:
         self.counters["generation_tokens"] += n
         done = req.produced >= len(req.reply)
         if done:
-            self.counters["prompt_tokens"] += len(req.prompt_tokens)
+            self.counters["prompt_tokens"] += req.length
             self.counters["cached_tokens"] += req.cached_tokens
             self.remember(req.prompt_tokens + req.reply)
         req.queue.put_nowait(Step(n, req.produced, req.verify_ct, done, self.counters["steps"]))
@@ -465,7 +479,7 @@ class Engine:
         finished = produced >= len(req.reply)
         info = {
             "id": rid,
-            "prompt_tokens": len(req.prompt_tokens),
+            "prompt_tokens": req.length,
             "completion_tokens": produced,
             "cached_tokens": req.cached_tokens,
             "finish_reason": (
@@ -528,9 +542,9 @@ class SimServer:
         details = {"cached_tokens": req.cached_tokens} if getattr(self.args, "enable_cache_report", False) else None
         produced = req.produced if produced is None else produced
         return {
-            "prompt_tokens": len(req.prompt_tokens),
+            "prompt_tokens": req.length,
             "completion_tokens": produced,
-            "total_tokens": len(req.prompt_tokens) + produced,
+            "total_tokens": req.length + produced,
             "prompt_tokens_details": details,
         }
 

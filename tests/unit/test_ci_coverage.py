@@ -19,7 +19,7 @@ import ci_coverage  # noqa: E402
 
 @pytest.mark.long(0.6)
 def test_intervals_cover_the_mean_of_independent_draws_at_concurrency_16():
-    table = ci_coverage.check(draws=16, concurrency=16, first_seed=2000)
+    table = ci_coverage.check(draws=24, concurrency=16, first_seed=2000)
     for name, row in table.items():
         assert row["intervals"] == row["draws"], name
         assert row["coverage"] >= 0.8, (name, row)

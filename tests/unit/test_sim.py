@@ -346,3 +346,22 @@ def test_dummy_weights_loop_the_output_and_a_random_drafter_accepts_nothing():
     while not real.idle:
         _steps(real, 1)
     assert req.verify_ct < 95 and req.reply != outputs["ar"]  # with real weights the drafter accepts
+
+
+def test_prompt_tokens_are_counted_as_the_model_counts_them():
+    """sim.tokenizer model: a prompt's tokens (its steps' context, meta_info, usage, the context-length check) are
+    the model's tokenizer's, as a real server counts them; approximate keeps the word splitter's."""
+    from specsweep.workloads import count_tokens
+
+    code = "def parse(text):\n    return json.loads(text)  # a JSON parser, with tests\n" * 60
+    counted = {}
+    for mode in ("model", "approximate"):
+        sim = Engine(parse_args(["--model-path", "m", "--sim-tokenizer", mode, "--context-length", "8192"]))
+        req = sim.submit(code, {"max_new_tokens": 8, "temperature": 0})
+        counted[mode] = (req.length, sim.meta_info(req, "r")["prompt_tokens"], len(req.prompt_tokens))
+    assert counted["model"][:2] == (count_tokens(code, "m"),) * 2
+    assert counted["approximate"][:2] == (counted["approximate"][2],) * 2
+    assert counted["model"][0] != counted["approximate"][0]
+    tight = Engine(parse_args(["--model-path", "m", "--sim-tokenizer", "model", "--context-length", "700"]))
+    with pytest.raises(ValueError, match=f"prompt of {counted['model'][0]} tokens"):
+        tight.submit(code, {"max_new_tokens": 8, "temperature": 0})
