@@ -73,7 +73,7 @@ def test_calibrate_recovers_the_simulated_profile_and_measures_again_only_for_a_
     for path in (workflow / "results" / "calibration").glob(f"{name}.*"):
         path.unlink()
     proc = snakemake(workflow, "calibrate")
-    assert "0 server(s) measured, 2 from the cache" in proc.stdout
+    assert "0 server(s) started, 2 wholly cached" in proc.stdout
     assert _server_logs(workflow) == logs and _profiles(workflow)[name]["runtime"] == profile["runtime"]
 
     # another model: another fingerprint, measured again (the first calibration stays)
@@ -81,7 +81,7 @@ def test_calibrate_recovers_the_simulated_profile_and_measures_again_only_for_a_
     config["model"]["name"] = "Qwen3-8B-other"
     config["methods"] = config["methods"][:1]  # AR alone: enough to see the new fingerprint measured
     write_config(workflow, config)
-    assert "1 server(s) measured, 0 from the cache" in snakemake(workflow, "calibrate", timeout=600).stdout
+    assert "1 server(s) started, 0 wholly cached" in snakemake(workflow, "calibrate", timeout=600).stdout
     assert (
         len(_profiles(workflow)) == 2
         and _server_logs(workflow)["server-calibration-tp1-ar.log"] != logs["server-calibration-tp1-ar.log"]
