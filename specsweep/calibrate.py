@@ -93,6 +93,7 @@ RAW = ChatTemplate("calibration: the prompt text as sent", "{{ messages[0]['cont
 # the parameters the fit may move (every one the HTTP measurements can reach)
 FITTED = (
     "compute_efficiency",
+    "roofline_exponent",
     "layer_overhead",
     "attention_bandwidth_efficiency",
     "attention_request_bandwidth",
@@ -116,6 +117,7 @@ FITTED = (
 )
 # where the fit starts: the generic roofline runtime plus generic values for what it lacks
 GENERIC = {
+    "roofline_exponent": 4.0,
     "attention_bandwidth_efficiency": 0.5,
     "attention_request_bandwidth": 5e11,
     "attention_compute_efficiency": 0.3,
@@ -892,10 +894,20 @@ def _csv(rows: list[dict]) -> str:
     return out.getvalue()
 
 
-def calibrate(job: dict, environment: dict, profile_out: str, table_out: str, log_dir: Path, log=sys.stderr) -> dict:
+def calibrate(
+    job: dict,
+    environment: dict,
+    profile_out: str,
+    table_out: str,
+    log_dir: Path,
+    log=sys.stderr,
+    measure: bool = True,
+) -> dict:
     """One TP's calibration: its servers' verified cache entries, the shapes they lack measured (see
-    measure_servers), the runtime fitted to every measured shape, the profile and its table written (atomically).
-    Returns {"measured": [servers started], "cached": [servers wholly from the cache], "profile": the profile}."""
+    measure_servers; with ``measure`` False none is, and the fit takes what the cache holds: a refit after a change
+    of the cost model, away from the GPUs), the runtime fitted to every measured shape, the profile and its table
+    written (atomically). Returns {"measured": [servers started], "cached": [servers wholly from the cache],
+    "profile": the profile}."""
     if job["fingerprint"] != fingerprint(environment, _config_view(job), job["fingerprint"]["tp"]):
         raise CalibrationError(
             f"calibration tp{job['fingerprint']['tp']}: the environment record does not give this job's "
@@ -903,7 +915,9 @@ def calibrate(job: dict, environment: dict, profile_out: str, table_out: str, lo
         )
     cached = cached_entries(job, log)
     settings = job["settings"]
-    missing = [m for m in job["methods"] if missing_shapes(m, settings, cached.get(m["name"]))]
+    missing = [m for m in job["methods"] if measure and missing_shapes(m, settings, cached.get(m["name"]))]
+    if not measure and len(cached) < len(job["methods"]):
+        raise CalibrationError(f"calibration tp{job['fingerprint']['tp']}: a refit needs every server's cache entry")
     measured = measure_servers(job, environment, missing, log_dir, log, cached) if missing else []
     by_name = {**cached, **{e["method"]["name"]: e for e in measured}}
     started = [e["method"]["name"] for e in measured]
@@ -934,9 +948,7 @@ def calibrate(job: dict, environment: dict, profile_out: str, table_out: str, lo
         "time_bound_s": job["settings"]["max_seconds_per_tp"],
         "shapes": {"measured": len(deviations), "skipped": sum(1 for r in table if r.get("skipped"))},
         "table": Path(table_out).name,
-        "profiles": job[
-            "profile_names"
-        ],  # the GPU and model profiles the runtime was fitted on (sim.gpu, model_profile)
+        "profiles": job["profile_names"],  # the GPU and model profiles the runtime was fitted on
     }
     atomic_write_text(table_out, _csv(table))
     atomic_write_text(profile_out, yaml.safe_dump(profile, sort_keys=False))

@@ -661,7 +661,9 @@ class CostModel:
     def verify_seconds(self, tokens: int, contexts: list[int], shared: float = 0.0) -> float:
         """Target forward over ``tokens`` tokens of a batch with these context lengths (no drafter).
 
-        roofline(weights read, compute) + attention + layers x per-layer overhead + TP all-reduces; attention
+        roofline(weights read, compute; where the runtime sets roofline_exponent p, (read^p + compute^p)^(1/p):
+        the two overlap less than fully where they are close, as a verify of a few hundred tokens shows) +
+        attention + layers x per-layer overhead + TP all-reduces; attention
         reads every request's KV cache at the runtime's attention bandwidth (attention_bandwidth_efficiency, else
         bandwidth_efficiency, of the GPU's), and no faster for one request than
         ``attention_request_bandwidth`` (a lone long request leaves most of the GPU idle), where the runtime sets it;
@@ -675,7 +677,13 @@ class CostModel:
             return r["eager_floor"] + r["eager_slope"] * max(0, tokens - r["eager_knee_tokens"])
         bw = g["bandwidth"] * r["bandwidth_efficiency"] * self.tp
         flops = g["flops"] * r["compute_efficiency"] * self.tp
-        roofline = max(self._bytes_read(tokens) / bw, 2 * m["active_params"] * tokens / flops)
+        read, compute = self._bytes_read(tokens) / bw, 2 * m["active_params"] * tokens / flops
+        if r.get("roofline_exponent"):  # a soft roofline: (read^p + compute^p)^(1/p), max(read, compute) as p grows
+            p = max(1.0, r["roofline_exponent"])
+            top = max(read, compute)
+            roofline = top * ((read / top) ** p + (compute / top) ** p) ** (1 / p) if top > 0 else 0.0
+        else:
+            roofline = max(read, compute)
         # a verify step (several tokens per request) reads each request's KV cache 1 + verify_attention_reads
         # times, whatever its width (measured: SGLang's DFlash rounds grow with the context alike at widths 8-32)
         width = tokens / len(contexts) if contexts else 1.0
