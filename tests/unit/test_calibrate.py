@@ -243,3 +243,21 @@ def test_shapes_beyond_the_time_bound_are_skipped_and_listed(truth_server):
     skipped = [r for r in rows if r.get("skipped")]
     assert skipped and all("time bound (calibration.max_seconds_per_tp)" == r["skipped"] for r in skipped)
     assert rows[-1] in skipped  # what is left when the share is spent
+
+
+def test_a_shape_the_simulated_server_ran_late_is_measured_again(monkeypatch):
+    """On the simulated backend the server's own account of late steps (specsweep_sim counters) marks a shape the
+    host did not run in time: it is measured again (at most LATE_RETRIES times), the last kept with its share."""
+    results = iter([{"seconds": 2.0, "late_share": 0.2}, {"seconds": 1.5, "late_share": 0.03}, {"seconds": 1.0}])
+    calls = []
+
+    def once(*args):
+        calls.append(args)
+        return next(results)
+
+    monkeypatch.setattr(calibrate, "_measure_batch_once", once)
+    assert calibrate.measure_batch(None, 4, 512, 24, "s") == {"seconds": 1.0} and len(calls) == 3
+    results = iter([{"seconds": 3.0, "late_share": 0.5}] * 3)
+    calls.clear()
+    assert calibrate.measure_batch(None, 4, 512, 24, "s") == {"seconds": 3.0, "late_share": 0.5}
+    assert len(calls) == 1 + calibrate.LATE_RETRIES
