@@ -79,7 +79,7 @@ from .counters import scrape, server_info
 from .http1 import Pool
 from .jobs import ServerJob, server_job
 from .methods import expand_methods
-from .sim.model import CostModel, Decoding, profiles
+from .sim.model import CHUNKED_PREFILL_SIZE, CostModel, Decoding, profiles
 from .text import ChatTemplate
 
 CALIBRATION_VERSION = 2  # part of every cached measurement's key: bump it when what is measured changes
@@ -273,7 +273,9 @@ class Probe:
     capacity: int | None = None  # tokens its KV cache holds (SGLang's max_total_num_tokens), where it says
     context_length: int = 1 << 30
     time_scale: float = 1.0  # the simulated server's fast clock (sim_time_scale): measured x this = modelled
-    chunk: int = 8192  # new prompt tokens a prefill step takes at most (SGLang's chunked_prefill_size; -1: all)
+    chunk: int = (
+        CHUNKED_PREFILL_SIZE  # new prompt tokens a prefill step takes at most (SGLang's chunked_prefill_size; -1: all)
+    )
 
     def requests(self, prompts: list[str], new_tokens: int) -> list[RequestRecord]:
         """Send the prompts together, each asking for exactly ``new_tokens`` tokens; their records, in order."""
@@ -359,7 +361,7 @@ def measure_batch(probe: Probe, batch: int, context: int, new_tokens: int, seed:
     {"skipped": why}. On the simulated backend a shape during which the server ran its steps late by more than
     LATE_SHARE of their modelled time (its specsweep_sim counters: the host did not run it in time, which no real
     engine's step would show) is measured again, at most LATE_RETRIES times, and the last kept with its share."""
-    for attempt in range(LATE_RETRIES + 1):
+    for _ in range(LATE_RETRIES + 1):
         result = _measure_batch_once(probe, batch, context, new_tokens, seed)
         if result.get("late_share", 0.0) <= LATE_SHARE:
             break
@@ -377,12 +379,14 @@ def _measure_batch_once(probe: Probe, batch: int, context: int, new_tokens: int,
     before = scrape(probe.url, probe.headers)
     records = probe.requests([probe.prompt(context, rng) for _ in range(batch)], new_tokens)
     after = scrape(probe.url, probe.headers)
+
+    def grown(counter: str) -> float:
+        return after.get(counter, 0.0) - before.get(counter, 0.0)
+
     failed = [r for r in records if r.error]
     if failed:
         return {"skipped": f"refused: {failed[0].error}: {failed[0].error_detail[:200]}"}
-    retracted = after.get("sglang:num_retracted_requests_total", 0.0) - before.get(
-        "sglang:num_retracted_requests_total", 0.0
-    )
+    retracted = grown("sglang:num_retracted_requests_total")
     if retracted > 0:
         return {"skipped": f"the server could not hold the batch: {retracted:g} request(s) retracted"}
     if any(len(r.chunk_times) < 2 for r in records):
@@ -391,12 +395,9 @@ def _measure_batch_once(probe: Probe, batch: int, context: int, new_tokens: int,
     if steps < MIN_STEPS * batch:
         return {"skipped": f"the server did not hold the batch: {steps // batch} step(s) with all {batch} in flight"}
     result = {"seconds": seconds * probe.time_scale, "context": round(mean_context), "gaps": steps}
-    scheduled = after.get("specsweep_sim:scheduled_seconds_total", 0.0) - before.get(
-        "specsweep_sim:scheduled_seconds_total", 0.0
-    )
+    scheduled = grown("specsweep_sim:scheduled_seconds_total")
     if scheduled > 0:
-        late = after.get("specsweep_sim:late_seconds_total", 0.0) - before.get("specsweep_sim:late_seconds_total", 0.0)
-        result["late_share"] = round(late / scheduled, 5)
+        result["late_share"] = round(grown("specsweep_sim:late_seconds_total") / scheduled, 5)
     return result
 
 
@@ -494,6 +495,11 @@ def shape_of(row: dict) -> tuple:
     return (row["kind"], row["batch"], row["shape_context"])
 
 
+def shape_key(shape: dict) -> tuple:
+    """A shape of server_shapes as shape_of names a row of it."""
+    return (shape["kind"], shape["batch"], shape["context"])
+
+
 def measure_shapes(
     probe: Probe, method: dict, settings: dict, deadline: float, log=sys.stderr, shapes: list[dict] | None = None
 ) -> list[dict]:
@@ -534,7 +540,7 @@ def modelled_seconds(cost: CostModel, row: dict) -> float:
     a step row: one decode_step of its decoding over ``batch`` requests at its context."""
     decoding = Decoding(**row["decoding"])
     if row["kind"] == "prefill":
-        c, chunk = row["context"], row.get("chunk") or 8192
+        c, chunk = row["context"], row.get("chunk") or CHUNKED_PREFILL_SIZE
         size = chunk if chunk > 0 else c
         parts = [min(size, c - done) for done in range(0, c, size)]
         prefill = sum(cost.prefill(n, n * (i * size) + n * n / 2) for i, n in enumerate(parts))
@@ -718,8 +724,13 @@ def entry_key(job: dict, method: dict) -> str:
     servers are started with, how a shape is measured (calibration.new_tokens, prefill_repeats) and
     CALIBRATION_VERSION. Not which shapes (batches, contexts) nor the time bound: an entry holds every shape measured
     under its key, and a calibration with more shapes measures only those it lacks (see missing_shapes)."""
+    return server_key(job, method, {k: job["settings"][k] for k in ("new_tokens", "prefill_repeats")})
+
+
+def server_key(job: dict, method: dict, settings: dict, version: int = CALIBRATION_VERSION) -> str:
+    """The digest entry_key takes of one server's measurements with these settings and this CALIBRATION_VERSION
+    (another version's key: benchmarks/gpu/rekey_calibration.py)."""
     server_job = job["server_job"]
-    settings = {k: job["settings"][k] for k in ("new_tokens", "prefill_repeats")}
     return digest(
         {
             "fingerprint": job["fingerprint"],
@@ -728,7 +739,7 @@ def entry_key(job: dict, method: dict) -> str:
             "server": {k: server_job["server"].get(k) for k in ("flags", "env", "min_free_slots_delay")},
             "sim": server_job["sim"],
             "settings": settings,
-            "version": CALIBRATION_VERSION,
+            "version": version,
         }
     )
 
@@ -773,7 +784,7 @@ def missing_shapes(method: dict, settings: dict, entry: dict | None) -> list[dic
     missing (the time bound, a batch never in flight together, a refusal may not recur) unless it was skipped for
     what the server and model are (``lasting``: its KV cache, the context length)."""
     known = {shape_of(r) for r in (entry or {}).get("rows", []) if r.get("seconds") or r.get("lasting")}
-    return [s for s in server_shapes(method, settings) if (s["kind"], s["batch"], s["context"]) not in known]
+    return [s for s in server_shapes(method, settings) if shape_key(s) not in known]
 
 
 def measure_servers(
@@ -808,7 +819,7 @@ def measure_servers(
             startup_s, rows = _measure_server(
                 replace(base, method=method), settings, environment, gpus, log_dir, share_end, log, shapes
             )
-            redone = {(s["kind"], s["batch"], s["context"]) for s in shapes}
+            redone = {shape_key(s) for s in shapes}
             rows = [r for r in (before or {}).get("rows", []) if shape_of(r) not in redone] + rows
             entry = {
                 "key": entry_key(job, method),
@@ -945,7 +956,7 @@ def calibrate(
     started = [e["method"]["name"] for e in measured]
     entries = [by_name[m["name"]] for m in job["methods"]]
     for entry in entries:  # the configured shapes only (an entry may hold more, from an earlier calibration)
-        wanted = {(s["kind"], s["batch"], s["context"]) for s in server_shapes(entry["method"], settings)}
+        wanted = {shape_key(s) for s in server_shapes(entry["method"], settings)}
         entry["rows"] = [r for r in entry["rows"] if shape_of(r) in wanted]
     rows = [row for e in entries for row in e["rows"]]
     emulated, tp = job["sim_profiles"], job["fingerprint"]["tp"]

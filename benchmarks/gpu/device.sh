@@ -21,7 +21,14 @@ OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 GPUS=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
 # targets first: --configfile takes every word after it
 # (the greedy scheduler: Snakemake's ILP scheduler needs PuLP, which does not travel)
-snake() { python3 -m snakemake "$@" --cores 8 --resources gpu="$GPUS" --scheduler greedy --configfile $CONFIG $OVERLAY; }
+# ($LIMIT: a command put before it, such as `timeout 540`)
+snake() { $LIMIT python3 -m snakemake "$@" --cores 8 --resources gpu="$GPUS" --scheduler greedy --configfile $CONFIG $OVERLAY; }
+LIMIT=""
+# part c of the recipe, then specsweep's own wheels, into the same site folder
+install_c() {
+  bash .gpu-tools/install.sh c .gpu-payload || exit 3
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 4
+}
 CONFIG=config/gpu-check.yaml
 OVERLAY=""
 TABLE=specsweep/data/sglang-0.5.16-options.json
@@ -38,18 +45,16 @@ case $step in
   install-a|install-b)
     bash .gpu-tools/install.sh "${step#install-}" .gpu-payload ;;
   install-c)  # c and specsweep's wheels only (check does the same, then runs the workflow)
-    bash .gpu-tools/install.sh c .gpu-payload || exit 3
-    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 4
+    install_c
     mkdir -p .specsweep && cp $TABLE .specsweep/ ;;
   calibrate)  # install c and the wheels, then `snakemake calibrate` at TP 1 (AR and DFlash: calibrate.yaml)
-    bash .gpu-tools/install.sh c .gpu-payload || exit 3
-    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 4
+    install_c
     mkdir -p .specsweep && cp $TABLE .specsweep/
     nvidia-smi > "$OUT/nvidia-smi.txt"; date -u +%FT%TZ > "$OUT/started"
     OVERLAY=benchmarks/gpu/calibrate.yaml
     # a hard stop below the session's device time left (CAL_LIMIT s): the servers are stopped, what was measured packed
-    timeout "${CAL_LIMIT:-540}" python3 -m snakemake calibrate results/env/sglang.json --cores 8 --resources gpu="$GPUS" \
-      --scheduler greedy --configfile $CONFIG $OVERLAY > "$OUT/calibrate.log" 2>&1
+    LIMIT="timeout ${CAL_LIMIT:-540}"
+    snake calibrate results/env/sglang.json > "$OUT/calibrate.log" 2>&1
     echo "snakemake exit $?" >> "$OUT/calibrate.log"; tail -8 "$OUT/calibrate.log"
     caches > "$OUT/compile-caches.txt"; gpu_apps > "$OUT/gpu-apps-after.txt"
     tar czf "$OUT/calibrate.tgz" results/env results/calibration results/cache/calibration logs .snakemake/log 2>/dev/null
@@ -64,8 +69,7 @@ case $step in
     echo "snakemake exit $?" >> "$OUT/check-$1.log"; tail -5 "$OUT/check-$1.log"
     gpu_apps > "$OUT/gpu-apps-after.txt"; pack "check-$1" ;;
   check)
-    bash .gpu-tools/install.sh c .gpu-payload || exit 3
-    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 4
+    install_c
     mkdir -p .specsweep
     python3 tools/record_sglang_options.py $TABLE "$OUT/sglang-0.5.16-help.txt" && cp $TABLE "$OUT/" && cp $TABLE .specsweep/
     nvidia-smi > "$OUT/nvidia-smi.txt"; date -u +%FT%TZ > "$OUT/started"

@@ -31,18 +31,9 @@ from specsweep.canon import digest  # noqa: E402
 
 
 def version_1_key(job: dict, method: dict) -> str:
-    server_job = job["server_job"]
-    return digest(
-        {
-            "fingerprint": job["fingerprint"],
-            "method": {k: v for k, v in method.items() if k != "name"},
-            "model": server_job["model"],
-            "server": {k: server_job["server"].get(k) for k in ("flags", "env", "min_free_slots_delay")},
-            "sim": server_job["sim"],
-            "settings": {k: v for k, v in job["settings"].items() if k != "in_default_target"},
-            "version": 1,
-        }
-    )
+    """Version 1's key: every calibration setting but in_default_target, shapes included."""
+    settings = {k: v for k, v in job["settings"].items() if k != "in_default_target"}
+    return calibrate.server_key(job, method, settings, version=1)
 
 
 def merge(base: dict, over: dict) -> None:

@@ -477,6 +477,9 @@ class RandomDrafter:
         return 1, None
 
 
+CHUNKED_PREFILL_SIZE = 8192  # new prompt tokens a prefill step takes at most, as SGLang 0.5.16 picks on an H200
+
+
 Drafter = (
     RankedDrafter | LookupDrafter | RandomDrafter
 )  # one request's rounds: ``round(produced)`` -> (committed, ranks)

@@ -37,6 +37,7 @@ from ..text import chat_template, split_tokens
 from ..workloads import WorkloadError, tokenizer
 from .clock import StepClock
 from .model import (
+    CHUNKED_PREFILL_SIZE,
     CostModel,
     Decoding,
     Drafter,
@@ -50,7 +51,6 @@ from .model import (
 from .stream import EventStream
 
 PAGE = 64  # prefix-cache granularity in tokens
-CHUNKED_PREFILL_SIZE = 8192  # new prompt tokens a prefill step takes at most, as SGLang 0.5.16 picks on an H200
 
 
 def _merge_config_file(argv: list[str]) -> list[str]:
