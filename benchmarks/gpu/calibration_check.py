@@ -27,6 +27,7 @@ import json
 import shutil
 import sys
 import tempfile
+from datetime import datetime
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests"))
@@ -121,8 +122,6 @@ def plan_table(record: Path, workflow: Path, real: dict[str, dict]) -> list[str]
 
 
 def _cell_seconds(cell: dict) -> float:
-    from datetime import datetime
-
     p = cell["provenance"]
     return (datetime.fromisoformat(p["finished_at"]) - datetime.fromisoformat(p["started_at"])).total_seconds()
 

@@ -480,9 +480,8 @@ class RandomDrafter:
 CHUNKED_PREFILL_SIZE = 8192  # new prompt tokens a prefill step takes at most, as SGLang 0.5.16 picks on an H200
 
 
-Drafter = (
-    RankedDrafter | LookupDrafter | RandomDrafter
-)  # one request's rounds: ``round(produced)`` -> (committed, ranks)
+# one request's rounds: ``round(produced)`` -> (tokens committed, ranks)
+Drafter = RankedDrafter | LookupDrafter | RandomDrafter
 
 
 def request_drafter(
