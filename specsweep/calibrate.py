@@ -13,9 +13,14 @@ and measures through the HTTP API only, so that the same code measures a real SG
 - verify rounds (each speculative method's server): the same shapes; a round's gap holds the drafter's pass and
   the target's verify of the method's width or tree, which the HTTP API cannot separate (the fit splits them
   through the drafter's parameters: DFlash's drafter_fraction, the draft models' draft_*);
-- prefill (AR server): a request of c tokens admitted while another one streams; the streaming request's gap
+- prefill (every server): a request of c tokens admitted while another one streams; the streaming request's gap
   across the admission is the step that prefills it (both ends of the gap on one stream, so the client's own
   latency cancels), the median of ``calibration.prefill_repeats``;
+- first token (every server): a lone request of c tokens (one new token) on an idle server, its first token's arrival
+  after it was sent (the median of ``calibration.prefill_repeats``): its prefill's steps plus the time a request
+  spends in the server outside them (the HTTP server, tokenization, the hand-offs to the scheduler and back from
+  the detokenizer: the runtime's request_latency + request_latency_per_token x prompt tokens), which the batch and
+  prefill shapes cannot see (both ends of their gaps are on one stream);
 - start-up: each server's launch to ready; the first server the job starts on the host (cold: kernel compilation
   and caches) and the later ones (warm).
 
@@ -114,6 +119,9 @@ FITTED = (
     "ngram_step_overhead",
     "ngram_cpu_per_request",
     "ngram_cpu_per_node",
+    "request_latency",
+    "request_latency_per_token",
+    "drafter_prefill_fraction",
 )
 # where the fit starts: the generic roofline runtime plus generic values for what it lacks
 GENERIC = {
@@ -137,6 +145,9 @@ GENERIC = {
     "ngram_step_overhead": 1e-3,
     "ngram_cpu_per_request": 2.5e-4,
     "ngram_cpu_per_node": 2e-6,
+    "request_latency": 5e-3,
+    "request_latency_per_token": 5e-7,
+    "drafter_prefill_fraction": 0.2,
 }
 
 
@@ -444,6 +455,28 @@ def measure_prefill(probe: Probe, context: int, repeats: int, new_tokens: int, s
     }
 
 
+def measure_first_token(probe: Probe, context: int, repeats: int, seed: str) -> dict:
+    """One first-token shape: ``repeats`` lone requests of ``context`` tokens, one new token each, one after the
+    other (each prompt new, so that no prefix is cached); {"seconds": the median time from a request's sending to
+    its first token, "context", "gaps": repeats}, or {"skipped": why}."""
+    if context + 1 > probe.context_length:
+        return {"skipped": f"{context} tokens exceed model.context_length {probe.context_length}", "lasting": True}
+    rng = random.Random(seed)
+    firsts, contexts = [], []
+    for _ in range(repeats):
+        record = probe.requests([probe.prompt(context, rng)], 1)[0]
+        if record.error or not record.chunk_times:
+            return {"skipped": f"refused: {record.error}: {record.error_detail[:200]}"}
+        firsts.append(record.chunk_times[0] - record.t0)
+        contexts.append(record.prompt_tokens)
+    return {
+        "seconds": statistics.median(firsts) * probe.time_scale,
+        "context": round(statistics.fmean(contexts)),
+        "gaps": len(firsts),
+        "chunk": probe.chunk,
+    }
+
+
 def _admit_during_stream(probe: Probe, stream_prompt: str, long_prompt: str, new_tokens: int):
     """(the streaming request's record, the admitted one's): the second sent once the first has streamed
     PREFILL_LEAD chunks."""
@@ -481,13 +514,16 @@ def method_decoding(method: dict) -> Decoding:
 
 
 def server_shapes(method: dict, settings: dict) -> list[dict]:
-    """The shapes one server measures, cheapest first: prefill (AR only), then every batch x context."""
+    """The shapes one server measures, cheapest first: prefill and first token (a speculative server's prefill
+    steps hold its drafter's too), then every batch x context."""
     batch_shapes = [
         {"kind": "step", "batch": b, "context": c} for b in settings["batches"] for c in settings["contexts"]
     ]
     batch_shapes.sort(key=lambda s: (s["batch"] * (s["context"] + settings["new_tokens"]), s["batch"]))
-    prefill = [{"kind": "prefill", "batch": 1, "context": c} for c in sorted(settings["contexts"])]
-    return (prefill if method["algorithm"] == "ar" else []) + batch_shapes
+    lone = [
+        {"kind": k, "batch": 1, "context": c} for k in ("prefill", "first-token") for c in sorted(settings["contexts"])
+    ]
+    return lone + batch_shapes
 
 
 def shape_of(row: dict) -> tuple:
@@ -518,6 +554,9 @@ def measure_shapes(
         if shape["kind"] == "prefill":
             row["width"] = shape["context"]
             result = measure_prefill(probe, shape["context"], settings["prefill_repeats"], settings["new_tokens"], seed)
+        elif shape["kind"] == "first-token":
+            row["width"] = shape["context"]
+            result = measure_first_token(probe, shape["context"], settings["prefill_repeats"], seed)
         else:
             result = measure_batch(probe, shape["batch"], shape["context"], settings["new_tokens"], seed)
         longest = max(longest, time.monotonic() - started)
@@ -535,16 +574,20 @@ def measure_shapes(
 def modelled_seconds(cost: CostModel, row: dict) -> float:
     """The simulator's seconds for a measured row, as its engine charges a step (sim.server.Engine.next_step):
     a prefill row: the prefill of c tokens in steps of its server's chunked-prefill size (8192 where the row does
-    not say; each step prefill(n, n x done + n^2 / 2)) + an AR step of the admitted request + the streaming
-    request's AR step;
+    not say; each step prefill(n, n x done + n^2 / 2) with the server's drafter's extend) + an AR step of the
+    admitted request + the streaming request's step of the server's decoding;
+    a first-token row: the request's request_latency + the same prefill steps and AR step of the request alone;
     a step row: one decode_step of its decoding over ``batch`` requests at its context."""
     decoding = Decoding(**row["decoding"])
-    if row["kind"] == "prefill":
+    if row["kind"] in ("prefill", "first-token"):
         c, chunk = row["context"], row.get("chunk") or CHUNKED_PREFILL_SIZE
         size = chunk if chunk > 0 else c
         parts = [min(size, c - done) for done in range(0, c, size)]
-        prefill = sum(cost.prefill(n, n * (i * size) + n * n / 2) for i, n in enumerate(parts))
-        return prefill + cost.decode_step(Decoding(), [c]) + cost.decode_step(decoding, [row["stream_context"]])
+        alone = sum(cost.prefill(n, n * (i * size) + n * n / 2, decoding) for i, n in enumerate(parts))
+        alone += cost.decode_step(Decoding(), [c])
+        if row["kind"] == "first-token":
+            return cost.request_latency(c) + alone
+        return alone + cost.decode_step(decoding, [row["stream_context"]])
     if row["kind"] == "one-batch-prefill":  # bench_one_batch's prefill of the whole batch, no decode
         tokens = row["batch"] * row["width"]
         return cost.prefill(tokens, row["batch"] * row["width"] ** 2 / 2)
@@ -965,7 +1008,11 @@ def calibrate(
     cost = CostModel(emulated["gpu"], emulated["model"], fit.runtime, tp, emulated["draft_model"])
     cold_warm = startup(entries)
     table = table_rows(entries, cost, cold_warm)
-    deviations = [abs(r["deviation"]) for r in table if r["deviation"] is not None and r["kind"] in ("step", "prefill")]
+    deviations = [
+        abs(r["deviation"])
+        for r in table
+        if r["deviation"] is not None and r["kind"] in ("step", "prefill", "first-token")
+    ]
     latest = max(e["measured_at"] for e in entries)
     profile = {
         "fingerprint": job["fingerprint"],

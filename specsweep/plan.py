@@ -136,8 +136,9 @@ def startup_text(config: dict, tp: int) -> str:
 def cell_seconds(
     config: dict, tp: int, method, workload: dict, concurrency: int, requests: int, sessions: list | None = None
 ) -> float:
-    """Predicted time of ``requests`` sessions of a workload at a concurrency: rounds of (prefill + decode steps),
-    on the servers' clock (a simulated clock run ``sim.time_scale`` times fast takes that many times less).
+    """Predicted time of ``requests`` sessions of a workload at a concurrency: rounds of (request latency + prefill
+    + decode steps), on the servers' clock (a simulated clock run ``sim.time_scale`` times fast takes that many
+    times less).
 
     ``sessions``, the workload's sessions where they are built already (a server job), spare building a sample.
     """
@@ -162,7 +163,8 @@ def cell_seconds(
     batch = max(1, min(concurrency, requests))
     context = int(prompt_tokens + output / 2)
     step = cost.decode_step(decoding, [context] * batch)
-    per_turn = cost.prefill(prompt_tokens) + math.ceil(output / tau) * step
+    prefill = cost.request_latency(prompt_tokens) + cost.prefill(prompt_tokens, decoding=decoding)
+    per_turn = prefill + math.ceil(output / tau) * step
     rounds = math.ceil(requests / batch)
     return rounds * turns * per_turn / clock_scale(config)
 

@@ -764,11 +764,19 @@ class CostModel:
             return max(gpu, cpu) if "cpu_step" in r else gpu
         return gpu + cpu
 
-    def prefill(self, new_tokens: int, attention_pairs: float = 0.0) -> float:
+    def prefill(self, new_tokens: int, attention_pairs: float = 0.0, decoding: Decoding | None = None) -> float:
         """Seconds to prefill ``new_tokens`` prompt tokens (compute-bound): 2 x params x tokens / (flops x e), plus
         causal attention where the runtime sets attention_compute_efficiency: 4 x layers x q_dim x pairs /
         (flops x e_attention), pairs = sum over requests of new x cached + new^2 / 2 (query-key pairs), plus the
-        runtime's prefill_fixed per prefill step (kernel launches without CUDA graphs)."""
+        runtime's prefill_fixed per prefill step (kernel launches without CUDA graphs). On a server decoding with a
+        block drafter (DFlash, DDTree: ``decoding``) the drafter extends its own cache over the same tokens: the
+        step costs (1 + drafter_prefill_fraction) times as much (the runtime's; 0 where it does not set it)."""
+        seconds = self._target_prefill(new_tokens, attention_pairs)
+        if decoding is not None and decoding.spec.drafting in ("block", "block-tree"):
+            seconds *= 1 + self.runtime.get("drafter_prefill_fraction", 0.0)
+        return seconds
+
+    def _target_prefill(self, new_tokens: int, attention_pairs: float) -> float:
         if new_tokens <= 0:
             return 0.0
         r, m, g = self.runtime, self.model, self.gpu
@@ -785,3 +793,11 @@ class CostModel:
                 / (g["flops"] * r["attention_compute_efficiency"] * self.tp)
             )
         return seconds
+
+    def request_latency(self, prompt_tokens: int) -> float:
+        """Seconds a request spends in the server outside the engine's steps (the HTTP server, tokenization, the
+        hand-offs to the scheduler and from the detokenizer): request_latency + request_latency_per_token x prompt
+        tokens, the runtime's (0 where it does not set them). The simulated server holds each request that long
+        before its queue; a request's first token comes that much later than the steps that produce it."""
+        r = self.runtime
+        return r.get("request_latency", 0.0) + r.get("request_latency_per_token", 0.0) * prompt_tokens

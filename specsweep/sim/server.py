@@ -258,6 +258,7 @@ class Request:
     length: int = 0  # prompt tokens as the model counts them (sim.tokenizer): what its steps are priced by
     corrupted: bool = False
     started: float = field(default_factory=time.monotonic)
+    queued: float | None = None  # when it reached the engine's queue (its request_latency after it started)
     admitted: float | None = None  # when the engine took it from the queue
 
 
@@ -288,6 +289,7 @@ class Engine:
         self.waiting: list[Request] = []
         self.running: list[Request] = []
         self.prefilling: Request | None = None  # the request whose prompt a prefill step left unfinished
+        self.batch_full = False  # no request is admitted until a running one finishes (see next_step)
         self.chunk = getattr(args, "chunked_prefill_size", None) or CHUNKED_PREFILL_SIZE
         self.wakeup = asyncio.Event()
         self.prefix_cache: OrderedDict[str, None] = OrderedDict()
@@ -363,10 +365,20 @@ class Engine:
         req = Request(prompt, tokens, reply, natural, a, rng, asyncio.Queue(), page_keys=self._page_keys(tokens))
         req.length = length
         req.drafter = request_drafter(self.decoding, a, rng, self.acceptance, tokens, reply, self.random_drafter)
-        self.waiting.append(req)
         self.counters["requests"] += 1
-        self.wakeup.set()
+        latency = self.cost.request_latency(length) / self.args.sim_time_scale
+        wait = req.started + latency - time.monotonic()  # on the absolute schedule: from its arrival
+        if wait > 0:
+            asyncio.get_running_loop().call_later(wait, self._enqueue, req)
+        else:
+            self._enqueue(req)
         return req
+
+    def _enqueue(self, req: Request) -> None:
+        """The request reaches the scheduler's queue (after its request_latency: the server's hand-offs)."""
+        req.queued = time.monotonic()
+        self.waiting.append(req)
+        self.wakeup.set()
 
     def count_tokens(self, prompt: str, approximate: int) -> int:
         """A prompt's tokens: the model's tokenizer's count (sim.tokenizer model), else the word splitter's."""
@@ -380,13 +392,24 @@ class Engine:
         """The next step as SGLang schedules it by default (chunked prefill, no mixed batches): while requests wait
         and a running slot is free, a prefill step of at most --chunked-prefill-size new prompt tokens (8192, as
         SGLang 0.5.16 picks on an H200; -1: no limit), the request that goes past it continuing in the next step,
-        the running batch held meanwhile; else a decode (or verify) step of the running batch. Returns (requests
-        whose prefill this step completes, each getting its first token; the decoding batch; modelled seconds)."""
+        the running batch held meanwhile; else a decode (or verify) step of the running batch. As SGLang 0.5.16
+        does, a step that continues a chunked prompt counts that request twice against --max-running-requests, and
+        a request refused for the limit keeps every later one out until a running request finishes: a burst of 16
+        prompts of 4k tokens at --max-running-requests 16 runs 15, the 16th waiting for the first to finish (the
+        real server's record: benchmarks/gpu/calibrate-2026-12-01, the long workload at concurrency 16). Returns
+        (requests whose prefill this step completes, each getting its first token; the decoding batch; modelled
+        seconds)."""
         limit = self.args.max_running_requests
         budget = self.chunk if self.chunk > 0 else 1 << 62
         new, pairs, step = 0, 0.0, 0.0
         done: list[Request] = []
-        while budget > 0 and (self.prefilling or (self.waiting and len(self.running) + len(done) < limit)):
+        # SGLang 0.5.16 counts a chunked request it continues in this step twice against the limit; once a new
+        # request cannot be admitted, none is until a running one finishes (its batch_is_full latch)
+        again = 1 if self.prefilling is not None else 0
+        while budget > 0 and (self.prefilling or (self.waiting and not self.batch_full)):
+            if self.prefilling is None and len(self.running) + len(done) + again >= limit:
+                self.batch_full = True
+                break
             if self.prefilling is None:
                 req = self.waiting.pop(0)
                 req.admitted = time.monotonic()
@@ -404,7 +427,7 @@ class Engine:
                 done.append(req)
                 self.prefilling = None
         if new or done:  # a prefill step: the completed requests' first tokens (their logits) come with it
-            step = self.cost.prefill(new, pairs)
+            step = self.cost.prefill(new, pairs, self.decoding)
             if done:
                 step += self.cost.decode_step(Decoding(), [r.length for r in done])
             return done, [], step
@@ -434,7 +457,10 @@ class Engine:
         table = probe.step() if probe else None
         if table:
             print(table, flush=True)
+        before = len(self.running) + len(admitted)
         self.running = [r for r in self.running + admitted if r.produced < len(r.reply)]
+        if len(self.running) < before:
+            self.batch_full = False
 
     @property
     def idle(self) -> bool:
@@ -490,7 +516,7 @@ class Engine:
             if finished
             else None,
             "e2e_latency": (time.monotonic() - req.started) * scale,  # modelled seconds
-            "queue_time": (req.admitted - req.started) * scale if req.admitted is not None else None,
+            "queue_time": (req.admitted - req.queued) * scale if req.admitted is not None else None,
             "simulated": True,
         }
         if step is not None:  # the engine step that sent this chunk (all chunks of one step share it)

@@ -196,7 +196,8 @@ def test_the_sglang_path_calibrates_a_server_that_speaks_sglang_and_reuses_its_c
     profile = calibrate.read_profile(out[0])
     assert profile["fingerprint"]["engine_version"] == "sglang 0.5.23" and profile["simulated"] is False
     assert profile["profiles"] == {"gpu": config["sim"]["gpu"], "model": config["sim"]["model_profile"]}
-    assert profile["shapes"]["measured"] == 2 + 4 + 4  # the AR server's prefills, then every batch x context
+    # on each server its prefills and first tokens, then every batch x context
+    assert profile["shapes"]["measured"] == 2 * (2 + 2 + 4)
     # the profile written is the one the plan and the simulated backend choose on this host (same fingerprint)
     chosen = cost_model.choose(config, environment, str(tmp_path))["by_tp"]["1"]
     assert chosen["calibration"] == out[0] and chosen["label"].startswith("measured on ")
@@ -226,12 +227,13 @@ def test_the_sglang_path_calibrates_a_server_that_speaks_sglang_and_reuses_its_c
     shapes = [
         line for line in log.getvalue().splitlines() if line.startswith(("calibration ar ", "calibration dflash "))
     ]
-    assert len(shapes) == 3 + 2 and all(line.split(": ")[0].endswith(" c512") for line in shapes), shapes
-    assert calibrate.read_profile(out[0])["shapes"]["measured"] == 3 + 6 + 6
+    # each server: a prefill, a first token and two batches at 512 tokens
+    assert len(shapes) == 2 * 4 and all(line.split(": ")[0].endswith(" c512") for line in shapes), shapes
+    assert calibrate.read_profile(out[0])["shapes"]["measured"] == 2 * (3 + 3 + 6)
     # and back to the first shapes: all of them in the cache, no server started
     config["calibration"]["contexts"] = [1024, 4096]
     fifth = calibrate.calibrate(calibrate.calibration_job(config, environment, 1), environment, *out, tmp_path)
-    assert fifth["measured"] == [] and calibrate.read_profile(out[0])["shapes"]["measured"] == 10
+    assert fifth["measured"] == [] and calibrate.read_profile(out[0])["shapes"]["measured"] == 16
 
 
 def test_shapes_beyond_the_time_bound_are_skipped_and_listed(truth_server):
@@ -239,7 +241,7 @@ def test_shapes_beyond_the_time_bound_are_skipped_and_listed(truth_server):
     settings = {"batches": [1], "contexts": [512, 1024, 2048, 4096], "new_tokens": 24, "prefill_repeats": 1}
     method = {"name": "ar", "algorithm": "ar", "params": {}, "flags": [], "env": {}}
     rows = calibrate.measure_shapes(probe, method, settings, time.monotonic() + 0.3, log=io.StringIO())
-    assert len(rows) == 8 and "seconds" in rows[0]  # the first shape always runs
+    assert len(rows) == 4 + 4 + 4 and "seconds" in rows[0]  # prefills, first tokens, steps; the first always runs
     skipped = [r for r in rows if r.get("skipped")]
     assert skipped and all("time bound (calibration.max_seconds_per_tp)" == r["skipped"] for r in skipped)
     assert rows[-1] in skipped  # what is left when the share is spent
