@@ -22,7 +22,7 @@ and measures through the HTTP API only, so that the same code measures a real SG
   the detokenizer: the runtime's request_latency + request_latency_per_token x prompt tokens), which the batch and
   prefill shapes cannot see (both ends of their gaps are on one stream);
 - start-up: each server's launch to ready; the first server the job starts on the host (cold: kernel compilation
-  and caches) and the later ones (warm).
+  and caches) and the later ones (warm); every start of a server is kept (``startups``).
 
 A shape the server refuses (an HTTP error, or longer than model.context_length), cannot hold (its KV cache holds
 fewer than b x (c + new tokens), a request was retracted, or the b requests were never in flight together) or
@@ -358,6 +358,7 @@ def steady_steps(records: list[RequestRecord]) -> tuple[float, float, int]:
     return float(np.average(slopes, weights=weights)), float(np.mean(contexts)), sum(weights)
 
 
+SHAPE_KINDS = ("step", "prefill", "first-token")  # the table's measured shapes (its other rows: start-ups)
 TIME_BOUND = "time bound (calibration.max_seconds_per_tp)"  # why a shape the time bound left no room for is skipped
 MIN_STEPS = 4  # a shape needs at least this many steps with its whole batch in flight
 
@@ -542,8 +543,12 @@ def measure_shapes(
     """Each shape (default: every shape of the server, ``server_shapes``) as a table row, measured or skipped with
     its reason."""
     decoding = asdict(method_decoding(method))
-    rows, longest = [], 0.0
+    rows, longest, warm = [], 0.0, False
     for shape in server_shapes(method, settings) if shapes is None else shapes:
+        if shape["kind"] == "prefill" and not warm:  # the server's first admission during a stream, not timed: on
+            warm = True  # SGLang 0.5.16's DFlash server it took 82 ms at 256 tokens where the same shape takes 20
+            rng = random.Random(f"warm-up {method['name']}")
+            _admit_during_stream(probe, probe.prompt(128, rng), probe.prompt(256, rng), settings["new_tokens"])
         seed = canonical_json([method["name"], shape])
         row = {"server": method["name"], **shape, "width": Decoding(**decoding).verify_width(), "decoding": decoding}
         row["shape_context"] = shape["context"]
@@ -864,13 +869,16 @@ def measure_servers(
             )
             redone = {shape_key(s) for s in shapes}
             rows = [r for r in (before or {}).get("rows", []) if shape_of(r) not in redone] + rows
+            now = datetime.now(timezone.utc).isoformat()
+            start = {"seconds": startup_s, "first_on_host": index == 0, "at": now}
             entry = {
                 "key": entry_key(job, method),
                 "fingerprint": job["fingerprint"],
                 "method": method,
                 "startup_s": startup_s,
                 "first_on_host": index == 0,
-                "measured_at": datetime.now(timezone.utc).isoformat(),
+                "startups": startups(before) + [start],
+                "measured_at": now,
                 "rows": rows,
             }
             entry["digest"] = digest(entry)
@@ -905,13 +913,26 @@ def _measure_server(
                     wait_until_released(gpus)
 
 
+def startups(entry: dict | None) -> list[dict]:
+    """Every start of an entry's server so far, [{"seconds", "first_on_host", "at"}]: a server started again for
+    shapes its entry lacks adds its start to the earlier ones (an entry written before they were kept has one)."""
+    if not entry:
+        return []
+    if "startups" in entry:
+        return list(entry["startups"])
+    return [{"seconds": entry["startup_s"], "first_on_host": entry["first_on_host"], "at": entry["measured_at"]}]
+
+
 def startup(entries: list[dict]) -> dict:
-    """{cold_s, warm_s}: the start-up of the first server a calibration run started on the host (the median where
-    several runs did), and the median of the later ones' (None where there was none)."""
-    cold = [e["startup_s"] for e in entries if e["first_on_host"]]
-    warm = [e["startup_s"] for e in entries if not e["first_on_host"]]
+    """{cold_s, warm_s} over every start of the entries' servers (``startups``): cold, the longest start of a server
+    a calibration run started first on the host (a first start on a host whose kernel caches an earlier run filled
+    is as fast as a warm one: the longest is the one that filled them); warm, the median of the others' (None
+    where there was none)."""
+    starts = [s for e in entries for s in startups(e)]
+    cold = [s["seconds"] for s in starts if s["first_on_host"]]
+    warm = [s["seconds"] for s in starts if not s["first_on_host"]]
     return {
-        "cold_s": round(statistics.median(cold), 3) if cold else None,
+        "cold_s": round(max(cold), 3) if cold else None,
         "warm_s": round(statistics.median(warm), 3) if warm else None,
     }
 
@@ -936,17 +957,17 @@ def table_rows(entries: list[dict], cost: CostModel, cold_warm: dict) -> list[di
     seconds and deviation = fitted / measured - 1."""
     out = []
     for entry in entries:
-        kind = "startup-cold" if entry["first_on_host"] else "startup-warm"
-        fitted = cold_warm["cold_s" if entry["first_on_host"] else "warm_s"]
-        out.append(
-            {
-                "server": entry["method"]["name"],
-                "kind": kind,
-                "measured_s": entry["startup_s"],
-                "fitted_s": fitted,
-                "deviation": fitted / entry["startup_s"] - 1 if fitted and entry["startup_s"] else None,
-            }
-        )
+        for start in startups(entry):
+            fitted = cold_warm["cold_s" if start["first_on_host"] else "warm_s"]
+            out.append(
+                {
+                    "server": entry["method"]["name"],
+                    "kind": "startup-cold" if start["first_on_host"] else "startup-warm",
+                    "measured_s": start["seconds"],
+                    "fitted_s": fitted,
+                    "deviation": fitted / start["seconds"] - 1 if fitted and start["seconds"] else None,
+                }
+            )
         for row in entry["rows"]:
             modelled = modelled_seconds(cost, row) if row.get("seconds") else None
             out.append(
@@ -1008,11 +1029,7 @@ def calibrate(
     cost = CostModel(emulated["gpu"], emulated["model"], fit.runtime, tp, emulated["draft_model"])
     cold_warm = startup(entries)
     table = table_rows(entries, cost, cold_warm)
-    deviations = [
-        abs(r["deviation"])
-        for r in table
-        if r["deviation"] is not None and r["kind"] in ("step", "prefill", "first-token")
-    ]
+    deviations = [abs(r["deviation"]) for r in table if r["deviation"] is not None and r["kind"] in SHAPE_KINDS]
     latest = max(e["measured_at"] for e in entries)
     profile = {
         "fingerprint": job["fingerprint"],

@@ -2,7 +2,8 @@
 
 Used where many independent cells are needed quickly and deterministically (the
 statistical checks of the confidence intervals): the records are those the
-client would write if the host added no delay. Numbers from it are simulated.
+client would write if the host added no delay (nor the server's request_latency
+outside its steps). Numbers from it are simulated.
 """
 
 from __future__ import annotations

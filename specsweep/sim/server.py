@@ -368,8 +368,12 @@ class Engine:
         self.counters["requests"] += 1
         latency = self.cost.request_latency(length) / self.args.sim_time_scale
         wait = req.started + latency - time.monotonic()  # on the absolute schedule: from its arrival
-        if wait > 0:
-            asyncio.get_running_loop().call_later(wait, self._enqueue, req)
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # stepped in virtual time (specsweep.sim.replay): the steps alone, no latency
+            loop = None
+        if wait > 0 and loop is not None:
+            loop.call_later(wait, self._enqueue, req)
         else:
             self._enqueue(req)
         return req

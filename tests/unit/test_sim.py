@@ -322,6 +322,35 @@ def test_a_long_prompt_is_prefilled_in_chunks_while_the_running_batch_waits():
     assert sum(s for _, _, s in steps[:prefills]) > whole.cost.prefill(tokens, tokens * tokens / 2)
 
 
+def test_a_burst_of_chunked_prompts_at_the_running_limit_runs_one_fewer_as_sglang_does():
+    """SGLang 0.5.16 at --max-running-requests 16, 16 prompts of about 4k tokens sent together (the real record's
+    long cells at concurrency 16): 15 are prefilled two a step, the step finishing the 15th's chunk counts it twice
+    and shuts the 16th out until a request finishes; 16 short prompts (no chunk) all run at once."""
+
+    def burst(words: int) -> tuple[Engine, list]:
+        sim = Engine(parse_args(["--model-path", "m", "--max-running-requests", "16"]))
+        sampling = {"max_new_tokens": 8, "temperature": 0, "ignore_eos": True}
+        reqs = [sim.submit(" ".join(f"r{i}w{j}" for j in range(words)), sampling) for i in range(16)]
+        return sim, reqs
+
+    sim, reqs = burst(3990)
+    first_token_step = {}
+    for step in range(200):
+        _steps(sim, 1)
+        for i, req in enumerate(reqs):
+            if req.produced and i not in first_token_step:
+                first_token_step[i] = step
+        if sim.idle:
+            break
+    assert sorted(first_token_step) == list(range(16))
+    late = [i for i, step in first_token_step.items() if step > 8]
+    assert late == [15]  # the last of the burst, after the others' eight tokens
+    assert first_token_step[15] == max(s for i, s in first_token_step.items() if i != 15) + 8  # their 7 decode steps
+    sim, reqs = burst(100)
+    _steps(sim, 1)
+    assert all(req.produced == 1 for req in reqs)
+
+
 def test_dummy_weights_loop_the_output_and_a_random_drafter_accepts_nothing():
     """--load-format dummy: the reply is its first three tokens over and over; DFlash commits one token a round
     (SGLang's accept length 1), NGRAM accepts the loop; the outputs are the same whatever the method."""

@@ -14,7 +14,7 @@ from specsweep.launcher import ServerError
 from specsweep.metrics import output_throughput
 from specsweep.sim import replay
 from specsweep.sim.calibration import PUBLISHED_QWEN3_8B, calibration_prompts, predict
-from specsweep.sim.model import CostModel, Decoding, build_tree
+from specsweep.sim.model import CostModel, Decoding, build_tree, profiles
 from specsweep.workloads import Session, build
 
 
@@ -469,3 +469,19 @@ def test_a_ddtree_tree_is_drafted_by_one_block_pass_whatever_its_budget():
             tree = Decoding("ddtree", block_size=16, budget=budget, overlap=False)
             assert h200.draft_seconds(tree, contexts) == pytest.approx(dflash)
         assert h200.draft_seconds(Decoding("dflash", block_size=32), contexts) > 1.2 * dflash
+
+
+def test_a_block_drafter_server_prefills_its_drafter_too_and_a_request_waits_outside_the_steps():
+    """drafter_prefill_fraction f: a DFlash or DDTree server's prefill step costs (1 + f) times the target's, an
+    NGRAM or AR server's the target's alone; request_latency + request_latency_per_token x prompt tokens."""
+    runtime = {**profiles()["runtimes"]["sglang"], "drafter_prefill_fraction": 0.25}
+    runtime.update(request_latency=0.004, request_latency_per_token=2e-6)
+    p = profiles()
+    cost = CostModel(p["gpus"]["H200"], p["models"]["qwen3-8b"], runtime)
+    target = cost.prefill(4096, 4096**2 / 2)
+    assert cost.prefill(4096, 4096**2 / 2, Decoding("dflash", block_size=16)) == pytest.approx(1.25 * target)
+    assert cost.prefill(4096, 4096**2 / 2, Decoding("ddtree", block_size=16, budget=32)) == pytest.approx(1.25 * target)
+    assert cost.prefill(4096, 4096**2 / 2, Decoding("ngram", num_draft_tokens=8)) == target
+    assert cost.prefill(4096, 4096**2 / 2, Decoding()) == target
+    assert cost.request_latency(1000) == pytest.approx(0.006)
+    assert CostModel.named("H200", "qwen3-8b").request_latency(1000) == 0.0  # the generic runtime has none

@@ -13,7 +13,9 @@ from specsweep import calibrate
 from specsweep.sim.model import profiles
 
 # the engine to recover: the measured H200 runtime with a soft roofline (every parameter the fit moves has a true value)
-TRUTH = {**profiles()["runtimes"]["sglang-0.5.16-h200"], "roofline_exponent": 3.0}
+# and a request latency of 30 ms (the simulated server's own HTTP handling, about 1 ms, adds to what a lone request's
+# first token shows: 3% of 30 ms)
+TRUTH = {**profiles()["runtimes"]["sglang-0.5.16-h200"], "roofline_exponent": 3.0, "request_latency": 0.03}
 
 
 def _config() -> dict:
@@ -50,8 +52,10 @@ def test_calibrate_recovers_the_simulated_profile_and_measures_again_only_for_a_
     truth = TRUTH
     errors = {p: profile["runtime"][p] / truth[p] - 1 for p in profile["identified"]}
     # the fixed cost of a prefill comes from three admissions timed on a stream (one 1-ms wake of the event loop is
-    # 5% of it): within 10%; every other identified parameter within 5% (synthetic rows: test_calibrate.py)
-    assert all(abs(e) < (0.10 if p == "prefill_fixed" else 0.05) for p, e in errors.items()), errors
+    # 5% of it) and the request latency from three lone requests, the server's own HTTP handling in it: within
+    # 10%; every other identified parameter within 5% (synthetic rows: test_calibrate.py)
+    loose = ("prefill_fixed", "request_latency")
+    assert all(abs(e) < (0.10 if p in loose else 0.05) for p, e in errors.items()), errors
     # how many the steps pin within 1.5% depends on how busy the host is (7 of the 10 the shapes reach on an idle
     # machine, 1 beside the whole test suite): every one within 5% (above); the CPU behind the overlap scheduler
     # and the costs of methods not configured never are
@@ -60,11 +64,12 @@ def test_calibrate_recovers_the_simulated_profile_and_measures_again_only_for_a_
     assert profile["startup"]["cold_s"] >= 0.2 and profile["startup"]["warm_s"] >= 0.2
     table = (workflow / "results" / "calibration" / f"{name}.csv").read_text().splitlines()
     assert table[0].split(",")[:8] == list(calibrate.TABLE_COLUMNS)[:8]
-    assert sum(",step," in line for line in table) == 18 and sum(",prefill," in line for line in table) == 3
+    assert sum(",step," in line for line in table) == 18 and sum(",prefill," in line for line in table) == 6
+    assert sum(",first-token," in line for line in table) == 6  # three contexts on each server
     # the largest deviation is that of the table's steps and prefills (its size is the host's load: 14% was seen
     # beside the whole suite and a default run, so no bound in a test)
     rows = list(csv.DictReader(table))
-    measured = [abs(float(r["deviation"])) for r in rows if r["kind"] in ("step", "prefill") and r["deviation"]]
+    measured = [abs(float(r["deviation"])) for r in rows if r["kind"] in calibrate.SHAPE_KINDS and r["deviation"]]
     assert profile["largest_deviation"] == pytest.approx(max(measured), abs=1e-4)
     logs = _server_logs(workflow)
     assert sorted(logs) == ["server-calibration-tp1-ar.log", "server-calibration-tp1-dflash.log"]
