@@ -122,6 +122,7 @@ FITTED = (
     "request_latency",
     "request_latency_per_token",
     "drafter_prefill_fraction",
+    "drafter_prefill_fixed",
 )
 # where the fit starts: the generic roofline runtime plus generic values for what it lacks
 GENERIC = {
@@ -148,6 +149,7 @@ GENERIC = {
     "request_latency": 5e-3,
     "request_latency_per_token": 5e-7,
     "drafter_prefill_fraction": 0.2,
+    "drafter_prefill_fixed": 2e-3,
 }
 
 

@@ -765,25 +765,19 @@ class CostModel:
         return gpu + cpu
 
     def prefill(self, new_tokens: int, attention_pairs: float = 0.0, decoding: Decoding | None = None) -> float:
-        """Seconds to prefill ``new_tokens`` prompt tokens (compute-bound): 2 x params x tokens / (flops x e), plus
-        causal attention where the runtime sets attention_compute_efficiency: 4 x layers x q_dim x pairs /
-        (flops x e_attention), pairs = sum over requests of new x cached + new^2 / 2 (query-key pairs), plus the
-        runtime's prefill_fixed per prefill step (kernel launches without CUDA graphs). On a server decoding with a
-        block drafter (DFlash, DDTree: ``decoding``) the drafter extends its own cache over the same tokens: the
-        step costs (1 + drafter_prefill_fraction) times as much (the runtime's; 0 where it does not set it)."""
-        seconds = self._target_prefill(new_tokens, attention_pairs)
-        if decoding is not None and decoding.spec.drafting in ("block", "block-tree"):
-            seconds *= 1 + self.runtime.get("drafter_prefill_fraction", 0.0)
-        return seconds
-
-    def _target_prefill(self, new_tokens: int, attention_pairs: float) -> float:
+        """Seconds to prefill ``new_tokens`` prompt tokens (compute-bound): the weights' work, 2 x params x tokens /
+        (flops x e), plus causal attention where the runtime sets attention_compute_efficiency: 4 x layers x q_dim x
+        pairs / (flops x e_attention), pairs = sum over requests of new x cached + new^2 / 2 (query-key pairs), plus
+        the runtime's prefill_fixed per prefill step (kernel launches without CUDA graphs). On a server decoding
+        with a block drafter (DFlash, DDTree: ``decoding``) the drafter extends its own cache over the same tokens:
+        drafter_prefill_fraction x the target's weights' work + drafter_prefill_fixed a step (the runtime's; 0
+        where it does not set them: a drafter of a few layers adds little attention, so a share of the weights'
+        work and not of the whole)."""
         if new_tokens <= 0:
             return 0.0
         r, m, g = self.runtime, self.model, self.gpu
-        efficiency = r.get("compute_efficiency", 0.4)
-        seconds = 2 * m["active_params"] * new_tokens / (g["flops"] * efficiency * self.tp) + r.get(
-            "prefill_fixed", 0.0
-        )
+        weights = 2 * m["active_params"] * new_tokens / (g["flops"] * r.get("compute_efficiency", 0.4) * self.tp)
+        seconds = weights + r.get("prefill_fixed", 0.0)
         if attention_pairs and r.get("attention_compute_efficiency") and m.get("q_dim"):
             seconds += (
                 4
@@ -792,6 +786,8 @@ class CostModel:
                 * attention_pairs
                 / (g["flops"] * r["attention_compute_efficiency"] * self.tp)
             )
+        if decoding is not None and decoding.spec.drafting in ("block", "block-tree"):
+            seconds += r.get("drafter_prefill_fraction", 0.0) * weights + r.get("drafter_prefill_fixed", 0.0)
         return seconds
 
     def request_latency(self, prompt_tokens: int) -> float:

@@ -472,15 +472,20 @@ def test_a_ddtree_tree_is_drafted_by_one_block_pass_whatever_its_budget():
 
 
 def test_a_block_drafter_server_prefills_its_drafter_too_and_a_request_waits_outside_the_steps():
-    """drafter_prefill_fraction f: a DFlash or DDTree server's prefill step costs (1 + f) times the target's, an
-    NGRAM or AR server's the target's alone; request_latency + request_latency_per_token x prompt tokens."""
-    runtime = {**profiles()["runtimes"]["sglang"], "drafter_prefill_fraction": 0.25}
-    runtime.update(request_latency=0.004, request_latency_per_token=2e-6)
+    """A DFlash or DDTree server's prefill step adds drafter_prefill_fraction x the target's weights' work (not its
+    attention) + drafter_prefill_fixed; an NGRAM or AR server's is the target's alone; a request waits
+    request_latency + request_latency_per_token x prompt tokens outside the steps."""
     p = profiles()
+    runtime = {**p["runtimes"]["sglang"], "drafter_prefill_fraction": 0.25, "drafter_prefill_fixed": 0.003}
+    runtime.update(request_latency=0.004, request_latency_per_token=2e-6, attention_compute_efficiency=0.2)
     cost = CostModel(p["gpus"]["H200"], p["models"]["qwen3-8b"], runtime)
+    weights = 2 * p["models"]["qwen3-8b"]["active_params"] * 4096 / (p["gpus"]["H200"]["flops"] * 0.6)
+    assert runtime["compute_efficiency"] == 0.6 and "prefill_fixed" not in runtime
     target = cost.prefill(4096, 4096**2 / 2)
-    assert cost.prefill(4096, 4096**2 / 2, Decoding("dflash", block_size=16)) == pytest.approx(1.25 * target)
-    assert cost.prefill(4096, 4096**2 / 2, Decoding("ddtree", block_size=16, budget=32)) == pytest.approx(1.25 * target)
+    extra = 0.25 * weights + 0.003
+    assert cost.prefill(4096) == pytest.approx(weights) and target > 1.05 * weights  # the attention pairs cost too
+    for drafter in (Decoding("dflash", block_size=16), Decoding("ddtree", block_size=16, budget=32)):
+        assert cost.prefill(4096, 4096**2 / 2, drafter) == pytest.approx(target + extra)
     assert cost.prefill(4096, 4096**2 / 2, Decoding("ngram", num_draft_tokens=8)) == target
     assert cost.prefill(4096, 4096**2 / 2, Decoding()) == target
     assert cost.request_latency(1000) == pytest.approx(0.006)
