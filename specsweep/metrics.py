@@ -628,7 +628,10 @@ def definitions() -> list[tuple[str, str]]:
 def statistics() -> list[tuple[str, str]]:
     """(name, explanation) of how intervals are made, from the docstrings of the functions that make them (the
     steady-state window they rest on is among the definitions)."""
-    return [_first_paragraph(f) for f in (summarise, throughput_ci, speedup, combine_launches, relative_precision)]
+    return [
+        _first_paragraph(f)
+        for f in (summarise, throughput_ci, speedup, median_ratio, combine_launches, relative_precision)
+    ]
 
 
 def speedup(
@@ -668,6 +671,36 @@ def speedup(
         w = _resample([sides[1][0][s][2] for s in common], seed)
         with np.errstate(divide="ignore", invalid="ignore"):
             out["speedup_ci"] = _interval((ca * (w @ na) / (w @ da)) / (cb * (w @ nb) / (w @ db)))
+    return out
+
+
+def median_ratio(a: list[tuple], b: list[tuple], seed: int = 0) -> dict:
+    """Median ratio = median of b's values / median of a's, both over the sessions the two share (``a``, ``b``:
+    (value, session, kind) of each request); 95% CI by paired bootstrap over those sessions (one draw of sessions
+    weighs both sides alike, within each session's kind; none below MIN_SESSIONS pairs)."""
+    a = [t for t in a if t[0] is not None and math.isfinite(t[0])]
+    b = [t for t in b if t[0] is not None and math.isfinite(t[0])]
+    common = list(dict.fromkeys(s for _, s, _ in a if s in {s for _, s, _ in b}))
+    out: dict = {"ratio": None, "ratio_ci": None, "pairs": len(common)}
+    if not common:
+        return out
+    index = {s: i for i, s in enumerate(common)}
+    sides = []
+    for side in (a, b):
+        kept = sorted((v, index[s]) for v, s, _ in side if s in index)
+        sides.append((np.array([v for v, _ in kept], dtype=float), np.array([i for _, i in kept])))
+    medians = [float(np.median(values)) for values, _ in sides]
+    if medians[0] <= 0:
+        return out
+    out["ratio"] = medians[1] / medians[0]
+    if len(common) >= MIN_SESSIONS:
+        kind = {s: k for _, s, k in a}
+        counts = _resample([kind[s] for s in common], seed)
+        (va, ca), (vb, cb) = sides
+        (ma,) = _weighted_percentiles(va, counts[:, ca], [50])
+        (mb,) = _weighted_percentiles(vb, counts[:, cb], [50])
+        with np.errstate(divide="ignore", invalid="ignore"):
+            out["ratio_ci"] = _interval(mb / ma)
     return out
 
 
