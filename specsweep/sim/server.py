@@ -520,7 +520,7 @@ class Engine:
             if finished
             else None,
             "e2e_latency": (time.monotonic() - req.started) * scale,  # modelled seconds
-            "queue_time": (req.admitted - req.queued) * scale if req.admitted is not None else None,
+            "queue_time": (req.admitted - (req.queued or req.started)) * scale if req.admitted is not None else None,
             "simulated": True,
         }
         if step is not None:  # the engine step that sent this chunk (all chunks of one step share it)
