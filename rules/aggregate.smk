@@ -2,7 +2,7 @@
 rule aggregate:
     input:
         cells=rebuilt_when_missing(all_cell_outputs()),
-        environment=layout.environment_path(CONFIG["backend"]),
+        environment=[layout.environment_path(CONFIG["backend"], e) for e in engines.names(CONFIG) or [None]],
     output:
         summary=layout.table_path("summary"),
         tables=[
@@ -16,6 +16,7 @@ rule aggregate:
             [jobs.server_job(CONFIG, s["tp"], s["method"], s["repetition"]).as_dict() for s in SERVERS]
         ),
         failures=canonical_json(CONFIG["failures"]),
+        engines=canonical_json(engines.names(CONFIG)),
         code=AGGREGATE_CODE,
     log:
         "logs/aggregate.log",

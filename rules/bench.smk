@@ -21,7 +21,7 @@ def server_cell_outputs(wildcards):
 
 rule bench_server:
     input:
-        environment=rebuilt_when_missing(layout.environment_path(CONFIG["backend"])),
+        environment=server_environment,
     output:
         cells=[
             layout.cell_path("{tp}", "{method}", w["name"], c, REP)

@@ -7,7 +7,7 @@ from snakemake.utils import validate
 import yaml
 
 from specsweep import config as ss_config
-from specsweep import cost_model, jobs, layout, runs
+from specsweep import cost_model, engines, jobs, layout, runs
 from specsweep.coerce import coerce_to_schema
 from specsweep.methods import expand_methods
 from specsweep.canon import canonical_json, package_digest
@@ -142,12 +142,20 @@ def params_text(value):
     return re.sub(r"\{(?=\s*\w)", r"\\u007b", canonical_json(value))
 
 
-def environment_params_json():
-    """What the environment depends on: the backend and, for SGLang, how it is built."""
+def environment_params_json(engine=None):
+    """What the environment depends on: the backend and, for SGLang, how it (an engine's build) is built."""
     settings = {"backend": CONFIG["backend"]}
     if CONFIG["backend"] == "sglang":
-        settings["sglang"] = {k: CONFIG["sglang"][k] for k in ("python", "install", "build", "env_dir")}
+        build = engines.view(CONFIG, engine)["sglang"]
+        settings["sglang"] = {k: build[k] for k in ("python", "install", "build", "env_dir")}
     return params_text(settings)
+
+
+def server_environment(wildcards):
+    """The environment record a server job's engine runs in."""
+    return rebuilt_when_missing(layout.environment_path(CONFIG["backend"], engines.split(wildcards.method)[1]))(
+        wildcards
+    )
 
 
 def sim_profile_text():
@@ -189,7 +197,8 @@ def report_params_json():
 
 wildcard_constraints:
     tp=r"\d+",
-    method=r"[A-Za-z0-9][A-Za-z0-9_.-]*",
+    method=r"[A-Za-z0-9][A-Za-z0-9_.-]*(@[A-Za-z0-9][A-Za-z0-9_.-]*)?",
+    engine=r"[A-Za-z0-9][A-Za-z0-9_.-]*",
     backend="sim|sglang",
     rep=r"\d+",
 

@@ -10,10 +10,14 @@ from specsweep.aggregate import AggregateError, verified_cells, write_tables
 from specsweep.jobs import ServerJob
 
 jobs = [ServerJob.from_dict(job) for job in json.loads(snakemake.params.jobs)]
-environment = json.loads(Path(snakemake.input.environment).read_text())
+engines = json.loads(snakemake.params.engines)  # the configured engines' names, in order (none: one engine)
+identity = {
+    engine: json.loads(Path(path).read_text())["identity_digest"]
+    for engine, path in zip(engines or [None], snakemake.input.environment)
+}
 failures = json.loads(snakemake.params.failures)
 try:
-    cells = verified_cells(list(snakemake.input.cells), jobs, environment["identity_digest"], failures)
+    cells = verified_cells(list(snakemake.input.cells), jobs, identity, failures)
 except AggregateError as exc:
     sys.exit(f"aggregate: {exc}")
-write_tables(cells, Path(snakemake.output.summary).parent, failures)
+write_tables(cells, Path(snakemake.output.summary).parent, failures, engines)

@@ -14,11 +14,22 @@ from pathlib import Path
 
 import pandas as pd
 
-from . import algorithms
+from . import algorithms, engines
 from .cells import cell_problem, keyed_cells, unfinished
 from .jobs import ServerJob
 from .canon import atomic_write_text
-from .metrics import cell_measures, combine_launches, e2e, losslessness, queue_delay, speedup, tpot, ttft, user_ttft
+from .metrics import (
+    cell_measures,
+    combine_launches,
+    e2e,
+    losslessness,
+    median_ratio,
+    queue_delay,
+    speedup,
+    tpot,
+    ttft,
+    user_ttft,
+)
 
 
 def _get(metrics: dict, name: str, stat: str):
@@ -55,6 +66,7 @@ def cell_row(
         "simulated": cell["simulated"],
         "tp": c["tp"],
         "method": c["method"],
+        "engine": method.get("engine") or "",
         "algorithm": method["algorithm"],
         **{
             k: params.get(k)
@@ -197,14 +209,19 @@ class AggregateError(RuntimeError):
     """Cells that cannot be aggregated; the message names each and what to do."""
 
 
-def verified_cells(paths: list[str], jobs: list[ServerJob], identity_digest: str, failures: dict) -> dict[str, dict]:
+def verified_cells(
+    paths: list[str], jobs: list[ServerJob], identity_digest: str | dict, failures: dict
+) -> dict[str, dict]:
     """{path: cell} of the cells at these paths, each verified against the cell the configuration (its server
-    ``jobs`` and the environment's identity) gives that path (cells.cell_problem) and final under the failure
-    thresholds (cells.unfinished) unless ``failures.keep_going``; AggregateError naming every other cell and what
-    to do."""
+    ``jobs`` and the environment's identity: one digest, or {engine name: digest} where ``engines`` names several
+    builds) gives that path (cells.cell_problem) and final under the failure thresholds (cells.unfinished) unless
+    ``failures.keep_going``; AggregateError naming every other cell and what to do."""
     built: dict = {}
+    identity = identity_digest if isinstance(identity_digest, dict) else {None: identity_digest}
     expected = {
-        os.path.normpath(c["path"]): c for job in jobs for c in keyed_cells(job, identity_digest, built=built)[0]
+        os.path.normpath(c["path"]): c
+        for job in jobs
+        for c in keyed_cells(job, identity[job.method.get("engine")], built=built)[0]
     }
     cells, refused = {}, []
     for path in paths:
@@ -234,18 +251,24 @@ def verified_cells(paths: list[str], jobs: list[ServerJob], identity_digest: str
 
 def summarise_cells(cells: dict[str, dict], thresholds: dict | None = None) -> pd.DataFrame:
     """One row per cell ({cell file: cell JSON}), every metric computed from its records (cell_measures), with
-    speedup over AR at the same (tp, workload, concurrency, repetition) and, with failure ``thresholds``, whether
-    each is final."""
+    speedup over AR at the same (engine, tp, workload, concurrency, repetition) and, with failure ``thresholds``,
+    whether each is final."""
     measures = {p: cell_measures(c) for p, c in cells.items()}
     ar = {
-        (c["cell"]["tp"], c["cell"]["workload"], c["cell"]["concurrency"], c["cell"]["repetition"]): p
+        (
+            c["method"].get("engine"),
+            c["cell"]["tp"],
+            c["cell"]["workload"],
+            c["cell"]["concurrency"],
+            c["cell"]["repetition"],
+        ): p
         for p, c in cells.items()
         if c["method"]["algorithm"] == "ar"
     }
     rows = []
     for path, cell in cells.items():
         c = cell["cell"]
-        base = ar.get((c["tp"], c["workload"], c["concurrency"], c["repetition"]))
+        base = ar.get((cell["method"].get("engine"), c["tp"], c["workload"], c["concurrency"], c["repetition"]))
         versus_ar = lossless = None
         if base is not None:
             versus_ar = speedup(
@@ -259,6 +282,85 @@ def summarise_cells(cells: dict[str, dict], thresholds: dict | None = None) -> p
         rows.append(cell_row(cell, path, measures[path], thresholds, versus_ar, lossless))
     frame = pd.DataFrame(rows)
     return frame.sort_values(["tp", "workload", "concurrency", "method", "repetition"]).reset_index(drop=True)
+
+
+ENGINE_METRICS = {"ttft": ttft, "tpot": tpot}  # medians compared across engines, beside output throughput
+
+
+def engine_comparison(cells: dict[str, dict], order: list[str] | None = None) -> pd.DataFrame:
+    """For every (method, workload, concurrency, tp, repetition) measured on two or more engines, one row per engine
+    after the reference (the first in ``order``, the configuration's, else by name): output throughput ratio =
+    engine / reference (metrics.speedup: paired over the sessions both cells ran, the same prompts in the same
+    order), TPOT and TTFT median ratios (metrics.median_ratio, paired by session), each with its 95% interval and
+    ``differs`` where the interval excludes 1; and, at temperature 0, the share of the engine's replies equal to
+    the reference's (metrics.losslessness)."""
+    groups: dict[tuple, dict[str, str]] = {}
+    for path, cell in cells.items():
+        engine = cell["method"].get("engine")
+        if engine:
+            c = cell["cell"]
+            base = engines.split(c["method"])[0]
+            groups.setdefault((base, c["workload"], c["concurrency"], c["tp"], c["repetition"]), {})[engine] = path
+    rows = []
+    rank = {name: i for i, name in enumerate(order or [])}
+    for (base, workload, concurrency, tp, repetition), by_engine in sorted(groups.items(), key=str):
+        names = sorted(by_engine, key=lambda e: (rank.get(e, len(rank)), e))
+        reference = cells[by_engine[names[0]]]
+        ref_window = cell_measures(reference)["concurrency"]["window"]
+        for name in names[1:]:
+            other = cells[by_engine[name]]
+            row: dict = {
+                "method": base,
+                "workload": workload,
+                "concurrency": concurrency,
+                "tp": tp,
+                "repetition": repetition,
+                "engine": name,
+                "reference": names[0],
+                "simulated": bool(other["simulated"] or reference["simulated"]),
+            }
+            ratio = speedup(
+                other["requests"], reference["requests"], cell_measures(other)["concurrency"]["window"], ref_window
+            )
+            row.update(_ratio_columns("output_throughput", ratio["speedup"], ratio["speedup_ci"]))
+            row["pairs"] = ratio["pairs"]
+            for metric, value in ENGINE_METRICS.items():
+                sides = [
+                    [(value(r), r["session"], r.get("kind")) for r in cell["requests"] if r["error"] is None]
+                    for cell in (reference, other)
+                ]
+                median = median_ratio(sides[0], sides[1])
+                row.update(_ratio_columns(f"{metric}_p50", median["ratio"], median["ratio_ci"]))
+            row["differs"] = any(row[f"{m}_differs"] for m in ("output_throughput", "tpot_p50", "ttft_p50"))
+            same = (
+                losslessness(other["requests"], reference["requests"])
+                if other["sampling"]["temperature"] == 0 and reference["sampling"]["temperature"] == 0
+                else {}
+            )
+            row["exact_match_rate"] = same.get("exact_match_rate")
+            rows.append(row)
+    return pd.DataFrame(rows, columns=ENGINE_COLUMNS)
+
+
+def _ratio_columns(name: str, ratio: float | None, ci: list | None) -> dict:
+    if not ci:
+        return {f"{name}_ratio": ratio, f"{name}_ratio_lo": None, f"{name}_ratio_hi": None, f"{name}_differs": False}
+    lo, hi = ci
+    return {
+        f"{name}_ratio": ratio,
+        f"{name}_ratio_lo": lo,
+        f"{name}_ratio_hi": hi,
+        f"{name}_differs": not lo <= 1 <= hi,
+    }
+
+
+ENGINE_COLUMNS = (
+    ["method", "workload", "concurrency", "tp", "repetition", "engine", "reference", "simulated"]
+    + [f"output_throughput_{k}" for k in ("ratio", "ratio_lo", "ratio_hi", "differs")]
+    + ["pairs"]
+    + [f"{m}_p50_{k}" for m in ENGINE_METRICS for k in ("ratio", "ratio_lo", "ratio_hi", "differs")]
+    + ["differs", "exact_match_rate"]
+)
 
 
 def request_rows(cells: dict[str, dict]) -> pd.DataFrame:
@@ -408,11 +510,11 @@ def pareto(summary: pd.DataFrame) -> pd.DataFrame:
 
 
 def write_tables(
-    cells: dict[str, dict], out_dir: str | Path, thresholds: dict | None = None
+    cells: dict[str, dict], out_dir: str | Path, thresholds: dict | None = None, engine_order: list | None = None
 ) -> dict[str, pd.DataFrame]:
     """All aggregated tables of these cells ({cell file: cell JSON}), each as CSV and Parquet in out_dir: summary
     (one row per launch of a cell), combined (repetitions combined), requests, turns, best_budget, break_even,
-    pareto (the last three from combined)."""
+    pareto (the last three from combined), engines (engine_comparison; empty with one engine)."""
     out_dir = Path(out_dir)
     summary = summarise_cells(cells, thresholds)
     combined = combine_repetitions(summary)
@@ -425,6 +527,7 @@ def write_tables(
         "best_budget": best_budget(combined),
         "break_even": break_even(combined),
         "pareto": pareto(combined),
+        "engines": engine_comparison(cells, engine_order),
     }
     for name, frame in tables.items():
         atomic_write_text(out_dir / f"{name}.csv", frame.to_csv(index=False))

@@ -517,8 +517,9 @@ def method_decoding(method: dict) -> Decoding:
 
 
 def server_shapes(method: dict, settings: dict) -> list[dict]:
-    """The shapes one server measures, cheapest first: prefill and first token (a speculative server's prefill
-    steps hold its drafter's too), then every batch x context."""
+    """The shapes one server measures, cheapest first: prefill and first token (a block drafter's server's prefill
+    steps hold its drafter's extend; a draft model's server, whose drafter extend the cost model does not price,
+    measures none), then every batch x context."""
     batch_shapes = [
         {"kind": "step", "batch": b, "context": c} for b in settings["batches"] for c in settings["contexts"]
     ]
@@ -526,7 +527,8 @@ def server_shapes(method: dict, settings: dict) -> list[dict]:
     lone = [
         {"kind": k, "batch": 1, "context": c} for k in ("prefill", "first-token") for c in sorted(settings["contexts"])
     ]
-    return lone + batch_shapes
+    priced = method_decoding(method).spec.drafting != "draft-model"
+    return (lone if priced else []) + batch_shapes
 
 
 def shape_of(row: dict) -> tuple:

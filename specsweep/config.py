@@ -20,6 +20,8 @@ from pathlib import Path
 
 import yaml
 
+from .engines import names as engine_names
+from .engines import view as engine_view
 from .errors import ConfigError, DuplicateKey, unique_pairs
 from .jobs import MIN_WAVES, cell_requests, server_job, servers, workload_concurrency
 from .launcher import ServerError, server_arguments
@@ -160,6 +162,7 @@ def normalise(config: dict) -> dict:
     check_folders(config)
     if config["backend"] == "sglang" and not config["model"].get("path"):
         raise ConfigError("model.path: required on the sglang backend (the target model's path or hub id)")
+    check_engines(config)
     expand_methods(config)  # raises on parameters, drafters and spellings a method's algorithm refuses
     config["adaptive"]["target"] = float(config["adaptive"]["target"])
     if config["adaptive"]["enabled"]:
@@ -239,6 +242,19 @@ def check_acceptance(config: dict) -> None:
         )
 
 
+def check_engines(config: dict) -> None:
+    """Engine names are unique, and on the simulated backend each engine's sim settings name known profiles."""
+    names = engine_names(config)
+    for index, name in enumerate(names):
+        if names.count(name) > 1:
+            raise ConfigError(f"engines[{index}]: duplicated engine name '{name}'; give each engine a unique name")
+        if config["backend"] == "sim":
+            try:
+                check_sim_profiles(engine_view(config, name))
+            except ConfigError as exc:
+                raise ConfigError(f"engines[{index}] ({name}): {exc}") from None
+
+
 def check_sim_profiles(config: dict) -> None:
     """The simulated backend's gpu, model profile and runtime must exist (shipped or under sim.profiles)."""
     known = profiles(config["sim"]["profiles"])
@@ -273,13 +289,16 @@ def check_workload_files(config: dict) -> None:
 
 def check_launch_flags(config: dict) -> None:
     """Parse every server's launch arguments with SGLang's recorded option table (plus declared extra flags)."""
-    table, extra = config["sglang"]["options_table"], config["sglang"]["extra_flags"]
-    try:
-        check_argv(list(config["server"]["flags"]), table, extra)
-    except FlagError as exc:
-        raise ConfigError(f"server.flags: {exc}") from None
+    builds: list[str | None] = list(engine_names(config)) or [None]
+    for engine in builds:
+        build = engine_view(config, engine)["sglang"]
+        try:
+            check_argv(list(config["server"]["flags"]), build["options_table"], build["extra_flags"])
+        except FlagError as exc:
+            raise ConfigError(f"server.flags: {exc}" + (f" (engine {engine})" if engine else "")) from None
     for server in servers(config):
         job = server_job(config, server["tp"], server["method"])
+        table, extra = job.sglang["options_table"], job.sglang["extra_flags"]
         try:
             check_argv(server_arguments(job, port=30000, max_context=32768), table, extra)
         except ServerError as exc:

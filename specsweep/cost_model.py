@@ -263,13 +263,14 @@ def _choice(config: dict, calibration: dict | None, known_gpus: dict) -> dict:
     }
 
 
-def recorded_environment(backend: str) -> dict | None:
-    """This host's environment record (results/env/sglang.json) where the sglang backend has one, else None: what
-    a calibration's fingerprint is matched with (a damaged record counts as none; its job writes it again)."""
+def recorded_environment(backend: str, engine: str | None = None) -> dict | None:
+    """This host's environment record (results/env/sglang.json, an engine's sglang@<engine>.json) where the sglang
+    backend has one, else None: what a calibration's fingerprint is matched with (a damaged record counts as none;
+    its job writes it again)."""
     if backend != "sglang":
         return None
     try:
-        return json.loads(Path(environment_path(backend)).read_text())
+        return json.loads(Path(environment_path(backend, engine)).read_text())
     except (OSError, ValueError):
         return None
 

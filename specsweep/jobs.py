@@ -8,6 +8,7 @@ from __future__ import annotations
 import copy
 from dataclasses import asdict, dataclass, fields
 
+from . import engines
 from .cost_model import sim_settings
 from .errors import ConfigError
 from .layout import cell_path, server_name
@@ -135,6 +136,7 @@ def server_job(config: dict, tp: int, method_name: str, repetition: int | None =
     method = next((m for m in expand_methods(config) if m.name == method_name), None)
     if method is None:
         raise ConfigError(f"no method named '{method_name}' in the configuration")
+    config = engines.view(config, method.engine)  # its engine's build (and simulated cost model)
     return ServerJob(
         backend=config["backend"],
         model=dict(config["model"]),

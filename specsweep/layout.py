@@ -2,7 +2,7 @@
 
 The rules (rules/*.smk) and the package both build paths and names from here, so a layout change is made once.
 
-    results/env/{backend}.json                  the environment: what the server build is and can do
+    results/env/{backend}[@{engine}].json       the environment: what the server build (an engine's) is and can do
     results/cells/tp{tp}/{method}/{workload}/c{concurrency}[-r{rep}].json   one cell
     results/failed/...                          a failed cell's record, mirroring its cell path
     results/runs/tp{tp}/{method}[-r{rep}].json  a bench job's run record (its latest server run)
@@ -23,7 +23,7 @@ CELLS = f"{RESULTS}/cells"
 FAILED = f"{RESULTS}/failed"
 
 # the aggregated tables, each written as CSV and Parquet (see aggregate.write_tables)
-TABLES = ("summary", "combined", "requests", "turns", "best_budget", "break_even", "pareto")
+TABLES = ("summary", "combined", "requests", "turns", "best_budget", "break_even", "pareto", "engines")
 
 # report sections: key -> title (the PDF's sections and the HTML report's categories)
 REPORT_SECTIONS = {
@@ -56,8 +56,9 @@ def failure_path(cell_output: str) -> str:
     return cell_output.replace(f"{CELLS}/", f"{FAILED}/", 1)
 
 
-def environment_path(backend: str) -> str:
-    return f"{RESULTS}/env/{backend}.json"
+def environment_path(backend: str, engine: str | None = None) -> str:
+    """The environment record of the backend's build, or of one engine's (configuration ``engines``)."""
+    return f"{RESULTS}/env/{backend}.json" if engine is None else f"{RESULTS}/env/{backend}@{engine}.json"
 
 
 def table_path(name: str, ext: str = "csv") -> str:

@@ -8,9 +8,9 @@ differing flags) and placeholders substituted.
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
-from . import algorithms, ddtree
+from . import algorithms, ddtree, engines
 from .algorithms import AlgorithmError
 from .canon import canonical_json
 from .errors import ConfigError
@@ -28,6 +28,7 @@ class Method:
     attention_backend: str | None = None  # None: the server's own default (fa3 on Hopper for SGLang)
     min_free_slots_delay: str | int | None = None  # None: server.min_free_slots_delay
     drafter: str | None = None  # the method's own drafter (None: none, or model.drafter for DFlash and DDTree)
+    engine: str | None = None  # the engine it runs on (configuration ``engines``; None: the one engine)
 
     def as_dict(self) -> dict:
         """The method as plain JSON values; ``drafter`` only where the method names its own (so that methods
@@ -43,6 +44,8 @@ class Method:
         }
         if self.drafter is not None:
             out["drafter"] = self.drafter
+        if self.engine is not None:
+            out["engine"] = self.engine
         return out
 
 
@@ -65,6 +68,7 @@ EXPANSION_KEYS = (
     "match_ddtree_attention",
     "server",
     "backend",
+    "engines",
 )
 
 
@@ -73,8 +77,30 @@ def expand_methods(config: dict) -> list[Method]:
     configuration: every server job, cell table and check asks again)."""
     key = canonical_json({**{k: config.get(k) for k in EXPANSION_KEYS}, "drafter": config["model"].get("drafter", "")})
     if key not in _EXPANDED:
-        _EXPANDED[key] = tuple(_expand(config))
+        _EXPANDED[key] = tuple(_on_engines(config))
     return list(_EXPANDED[key])
+
+
+def _on_engines(config: dict) -> list[Method]:
+    """Every method, and with ``engines`` every method on each engine it runs on, named <method>@<engine>."""
+    if not engines.names(config):
+        named = [f"methods[{i}] ({e['name']})" for i, e in enumerate(config["methods"]) if e.get("engines")]
+        if named:
+            raise ConfigError(f"{named[0]}.engines: no engines are configured (engines); define them or remove it")
+        return _expand(config)
+    for index, entry in enumerate(config["methods"]):
+        unknown = sorted(set(entry.get("engines") or []) - set(engines.names(config)))
+        if unknown:
+            raise ConfigError(
+                f"methods[{index}] ({entry['name']}).engines: {', '.join(unknown)} is not an engine "
+                f"(engines: {', '.join(engines.names(config))})"
+            )
+    out = []
+    for engine in engines.names(config):
+        view = engines.view(config, engine)
+        if view["methods"]:
+            out += [replace(m, name=engines.qualified(m.name, engine), engine=engine) for m in _expand(view)]
+    return out
 
 
 _EXPANDED: dict[str, tuple[Method, ...]] = {}

@@ -485,6 +485,45 @@ def concurrency(t: Tables, figs: Figures, data: dict[str, str]) -> dict:
     return {"has_break_even": has_break_even, "has_best": has_best}
 
 
+def _with_interval(ratio, lo, hi) -> str:
+    """A ratio and its 95% interval as the engines table prints them: "1.12 [1.08, 1.16]" (-- where none)."""
+    if ratio is None or pd.isna(ratio):
+        return "--"
+    if lo is None or pd.isna(lo) or hi is None or pd.isna(hi):
+        return f"{ratio:.3f} [--]"
+    return f"{ratio:.3f} [{lo:.3f}; {hi:.3f}]"
+
+
+def engines_section(tables_dir: str | Path, data: dict[str, str]) -> dict:
+    """Section: each cell on an engine against the same cell on the reference engine (aggregate.engine_comparison),
+    where the configuration has two or more engines."""
+    path = Path(tables_dir) / "engines.csv"
+    frame = pd.read_csv(path) if path.exists() and path.stat().st_size else pd.DataFrame()
+    if frame.empty:
+        return {"has_engines": False}
+    shown = pd.DataFrame(
+        {
+            "tp": frame["tp"],
+            "method": frame["method"],
+            "workload": frame["workload"],
+            "concurrency": frame["concurrency"],
+            "engine": frame["engine"],
+            "reference": frame["reference"],
+            **{
+                label: [
+                    _with_interval(*values)
+                    for values in zip(frame[f"{m}_ratio"], frame[f"{m}_ratio_lo"], frame[f"{m}_ratio_hi"])
+                ]
+                for label, m in (("throughput", "output_throughput"), ("tpot", "tpot_p50"), ("ttft", "ttft_p50"))
+            },
+            "differs": ["yes" if bool(v) else "no" for v in frame["differs"]],
+            "same_replies": ["--" if pd.isna(v) else f"{100 * v:.0f}\\%" for v in frame["exact_match_rate"]],
+        }
+    )
+    _table(shown, data, "engines.csv", ["method", "workload", "engine", "reference"])
+    return {"has_engines": True, "engines_differ": int(frame["differs"].astype(bool).sum())}
+
+
 def agentic(t: Tables, figs: Figures, data: dict[str, str]) -> dict:
     """Section 6: TTFT and prefix-cache hits per turn, session completion."""
     summary, turns, tps, lowest = t.summary, t.turns, t.tps, t.lowest
@@ -697,6 +736,7 @@ def prepare(
         **tensor_parallelism(t, figs, data),
         **concurrency(t, figs, data),
         **agentic(t, figs, data),
+        **engines_section(tables_dir, data),
         **setup_tables(t, environment, view, simulated, data),
         **plan_against_runs(
             predictions

@@ -26,7 +26,7 @@ import random
 import signal
 import sys
 import time
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from dataclasses import dataclass, field
 
 from aiohttp import web
@@ -290,6 +290,8 @@ class Engine:
         self.running: list[Request] = []
         self.prefilling: Request | None = None  # the request whose prompt a prefill step left unfinished
         self.batch_full = False  # no request is admitted until a running one finishes (see next_step)
+        self.real_time = False  # set by run: requests wait their request_latency before the queue
+        self.holding: deque[tuple[float, Request]] = deque()  # (when it reaches the queue, request), in arrival order
         self.chunk = getattr(args, "chunked_prefill_size", None) or CHUNKED_PREFILL_SIZE
         self.wakeup = asyncio.Event()
         self.prefix_cache: OrderedDict[str, None] = OrderedDict()
@@ -346,7 +348,10 @@ class Engine:
 
     # requests --------------------------------------------------------------
     def submit(self, prompt: str, sampling: dict, input_ids: list[int] | None = None) -> Request:
-        """Queue a request; ``input_ids`` (SGLang's pre-tokenised prompt) are its tokens where given."""
+        """Queue a request; ``input_ids`` (SGLang's pre-tokenised prompt) are its tokens where given. Where the engine
+        runs in real time (``run``), the request reaches the queue its request_latency after it arrived, and never
+        before one that arrived earlier (SGLang's tokenizer hands requests to the scheduler in order)."""
+        arrived = time.monotonic()
         max_new = int(sampling.get("max_new_tokens", 128))
         temperature = float(sampling.get("temperature", 1.0))
         tokens = [str(i) for i in input_ids] if input_ids is not None else split_tokens(prompt)
@@ -363,20 +368,26 @@ class Engine:
         a = top1_probability(prompt, temperature, thinking and "<|im_start|>" in prompt, self.acceptance)
         rng = random.Random(f"{prompt}|{self.decoding}|{self.args.random_seed}")
         req = Request(prompt, tokens, reply, natural, a, rng, asyncio.Queue(), page_keys=self._page_keys(tokens))
-        req.length = length
+        req.started, req.length = arrived, length
         req.drafter = request_drafter(self.decoding, a, rng, self.acceptance, tokens, reply, self.random_drafter)
         self.counters["requests"] += 1
-        latency = self.cost.request_latency(length) / self.args.sim_time_scale
-        wait = req.started + latency - time.monotonic()  # on the absolute schedule: from its arrival
-        try:
-            loop = asyncio.get_running_loop()
-        except RuntimeError:  # stepped in virtual time (specsweep.sim.replay): the steps alone, no latency
-            loop = None
-        if wait > 0 and loop is not None:
-            loop.call_later(wait, self._enqueue, req)
-        else:
+        if not self.real_time:  # stepped in virtual time (specsweep.sim.replay): the steps alone, no latency
             self._enqueue(req)
+            return req
+        # on the absolute schedule: from its arrival, in arrival order (the ready times never decrease)
+        ready = max(
+            self.holding[-1][0] if self.holding else 0.0,
+            arrived + self.cost.request_latency(length) / self.args.sim_time_scale,
+        )
+        self.holding.append((ready, req))
+        asyncio.get_running_loop().call_later(max(0.0, ready - time.monotonic()), self._release)
         return req
+
+    def _release(self) -> None:
+        """The held requests whose request_latency has passed reach the queue, in the order they arrived."""
+        now = time.monotonic()
+        while self.holding and self.holding[0][0] <= now:
+            self._enqueue(self.holding.popleft()[1])
 
     def _enqueue(self, req: Request) -> None:
         """The request reaches the scheduler's queue (after its request_latency: the server's hand-offs)."""
@@ -461,9 +472,9 @@ class Engine:
         table = probe.step() if probe else None
         if table:
             print(table, flush=True)
-        before = len(self.running) + len(admitted)
+        before, was_running = len(self.running) + len(admitted), bool(self.running)
         self.running = [r for r in self.running + admitted if r.produced < len(r.reply)]
-        if len(self.running) < before:
+        if len(self.running) < before or not was_running:  # a request finished, or a new running batch began
             self.batch_full = False
 
     @property
@@ -474,6 +485,7 @@ class Engine:
         """Steps in real time on an absolute schedule (specsweep.sim.clock): each one ends at its deadline, the end of
         the step before + its modelled seconds / --sim-time-scale, its own work done inside it; a step whose work
         passes its deadline is counted late and the next one starts when it ends (no debt carried)."""
+        self.real_time = True
         while True:
             if self.idle:
                 self.wakeup.clear()

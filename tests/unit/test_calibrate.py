@@ -18,7 +18,15 @@ from specsweep import calibrate, cost_model
 from specsweep.environment import probe
 from specsweep.sim.model import CostModel, Decoding, profiles
 
-TRUTH = "sglang-0.5.16-h200"  # the measured H200 runtime: far enough from the prior in every fitted parameter
+# the measured H200 runtime with the request latency and DFlash prefill `snakemake calibrate` fitted there
+# (benchmarks/gpu/calibrate-2026-12-01; 1 us a token where that fit put none): far from the prior in every parameter
+TRUTH = {
+    **profiles()["runtimes"]["sglang-0.5.16-h200"],
+    "request_latency": 7.4e-3,
+    "request_latency_per_token": 1e-6,
+    "drafter_prefill_fraction": 0.1,
+    "drafter_prefill_fixed": 4.7e-3,
+}
 
 
 def _rows(truth: dict, noise: float = 0.0, seed: int = 0) -> list[dict]:
@@ -57,13 +65,13 @@ def _rows(truth: dict, noise: float = 0.0, seed: int = 0) -> list[dict]:
 
 def _fit(rows):
     p = profiles()
-    truth = p["runtimes"][TRUTH]
+    truth = TRUTH
     fixed = {k: v for k, v in truth.items() if k not in calibrate.FITTED}
     return calibrate.fit_runtime(rows, p["gpus"]["H200"], p["models"]["qwen3-8b"], p["models"]["qwen3-0.6b"], 1, fixed)
 
 
 def test_the_fit_recovers_a_known_profile_from_its_own_steps():
-    truth, prior = profiles()["runtimes"][TRUTH], calibrate.prior()
+    truth, prior = TRUTH, calibrate.prior()
     exact = _fit(_rows(truth))
     # what no row reaches keeps the prior: the CPU behind the overlap scheduler, the draft models' costs, the KV
     # pages two requests share (no two prompts alike)
@@ -83,7 +91,7 @@ def test_the_fit_recovers_a_known_profile_from_its_own_steps():
 def test_with_measurement_noise_every_identified_parameter_is_within_five_percent():
     """Steps with a 0.5% error each (about what a median of a shape's steps keeps): the parameters the fit calls
     identified are within 5% of the truth, and those it does not are flagged, not silently wrong."""
-    truth = profiles()["runtimes"][TRUTH]
+    truth = TRUTH
     for seed in range(3):
         fit = _fit(_rows(truth, noise=0.005, seed=seed))
         errors = {name: fit.runtime[name] / truth[name] - 1 for name in fit.identified}
@@ -101,7 +109,7 @@ def test_with_measurement_noise_every_identified_parameter_is_within_five_percen
 def test_parameters_the_rows_cannot_tell_apart_are_not_identified():
     """One AR step (batch 16, 4k context): the KV-read efficiency, the per-layer cost and the compute efficiency
     all move that one number, so at most one of them is identified, and nothing of the drafter or the prefill."""
-    truth = profiles()["runtimes"][TRUTH]
+    truth = TRUTH
     rows = [r for r in _rows(truth) if r["server"] == "ar" and r["kind"] == "step"]
     fit = _fit([r for r in rows if r["context"] == 4096 and r["batch"] == 16])
     assert len(fit.identified) <= 1
@@ -129,6 +137,19 @@ def test_fingerprint_of_a_real_gpu_host_and_its_digest():
     assert calibrate.fingerprint_digest(value) == calibrate.fingerprint_digest(dict(value))
 
 
+def test_every_start_of_a_server_is_kept_and_the_longest_first_start_is_cold():
+    """An entry written before starts were kept counts as its one start; a server started again adds its start;
+    cold is the longest first start (a first start on a host whose caches an earlier run filled is warm), warm the
+    median of the others."""
+    legacy = {"startup_s": 150.0, "first_on_host": True, "measured_at": "2026-12-01T18:00:00+00:00"}
+    assert calibrate.startups(legacy) == [{"seconds": 150.0, "first_on_host": True, "at": legacy["measured_at"]}]
+    assert calibrate.startups(None) == []
+    ar = {"startups": calibrate.startups(legacy) + [{"seconds": 70.0, "first_on_host": True, "at": "later"}]}
+    dflash = {"startups": [{"seconds": s, "first_on_host": False, "at": "t"} for s in (76.0, 68.0, 90.0)]}
+    assert calibrate.startup([ar, dflash]) == {"cold_s": 150.0, "warm_s": 76.0}
+    assert calibrate.startup([dflash]) == {"cold_s": None, "warm_s": 76.0}
+
+
 def test_a_cache_entry_is_used_only_when_its_checks_pass():
     entry = {"key": "k" * 64, "fingerprint": {"tp": 1}, "rows": [], "startup_s": 1.0}
     entry["digest"] = calibrate.digest(entry)
@@ -142,13 +163,14 @@ def test_a_cache_entry_is_used_only_when_its_checks_pass():
 
 @pytest.fixture
 def truth_server(tmp_path):
-    server = start_sim(tmp_path, "--sim-runtime", TRUTH, "--max-running-requests", "8", startup=0.0)
+    truth = json.dumps({"runtimes": {"truth": TRUTH}})
+    server = start_sim(tmp_path, "--sim-runtime", "truth", "--sim-profiles", truth, "--max-running-requests", "8")
     yield server
     server.stop()
 
 
 def _cost():
-    return CostModel.named("H200", "qwen3-8b", TRUTH)
+    return CostModel.named("H200", "qwen3-8b", "truth", overrides={"runtimes": {"truth": TRUTH}})
 
 
 def test_measured_decode_steps_and_prefill_match_the_simulated_cost_model(truth_server):

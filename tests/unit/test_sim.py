@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import json
 import random
 import sys
@@ -349,6 +351,30 @@ def test_a_burst_of_chunked_prompts_at_the_running_limit_runs_one_fewer_as_sglan
     sim, reqs = burst(100)
     _steps(sim, 1)
     assert all(req.produced == 1 for req in reqs)
+
+
+def test_a_request_waits_its_request_latency_before_the_queue_in_arrival_order():
+    """In real time a request reaches the queue request_latency + request_latency_per_token x prompt tokens after it
+    arrived, and not before one that arrived earlier; its queue_time counts from there; stepped in virtual time it
+    is queued at once."""
+    runtime = {**sim.profiles()["runtimes"]["sglang"], "request_latency": 0.02, "request_latency_per_token": 2e-5}
+    args = ["--model-path", "m", "--sim-runtime", "slow", "--sim-profiles", json.dumps({"runtimes": {"slow": runtime}})]
+
+    async def arrivals():
+        sim = Engine(parse_args(args))
+        sim.real_time = True
+        long = sim.submit(" ".join(f"w{i}" for i in range(2000)), {"max_new_tokens": 4})  # 20 + 40 ms
+        short = sim.submit("a short prompt", {"max_new_tokens": 4})  # 20 ms, but after the long one
+        await asyncio.sleep(0.01)
+        assert sim.waiting == []
+        await asyncio.sleep(0.1)
+        assert sim.waiting == [long, short]
+        assert long.queued - long.started >= 0.06 and short.queued >= long.queued
+
+    asyncio.run(arrivals())
+    stepped = Engine(parse_args(args))
+    req = stepped.submit("a short prompt", {"max_new_tokens": 4})
+    assert stepped.waiting == [req]
 
 
 def test_dummy_weights_loop_the_output_and_a_random_drafter_accepts_nothing():

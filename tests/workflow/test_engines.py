@@ -1,0 +1,61 @@
+"""Two engine builds side by side (configuration ``engines``) through real Snakemake runs on the simulated backend:
+servers and cells per (engine, method), the engine in every cell's method and key, and the report's comparison
+finding the difference the two runtime profiles model, not one between engines alike."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+
+import pandas as pd
+
+from conftest import fast_config, snakemake, write_config
+from specsweep.sim.model import profiles
+
+# the "slow" build: the generic runtime reading the weights at half its bandwidth (a step about 1.8 times as long)
+GENERIC = profiles()["runtimes"]["sglang"]
+SLOW = {**GENERIC, "bandwidth_efficiency": GENERIC["bandwidth_efficiency"] / 2}
+
+
+def test_two_engines_run_side_by_side_and_the_report_compares_them(workflow):
+    config = fast_config(requests=12, max_new_tokens=48, time_scale=1)  # real time: the steps, not the host
+    config["concurrency"] = [1]
+    config["methods"] = [
+        {"name": "ar", "algorithm": "ar"},
+        {"name": "dflash", "algorithm": "dflash", "engines": ["base"]},
+    ]
+    config["engines"] = [
+        {"name": "base"},
+        {"name": "slow", "sim": {"runtime": "slow", "profiles": {"runtimes": {"slow": SLOW}}}},
+        {"name": "twin"},  # the same build as base under another name: nothing to find
+    ]
+    write_config(workflow, config)
+    snakemake(workflow, "results/report/report.pdf")
+
+    cells = {p.parent.parent.name for p in (workflow / "results" / "cells" / "tp1").rglob("c1.json")}
+    assert cells == {"ar@base", "ar@slow", "ar@twin", "dflash@base"}  # dflash runs on base alone
+    base = json.loads((workflow / "results/cells/tp1/ar@base/short/c1.json").read_text())
+    slow = json.loads((workflow / "results/cells/tp1/ar@slow/short/c1.json").read_text())
+    assert base["method"]["engine"] == "base" and slow["method"]["engine"] == "slow" and base["key"] != slow["key"]
+    assert slow["provenance"]["sim_profile"]["runtime"] == "slow"
+
+    summary = pd.read_csv(workflow / "results" / "summary.csv")
+    assert set(summary["engine"]) == {"base", "slow", "twin"}
+    assert summary.loc[summary["method"] == "dflash@base", "speedup"].notna().all()  # against ar@base
+    table = pd.read_csv(workflow / "results" / "engines.csv").set_index("engine")
+    assert list(table.index) == ["slow", "twin"] and set(table["reference"]) == {"base"}
+    assert table.loc["slow", "pairs"] == 12
+    # the slower steps: lower throughput, longer TPOT, both intervals excluding 1; the twin is flagged for nothing
+    assert table.loc["slow", "output_throughput_ratio_hi"] < 0.8 and table.loc["slow", "tpot_p50_ratio_lo"] > 1.3
+    assert table.loc["slow", "differs"] and not table.loc["twin", "differs"]
+    assert table.loc["slow", "exact_match_rate"] == 1.0  # greedy AR on both: the same replies
+
+    pdf = subprocess.run(
+        ["pdftotext", "-layout", str(workflow / "results" / "report" / "report.pdf"), "-"],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    ).stdout
+    text = " ".join(pdf.split())
+    assert "Engines compared cell by cell" in text and "Simulated: the engines are simulated servers." in text
