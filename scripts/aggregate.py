@@ -11,13 +11,13 @@ from specsweep.jobs import ServerJob
 
 jobs = [ServerJob.from_dict(job) for job in json.loads(snakemake.params.jobs)]
 engines = json.loads(snakemake.params.engines)  # the configured engines' names, in order (none: one engine)
-identity = {
-    engine: json.loads(Path(path).read_text())["identity_digest"]
-    for engine, path in zip(engines or [None], snakemake.input.environment)
+environments = {
+    engine: json.loads(Path(path).read_text()) for engine, path in zip(engines or [None], snakemake.input.environment)
 }
+identity = {engine: record["identity_digest"] for engine, record in environments.items()}
 failures = json.loads(snakemake.params.failures)
 try:
     cells = verified_cells(list(snakemake.input.cells), jobs, identity, failures)
 except AggregateError as exc:
     sys.exit(f"aggregate: {exc}")
-write_tables(cells, Path(snakemake.output.summary).parent, failures, engines)
+write_tables(cells, Path(snakemake.output.summary).parent, failures, engines, environments)

@@ -342,6 +342,61 @@ def engine_comparison(cells: dict[str, dict], order: list[str] | None = None) ->
     return pd.DataFrame(rows, columns=ENGINE_COLUMNS)
 
 
+BUILD_SOFTWARE = (
+    "sglang",
+    "sglang-kernel",
+    "sgl-kernel",
+    "flashinfer-python",
+    "torch",
+    "triton",
+    "transformers",
+    "cuda",
+)
+
+
+def engine_builds(cells: dict[str, dict], environments: dict, order: list[str]) -> pd.DataFrame:
+    """What differs between the engines' builds: one row per item, one column per engine (in ``order``) and
+    ``differs``: the versions their environment records give (SGLang, its kernel, FlashInfer, torch, triton,
+    transformers, CUDA; the commit of a git build, else the digest of the installed wheel), then every setting a
+    server reported in server_info (its flags and defaults: the single values; what it reports as lists or objects
+    is its state, such as memory and counters) that is not the same on every engine for a method they share
+    ("<key> (<method>)"). Empty with fewer than two engines."""
+    if len(order) < 2:
+        return pd.DataFrame(columns=["item", "differs"])
+    rows = []
+    for key in BUILD_SOFTWARE:
+        values = [(environments.get(e) or {}).get("software", {}).get(key) for e in order]
+        if any(v is not None for v in values):
+            rows.append({"item": key, **dict(zip(order, map(_shown, values)))})
+    commits = []
+    for e in order:
+        server = (environments.get(e) or {}).get("server", {})
+        source = (server.get("source") or {}).get("archive_info", {}).get("hash")
+        commits.append(server.get("commit") or source)
+    rows.append({"item": "commit or wheel", **dict(zip(order, map(_shown, commits)))})
+    reported: dict[str, dict[str, dict]] = {}
+    for cell in cells.values():
+        engine = cell["method"].get("engine")
+        if engine in order:
+            base = engines.split(cell["cell"]["method"])[0]
+            reported.setdefault(base, {}).setdefault(engine, cell["provenance"].get("server_info") or {})
+    for base, by_engine in sorted(reported.items()):
+        if len(by_engine) < 2:
+            continue
+        settings = {k for info in by_engine.values() for k, v in info.items() if not isinstance(v, (dict, list))}
+        for key in sorted(settings):
+            values = [by_engine[e].get(key) if e in by_engine else None for e in order]
+            if len({json.dumps(v, sort_keys=True) for e, v in zip(order, values) if e in by_engine}) > 1:
+                rows.append({"item": f"{key} ({base})", **dict(zip(order, map(_shown, values)))})
+    frame = pd.DataFrame(rows, columns=["item", *order])
+    frame["differs"] = [len(set(row[list(order)])) > 1 for _, row in frame.iterrows()]
+    return frame
+
+
+def _shown(value) -> str:
+    return "--" if value is None else value if isinstance(value, str) else json.dumps(value, sort_keys=True)
+
+
 def _ratio_columns(name: str, ratio: float | None, ci: list | None) -> dict:
     if not ci:
         return {f"{name}_ratio": ratio, f"{name}_ratio_lo": None, f"{name}_ratio_hi": None, f"{name}_differs": False}
@@ -510,11 +565,16 @@ def pareto(summary: pd.DataFrame) -> pd.DataFrame:
 
 
 def write_tables(
-    cells: dict[str, dict], out_dir: str | Path, thresholds: dict | None = None, engine_order: list | None = None
+    cells: dict[str, dict],
+    out_dir: str | Path,
+    thresholds: dict | None = None,
+    engine_order: list | None = None,
+    environments: dict | None = None,
 ) -> dict[str, pd.DataFrame]:
     """All aggregated tables of these cells ({cell file: cell JSON}), each as CSV and Parquet in out_dir: summary
     (one row per launch of a cell), combined (repetitions combined), requests, turns, best_budget, break_even,
-    pareto (the last three from combined), engines (engine_comparison; empty with one engine)."""
+    pareto (the last three from combined), engines and engine_builds (engine_comparison, engine_builds, with the
+    engines' environment records ``environments``; empty with one engine)."""
     out_dir = Path(out_dir)
     summary = summarise_cells(cells, thresholds)
     combined = combine_repetitions(summary)
@@ -528,6 +588,7 @@ def write_tables(
         "break_even": break_even(combined),
         "pareto": pareto(combined),
         "engines": engine_comparison(cells, engine_order),
+        "engine_builds": engine_builds(cells, environments or {}, list(engine_order or [])),
     }
     for name, frame in tables.items():
         atomic_write_text(out_dir / f"{name}.csv", frame.to_csv(index=False))

@@ -521,7 +521,16 @@ def engines_section(tables_dir: str | Path, data: dict[str, str]) -> dict:
         }
     )
     _table(shown, data, "engines.csv", ["method", "workload", "engine", "reference"])
-    return {"has_engines": True, "engines_differ": int(frame["differs"].astype(bool).sum())}
+    builds_path = Path(tables_dir) / "engine_builds.csv"
+    builds = pd.read_csv(builds_path, dtype=str, keep_default_na=False) if builds_path.exists() else pd.DataFrame()
+    if not builds.empty:
+        builds["differs"] = ["yes" if v == "True" else "no" for v in builds["differs"]]
+    _table(builds, data, "engine_builds.csv", list(builds.columns))
+    return {
+        "has_engines": True,
+        "engines_differ": int(frame["differs"].astype(bool).sum()),
+        "has_engine_builds": not builds.empty,
+    }
 
 
 def agentic(t: Tables, figs: Figures, data: dict[str, str]) -> dict:

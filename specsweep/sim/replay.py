@@ -8,6 +8,7 @@ outside its steps). Numbers from it are simulated.
 
 from __future__ import annotations
 
+import json
 from collections import deque
 
 from .. import algorithms
@@ -26,11 +27,14 @@ def engine(
     max_running: int = 256,
     tree_build: str | None = None,
     load_format: str | None = None,
+    runtime: dict | None = None,
+    random_seed: int = 0,
     **params,
 ) -> Engine:
     """A simulated engine decoding with ``algorithm`` (a name of specsweep.algorithms.REGISTRY), started with
     the flags its registry spelling gives for these parameters (the registry's defaults for the others; DDTree as
-    ``tree_build`` builds its tree, default the pull request's)."""
+    ``tree_build`` builds its tree, default the pull request's); ``runtime`` a runtime profile of its own (default
+    the generic sglang one), ``random_seed`` its drafts' seed (SGLang's --random-seed)."""
     spec = algorithms.get(algorithm)
     argv = [
         "--model-path",
@@ -53,7 +57,9 @@ def engine(
         argv += ["--sim-ddtree-build", tree_build]
     if load_format is not None:  # dummy: random weights for the target and its drafter
         argv += ["--load-format", load_format]
-    return Engine(parse_args(argv))
+    if runtime is not None:
+        argv += ["--sim-runtime", "given", "--sim-profiles", json.dumps({"runtimes": {"given": runtime}})]
+    return Engine(parse_args(argv + ["--random-seed", str(random_seed)]))
 
 
 def closed_loop(sim: Engine, sessions: list, concurrency: int, sampling: dict | None = None) -> list[dict]:

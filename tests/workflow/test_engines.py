@@ -50,6 +50,11 @@ def test_two_engines_run_side_by_side_and_the_report_compares_them(workflow):
     assert table.loc["slow", "differs"] and not table.loc["twin", "differs"]
     assert table.loc["slow", "exact_match_rate"] == 1.0  # greedy AR on both: the same replies
 
+    builds = pd.read_csv(workflow / "results" / "engine_builds.csv", dtype=str, keep_default_na=False)
+    assert list(builds.columns) == ["item", "base", "slow", "twin", "differs"]
+    assert "commit or wheel" in set(builds["item"])  # the simulated builds alike: nothing differs but what is reported
+    assert set(builds.loc[~builds["item"].str.contains(r"\("), "differs"]) == {"False"}
+
     pdf = subprocess.run(
         ["pdftotext", "-layout", str(workflow / "results" / "report" / "report.pdf"), "-"],
         capture_output=True,
@@ -59,3 +64,4 @@ def test_two_engines_run_side_by_side_and_the_report_compares_them(workflow):
     ).stdout
     text = " ".join(pdf.split())
     assert "Engines compared cell by cell" in text and "Simulated: the engines are simulated servers." in text
+    assert "What differs between the builds" in text
