@@ -15,9 +15,10 @@ from specsweep.runs import stop_with_workflow
 
 stop_with_workflow()  # Snakemake killed outright (here or on a login node): stop the server, leave no orphan
 
-# every configured method, for the capability check (from the validated config, not a rerun trigger)
-all_methods = [m.as_dict() for m in expand_methods(snakemake.config)]
 job = ServerJob.from_dict(json.loads(snakemake.params.job))
+# every configured method on this job's engine (its build), for the capability check (from the validated config, not
+# a rerun trigger)
+all_methods = [m.as_dict() for m in expand_methods(snakemake.config) if m.engine == job.method.get("engine")]
 
 
 def planned(sessions: dict) -> dict | None:
