@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The GPU record's steps, run on the lent GPU machine from the repository root (see README.md here):
-#   bash benchmarks/gpu/device.sh install-a|install-b|install-c|calibrate|check|cells|fault|compare|tp2|spec|trees|engines
+#   bash benchmarks/gpu/device.sh install-a|install-b|install-c|install-0514|calibrate|check|cells|fault|compare|tp2|spec|trees|engines
 # install-a/-b/check install SGLang 0.5.16 from the staged payload (.gpu-payload, .gpu-tools: the GPU recipe)
 # and specsweep's own wheels (.whl); `check` then records SGLang's option table and runs the workflow on
 # config/gpu-check.yaml (AR and DFlash side by side through the GPU pool); `fault` kills a server mid-cell
@@ -115,21 +115,23 @@ case $step in
     python3 benchmarks/gpu/step_costs.py trees "$OUT/trees" "${@:2}" --prompts 1024 8192 > "$OUT/trees.log" 2>&1
     echo "exit $?" >> "$OUT/trees.log"; tail -12 "$OUT/trees.log"
     tar czf "$OUT/trees.tgz" -C "$OUT" trees && rm -rf "$OUT/trees" ;;
-  engines)  # `engines [TARGET...]` (after install-a, -b): part c, SGLang 0.5.14 from .gpu-payload/d into its own site
-    # folder /tmp/site-0514 (an interpreter wrapper /tmp/py-0514 puts it first), then the workflow on engines.yaml
-    # over gpu-check.yaml (default targets: AR's short cells on both releases)
-    install_c
-    mkdir -p /tmp/site-0514
+  install-0514)  # `install-0514 d1|d2` (after install-c; carry .gpu-payload/d1, then optionally d2): SGLang 0.5.14
+    # into its own site folder /tmp/site-0514 (sglang-kernel 0.4.4 slim, flashinfer 0.6.12, transformers 5.8.1; d2 the
+    # pins 0.5.14 differs in: xgrammar 0.2.1 with apache-tvm-ffi 0.1.9, openai-harmony, soundfile, blobfile); the
+    # interpreter wrapper /tmp/py-0514 puts it first on PYTHONPATH
+    P=.gpu-payload/$2; mkdir -p /tmp/site-0514
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site-0514 \
-      .gpu-payload/d/*.whl || exit 5
-    [ -f .gpu-payload/d/kernel-slim.tgz ] && tar xzf .gpu-payload/d/kernel-slim.tgz -C /tmp/site-0514
+      "$P"/*.whl || exit 5
+    [ -f "$P/kernel-slim.tgz" ] && tar xzf "$P/kernel-slim.tgz" -C /tmp/site-0514
     printf '#!/bin/sh\nPYTHONPATH=/tmp/site-0514:$PYTHONPATH exec python3 "$@"\n' > /tmp/py-0514; chmod +x /tmp/py-0514
     /tmp/py-0514 -c "import sglang, sgl_kernel, flashinfer, transformers; print('sglang', sglang.__version__, \
-      'transformers', transformers.__version__)" > "$OUT/import-0514.txt" 2>&1; cat "$OUT/import-0514.txt"
-    mkdir -p .specsweep && cp $TABLE .specsweep/
+      'transformers', transformers.__version__)" ;;
+  engines)  # `engines [TARGET...]` (after install-c and install-0514): the workflow on engines.yaml over gpu-check.yaml
+    # (default targets: AR's short cells at concurrency 1 on both releases)
+    restore_table
     OVERLAY=benchmarks/gpu/engines.yaml
     targets="${*:2}"
-    [ -n "$targets" ] || targets="$(for e in sglang-0.5.16 sglang-0.5.14; do for c in 1 4; do
+    [ -n "$targets" ] || targets="$(for e in sglang-0.5.16 sglang-0.5.14; do for c in 1; do
       echo "results/cells/tp1/ar@$e/short/c$c.json"; done; done)"
     date -u +%FT%TZ >> "$OUT/started"; nvidia-smi > "$OUT/nvidia-smi.txt"
     LIMIT="timeout ${ENGINES_LIMIT:-480}"
