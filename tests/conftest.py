@@ -176,6 +176,18 @@ def validated(config: dict) -> dict:
     return cfg.normalise(config)
 
 
+def report_text(workflow: Path) -> str:
+    """The workflow's report PDF as text (pdftotext), its whitespace runs made single spaces."""
+    pdf = subprocess.run(
+        ["pdftotext", "-layout", str(workflow / "results" / "report" / "report.pdf"), "-"],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    ).stdout
+    return " ".join(pdf.split())
+
+
 def start_sim(tmp_path, *flags, startup=0.0, timeout=60.0, model="Qwen/Qwen3-8B", env=None):
     """The simulated server with SGLang's flags ``flags`` on a free loopback port."""
     port = free_port()

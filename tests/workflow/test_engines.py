@@ -5,11 +5,10 @@ finding the difference the two runtime profiles model, not one between engines a
 from __future__ import annotations
 
 import json
-import subprocess
 
 import pandas as pd
 
-from conftest import fast_config, snakemake, write_config
+from conftest import fast_config, report_text, snakemake, write_config
 from specsweep.sim.model import profiles
 
 # the "slow" build: the generic runtime reading the weights at half its bandwidth (a step about 1.8 times as long)
@@ -55,13 +54,6 @@ def test_two_engines_run_side_by_side_and_the_report_compares_them(workflow):
     assert "commit or wheel" in set(builds["item"])  # the simulated builds alike: nothing differs but what is reported
     assert set(builds.loc[~builds["item"].str.contains(r"\("), "differs"]) == {"False"}
 
-    pdf = subprocess.run(
-        ["pdftotext", "-layout", str(workflow / "results" / "report" / "report.pdf"), "-"],
-        capture_output=True,
-        text=True,
-        check=True,
-        timeout=60,
-    ).stdout
-    text = " ".join(pdf.split())
+    text = report_text(workflow)
     assert "Engines compared cell by cell" in text and "Simulated: the engines are simulated servers." in text
     assert "What differs between the builds" in text
