@@ -17,7 +17,8 @@ and measures through the HTTP API only, so that the same code measures a real SG
   across the admission is the step that prefills it (both ends of the gap on one stream, so the client's own
   latency cancels), the median of ``calibration.prefill_repeats``;
 - first token (every server): a lone request of c tokens (one new token) on an idle server, its first token's arrival
-  after it was sent (the median of ``calibration.prefill_repeats``): its prefill's steps plus the time a request
+  after it was sent (the least of ``calibration.prefill_repeats``: a busy host only adds to a lone request's
+  time, through the client's and the server's event loops): its prefill's steps plus the time a request
   spends in the server outside them (the HTTP server, tokenization, the hand-offs to the scheduler and back from
   the detokenizer: the runtime's request_latency + request_latency_per_token x prompt tokens), which the batch and
   prefill shapes cannot see (both ends of their gaps are on one stream);
@@ -460,8 +461,9 @@ def measure_prefill(probe: Probe, context: int, repeats: int, new_tokens: int, s
 
 def measure_first_token(probe: Probe, context: int, repeats: int, seed: str) -> dict:
     """One first-token shape: ``repeats`` lone requests of ``context`` tokens, one new token each, one after the
-    other (each prompt new, so that no prefix is cached); {"seconds": the median time from a request's sending to
-    its first token, "context", "gaps": repeats}, or {"skipped": why}."""
+    other (each prompt new, so that no prefix is cached); {"seconds": the least time from a request's sending to
+    its first token (a busy host, whose processes wait for a core, only adds to it), "context", "gaps": repeats},
+    or {"skipped": why}."""
     if context + 1 > probe.context_length:
         return {"skipped": f"{context} tokens exceed model.context_length {probe.context_length}", "lasting": True}
     rng = random.Random(seed)
@@ -473,7 +475,7 @@ def measure_first_token(probe: Probe, context: int, repeats: int, seed: str) -> 
         firsts.append(record.chunk_times[0] - record.t0)
         contexts.append(record.prompt_tokens)
     return {
-        "seconds": statistics.median(firsts) * probe.time_scale,
+        "seconds": min(firsts) * probe.time_scale,
         "context": round(statistics.fmean(contexts)),
         "gaps": len(firsts),
         "chunk": probe.chunk,
