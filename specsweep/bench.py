@@ -22,7 +22,7 @@ from .cache import CellCache, Journal, write_run_record
 from .canon import atomic_write_json
 from .cells import DEFAULT_FAILURES, IDENTITY, CellError, cell_problem, keyed_cells, measure_cell, unfinished
 from .jobs import ServerJob
-from .environment import check_methods
+from .environment import check_methods, offered_flags
 from .gpus import GpuPool, lock_folder, visible_devices, wait_until_released
 from . import layout, runs
 from .layout import failure_path
@@ -116,7 +116,7 @@ def bench_server(
     "not_final": [outputs]}.
     """
     failures = failures or DEFAULT_FAILURES
-    check_methods(all_methods or [job.method], environment)
+    check_methods(all_methods or [job.method], environment, job.sglang["extra_flags"])
     server_name = job.name
     run = runs.current()
     journal = Journal(layout.journal_path(job.cache_dir, job.tp, job.method["name"], job.repetition, run), run)
@@ -345,9 +345,7 @@ def start_server(
     host = job.server["host"]
     context = _max_context(job, sessions)
     # the probed build's flags, else (no probe) the recorded table
-    offered = set(environment.get("capabilities", {}).get("flags") or ()) or None
-    if offered and environment["backend"] == "sim":  # the simulator accepts every flag a config declares
-        offered |= {extra["flag"] for extra in job.sglang["extra_flags"]}
+    offered = offered_flags(environment, job.sglang["extra_flags"])
     for attempt in range(attempts):
         port = first_port if (first_port and attempt == 0) else free_port(host)
         argv, env = launch_command(job, port, context, environment.get("python"), offered)

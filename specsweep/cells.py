@@ -142,6 +142,12 @@ class CellResult:
         return result
 
 
+def _declared_keys(job: ServerJob) -> list[str]:
+    """server_info's keys of the build flags the configuration declares (``--speculative-foo-bar``:
+    ``speculative_foo_bar``, as SGLang names its settings)."""
+    return [extra["flag"].lstrip("-").replace("-", "_") for extra in job.sglang.get("extra_flags", ())]
+
+
 def _json_numbers(value):
     """A value with every infinite float written as the string "inf" or "-inf" (JSON has no infinity)."""
     if isinstance(value, dict):
@@ -493,5 +499,6 @@ def _provenance(
         "load_format": job.model.get("load_format", "auto"),
         "attention_backend": job.method.get("attention_backend"),
         "min_free_slots_delay": min_free_slots_delay(job),
-        "server_info": {k: info[k] for k in SERVER_INFO_KEYS if k in info},
+        # SGLang's settings that decide a cell, and the build flags the configuration declares (sglang.extra_flags)
+        "server_info": {k: info[k] for k in (*SERVER_INFO_KEYS, *_declared_keys(job)) if k in info},
     }

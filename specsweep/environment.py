@@ -239,16 +239,29 @@ def _source_commit(versions: dict, pins: Sequence[dict]) -> str | None:
     return vcs.get("commit_id") or next((p["commit"] for p in pins), None)
 
 
-def check_methods(methods: list[dict], environment: dict) -> None:
+def offered_flags(environment: dict, extra_flags: Sequence[dict] = ()) -> set[str] | None:
+    """The flags the installed server accepts: those its --help listed (the capability probe; None: no probe),
+    and on the simulated backend every flag the configuration declares (``sglang.extra_flags``: the simulator
+    accepts a declared build flag, modelled where it means something, recorded otherwise)."""
+    offered = set(environment.get("capabilities", {}).get("flags") or ())
+    if not offered:
+        return None
+    if environment["backend"] == "sim":
+        offered |= {extra["flag"] for extra in extra_flags}
+    return offered
+
+
+def check_methods(methods: list[dict], environment: dict, extra_flags: Sequence[dict] = ()) -> None:
     """Fail before any server starts if the installed server cannot run a configured method.
 
     ``methods`` are Method.as_dict() values; the check uses the capability probe
-    (algorithms and flags listed by the launcher's --help).
+    (algorithms and flags listed by the launcher's --help; ``offered_flags``).
     """
     caps = environment["capabilities"]
     backend = environment["backend"]
+    offered = offered_flags(environment, extra_flags)
     for method in methods:
-        flags = choose_flags(list(method["flags"]), set(caps["flags"])) if caps["flags"] else method["flags"]
+        flags = choose_flags(list(method["flags"]), offered) if offered else method["flags"]
         if "--speculative-algorithm" in flags:
             wanted = flags[flags.index("--speculative-algorithm") + 1]
             if caps["algorithms"] and wanted not in caps["algorithms"]:
@@ -258,7 +271,7 @@ def check_methods(methods: list[dict], environment: dict) -> None:
                     "build that has it (sglang.install) or remove the method"
                 )
         for flag in flags:
-            if flag.startswith("--") and caps["flags"] and flag.split("=")[0] not in caps["flags"]:
+            if flag.startswith("--") and offered and flag.split("=")[0] not in offered:
                 raise ServerEnvironmentError(
                     f"method '{method['name']}': the installed {backend} server does not accept {flag}; "
                     "install a build that has it (sglang.install) or fix the method's flags"

@@ -59,6 +59,10 @@ ACCEPTANCE = {
     "temperature": 0.35,  # a / (1 + temperature_factor * T)
     "second_choice_ratio": 0.55,  # how fast the drafter's mass falls over ranks 2, 3, ...
     "depth_decay": 0.995,  # top-1 mass at depth d: a x depth_decay^d
+    # a request that shares its step with others: the chance, per drafted depth and round, that the batch's bf16
+    # numerics (kernels and reductions chosen by the batch's shape) move the drafter's ranking there, so that the
+    # target's token is ranked afresh (0 for a request alone: its numerics are the reference)
+    "batch_numerics": 0.01,
 }
 
 
@@ -158,7 +162,8 @@ class Decoding:
     """How the simulated server decodes: an algorithm of the registry and its parameters.
 
     Its repr seeds the acceptance draws; the parameters an algorithm does not have stay out of it (and the rank
-    probe and depth bonus, which change nothing that is drawn).
+    probe, the depth bonus and the overlap scheduler, which change nothing that is drawn). ``overlap`` is the
+    scheduler as the server runs it: off where the algorithm forces it off (DDTree), whatever the flags say.
     """
 
     algorithm: str = "ar"  # a name of specsweep.algorithms.REGISTRY
@@ -177,16 +182,22 @@ class Decoding:
     max_bfs_breadth: int = 0  # NGRAM
     match_type: str = ""  # NGRAM: BFS or PROB
 
-    _SEEDED = ("algorithm", "block_size", "budget", "topk", "overlap", "tree_build")
+    _SEEDED = ("algorithm", "block_size", "budget", "topk", "tree_build")
     _OPTIONAL = ("num_steps", "num_draft_tokens", "max_bfs_breadth", "match_type")
 
     def __post_init__(self):
         algorithms.get(self.algorithm)  # an unknown algorithm is refused, never decoded as another
 
     def __repr__(self) -> str:
-        fields_ = [f"{k}={getattr(self, k)!r}" for k in self._SEEDED]
-        fields_ += [f"{k}={getattr(self, k)!r}" for k in self._OPTIONAL if getattr(self, k)]
-        return f"Decoding({', '.join(fields_)})"
+        return f"Decoding({', '.join(self._fields(self._SEEDED))})"
+
+    def _fields(self, names: tuple) -> list[str]:
+        fields_ = [f"{k}={getattr(self, k)!r}" for k in names]
+        return fields_ + [f"{k}={getattr(self, k)!r}" for k in self._OPTIONAL if getattr(self, k)]
+
+    def describe(self) -> str:
+        """What a server runs, as its log says it: the seeded fields and the overlap scheduler as charged."""
+        return f"Decoding({', '.join(self._fields(self._SEEDED + ('overlap',)))})"
 
     @property
     def spec(self) -> algorithms.Algorithm:
@@ -216,6 +227,7 @@ class Decoding:
         this environment runs it; ``overlap``: the scheduler is not switched off (the cost model knows which
         algorithms run without it anyway)."""
         spec = algorithms.get(algorithm)
+        overlap = overlap and spec.overlap
         if spec.drafting in ("block", "block-tree", "none"):
             return cls.of_build(
                 algorithm,
@@ -345,14 +357,26 @@ def accepted_tokens(
 
 
 class RankedDrafter:
-    """A drafter model's rounds for one request: the target's ranks drawn per depth, then the chain or tree walk."""
+    """A drafter model's rounds for one request: the target's ranks drawn per depth, then the chain or tree walk.
+
+    In a step shared with others (``batch`` > 1) each depth's rank is drawn afresh with probability
+    ``batch_numerics`` (ACCEPTANCE), from a stream seeded by the request's own, the round and the batch's size:
+    the batch's bf16 numerics move the drafter's near-ties. The request's own stream is drawn alike whatever the
+    batch, so a request alone always accepts what it accepts alone, and the target's tokens never change."""
 
     def __init__(self, decoding: Decoding, a: float, rng: random.Random, acceptance: dict):
         self.decoding, self.a, self.rng, self.acceptance = decoding, a, rng, acceptance
+        self.seed, self.rounds = rng.random(), 0
 
-    def round(self, produced: int) -> tuple[int, list[int]]:
-        """(tokens the round commits, the target's rank at each depth)."""
+    def round(self, produced: int, batch: int = 1) -> tuple[int, list[int]]:
+        """(tokens the round commits, the target's rank at each depth) in a step of ``batch`` requests."""
         ranks = target_ranks(self.decoding, self.a, self.rng, self.acceptance)
+        self.rounds += 1
+        share = self.acceptance.get("batch_numerics", 0.0)
+        if batch > 1 and share > 0:
+            numerics = random.Random(_seed(self.seed, self.rounds, batch))
+            fresh = target_ranks(self.decoding, self.a, numerics, self.acceptance)
+            ranks = [f if numerics.random() < share else r for r, f in zip(ranks, fresh)]
         return accepted_tokens(self.decoding, self.a, self.rng, ranks, self.acceptance), ranks
 
 
@@ -436,9 +460,10 @@ class LookupDrafter:
                         queue.append((child, breadth - scale, follow[token][: self.OCCURRENCES], levels - 1))
         return children
 
-    def round(self, produced: int) -> tuple[int, None]:
+    def round(self, produced: int, batch: int = 1) -> tuple[int, None]:
         """(tokens the round commits: the deepest path of the draft the reply's next tokens walk, plus the bonus
-        token; at most what is left of the reply), None: there are no ranks."""
+        token; at most what is left of the reply), None: there are no ranks. The batch changes nothing: the
+        drafts are the request's own tokens and the target's are the same in any batch."""
         self._catch_up(produced)
         children, node, accepted = self.draft(), 0, 0
         for token in self.reply[produced:-1]:  # the last token of the reply is always the bonus of some round
@@ -473,7 +498,7 @@ class RandomDrafter:
     """A drafter model with random weights (``--speculative-draft-load-format dummy``): its proposals are never the
     target's choice, so each round commits the target's own token alone (SGLang's accept length 1)."""
 
-    def round(self, produced: int) -> tuple[int, None]:
+    def round(self, produced: int, batch: int = 1) -> tuple[int, None]:
         return 1, None
 
 

@@ -29,12 +29,14 @@ def engine(
     load_format: str | None = None,
     runtime: dict | None = None,
     random_seed: int = 0,
+    overlap: bool = True,
     **params,
 ) -> Engine:
     """A simulated engine decoding with ``algorithm`` (a name of specsweep.algorithms.REGISTRY), started with
     the flags its registry spelling gives for these parameters (the registry's defaults for the others; DDTree as
     ``tree_build`` builds its tree, default the pull request's); ``runtime`` a runtime profile of its own (default
-    the generic sglang one), ``random_seed`` its drafts' seed (SGLang's --random-seed)."""
+    the generic sglang one), ``random_seed`` its drafts' seed (SGLang's --random-seed), ``overlap``: False for
+    --disable-overlap-schedule."""
     spec = algorithms.get(algorithm)
     argv = [
         "--model-path",
@@ -59,6 +61,8 @@ def engine(
         argv += ["--load-format", load_format]
     if runtime is not None:
         argv += ["--sim-runtime", "given", "--sim-profiles", json.dumps({"runtimes": {"given": runtime}})]
+    if not overlap:
+        argv.append("--disable-overlap-schedule")
     return Engine(parse_args(argv + ["--random-seed", str(random_seed)]))
 
 

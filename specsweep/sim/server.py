@@ -462,7 +462,7 @@ class Engine:
             if req.drafter is None:
                 self._emit(req, 1)
                 continue
-            n, ranks = req.drafter.round(req.produced)
+            n, ranks = req.drafter.round(req.produced, len(batch))
             if probe and ranks is not None:  # the probe runs on DDTree, whose drafter ranks its candidates
                 probe.record(ranks, n - 1)
             req.verify_ct += 1
@@ -889,10 +889,14 @@ def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     print(
         f"specsweep simulated SGLang server (SIMULATED, no GPU): {args.sim_model_profile} on "
-        f"{args.sim_gpu} x{args.tp_size}, {decoding_from_args(args)}"
+        f"{args.sim_gpu} x{args.tp_size}, {decoding_from_args(args).describe()}"
         + (f", clock {args.sim_time_scale:g}x fast" if args.sim_time_scale != 1 else ""),
         flush=True,
     )
+    declared = {item.partition(":")[0] for item in args.sim_accept_flag}
+    given = sorted(f for f in declared if getattr(args, f.lstrip("-").replace("-", "_"), None) not in (None, False))
+    if given:  # recorded here and in /server_info (every argument is), not modelled
+        print(f"declared build flags, accepted and not modelled: {', '.join(given)}", flush=True)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     time.sleep(args.sim_startup_seconds / args.sim_time_scale)  # model load
     if args.sim_crash_at_start:

@@ -215,7 +215,7 @@ INVALID = [
     (
         "unknown-acceptance-key",
         lambda c: c["sim"].update(acceptance={"bsae": 0.5}),
-        "sim.acceptance.bsae: not a parameter of the acceptance model; known: base, cap, depth_decay",
+        "sim.acceptance.bsae: not a parameter of the acceptance model; known: base, batch_numerics, cap, depth_decay",
     ),
 ]
 

@@ -11,18 +11,20 @@ the cache report for OpenAI protocols, the min-free-slots delay, dummy weights a
 
 from __future__ import annotations
 
+import json
 import subprocess
 from dataclasses import replace
 
 import pytest
 import yaml
 
-from conftest import REPO, load_default_config, one, start_sim, start_stub, validated
+from conftest import REPO, fast_config, load_default_config, one, start_sim, start_stub, validated
 from specsweep import config as cfg
 from specsweep.jobs import server_job, servers
 from specsweep.methods import expand_methods
 from specsweep import metrics as m
-from specsweep.bench import Progress, start_server
+from specsweep.bench import Progress, bench_server, start_server
+from specsweep.cells import keyed_cells
 from specsweep.client import LoadModel, measure
 from specsweep.environment import ServerEnvironmentError, probe, resolve_git_refs
 from specsweep.launcher import ServerError, launch_command, min_free_slots_delay, server_arguments, stream_mode
@@ -384,3 +386,25 @@ def test_sglang_0516s_recorded_answers_keep_the_contract_the_client_and_the_simu
                 assert r["server_accept_length"] == pytest.approx(r["output_tokens"] / r["verify_ct"]), path
                 speculative += 1
     assert speculative > 1000
+
+
+def test_a_declared_build_flag_runs_on_the_simulator_as_the_configuration_check_accepts_it(tmp_path, monkeypatch):
+    """A private build's flag, declared in sglang.extra_flags and put in a DDTree method's flags: the configuration
+    check, the bench job's capability check and the simulated server all accept it; the server's log and
+    /server_info record it; the log's decoding says the overlap scheduler is off, as DDTree's steps are charged."""
+    flag = "--speculative-ddtree-allow-hybrid-unsafe"
+    config = fast_config(requests=2, max_new_tokens=16)
+    config["sglang"] = {"extra_flags": [{"flag": "--speculative-ddtree-budget", "type": "int"}, {"flag": flag}]}
+    config["methods"] = [{"name": "ddtree", "algorithm": "ddtree", "budget": 8, "flags": [flag, "1"]}]
+    config["concurrency"] = [1]
+    job = replace(server_job(validated(config), 1, "ddtree"), cache_dir=str(tmp_path / "cache"))
+    environment = probe("sim")
+    assert flag not in environment["capabilities"]["flags"]  # the simulator's --help does not list it
+    expected, _ = keyed_cells(job, environment["identity_digest"])
+    monkeypatch.chdir(tmp_path)
+    bench_server(job, [c["path"] for c in expected], environment, tmp_path / "logs", all_methods=[job.method])
+    cell = json.loads((tmp_path / expected[0]["path"]).read_text())
+    assert cell["provenance"]["server_info"]["speculative_ddtree_allow_hybrid_unsafe"] == "1"
+    (log,) = [p.read_text() for p in (tmp_path / "logs").rglob("*.log") if "simulated SGLang server" in p.read_text()]
+    assert f"declared build flags, accepted and not modelled: {flag}" in log
+    assert "algorithm='ddtree'" in log and "overlap=False" in log and "overlap=True" not in log

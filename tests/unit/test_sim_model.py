@@ -14,7 +14,7 @@ from specsweep.launcher import ServerError
 from specsweep.metrics import output_throughput
 from specsweep.sim import replay
 from specsweep.sim.calibration import PUBLISHED_QWEN3_8B, calibration_prompts, predict
-from specsweep.sim.model import CostModel, Decoding, build_tree, profiles
+from specsweep.sim.model import ACCEPTANCE, CostModel, Decoding, RankedDrafter, build_tree, profiles
 from specsweep.workloads import Session, build
 
 
@@ -490,3 +490,46 @@ def test_a_block_drafter_server_prefills_its_drafter_too_and_a_request_waits_out
     assert cost.prefill(4096, 4096**2 / 2, Decoding()) == target
     assert cost.request_latency(1000) == pytest.approx(0.006)
     assert CostModel.named("H200", "qwen3-8b").request_latency(1000) == 0.0  # the generic runtime has none
+
+
+def _acceptance_by_session(records: list[dict]) -> dict:
+    return {r["session"]: (r["output_tokens"], r["verify_ct"]) for r in records}
+
+
+def test_the_overlap_scheduler_changes_the_steps_not_the_draws():
+    sessions = build({"name": "short", "family": "short", "requests": 12, "max_new_tokens": 128}, seed=3)
+    on = replay.closed_loop(replay.engine("dflash"), sessions, 1)
+    off = replay.closed_loop(replay.engine("dflash", overlap=False), sessions, 1)
+    assert _acceptance_by_session(on) == _acceptance_by_session(off)
+    assert max(r["t_end"] for r in off) > max(r["t_end"] for r in on)  # its steps do cost more
+
+
+def test_acceptance_moves_a_little_with_the_batch_and_never_for_a_request_alone():
+    """bf16 batch numerics: a request that shares its steps accepts slightly differently (the outputs are the
+    same tokens); the same request alone accepts the same whatever else the server ran."""
+    sessions = build({"name": "short", "family": "short", "requests": 24, "max_new_tokens": 192}, seed=5)
+    alone = _acceptance_by_session(replay.closed_loop(replay.engine("dflash"), sessions, 1))
+    again = _acceptance_by_session(replay.closed_loop(replay.engine("dflash"), list(reversed(sessions)), 1))
+    batched = _acceptance_by_session(replay.closed_loop(replay.engine("dflash"), sessions, 8))
+    assert alone == again
+    assert {s: v[0] for s, v in batched.items()} == {s: v[0] for s, v in alone.items()}  # the same tokens
+    moved = [s for s in alone if batched[s][1] != alone[s][1]]
+    assert moved  # some requests' rounds differ in a batch ...
+    rounds = [sum(v[1] for v in side.values()) for side in (alone, batched)]
+    assert rounds[1] == pytest.approx(rounds[0], rel=0.03)  # ... by little
+
+
+def test_a_drafters_round_alone_is_its_own_draw_and_in_a_batch_a_few_depths_are_drawn_afresh():
+    decoding = Decoding("dflash", block_size=16)
+    acceptance = {**ACCEPTANCE, "batch_numerics": 0.05}
+    alone = RankedDrafter(decoding, 0.8, random.Random("r"), acceptance)
+    plain = RankedDrafter(decoding, 0.8, random.Random("r"), {**acceptance, "batch_numerics": 0.0})
+    batched = RankedDrafter(decoding, 0.8, random.Random("r"), acceptance)
+    same = changed = 0
+    for _ in range(400):
+        a, p, b = alone.round(0, 1), plain.round(0, 8), batched.round(0, 8)
+        assert a == p  # alone: numerics off, the request's own draw
+        changed += sum(x != y for x, y in zip(a[1], b[1]))
+        same += len(a[1])
+    # each depth drawn afresh with probability 0.05, and a fresh draw lands elsewhere in about 40% of them
+    assert 0.005 < changed / same < 0.04
