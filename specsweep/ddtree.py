@@ -37,11 +37,58 @@ class TreeBuild:
     depth_bonus_env: str | None = None  # the environment variable that sets depth_bonus in this build, if any
 
 
+MAX_CANDIDATES = 32  # ranked candidates per depth a build may take (the simulator's and the plan's lists)
+
+
 @lru_cache(maxsize=1)
-def builds() -> dict[str, TreeBuild]:
-    """The known builds, by name."""
+def shipped_builds() -> dict[str, TreeBuild]:
+    """The builds specsweep ships (specsweep/data/ddtree_builds.yaml), by name."""
     raw = yaml_data(resources.files("specsweep").joinpath("data/ddtree_builds.yaml").read_text())
-    return {name: TreeBuild(name=name, **fields) for name, fields in raw.items()}
+    return {name: tree_build(name, fields, "specsweep/data/ddtree_builds.yaml") for name, fields in raw.items()}
+
+
+_DEFINED: dict[str, TreeBuild] = {}  # the configuration's own builds (ddtree_builds), as this process read them
+
+
+def tree_build(name: str, fields: Mapping, where: str) -> TreeBuild:
+    """A build from its fields (the data file's or the configuration's), checked: a clear error naming ``where``
+    and the field otherwise."""
+    known = {f for f in TreeBuild.__dataclass_fields__ if f != "name"}
+    unknown = sorted(set(fields) - known)
+    if unknown:
+        raise ValueError(
+            f"{where}.{name}.{unknown[0]}: not a field of a DDTree build; known: {', '.join(sorted(known))}"
+        )
+    missing = sorted({"source", "spine_mode", "width", "max_topk", "depth_bonus", "early_stop_margin"} - set(fields))
+    if missing:
+        raise ValueError(f"{where}.{name}: '{missing[0]}' is required (the fields: specsweep/data/ddtree_builds.yaml)")
+    if fields["width"] not in ("budget", "topk"):
+        raise ValueError(f"{where}.{name}.width: 'budget' or 'topk', not {fields['width']!r}")
+    if not isinstance(fields["max_topk"], int) or not 1 <= fields["max_topk"] <= MAX_CANDIDATES:
+        raise ValueError(f"{where}.{name}.max_topk: an integer from 1 to {MAX_CANDIDATES}, not {fields['max_topk']!r}")
+    return TreeBuild(name=name, **fields)
+
+
+def define(defined: Mapping | None) -> dict[str, TreeBuild]:
+    """Make the configuration's builds (``ddtree_builds``: name -> fields) known to this process, in place of any it
+    defined before; a name of a shipped build is refused. Returns them."""
+    out = {}
+    for name, fields in (defined or {}).items():
+        if name in shipped_builds():
+            raise ValueError(
+                f"ddtree_builds.{name}: a shipped build has this name (specsweep/data/ddtree_builds.yaml); "
+                "give yours another"
+            )
+        out[name] = tree_build(name, fields, "ddtree_builds")
+    if out != _DEFINED:
+        _DEFINED.clear()
+        _DEFINED.update(out)
+    return out
+
+
+def builds() -> dict[str, TreeBuild]:
+    """The known builds, by name: the shipped ones and the configuration's (``define``)."""
+    return {**shipped_builds(), **_DEFINED}
 
 
 def build(name: str | None) -> TreeBuild:
@@ -51,7 +98,7 @@ def build(name: str | None) -> TreeBuild:
     if name not in known:
         raise ValueError(
             f"unknown DDTree build {name!r}; known builds: {', '.join(sorted(known))} "
-            "(specsweep/data/ddtree_builds.yaml)"
+            "(specsweep/data/ddtree_builds.yaml, or define it under ddtree_builds)"
         )
     return known[name]
 

@@ -137,13 +137,17 @@ def server_job(config: dict, tp: int, method_name: str, repetition: int | None =
     if method is None:
         raise ConfigError(f"no method named '{method_name}' in the configuration")
     config = engines.view(config, method.engine)  # its engine's build (and simulated cost model)
+    sim = sim_settings(config, tp) if config["backend"] == "sim" else None
+    defined = config.get("ddtree_builds") or {}
+    if sim is not None and method.params.get("tree_build") in defined:  # a build of the configuration's: its fields
+        sim["ddtree_builds"] = {method.params["tree_build"]: defined[method.params["tree_build"]]}
     return ServerJob(
         backend=config["backend"],
         model=dict(config["model"]),
         tp=tp,
         method=method.as_dict(),
         server=dict(config["server"]),
-        sim=sim_settings(config, tp) if config["backend"] == "sim" else None,
+        sim=sim,
         sglang=(
             dict(config["sglang"])
             if config["backend"] == "sglang"

@@ -167,6 +167,8 @@ def launch_command(
             argv += ["--sim-acceptance", json.dumps(sim["acceptance"], sort_keys=True)]
         for extra in job.sglang["extra_flags"]:
             argv.append(f"--sim-accept-flag={extra['flag']}:{extra.get('type', 'str')}")
+        if sim.get("ddtree_builds"):
+            argv += ["--sim-ddtree-builds", json.dumps(sim["ddtree_builds"], sort_keys=True)]
         if job.method["params"].get("tree_build"):
             argv += ["--sim-ddtree-build", job.method["params"]["tree_build"]]
         for fault, value in sorted((sim.get("faults") or {}).items()):

@@ -62,6 +62,7 @@ def _substitute(template: str, values: dict, where: str) -> str:
 # What method expansion reads from a configuration; each distinct one is expanded once per process.
 EXPANSION_KEYS = (
     "methods",
+    "ddtree_builds",
     "defaults",
     "algorithms",
     "match_ddtree_scheduling",
@@ -75,6 +76,10 @@ EXPANSION_KEYS = (
 def expand_methods(config: dict) -> list[Method]:
     """Expand the configured methods (sweeps over listed parameters) into concrete methods (once per distinct
     configuration: every server job, cell table and check asks again)."""
+    try:  # the configuration's own DDTree builds, known to this process from here on
+        ddtree.define(config.get("ddtree_builds"))
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
     key = canonical_json({**{k: config.get(k) for k in EXPANSION_KEYS}, "drafter": config["model"].get("drafter", "")})
     if key not in _EXPANDED:
         _EXPANDED[key] = tuple(_on_engines(config))
@@ -105,6 +110,8 @@ def _on_engines(config: dict) -> list[Method]:
 
 _EXPANDED: dict[str, tuple[Method, ...]] = {}
 
+
+UNCAPPED = "uncapped"  # DDTree's topk: SGLANG_DDTREE_MAX_TOPK not set, the build's own cap (its max_topk)
 
 # what the flat keys of ``defaults`` set, by algorithm (the keys of old: DFlash's and DDTree's block, DDTree's
 # width cap); every parameter of every algorithm can be set under defaults.<algorithm>
@@ -205,12 +212,24 @@ def _expand(config: dict) -> list[Method]:
                 "parameter instead, or change the spelling (algorithms)"
             )
         for raw in grid:
+            # "uncapped": the parameter is not passed (the server's own cap holds), its placeholders drop their env
+            unset = {k for k, v in raw.items() if v == UNCAPPED}
+            if unset and algorithm is not algorithms.DDTREE:
+                raise ConfigError(
+                    f"{where}.topk: '{UNCAPPED}' is DDTree's (its build's own cap); give algorithm "
+                    f"'{algorithm.name}' a number"
+                )
             try:
-                params = algorithm.resolve({**raw, **_unspelled(algorithm, spelling, given, where)})
+                params = algorithm.resolve(
+                    {
+                        **{k: v for k, v in raw.items() if k not in unset},
+                        **_unspelled(algorithm, spelling, given, where),
+                    }
+                )
             except AlgorithmError as exc:
                 raise ConfigError(_located(where, exc)) from None
-            name = entry["name"] + "".join(f"-{p.sweep_tag}{params[p.name]}" for p in swept)
-            values = {"drafter": drafter_value, **{k: str(v) for k, v in params.items()}}
+            name = entry["name"] + "".join(f"-{p.sweep_tag}{raw[p.name]}" for p in swept)
+            values = {"drafter": drafter_value, **{k: str(v) for k, v in params.items() if v is not None}}
             if "block_size" in params:
                 values["draft_tokens"] = str(params["block_size"] - 1)
             mwhere = f"{where} algorithms.{algorithm.name}"
@@ -226,7 +245,11 @@ def _expand(config: dict) -> list[Method]:
             backend = _attention_backend(config, entry, flags, where)
             # the server's flags come last on the command line: what they set is what runs
             backend = algorithms.flag_value(flags + server_flags, "--attention-backend") or backend
-            env = {k: _substitute(str(v), values, mwhere + ".env") for k, v in spelling["env"].items()}
+            env = {
+                k: _substitute(str(v), values, mwhere + ".env")
+                for k, v in spelling["env"].items()
+                if not any("{" + u + "}" in str(v) for u in unset)
+            }
             env.update({k: _substitute(str(v), values, where + ".env") for k, v in entry.get("env", {}).items()})
             try:
                 algorithm.check(params, flags + server_flags, backend, spelling)

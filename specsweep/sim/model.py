@@ -107,12 +107,11 @@ def depth_distribution(
     return (q, *(inside * (1 - ratio) * ratio ** (r - 1) for r in range(1, CANDIDATES_PER_DEPTH)))
 
 
-@lru_cache(maxsize=4096)
 def build_tree(
     a_key: float,
     depths: int,
     budget: int,
-    topk: int,
+    topk: int | None,
     build_name: str = ddtree.DEFAULT_BUILD,
     depth_bonus: float | None = None,
     ratio: float = ACCEPTANCE["second_choice_ratio"],
@@ -124,6 +123,13 @@ def build_tree(
     tree_build = ddtree.build(build_name)
     if depth_bonus is not None:
         tree_build = replace(tree_build, depth_bonus=depth_bonus)
+    return _build_tree(a_key, depths, budget, topk, tree_build, ratio, decay)
+
+
+@lru_cache(maxsize=4096)  # by the build's fields, not its name: a configuration may define a name anew
+def _build_tree(
+    a_key: float, depths: int, budget: int, topk: int | None, tree_build: ddtree.TreeBuild, ratio: float, decay: float
+) -> frozenset:
     mode, width = ddtree.shape(tree_build, depths + 1, budget, topk)
     log_probs = tuple(
         tuple(math.log(p) for p in depth_distribution(a_key, d, ratio, decay)[: max(width, 1)]) for d in range(depths)

@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from aiohttp import web
 
 from .. import __version__, algorithms
-from ..ddtree import DEFAULT_BUILD, RankProbe, builds as ddtree_builds
+from ..ddtree import DEFAULT_BUILD, RankProbe, builds as ddtree_builds, define as define_ddtree_builds
 from ..text import chat_template, split_tokens
 from ..workloads import WorkloadError, tokenizer
 from .clock import StepClock
@@ -74,9 +74,12 @@ def _merge_config_file(argv: list[str]) -> list[str]:
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     argv = _merge_config_file(list(sys.argv[1:] if argv is None else argv))
-    pre = argparse.ArgumentParser(add_help=False)
+    pre = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
     pre.add_argument("--sim-accept-flag", action="append", default=[])
-    accepted = pre.parse_known_args(argv)[0].sim_accept_flag
+    pre.add_argument("--sim-ddtree-builds", type=json.loads, default={})
+    known = pre.parse_known_args(argv)[0]
+    accepted = known.sim_accept_flag
+    define_ddtree_builds(known.sim_ddtree_builds)  # the configuration's own builds, before --sim-ddtree-build's choices
     p = argparse.ArgumentParser(prog="python -m specsweep.sim", description=__doc__)
     p.add_argument("--api-key", help="require this key as a bearer token on every endpoint but /health")
     p.add_argument("--model-path", required=True)
@@ -116,6 +119,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default=DEFAULT_BUILD,
         choices=sorted(ddtree_builds()),
         help="which build's DDTree to emulate (specsweep/data/ddtree_builds.yaml)",
+    )
+    p.add_argument(
+        "--sim-ddtree-builds",
+        metavar="JSON",
+        help="DDTree builds of the configuration's own (ddtree_builds): {name: fields}",
     )
     p.add_argument("--sim-runtime", default="sglang", help="runtime profile: sglang or hf-eager")
     p.add_argument(
@@ -176,8 +184,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         metavar="K",
         help="fault: DDTree outputs go wrong from tree depth K on, as when state leaks between branches",
     )
+    modelled = set(p._option_string_actions)  # the flags the simulator models (every later one it accepts only)
     _accept_sglang_flags(p, accepted)
     args = p.parse_args(argv)
+    declared = {item.partition(":")[0] for item in accepted} - modelled
+    # the declared build flags given, accepted and not modelled: logged, and in /server_info
+    args.sim_unmodelled_flags = sorted(
+        f for f in declared if getattr(args, f.lstrip("-").replace("-", "_"), None) not in (None, False)
+    )
     if args.speculative_algorithm:
         spec = algorithms.by_sglang_name(args.speculative_algorithm)
         if spec.drafter and not args.speculative_draft_model_path:
@@ -893,10 +907,8 @@ def main(argv: list[str] | None = None) -> None:
         + (f", clock {args.sim_time_scale:g}x fast" if args.sim_time_scale != 1 else ""),
         flush=True,
     )
-    declared = {item.partition(":")[0] for item in args.sim_accept_flag}
-    given = sorted(f for f in declared if getattr(args, f.lstrip("-").replace("-", "_"), None) not in (None, False))
-    if given:  # recorded here and in /server_info (every argument is), not modelled
-        print(f"declared build flags, accepted and not modelled: {', '.join(given)}", flush=True)
+    if args.sim_unmodelled_flags:
+        print(f"declared build flags, accepted and not modelled: {', '.join(args.sim_unmodelled_flags)}", flush=True)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     time.sleep(args.sim_startup_seconds / args.sim_time_scale)  # model load
     if args.sim_crash_at_start:

@@ -4,6 +4,7 @@ config mistakes are refused naming the method; an unknown algorithm never runs a
 from __future__ import annotations
 
 import json
+import sys
 
 import pytest
 import yaml
@@ -352,3 +353,60 @@ def test_plan_full_compares_the_seed_methods_with_eagle3_and_ngram_baselines():
     assert {"ar", "dflash", "ddtree", "eagle3", "ngram"} <= algorithms_in
     shapes = {algorithms.get(m.algorithm).shape(m.params) for m in methods if m.algorithm == "eagle3"}
     assert ("chain", 1) in shapes and any(s[0] == "tree" for s in shapes)
+
+
+MINE = {"source": "a fork", "spine_mode": False, "width": "topk", "max_topk": 16, "depth_bonus": 0.0}
+
+
+def _with_build(fields: dict, **method) -> dict:
+    config = load_default_config()
+    config["ddtree_builds"] = {"mine": {"early_stop_margin": None, **fields}}
+    config["methods"] = [
+        {"name": "ar", "algorithm": "ar"},
+        {"name": "ddtree", "algorithm": "ddtree", "budget": 16, "tree_build": "mine", **method},
+    ]
+    return config
+
+
+def test_a_build_defined_in_configuration_runs_in_the_plan_and_on_the_simulated_server(tmp_path):
+    """ddtree_builds: a build of the configuration's own, with "uncapped" top-k (the build's own cap)."""
+    config = validated(_with_build(MINE, topk=[8, "uncapped"]))
+    methods = {m.name: m for m in expand_methods(config)}
+    assert set(methods) == {"ar", "ddtree-t8", "ddtree-tuncapped"}
+    assert methods["ddtree-t8"].env == {"SGLANG_DDTREE_MAX_TOPK": "8"} and methods["ddtree-tuncapped"].env == {}
+    assert "topk" not in methods["ddtree-tuncapped"].params
+    assert algorithms.method_shape(methods["ddtree-tuncapped"].as_dict())[1:] == ("tree", 16)  # its max_topk
+    assert algorithms.method_shape(methods["ddtree-t8"].as_dict())[1:] == ("tree", 8)
+    job = server_job(config, 1, "ddtree-tuncapped")
+    argv, env = launch_command(job, 30000, 8192, sys.executable)
+    args = parse_args(argv[3:])  # the simulated server reads the build from its command line
+    assert decoding_from_args(args, env).tree_shape() == ("tree", 16)
+    # on the simulated backend the build's fields are in the DDTree cells' key, never AR's
+    edited = validated(_with_build({**MINE, "depth_bonus": 0.5}, topk=[8, "uncapped"]))
+    assert server_job(edited, 1, "ddtree-tuncapped").sim != job.sim
+    assert server_job(edited, 1, "ar").sim == server_job(config, 1, "ar").sim
+
+
+@pytest.mark.parametrize(
+    "fields, method, message",
+    [
+        (MINE, {"topk": "uncapped", "tree_build": "nobody"}, "unknown DDTree build 'nobody'.*mine, paper"),
+        ({**MINE, "max_topk": 40}, {}, "max_topk"),
+        ({**MINE, "width": "wide"}, {}, "width"),
+        ({**MINE, "depth": 3}, {}, "depth"),
+    ],
+)
+def test_a_defined_build_is_checked_and_named_in_the_error(fields, method, message):
+    with pytest.raises(Exception, match=message):
+        expand_methods(validated(_with_build(fields, **method)))
+
+
+def test_a_shipped_builds_name_and_uncapped_outside_ddtree_are_refused():
+    config = load_default_config()
+    config["ddtree_builds"] = {"paper": {**MINE, "early_stop_margin": None}}
+    with pytest.raises(cfg.ConfigError, match="ddtree_builds.paper: a shipped build has this name"):
+        expand_methods(validated(config))
+    config = load_default_config()
+    config["methods"] = [{"name": "e", "algorithm": "eagle3", "drafter": "d", "topk": "uncapped"}]
+    with pytest.raises(cfg.ConfigError, match=r"methods\[0\] \(e\).topk: 'uncapped' is DDTree's"):
+        expand_methods(validated(config))
