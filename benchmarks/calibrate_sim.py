@@ -33,8 +33,38 @@ from specsweep.sim.calibration import (
 )
 from specsweep.sim.model import ACCEPTANCE, default_profiles
 
-sys.path.insert(0, str(Path(__file__).parent / "gpu"))
-from step_costs import _nelder_mead  # noqa: E402  (the same small optimiser as the step-cost fit)
+
+
+def nelder_mead(loss, start: list[float], steps: int = 300, scale: float = 0.1) -> list[float]:
+    """The minimum of ``loss`` near ``start`` by Nelder and Mead's simplex (reflection 1, expansion 2, contraction
+    and shrink 1/2): the predictions come from seeded draws, a loss flat between jumps, so no gradient is used."""
+    simplex = [list(start)] + [[v + (scale if i == j else 0.0) for j, v in enumerate(start)] for i in range(len(start))]
+    values = [loss(x) for x in simplex]
+    for _ in range(steps):
+        order = sorted(range(len(simplex)), key=values.__getitem__)
+        simplex, values = [simplex[i] for i in order], [values[i] for i in order]
+        centre = [sum(x[j] for x in simplex[:-1]) / (len(simplex) - 1) for j in range(len(start))]
+
+        def toward(t: float) -> list[float]:
+            return [c + t * (w - c) for c, w in zip(centre, simplex[-1])]
+
+        reflected = toward(-1.0)
+        r = loss(reflected)
+        if r < values[0]:
+            expanded = toward(-2.0)
+            e = loss(expanded)
+            simplex[-1], values[-1] = (expanded, e) if e < r else (reflected, r)
+        elif r < values[-2]:
+            simplex[-1], values[-1] = reflected, r
+        else:
+            contracted = toward(0.5)
+            c = loss(contracted)
+            if c < values[-1]:
+                simplex[-1], values[-1] = contracted, c
+            else:
+                simplex = [simplex[0]] + [[(a + b) / 2 for a, b in zip(simplex[0], x)] for x in simplex[1:]]
+                values = [values[0]] + [loss(x) for x in simplex[1:]]
+    return simplex[min(range(len(simplex)), key=values.__getitem__)]
 
 FITTED = {
     "eagle3": ("base", "cap", "digit_weight", "depth_decay", "tree_confidence"),
@@ -95,7 +125,7 @@ def fit(profiles: dict) -> dict:
                 for p in predict_draft_models(rows, trial, count=20, rounds=150)
             )
 
-        best = _nelder_mead(loss, start, steps=300)
+        best = nelder_mead(loss, start, steps=300)
         fitted[algorithm].update({n: float(f"{_bounded(n, v):.4g}") for n, v in zip(names, best)})
     return fitted
 

@@ -22,7 +22,7 @@ from .model import (
     profiles,
     random_weights_reply,
     reply_tokens,
-    top1_probability,
+    request_skill,
 )
 
 # DDTree paper, Table 1: Qwen3-8B, HF transformers on H200, temperature 0, batch 1, best budget per row.
@@ -65,7 +65,7 @@ def mean_tau(
                 steps += 1
             taus.append((len(reply) - 1) / max(steps, 1))
             continue
-        a = top1_probability(prompt, 0.0, False, params)
+        a = request_skill(prompt, 0.0, False, params)
         rng = random.Random(f"calibration:{i}:{decoding}")
         taus.append(sum(accepted_tokens(decoding, a, rng, acceptance=params) for _ in range(rounds)) / rounds)
     return statistics.mean(taus)

@@ -48,17 +48,31 @@ def _seed(*parts) -> int:
 _STRUCTURE = set("{}[]()<>:;=\"',._-/#*+|\\`")
 _MARKUP = re.compile(r"<\|[^|]*\|>|</?think>|^(system|user|assistant|tool)$", re.MULTILINE)
 
-# Acceptance model, fitted by benchmarks/calibrate_sim.py to the published Qwen3-8B rows
-# (DFlash/AR and DDTree/DFlash at batch 1, temperature 0); config `sim.acceptance` overrides.
+# Acceptance model, fitted by benchmarks/calibrate_sim.py to published DFlash acceptance by content and the DDTree
+# paper's Qwen3-8B rows (batch 1, temperature 0); config `sim.acceptance` overrides. A draft model's profile
+# (sim_profiles.yaml drafters) sets its own base, gain, cap, depth decay and second-choice ratio, and has no hard
+# positions (hard_share 0).
 ACCEPTANCE = {
-    "base": 0.45,  # top-1 acceptance of text with nothing predictable in it
-    "gain": 0.9,  # per unit of predictability (repetition + digit_weight * digit share)
+    # a position the drafter finds easy: top-1 = min(cap, base + gain x predictability) x depth_decay^depth
+    "base": 0.45,
+    "gain": 0.9,
+    "cap": 0.875,
+    # predictability = repetition + digit_weight x digits + symbol_weight x symbols (text_features)
     "digit_weight": 4.0,
-    "cap": 0.875,  # the best a drafter does on code and structured text
-    "thinking": 0.45,  # factor with thinking mode on
-    "temperature": 0.35,  # a / (1 + temperature_factor * T)
-    "second_choice_ratio": 0.55,  # how fast the drafter's mass falls over ranks 2, 3, ...
-    "depth_decay": 0.995,  # top-1 mass at depth d: a x depth_decay^d
+    "symbol_weight": 0.0,
+    "second_choice_ratio": 0.55,  # easy positions: how fast the rest of the mass falls over ranks 2, 3, ...
+    "depth_decay": 0.995,
+    # the share of a draft's positions the drafter finds hard: hard_share x exp(-hard_gain x predictability); at
+    # a hard position its top-1 is hard_top1 and the rest falls over ranks 2, 3, ... at
+    # hard_ratio x (1 - min(0.9, structure_focus x symbols)): in structured text a hard position is a choice among
+    # few tokens (a key, a bracket), in prose among many
+    "hard_share": 0.0,
+    "hard_gain": 3.0,
+    "hard_top1": 0.35,
+    "hard_ratio": 0.6,
+    "structure_focus": 1.0,
+    "thinking": 0.45,  # every top-1 x this with thinking mode on
+    "temperature": 0.35,  # every top-1 / (1 + temperature_factor x T)
     # a request that shares its step with others: the chance, per drafted depth and round, that the batch's bf16
     # numerics (kernels and reductions chosen by the batch's shape) move the drafter's ranking there, so that the
     # target's token is ranked afresh (0 for a request alone: its numerics are the reference)
@@ -79,17 +93,57 @@ def text_features(text: str) -> dict:
     }
 
 
-def top1_probability(text: str, temperature: float, thinking: bool, params: dict | None = None) -> float:
-    """The drafter's top-1 acceptance probability for a context:
-    a = min(cap, base + gain * (repetition + digit_weight * digits)), x thinking factor, / (1 + t * T)."""
+@dataclass(frozen=True)
+class Skill:
+    """How a drafter does on one request's content: ``top1`` at an easy position (before the depth decay), the
+    share ``hard`` of positions it finds hard, its top-1 there (``hard_top1``) and the fall of the rest over
+    ranks 2, 3, ... there (``hard_ratio``). A float where a Skill is asked for is a drafter with no hard positions."""
+
+    top1: float
+    hard: float = 0.0
+    hard_top1: float = 0.0
+    hard_ratio: float = 0.5
+
+    @classmethod
+    def of(cls, value: "Skill | float") -> "Skill":
+        return value if isinstance(value, Skill) else cls(float(value))
+
+    def key(self) -> "Skill":
+        """Rounded, so that trees and distributions are cached per kind of content, not per prompt."""
+        return Skill(round(self.top1, 3), round(self.hard, 3), round(self.hard_top1, 3), round(self.hard_ratio, 2))
+
+    def per_depth(self, depth: int = 0, decay: float = ACCEPTANCE["depth_decay"]) -> float:
+        """A chain's chance to accept the draft's token at ``depth``: (1 - hard) x top1 x decay^depth + hard x
+        hard_top1."""
+        return (1 - self.hard) * self.top1 * decay**depth + self.hard * self.hard_top1
+
+
+def request_skill(text: str, temperature: float, thinking: bool, params: dict | None = None) -> Skill:
+    """The drafter's Skill on a context (ACCEPTANCE's formulas, ``params`` over them): with x = repetition +
+    digit_weight x digits + symbol_weight x symbols, top1 = min(cap, base + gain x x), hard = min(0.9, hard_share x
+    exp(-hard_gain x x)), hard_ratio = hard_ratio x (1 - min(0.9, structure_focus x symbols)); every top-1 x the
+    thinking factor with thinking on and / (1 + t x T) at temperature T."""
     p = {**ACCEPTANCE, **(params or {})}
     f = text_features(text)
-    a = min(p["cap"], p["base"] + p["gain"] * (f["repetition"] + p["digit_weight"] * f["digits"]))
-    if thinking:
-        a *= p["thinking"]
-    if temperature > 0:
-        a /= 1.0 + p["temperature"] * temperature
-    return max(0.05, min(0.95, a))
+    x = f["repetition"] + p["digit_weight"] * f["digits"] + p["symbol_weight"] * f["symbols"]
+    scale = (p["thinking"] if thinking else 1.0) / (1.0 + p["temperature"] * temperature if temperature > 0 else 1.0)
+
+    def bounded(v: float) -> float:
+        return max(0.05, min(0.95, v))
+
+    return Skill(
+        bounded(min(p["cap"], p["base"] + p["gain"] * x) * scale),
+        min(0.9, p["hard_share"] * math.exp(-p["hard_gain"] * x)),
+        bounded(p["hard_top1"] * scale),
+        p["hard_ratio"] * (1.0 - min(0.9, p["structure_focus"] * f["symbols"])),
+    )
+
+
+@lru_cache(maxsize=1 << 12)
+def hard_distribution(top1: float, ratio: float) -> tuple[float, ...]:
+    """Probabilities of the ranked candidates at a hard position: top-1 ``top1``, rank r >= 1
+    (1 - top1) x (1 - ratio) x ratio^(r - 1), the remainder outside every candidate list."""
+    return (top1, *((1.0 - top1) * (1 - ratio) * ratio ** (r - 1) for r in range(1, CANDIDATES_PER_DEPTH)))
 
 
 @lru_cache(maxsize=1 << 16)  # a request keeps its a: every verify round asks for the same depths again
@@ -107,8 +161,27 @@ def depth_distribution(
     return (q, *(inside * (1 - ratio) * ratio ** (r - 1) for r in range(1, CANDIDATES_PER_DEPTH)))
 
 
+def round_distributions(
+    skill: Skill, hard: tuple[bool, ...], depths: int, ratio: float, decay: float
+) -> tuple[tuple[float, ...], ...]:
+    """The drafter's ranked candidates' probabilities at each depth of one round: depth_distribution at an easy
+    position, hard_distribution at a position ``hard`` marks (a round's hard positions, ``draw_hard``)."""
+    return tuple(
+        hard_distribution(skill.hard_top1, skill.hard_ratio)
+        if d < len(hard) and hard[d]
+        else depth_distribution(skill.top1, d, ratio, decay)
+        for d in range(depths)
+    )
+
+
+def draw_hard(skill: Skill, depths: int, rng: random.Random) -> tuple[bool, ...]:
+    """Which positions of a round's draft the drafter finds hard: each with probability skill.hard (no draw at all
+    for a drafter without hard positions)."""
+    return tuple(rng.random() < skill.hard for _ in range(depths)) if skill.hard > 0 else ()
+
+
 def build_tree(
-    a_key: float,
+    a_key: "float | Skill",
     depths: int,
     budget: int,
     topk: int | None,
@@ -116,24 +189,32 @@ def build_tree(
     depth_bonus: float | None = None,
     ratio: float = ACCEPTANCE["second_choice_ratio"],
     decay: float = ACCEPTANCE["depth_decay"],
+    hard: tuple[bool, ...] = (),
 ) -> frozenset:
-    """The drafted nodes a tree build verifies for a drafter of top-1 probability ``a_key`` (prefixes of ranks):
-    the build's chain or tree (specsweep.ddtree) over this drafter's per-depth distributions, with its own depth
-    bonus unless one is given."""
+    """The drafted nodes a tree build verifies in a round (prefixes of ranks): the build's chain or tree
+    (specsweep.ddtree) over the drafter's per-depth distributions that round (``round_distributions``: the
+    drafter's Skill, or a top-1 probability, and the round's hard positions), with the build's own depth bonus
+    unless one is given."""
     tree_build = ddtree.build(build_name)
     if depth_bonus is not None:
         tree_build = replace(tree_build, depth_bonus=depth_bonus)
-    return _build_tree(a_key, depths, budget, topk, tree_build, ratio, decay)
+    return _build_tree(Skill.of(a_key).key(), hard, depths, budget, topk, tree_build, ratio, decay)
 
 
-@lru_cache(maxsize=4096)  # by the build's fields, not its name: a configuration may define a name anew
+@lru_cache(maxsize=1 << 14)  # by the build's fields, not its name: a configuration may define a name anew
 def _build_tree(
-    a_key: float, depths: int, budget: int, topk: int | None, tree_build: ddtree.TreeBuild, ratio: float, decay: float
+    skill: Skill,
+    hard: tuple[bool, ...],
+    depths: int,
+    budget: int,
+    topk: int | None,
+    tree_build: ddtree.TreeBuild,
+    ratio: float,
+    decay: float,
 ) -> frozenset:
     mode, width = ddtree.shape(tree_build, depths + 1, budget, topk)
-    log_probs = tuple(
-        tuple(math.log(p) for p in depth_distribution(a_key, d, ratio, decay)[: max(width, 1)]) for d in range(depths)
-    )
+    distributions = round_distributions(skill, hard, depths, ratio, decay)
+    log_probs = tuple(tuple(math.log(p) for p in probs[: max(width, 1)]) for probs in distributions)
     return ddtree.tree_prefixes(tree_build, log_probs, budget, width, mode)
 
 
@@ -298,15 +379,21 @@ class Decoding:
         return shape is not None and shape[0] == "tree"
 
 
-def target_ranks(decoding: Decoding, a: float, rng: random.Random, acceptance: dict | None = None) -> list[int]:
+def target_ranks(
+    decoding: Decoding,
+    a: "float | Skill",
+    rng: random.Random,
+    acceptance: dict | None = None,
+    hard: tuple[bool, ...] = (),
+) -> list[int]:
     """One verify round's draw: at each depth of the draft, the rank of the target's token among the drafter's
-    candidates (CANDIDATES_PER_DEPTH: outside every candidate list); ``acceptance``: the drafter's parameters
-    (default ACCEPTANCE, DFlash's)."""
+    candidates (CANDIDATES_PER_DEPTH: outside every candidate list), from the round's distributions
+    (round_distributions: the drafter's Skill and the round's ``hard`` positions); ``acceptance``: the drafter's
+    parameters (default ACCEPTANCE, DFlash's)."""
     p = acceptance or ACCEPTANCE
-    ratio, decay = p["second_choice_ratio"], p["depth_decay"]
+    skill = Skill.of(a).key()
     ranks = []
-    for d in range(decoding.depths()):
-        probs = depth_distribution(a, d, ratio, decay)
+    for probs in round_distributions(skill, hard, decoding.depths(), p["second_choice_ratio"], p["depth_decay"]):
         u, r = rng.random(), 0
         while r < len(probs) and u >= probs[r]:
             u -= probs[r]
@@ -316,21 +403,31 @@ def target_ranks(decoding: Decoding, a: float, rng: random.Random, acceptance: d
 
 
 def accepted_tokens(
-    decoding: Decoding, a: float, rng: random.Random, ranks: list[int] | None = None, acceptance: dict | None = None
+    decoding: Decoding,
+    a: "float | Skill",
+    rng: random.Random,
+    ranks: list[int] | None = None,
+    acceptance: dict | None = None,
+    hard: tuple[bool, ...] | None = None,
 ) -> int:
-    """Tokens committed by one verify round of a drafter with top-1 probability ``a`` (accepted drafts + bonus
-    token), for the round's target ranks (drawn here when not given): the longest rank-0 prefix of a chain, the
-    deepest path of the tree the target's tokens walk. A draft model's tree (beam_tree) is chosen by its own
-    scores, whose top-1 is a x tree_confidence (a drafter less sure than it is right branches early)."""
+    """Tokens committed by one verify round of a drafter of Skill ``a`` (or top-1 probability; accepted drafts +
+    bonus token), for the round's hard positions and target ranks (drawn here when not given): the longest rank-0
+    prefix of a chain, the deepest path of the tree the target's tokens walk (a DDTree tree built from that
+    round's distributions, so that it branches where the drafter is unsure). A draft model's tree (beam_tree) is
+    chosen by its own scores, whose top-1 is a x tree_confidence (a drafter less sure than it is right branches
+    early)."""
     kind = _mechanism(decoding)
     if kind == "none":
         return 1
     if kind == "lookup":
         raise ValueError("NGRAM drafts from the request's tokens, not from a drafter's ranks: use LookupDrafter")
     p = acceptance or ACCEPTANCE
+    skill = Skill.of(a)
     depths = decoding.depths()
     if ranks is None:
-        ranks = target_ranks(decoding, a, rng, p)
+        hard = draw_hard(skill, depths, rng)
+        ranks = target_ranks(decoding, skill, rng, p, hard)
+    hard = hard or ()
     if kind == "block" or kind == "draft-model" and decoding.shape() == ("chain", 1):
         accepted = 0
         while accepted < depths and ranks[accepted] == 0:
@@ -338,7 +435,7 @@ def accepted_tokens(
         return accepted + 1
     if kind == "block-tree":
         tree = build_tree(
-            round(a, 3),
+            skill,
             depths,
             decoding.budget,
             decoding.topk,
@@ -346,10 +443,11 @@ def accepted_tokens(
             decoding.depth_bonus,
             p["second_choice_ratio"],
             p["depth_decay"],
+            hard,
         )
     else:  # a draft model's tree, chosen as SGLang's EAGLE worker chooses it
         tree = beam_tree(
-            round(a * p.get("tree_confidence", 1.0), 3),
+            round(skill.top1 * p.get("tree_confidence", 1.0), 3),
             depths,
             decoding.num_draft_tokens - 1,
             decoding.topk,
@@ -370,20 +468,21 @@ class RankedDrafter:
     the batch's bf16 numerics move the drafter's near-ties. The request's own stream is drawn alike whatever the
     batch, so a request alone always accepts what it accepts alone, and the target's tokens never change."""
 
-    def __init__(self, decoding: Decoding, a: float, rng: random.Random, acceptance: dict):
-        self.decoding, self.a, self.rng, self.acceptance = decoding, a, rng, acceptance
+    def __init__(self, decoding: Decoding, a: "float | Skill", rng: random.Random, acceptance: dict):
+        self.decoding, self.skill, self.rng, self.acceptance = decoding, Skill.of(a), rng, acceptance
         self.seed, self.rounds = rng.random(), 0
 
     def round(self, produced: int, batch: int = 1) -> tuple[int, list[int]]:
         """(tokens the round commits, the target's rank at each depth) in a step of ``batch`` requests."""
-        ranks = target_ranks(self.decoding, self.a, self.rng, self.acceptance)
+        hard = draw_hard(self.skill, self.decoding.depths(), self.rng)
+        ranks = target_ranks(self.decoding, self.skill, self.rng, self.acceptance, hard)
         self.rounds += 1
         share = self.acceptance.get("batch_numerics", 0.0)
         if batch > 1 and share > 0:
             numerics = random.Random(_seed(self.seed, self.rounds, batch))
-            fresh = target_ranks(self.decoding, self.a, numerics, self.acceptance)
+            fresh = target_ranks(self.decoding, self.skill, numerics, self.acceptance, hard)
             ranks = [f if numerics.random() < share else r for r, f in zip(ranks, fresh)]
-        return accepted_tokens(self.decoding, self.a, self.rng, ranks, self.acceptance), ranks
+        return accepted_tokens(self.decoding, self.skill, self.rng, ranks, self.acceptance, hard), ranks
 
 
 class LookupDrafter:
@@ -517,7 +616,7 @@ Drafter = RankedDrafter | LookupDrafter | RandomDrafter
 
 def request_drafter(
     decoding: Decoding,
-    a: float,
+    a: "float | Skill",
     rng: random.Random,
     acceptance: dict,
     prompt: list,
@@ -545,8 +644,8 @@ def drafter_acceptance(decoding: Decoding, profile_set: dict, dflash_overrides: 
     """The acceptance parameters of a decoding's drafter: DFlash's (ACCEPTANCE, with ``sim.acceptance``
     overrides) for DFlash and DDTree, the drafter profile of its algorithm (profiles ``drafters``) for draft
     models."""
-    if decoding.spec.drafting == "draft-model":
-        return {**ACCEPTANCE, **profile_set["drafters"][decoding.algorithm]}
+    if decoding.spec.drafting == "draft-model":  # fitted without hard positions or the symbol feature
+        return {**ACCEPTANCE, "hard_share": 0.0, "symbol_weight": 0.0, **profile_set["drafters"][decoding.algorithm]}
     return {**ACCEPTANCE, **(dflash_overrides or {})}
 
 

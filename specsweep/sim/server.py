@@ -46,7 +46,7 @@ from .model import (
     random_weights_reply,
     reply_tokens,
     request_drafter,
-    top1_probability,
+    request_skill,
 )
 from .stream import EventStream
 
@@ -379,7 +379,7 @@ class Engine:
         if self.random_target:
             reply = random_weights_reply(reply)
         thinking = not prompt.rstrip().endswith("</think>")
-        a = top1_probability(prompt, temperature, thinking and "<|im_start|>" in prompt, self.acceptance)
+        a = request_skill(prompt, temperature, thinking and "<|im_start|>" in prompt, self.acceptance)
         rng = random.Random(f"{prompt}|{self.decoding}|{self.args.random_seed}")
         req = Request(prompt, tokens, reply, natural, a, rng, asyncio.Queue(), page_keys=self._page_keys(tokens))
         req.started, req.length = arrived, length

@@ -92,9 +92,9 @@ def test_tree_acceptance_rises_with_budget_and_saturates():
 def test_predictable_text_is_drafted_better():
     code = "def f(x):\n    return {'a': [x, x + 1], 'b': (x, x)}\n" * 5
     chat = "I wonder whether the weather will be nice for our walk in the hills tomorrow afternoon."
-    assert sim.top1_probability(code, 0.0, False) > sim.top1_probability(chat, 0.0, False)
-    assert sim.top1_probability(chat, 1.0, False) < sim.top1_probability(chat, 0.0, False)
-    assert sim.top1_probability(chat, 0.0, True) < sim.top1_probability(chat, 0.0, False)
+    assert sim.request_skill(code, 0.0, False).per_depth() > sim.request_skill(chat, 0.0, False).per_depth()
+    assert sim.request_skill(chat, 1.0, False).per_depth() < sim.request_skill(chat, 0.0, False).per_depth()
+    assert sim.request_skill(chat, 0.0, True).per_depth() < sim.request_skill(chat, 0.0, False).per_depth()
 
 
 def test_server_info_names_the_ddtree_mode_its_build_runs(tmp_path):
