@@ -25,14 +25,17 @@ import sys
 from pathlib import Path
 
 from specsweep.sim.calibration import (
+    PUBLISHED_DFLASH_BY_CONTENT,
     PUBLISHED_DRAFT_MODELS,
     PUBLISHED_QWEN3_8B,
     calibration_prompts,
+    content_prompts,
+    mean_tau,
     predict,
+    predict_content,
     predict_draft_models,
 )
-from specsweep.sim.model import ACCEPTANCE, default_profiles
-
+from specsweep.sim.model import ACCEPTANCE, CostModel, Decoding, default_profiles
 
 
 def nelder_mead(loss, start: list[float], steps: int = 300, scale: float = 0.1) -> list[float]:
@@ -66,11 +69,71 @@ def nelder_mead(loss, start: list[float], steps: int = 300, scale: float = 0.1) 
                 values = [values[0]] + [loss(x) for x in simplex[1:]]
     return simplex[min(range(len(simplex)), key=values.__getitem__)]
 
+
 FITTED = {
     "eagle3": ("base", "cap", "digit_weight", "depth_decay", "tree_confidence"),
     "eagle": ("base", "cap", "depth_decay"),
     "standalone": ("base", "cap"),
 }
+
+
+def content(acceptance: dict | None = None) -> None:
+    """DFlash's acceptance by content kind (the short workload's prompts) against the published ranges, and what a
+    DDTree tree of budget 15 (top-k 8, the paper's best-first build) accepts over the same chain."""
+    tree = Decoding("ddtree", 16, 15, 8, overlap=False, tree_build="paper")
+    predicted = predict_content(acceptance)
+    print("| content | predicted (chain) | published | in range | DDTree b15 / chain | source |")
+    print("|---|---|---|---|---|---|")
+    for kind, ps in content_prompts().items():
+        low, high, source = PUBLISHED_DFLASH_BY_CONTENT[kind]
+        ratio = mean_tau(ps, tree, 300, acceptance) / predicted[kind]
+        inside = "yes" if low <= predicted[kind] <= high else "**no**"
+        print(f"| {kind} | {predicted[kind]:.2f} | {low:.2f}-{high:.2f} | {inside} | {ratio:.2f} | {source} |")
+
+
+# the DFlash acceptance parameters --fit-dflash fits, with their bounds (the rest keep ACCEPTANCE's values)
+DFLASH_FITTED = {
+    "base": (0.3, 0.98),
+    "gain": (0.0, 2.0),
+    "digit_weight": (0.0, 12.0),
+    "depth_decay": (0.9, 1.0),
+    "hard_share": (0.0, 1.0),
+    "hard_gain": (0.0, 8.0),
+    "hard_structure": (0.0, 1.0),
+    "hard_top1": (0.05, 0.9),
+    "hard_ratio": (0.05, 0.95),
+    "structure_focus": (0.0, 3.0),
+}
+
+
+def fit_dflash(count: int = 10, rounds: int = 60, steps: int = 250) -> dict:
+    """DFlash's acceptance parameters (DFLASH_FITTED) by Nelder-Mead on: each content kind's chain acceptance
+    outside its published range (log of the distance to the range, squared; 0 inside) and each paper row's
+    DDTree/DFlash speedup at budget 128 in the paper's runtime (log(predicted / published), squared)."""
+    prompts, paper_prompts = content_prompts(count), calibration_prompts(count)
+    cost = CostModel.named("H200", "qwen3-8b", "hf-eager")
+    chain = Decoding("dflash", 16, overlap=False)
+    tree = Decoding("ddtree", 16, 128, 8, overlap=False, tree_build="paper")
+    per_tau = cost.decode_step(chain, [1000]) / cost.decode_step(tree, [1000])
+    names = list(DFLASH_FITTED)
+
+    def params(x: list[float]) -> dict:
+        return {n: min(max(v, DFLASH_FITTED[n][0]), DFLASH_FITTED[n][1]) for n, v in zip(names, x)}
+
+    def loss(x: list[float]) -> float:
+        p, total = params(x), 0.0
+        for kind, ps in prompts.items():
+            low, high, _ = PUBLISHED_DFLASH_BY_CONTENT[kind]
+            tau = mean_tau(ps, chain, rounds, p)
+            total += math.log(min(max(tau, low), high) / tau) ** 2
+        for row, ps in paper_prompts.items():
+            pub = PUBLISHED_QWEN3_8B[row]
+            ratio = mean_tau(ps, tree, rounds, p) / mean_tau(ps, chain, rounds, p) * per_tau
+            total += math.log(ratio / (pub["ddtree"] / pub["dflash"])) ** 2
+        return total
+
+    best = nelder_mead(loss, [ACCEPTANCE[n] for n in names], steps=steps, scale=0.05)
+    return {n: float(f"{v:.4g}") for n, v in params(best).items()}
 
 
 def paper() -> None:
@@ -152,8 +215,18 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--draft-models", action="store_true", help="EAGLE, EAGLE-3 and standalone drafters")
     parser.add_argument("--fit", action="store_true", help="fit the drafter profiles to the published rows")
+    parser.add_argument("--fit-dflash", action="store_true", help="fit DFlash's acceptance (ACCEPTANCE) first")
     args = parser.parse_args()
-    draft_models(args.fit) if args.draft_models else paper()
+    if args.draft_models:
+        draft_models(args.fit)
+        return
+    acceptance = None
+    if args.fit_dflash:
+        acceptance = fit_dflash()
+        print("fitted:", json.dumps(acceptance))
+        ACCEPTANCE.update(acceptance)
+    paper()
+    content(acceptance)
 
 
 if __name__ == "__main__":

@@ -547,7 +547,7 @@ def _file_items(workload: dict, rng: random.Random, draw: _Draw) -> Items:
 
 def _short_mix_items(rng: random.Random, draw: _Draw) -> Items:
     """The short mix: chat, math, code and JSON prompts in turn, each pool shuffled."""
-    pools = {kind: list(pool) for kind, pool in _short_pools().items()}
+    pools = {kind: list(pool) for kind, pool in short_pools().items()}
     for pool in pools.values():
         rng.shuffle(pool)
     items: Items = []
@@ -705,7 +705,7 @@ def warmup_sessions(
     return marked
 
 
-def _short_pools() -> dict:
+def short_pools() -> dict:
     """The short mix's prompt pools, one per content kind."""
     return {"chat": chat_prompts(), "math": gsm8k_problems(), "code": humaneval_problems(), "json": _bfcl_simple()}
 
@@ -729,7 +729,7 @@ def distinct_sessions(workload: dict, context_length: int | None = None) -> int 
     if source in ("stdlib", "builtin"):
         return len(_definition_starts())
     if source == "mix":
-        return len(SHORT_MIX) * min(len(pool) for pool in _short_pools().values())
+        return len(SHORT_MIX) * min(len(pool) for pool in short_pools().values())
     return None
 
 

@@ -12,7 +12,7 @@ import random
 import statistics
 
 from ..text import chat_prompt, split_tokens
-from ..workloads import SYSTEM, chat_prompts, gsm8k_problems, humaneval_problems
+from ..workloads import SYSTEM, chat_prompts, gsm8k_problems, humaneval_problems, short_pools
 from .model import (
     CostModel,
     Decoding,
@@ -102,6 +102,41 @@ def predict(
         "tau_ddtree": trees[best][0],
         "tau_by_budget": {b: t for b, (t, _) in trees.items()},
     }
+
+
+# Published DFlash acceptance (block 16, temperature 0, thinking off; tokens per verify round, the bonus token
+# included) by content, as (low, high, source): what the short workload's prompts of each kind should land in.
+DFLASH_README = "z-lab/dflash README, first version (commit cc32782): Qwen3-8B-DFlash-b16, Transformers, B200, batch 1"
+PUBLISHED_DFLASH_BY_CONTENT = {
+    "chat": (3.16, 4.25, f"{DFLASH_README}: Alpaca 3.16, MT-Bench 4.25"),
+    "math": (6.29, 6.55, f"{DFLASH_README}: GSM8K 6.55; sgl-project/sglang PR 16818: GSM8K 6.29-6.44 at TP 1-8"),
+    "code": (6.00, 7.12, f"{DFLASH_README}: MBPP 6.00, HumanEval 6.55, LiveCodeBench 7.12"),
+    "json": (
+        6.55,
+        9.0,
+        "no published DFlash figure for JSON tool calls (BFCL): structured output is held above code "
+        "(../shared/reference/CALIBRATION.md), below SGLang-measured DFlash on Qwen3.5-27B HumanEval (9.18)",
+    ),
+}
+
+
+def content_prompts(count: int = 20) -> dict[str, list[str]]:
+    """The short workload's prompts of each content kind (chat, math, code, JSON tool calls), rendered as sent."""
+    out = {}
+    for kind, pool in short_pools().items():
+        rows = list(pool)[:count]
+        if kind == "json":  # (system with the functions, question)
+            messages = [[{"role": "system", "content": a}, {"role": "user", "content": b}] for a, b in rows]
+            out[kind] = [chat_prompt(m) for m in messages]
+        else:
+            out[kind] = [chat_prompt([SYSTEM, {"role": "user", "content": t}]) for t in rows]
+    return out
+
+
+def predict_content(acceptance: dict | None = None, count: int = 20, rounds: int = 300) -> dict[str, float]:
+    """DFlash's mean acceptance (block 16, chain) on each content kind's prompts (content_prompts)."""
+    chain = Decoding("dflash", 16, overlap=False)
+    return {kind: mean_tau(ps, chain, rounds, acceptance) for kind, ps in content_prompts(count).items()}
 
 
 def calibration_prompts(count: int = 40) -> dict[str, list[str]]:

@@ -62,12 +62,14 @@ ACCEPTANCE = {
     "symbol_weight": 0.0,
     "second_choice_ratio": 0.55,  # easy positions: how fast the rest of the mass falls over ranks 2, 3, ...
     "depth_decay": 0.995,
-    # the share of a draft's positions the drafter finds hard: hard_share x exp(-hard_gain x predictability); at
+    # the share of a draft's positions the drafter finds hard: hard_share x exp(-hard_gain x predictability) +
+    # hard_structure x symbols (structure: positions where the text chooses among a few forms); at
     # a hard position its top-1 is hard_top1 and the rest falls over ranks 2, 3, ... at
     # hard_ratio x (1 - min(0.9, structure_focus x symbols)): in structured text a hard position is a choice among
     # few tokens (a key, a bracket), in prose among many
     "hard_share": 0.0,
     "hard_gain": 3.0,
+    "hard_structure": 0.0,
     "hard_top1": 0.35,
     "hard_ratio": 0.6,
     "structure_focus": 1.0,
@@ -121,19 +123,19 @@ class Skill:
 def request_skill(text: str, temperature: float, thinking: bool, params: dict | None = None) -> Skill:
     """The drafter's Skill on a context (ACCEPTANCE's formulas, ``params`` over them): with x = repetition +
     digit_weight x digits + symbol_weight x symbols, top1 = min(cap, base + gain x x), hard = min(0.9, hard_share x
-    exp(-hard_gain x x)), hard_ratio = hard_ratio x (1 - min(0.9, structure_focus x symbols)); every top-1 x the
-    thinking factor with thinking on and / (1 + t x T) at temperature T."""
+    exp(-hard_gain x x) + hard_structure x symbols), hard_ratio = hard_ratio x (1 - min(0.9, structure_focus x
+    symbols)); every top-1 x the thinking factor with thinking on and / (1 + t x T) at temperature T."""
     p = {**ACCEPTANCE, **(params or {})}
     f = text_features(text)
     x = f["repetition"] + p["digit_weight"] * f["digits"] + p["symbol_weight"] * f["symbols"]
     scale = (p["thinking"] if thinking else 1.0) / (1.0 + p["temperature"] * temperature if temperature > 0 else 1.0)
 
     def bounded(v: float) -> float:
-        return max(0.05, min(0.95, v))
+        return max(0.05, min(0.99, v))
 
     return Skill(
         bounded(min(p["cap"], p["base"] + p["gain"] * x) * scale),
-        min(0.9, p["hard_share"] * math.exp(-p["hard_gain"] * x)),
+        min(0.9, p["hard_share"] * math.exp(-p["hard_gain"] * x) + p["hard_structure"] * f["symbols"]),
         bounded(p["hard_top1"] * scale),
         p["hard_ratio"] * (1.0 - min(0.9, p["structure_focus"] * f["symbols"])),
     )

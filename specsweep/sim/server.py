@@ -79,7 +79,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     pre.add_argument("--sim-ddtree-builds", type=json.loads, default={})
     known = pre.parse_known_args(argv)[0]
     accepted = known.sim_accept_flag
-    define_ddtree_builds(known.sim_ddtree_builds)  # the configuration's own builds, before --sim-ddtree-build's choices
+    if known.sim_ddtree_builds:  # the configuration's own builds, before --sim-ddtree-build's choices
+        define_ddtree_builds(known.sim_ddtree_builds)
     p = argparse.ArgumentParser(prog="python -m specsweep.sim", description=__doc__)
     p.add_argument("--api-key", help="require this key as a bearer token on every endpoint but /health")
     p.add_argument("--model-path", required=True)

@@ -410,3 +410,25 @@ def test_a_shipped_builds_name_and_uncapped_outside_ddtree_are_refused():
     config["methods"] = [{"name": "e", "algorithm": "eagle3", "drafter": "d", "topk": "uncapped"}]
     with pytest.raises(cfg.ConfigError, match=r"methods\[0\] \(e\).topk: 'uncapped' is DDTree's"):
         expand_methods(validated(config))
+
+
+def test_plan_seed_is_the_seeds_plan_and_runs_on_the_simulated_backend():
+    """config/plan-seed.yaml: the seed's eight RTX PRO 6000s, hybrid 27B, private build (its own tree rules, its
+    flags declared), AR, DFlash and DDTree budgets with 15 at top-k 8 and 16 uncapped, TP 1/4/8, five families and
+    the concurrency sweep; with backend sim every server's command line carries the build and its flags."""
+    raw = yaml.safe_load((REPO / "config" / "plan-seed.yaml").read_text())
+    config = validated({**raw, "backend": "sim"})
+    methods = {m.name: m for m in expand_methods(config)}
+    assert {"ar", "dflash", "ddtree-b15", "ddtree-uncapped"} <= set(methods)
+    assert methods["ddtree-b15"].env == {"SGLANG_DDTREE_MAX_TOPK": "8"} and methods["ddtree-uncapped"].env == {}
+    assert algorithms.method_shape(methods["ddtree-b15"].as_dict())[1:] == ("tree", 8)
+    assert algorithms.method_shape(methods["ddtree-uncapped"].as_dict())[1:] == ("tree", 32)
+    assert config["tp"] == [1, 4, 8] and config["gpu_pool"]["devices"] == 8
+    assert {w["family"] for w in config["workloads"]} == {"short", "long", "very_long", "agentic_1", "agentic_2"}
+    assert config["sim"]["gpu"] == "RTX-PRO-6000" and config["sim"]["model_profile"] == "hybrid-27b"
+    job = server_job(config, 4, "ddtree-uncapped")
+    argv, env = launch_command(job, 30000, 8192, sys.executable)
+    assert "--speculative-ddtree-allow-hybrid-unsafe" in argv
+    args = parse_args(argv[3:])
+    assert decoding_from_args(args, env).tree_shape() == ("tree", 32) and args.tp_size == 4
+    assert args.sim_unmodelled_flags == ["--speculative-ddtree-allow-hybrid-unsafe"]

@@ -13,7 +13,13 @@ from specsweep.client import measure
 from specsweep.launcher import ServerError
 from specsweep.metrics import output_throughput
 from specsweep.sim import replay
-from specsweep.sim.calibration import PUBLISHED_QWEN3_8B, calibration_prompts, predict
+from specsweep.sim.calibration import (
+    PUBLISHED_DFLASH_BY_CONTENT,
+    PUBLISHED_QWEN3_8B,
+    calibration_prompts,
+    predict,
+    predict_content,
+)
 from specsweep.sim.model import ACCEPTANCE, CostModel, Decoding, RankedDrafter, build_tree, profiles
 from specsweep.workloads import Session, build
 
@@ -533,3 +539,13 @@ def test_a_drafters_round_alone_is_its_own_draw_and_in_a_batch_a_few_depths_are_
         same += len(a[1])
     # each depth drawn afresh with probability 0.05, and a fresh draw lands elsewhere in about 40% of them
     assert 0.005 < changed / same < 0.04
+
+
+def test_dflash_acceptance_by_content_lands_in_the_published_ranges():
+    """Chat, math, code and JSON tool calls each within their published DFlash range (PUBLISHED_DFLASH_BY_CONTENT,
+    a 5% margin for the draws), from the prompts' own features (repetition, digits, structure symbols)."""
+    predicted = predict_content(count=12, rounds=200)
+    for kind, tau in predicted.items():
+        low, high, _ = PUBLISHED_DFLASH_BY_CONTENT[kind]
+        assert 0.95 * low <= tau <= 1.05 * high, (kind, tau, low, high)
+    assert predicted["chat"] == min(predicted.values())
