@@ -7,7 +7,7 @@ top-k capped at 8 (its private build) about a quarter faster than DFlash
 uncapped slower than DFlash. This runs the same on the simulated engine in
 virtual time (specsweep.sim.replay; simulated numbers): each prompt alone,
 one request at a time, each method's output throughput over the prompt's
-reply, for several seeds of the drafts (SGLang's --random-seed).
+reply (max_new_tokens of it, ignore_eos), for several seeds of the drafts (SGLang's --random-seed).
 
     .venv/bin/python benchmarks/seed_case.py [--seeds 0 1 2] [--max-new-tokens 512]
 """
@@ -71,7 +71,7 @@ def seed_case(seed: int, max_new_tokens: int = 512) -> dict[str, dict[str, float
         out[name] = {}
         for prompt, messages in prompts().items():
             session = Session(f"{prompt}-{seed}", messages=messages, max_new_tokens=max_new_tokens, kind=prompt)
-            (record,) = closed_loop(server, [session], 1)
+            (record,) = closed_loop(server, [session], 1, {"ignore_eos": True})
             out[name][prompt] = record["output_tokens"] / (record["t_end"] - record["t0"])
     return out
 

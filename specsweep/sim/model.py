@@ -54,25 +54,24 @@ _MARKUP = re.compile(r"<\|[^|]*\|>|</?think>|^(system|user|assistant|tool)$", re
 # positions (hard_share 0).
 ACCEPTANCE = {
     # a position the drafter finds easy: top-1 = min(cap, base + gain x predictability) x depth_decay^depth
-    "base": 0.45,
-    "gain": 0.9,
-    "cap": 0.875,
-    # predictability = repetition + digit_weight x digits + symbol_weight x symbols (text_features)
-    "digit_weight": 4.0,
-    "symbol_weight": 0.0,
+    "base": 0.7715,
+    "gain": 0.3354,
+    "cap": 0.98,
+    # predictability = repetition + digit_weight x digits (text_features)
+    "digit_weight": 6.019,
     "second_choice_ratio": 0.55,  # easy positions: how fast the rest of the mass falls over ranks 2, 3, ...
-    "depth_decay": 0.995,
+    "depth_decay": 0.9808,
     # the share of a draft's positions the drafter finds hard: hard_share x exp(-hard_gain x predictability) +
     # hard_structure x symbols (structure: positions where the text chooses among a few forms); at
     # a hard position its top-1 is hard_top1 and the rest falls over ranks 2, 3, ... at
     # hard_ratio x (1 - min(0.9, structure_focus x symbols)): in structured text a hard position is a choice among
     # few tokens (a key, a bracket), in prose among many
-    "hard_share": 0.0,
-    "hard_gain": 3.0,
-    "hard_structure": 0.0,
-    "hard_top1": 0.35,
-    "hard_ratio": 0.6,
-    "structure_focus": 1.0,
+    "hard_share": 0.346,
+    "hard_gain": 1.992,
+    "hard_structure": 0.1014,
+    "hard_top1": 0.4689,
+    "hard_ratio": 0.8563,
+    "structure_focus": 1.007,
     "thinking": 0.45,  # every top-1 x this with thinking mode on
     "temperature": 0.35,  # every top-1 / (1 + temperature_factor x T)
     # a request that shares its step with others: the chance, per drafted depth and round, that the batch's bf16
@@ -122,12 +121,12 @@ class Skill:
 
 def request_skill(text: str, temperature: float, thinking: bool, params: dict | None = None) -> Skill:
     """The drafter's Skill on a context (ACCEPTANCE's formulas, ``params`` over them): with x = repetition +
-    digit_weight x digits + symbol_weight x symbols, top1 = min(cap, base + gain x x), hard = min(0.9, hard_share x
+    digit_weight x digits, top1 = min(cap, base + gain x x), hard = min(0.9, hard_share x
     exp(-hard_gain x x) + hard_structure x symbols), hard_ratio = hard_ratio x (1 - min(0.9, structure_focus x
     symbols)); every top-1 x the thinking factor with thinking on and / (1 + t x T) at temperature T."""
     p = {**ACCEPTANCE, **(params or {})}
     f = text_features(text)
-    x = f["repetition"] + p["digit_weight"] * f["digits"] + p["symbol_weight"] * f["symbols"]
+    x = f["repetition"] + p["digit_weight"] * f["digits"]
     scale = (p["thinking"] if thinking else 1.0) / (1.0 + p["temperature"] * temperature if temperature > 0 else 1.0)
 
     def bounded(v: float) -> float:
@@ -646,8 +645,8 @@ def drafter_acceptance(decoding: Decoding, profile_set: dict, dflash_overrides: 
     """The acceptance parameters of a decoding's drafter: DFlash's (ACCEPTANCE, with ``sim.acceptance``
     overrides) for DFlash and DDTree, the drafter profile of its algorithm (profiles ``drafters``) for draft
     models."""
-    if decoding.spec.drafting == "draft-model":  # fitted without hard positions or the symbol feature
-        return {**ACCEPTANCE, "hard_share": 0.0, "symbol_weight": 0.0, **profile_set["drafters"][decoding.algorithm]}
+    if decoding.spec.drafting == "draft-model":  # fitted without hard positions
+        return {**ACCEPTANCE, "hard_share": 0.0, **profile_set["drafters"][decoding.algorithm]}
     return {**ACCEPTANCE, **(dflash_overrides or {})}
 
 
