@@ -771,25 +771,40 @@ class CostModel:
         extend = drafter.verify_seconds(batch * (decoding.num_steps + 1), contexts) + overhead
         return extend + (decoding.num_steps - 1) * (drafter.verify_seconds(batch * topk, contexts) + overhead)
 
-    def experts_touched(self, tokens: float) -> float:
-        """Expected routed experts per MoE layer that a step's tokens touch: E x (1 - (1 - k/E)^tokens), with E
-        experts of which each token is routed to k (uniform routing, so tokens share an expert only by chance);
-        k for one token, never more than E. 0 for a dense model."""
+    def experts_touched(self, tokens: float, requests: int = 1) -> float:
+        """Expected routed experts per MoE layer that a step's ``tokens`` touch, spread evenly over ``requests``
+        sequences (n = tokens / requests each); k for one token, never more than E. 0 for a dense model.
+
+        Tokens of one sequence share experts more than chance (routing locality): they route within a working set
+        of m = max(k, E / f) of the E experts, each token to k of them, so n tokens of one sequence touch
+        D1(n) = m x (1 - (1 - k/m)^n). f is the model's expert_repeat_factor, how many times more often than
+        chance two consecutive tokens pick the same first-choice expert (in this model 1/m against 1/E, so
+        m = E / f); 1 (uniform routing) where the profile does not set it. Requests are independent sequences,
+        each with its own working set, so their tokens share an expert only by chance:
+        D = E x (1 - (1 - D1(n)/E)^requests). With f = 1 both reduce to uniform routing, E x (1 - (1 - k/E)^tokens),
+        and a batch of one token per request is uniform whatever f. A working set rather than a chain from token to
+        token: a step verifies one segment of a sequence, and a segment's tokens share experts throughout (segment
+        routing consistency, arXiv 2505.16056); f itself is Mixtral's measured repeat (arXiv 2401.04088 Table 5,
+        in sim_profiles.yaml)."""
         m = self.model
         experts, per_token = m.get("experts", 0), m.get("experts_per_token", 0)
         if not experts:
             return 0.0
-        return experts * (1.0 - (1.0 - per_token / experts) ** max(1.0, tokens))
+        requests = max(1, requests)
+        each = max(1.0, tokens / requests)
+        working = min(float(experts), max(float(per_token), experts / max(1.0, m.get("expert_repeat_factor", 1.0))))
+        one = working * (1.0 - (1.0 - per_token / working) ** each)
+        return experts * (1.0 - (1.0 - one / experts) ** requests)
 
-    def _bytes_read(self, tokens: int) -> float:
+    def _bytes_read(self, tokens: int, requests: int = 1) -> float:
         """Weight bytes one step reads: all of them for a dense model; for MoE the shared weights (attention,
-        embeddings, router) plus the routed experts the tokens touch:
-        weight_bytes - expert_bytes + expert_bytes x experts_touched(tokens) / E."""
+        embeddings, router) plus the routed experts the tokens of ``requests`` sequences touch:
+        weight_bytes - expert_bytes + expert_bytes x experts_touched(tokens, requests) / E."""
         m = self.model
         if not m.get("experts"):
             return m["weight_bytes"]
         shared = m["weight_bytes"] - m["expert_bytes"]
-        return shared + m["expert_bytes"] * self.experts_touched(tokens) / m["experts"]
+        return shared + m["expert_bytes"] * self.experts_touched(tokens, requests) / m["experts"]
 
     def verify_seconds(self, tokens: int, contexts: list[int], shared: float = 0.0) -> float:
         """Target forward over ``tokens`` tokens of a batch with these context lengths (no drafter).
@@ -810,7 +825,8 @@ class CostModel:
             return r["eager_floor"] + r["eager_slope"] * max(0, tokens - r["eager_knee_tokens"])
         bw = g["bandwidth"] * r["bandwidth_efficiency"] * self.tp
         flops = g["flops"] * r["compute_efficiency"] * self.tp
-        read, compute = self._bytes_read(tokens) / bw, 2 * m["active_params"] * tokens / flops
+        read = self._bytes_read(tokens, len(contexts)) / bw
+        compute = 2 * m["active_params"] * tokens / flops
         if r.get("roofline_exponent"):  # a soft roofline: (read^p + compute^p)^(1/p), max(read, compute) as p grows
             p = max(1.0, r["roofline_exponent"])
             top = max(read, compute)
