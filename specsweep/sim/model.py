@@ -806,6 +806,31 @@ class CostModel:
         shared = m["weight_bytes"] - m["expert_bytes"]
         return shared + m["expert_bytes"] * self.experts_touched(tokens, requests) / m["experts"]
 
+    def _eager_seconds(self, tokens: int, contexts: list[int]) -> float:
+        """Target forward in HF transformers without CUDA graphs (runtime hf-eager, the DDTree paper's):
+        launch + roofline + attention.
+
+        launch = layers x eager_layer_launch (each layer's kernels launched one by one from Python: the step is
+        launch-bound, whatever the GPU); roofline = max(weights read (_bytes_read) / (bandwidth x e),
+        2 x active_params x tokens / (flops x eager_compute_efficiency)), e = eager_bandwidth_efficiency;
+        attention = sum over requests of (c x kv_bytes_per_token x eager_kv_passes + layers x n x (c + n) x
+        eager_score_bytes) / (bandwidth x e), a request of context c verifying n = tokens / requests nodes: the
+        eager path copies and re-reads its KV cache several times a step (the cache concatenated, K and V repeated
+        for grouped-query attention) and materialises every query-key score with its dense mask (n x (c + n)
+        pairs a layer). Bandwidth and flops scale with TP, the launches do not."""
+        r, m, g = self.runtime, self.model, self.gpu
+        bw = g["bandwidth"] * r["eager_bandwidth_efficiency"] * self.tp
+        flops = g["flops"] * r["eager_compute_efficiency"] * self.tp
+        launch = m["layers"] * r["eager_layer_launch"]
+        roofline = max(self._bytes_read(tokens, len(contexts)) / bw, 2 * m["active_params"] * tokens / flops)
+        nodes = tokens / len(contexts) if contexts else float(tokens)
+        attention_bytes = sum(
+            c * m["kv_bytes_per_token"] * r["eager_kv_passes"]
+            + m["layers"] * nodes * (c + nodes) * r["eager_score_bytes"]
+            for c in contexts
+        )
+        return launch + roofline + attention_bytes / bw
+
     def verify_seconds(self, tokens: int, contexts: list[int], shared: float = 0.0) -> float:
         """Target forward over ``tokens`` tokens of a batch with these context lengths (no drafter).
 
@@ -819,10 +844,11 @@ class CostModel:
         that another request of the batch also reads (one copy in the radix cache: the same prompt in flight twice);
         the kernel reads them again at shared_kv_reads of their cost (the rest hits the GPU's L2), so attention reads
         sum(contexts) - (1 - shared_kv_reads) x shared tokens (1, no saving, where the runtime does not set it).
+        The eager runtime (hf-eager) has its own model: _eager_seconds.
         """
         r, m, g = self.runtime, self.model, self.gpu
-        if "eager_floor" in r:
-            return r["eager_floor"] + r["eager_slope"] * max(0, tokens - r["eager_knee_tokens"])
+        if "eager_layer_launch" in r:
+            return self._eager_seconds(tokens, contexts)
         bw = g["bandwidth"] * r["bandwidth_efficiency"] * self.tp
         flops = g["flops"] * r["compute_efficiency"] * self.tp
         read = self._bytes_read(tokens, len(contexts)) / bw

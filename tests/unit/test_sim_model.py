@@ -313,6 +313,28 @@ def test_overlap_scheduler_gains_what_sglang_measured_for_dflash_at_concurrency_
     assert hidden[32] - hidden[1] == pytest.approx(31 * cost.runtime["spec_cpu_per_request"])
 
 
+def test_eager_step_is_launch_bound_and_its_attention_grows_with_nodes_times_context():
+    # HF transformers without CUDA graphs (the DDTree paper's runtime), published on an A800 for Qwen3-8B: ~34 ms
+    # flat up to ~128 tree nodes at short context, ~55 ms at 512, 57 -> 117 ms from 128 -> 512 nodes at 8k context
+    cost = CostModel.named("H200", "qwen3-8b", "hf-eager")
+
+    def ms(nodes, context):
+        return cost.verify_seconds(nodes, [context]) * 1e3
+
+    for (nodes, context), published in {(1, 1000): 34, (128, 1000): 34, (512, 1000): 55, (128, 8000): 57}.items():
+        assert ms(nodes, context) == pytest.approx(published, rel=0.10)
+    assert ms(512, 8000) == pytest.approx(117, rel=0.10)
+    # the context's cost grows with the nodes that attend to it (the dense mask: nodes x (context + nodes) pairs)
+    assert ms(512, 8000) - ms(512, 1000) > 2 * (ms(128, 8000) - ms(128, 1000))
+    # launch-bound: most of a short step is the layers' launches, the same on any GPU, so a B200's bandwidth saves
+    # little; a model of more layers and weights costs more
+    launches = cost.model["layers"] * cost.runtime["eager_layer_launch"] * 1e3
+    assert launches > 0.7 * ms(1, 1000)
+    b200 = CostModel.named("B200", "qwen3-8b", "hf-eager").verify_seconds(1, [1000]) * 1e3
+    assert launches < b200 < ms(1, 1000)
+    assert CostModel.named("H200", "llama-70b", "hf-eager").verify_seconds(1, [1000]) * 1e3 > 2 * ms(1, 1000)
+
+
 def test_moe_step_reads_the_experts_its_tokens_touch():
     moe = CostModel.named("H200", "qwen3-30b-a3b")
     experts, k = moe.model["experts"], moe.model["experts_per_token"]
