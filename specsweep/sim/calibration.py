@@ -114,8 +114,8 @@ PUBLISHED_DFLASH_BY_CONTENT = {
     "json": (
         6.55,
         9.0,
-        "no published DFlash figure for JSON tool calls (BFCL): structured output is held above code "
-        "(../shared/reference/CALIBRATION.md), below SGLang-measured DFlash on Qwen3.5-27B HumanEval (9.18)",
+        "no published DFlash figure for JSON tool calls (BFCL): held at or above code's HumanEval (6.55) and below "
+        "DFlash's HumanEval on Qwen3.5-27B in SGLang (9.18, the z-lab/Qwen3.5-27B-DFlash model card)",
     ),
 }
 
