@@ -46,6 +46,7 @@ from .model import (
     random_weights_reply,
     reply_tokens,
     request_drafter,
+    Skill,
     request_skill,
 )
 from .stream import EventStream
@@ -260,7 +261,7 @@ class Request:
     prompt_tokens: list[str]  # the simulator's own units: its prefix-cache pages and n-gram lookup run on them
     reply: list[str]
     natural_stop: bool
-    a: float
+    skill: Skill  # the drafter's on its content (specsweep.sim.model.request_skill)
     rng: random.Random
     queue: asyncio.Queue
     drafter: Drafter | None = None  # its rounds' drafts (specsweep.sim.model.request_drafter); None for AR
