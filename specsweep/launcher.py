@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import shutil
 import signal
 import socket
@@ -38,10 +39,21 @@ class ServerError(RuntimeError):
     """A server failed to start, to become ready, or died; the message quotes its log."""
 
 
+# SGLang 0.5.14 opens its gRPC server at the HTTP port + 10000 unless SGLANG_GRPC_PORT says otherwise, and refuses
+# to start past 65535: a server's port is kept at or below this
+HIGHEST_PORT = 65535 - 10000
+
+
 def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket() as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
+    """A port no one listens on now, at most HIGHEST_PORT: one the system offers (its ephemeral range), else one
+    drawn at random from 20000 up."""
+    for attempt in range(64):
+        with socket.socket() as s:
+            s.bind((host, 0 if attempt < 32 else random.randint(20000, HIGHEST_PORT)))
+            port = s.getsockname()[1]
+        if port <= HIGHEST_PORT:
+            return port
+    raise OSError(f"no free port at or below {HIGHEST_PORT} on {host}")
 
 
 def _offered(flags: set[str], *names: str) -> str | None:

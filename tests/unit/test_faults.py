@@ -108,3 +108,15 @@ def test_atomic_writes_get_the_permissions_open_would_give(tmp_path):
     (tmp_path / "b.json").write_text("{}")
     assert (tmp_path / "a.json").stat().st_mode & 0o777 == (tmp_path / "b.json").stat().st_mode & 0o777
     assert (tmp_path / "a.json").read_text() == "{}" and not list(tmp_path.glob(".*.tmp"))
+
+
+def test_a_servers_port_leaves_room_for_sglang_0_5_14s_grpc_port():
+    """SGLang 0.5.14 opens gRPC at the HTTP port + 10000 and refuses a port past 65535 (the lent H200's record):
+    every port the launcher picks stays at or below 55535 and is free (the system's ephemeral range reaches 60999,
+    so 60 picks without the bound would almost surely pass it)."""
+    from specsweep.launcher import HIGHEST_PORT, free_port
+
+    ports = [free_port() for _ in range(60)]
+    assert HIGHEST_PORT == 55535 and max(ports) <= HIGHEST_PORT
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", ports[-1]))
