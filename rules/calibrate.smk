@@ -1,4 +1,4 @@
-# `snakemake calibrate`: per configured TP, measure the engine through its HTTP API and fit the simulator's runtime
+# `snakemake calibrate`: per configured TP (and engine, configuration engines), measure the engine through its HTTP API and fit the simulator's runtime
 # profile (specsweep/calibrate.py). The files are named by a digest of what was measured (GPU model and count,
 # driver, engine version and commit, model, TP), which the environment record gives: a checkpoint reads it and
 # names them. Each server's measurements are cached in cache_dir/calibration/, so a rerun with the same
@@ -15,15 +15,22 @@ localrules:
     calibration_fingerprints,
 
 
+# the engines calibrated: each configured engine (its own build and environment record), else the one build
+CALIBRATED_ENGINES = engines.names(CONFIG) or [None]
+
+
 checkpoint calibration_fingerprints:
     input:
-        environment=rebuilt_when_missing(layout.environment_path(CONFIG["backend"])),
+        environments=rebuilt_when_missing(
+            [layout.environment_path(CONFIG["backend"], engine) for engine in CALIBRATED_ENGINES]
+        ),
     output:
         ss_calibrate.FINGERPRINTS,
     params:
         config=lambda wildcards: canonical_json(
-            {k: CONFIG[k] for k in ("backend", "model", "tp", "sim")}
+            {k: CONFIG[k] for k in ("backend", "model", "tp", "sim", "engines", "methods", "sglang")}
         ),
+        engines=json.dumps(CALIBRATED_ENGINES),
     log:
         "logs/calibration/fingerprints.log",
     script:
@@ -31,7 +38,7 @@ checkpoint calibration_fingerprints:
 
 
 def _calibration(digest):
-    """The fingerprint entry ({tp, fingerprint, digest}) that the checkpoint gave this digest."""
+    """The fingerprint entry ({tp, engine, fingerprint, digest}) that the checkpoint gave this digest."""
     with open(checkpoints.calibration_fingerprints.get().output[0]) as handle:
         entries = {e["digest"]: e for e in json.load(handle)}
     if digest not in entries:
@@ -46,12 +53,20 @@ def calibration_outputs(wildcards):
     return [path for name in names for path in (ss_calibrate.profile_path(name), ss_calibrate.table_path(name))]
 
 
+def calibration_environment(wildcards):
+    """The environment record of the engine a calibration measures."""
+    engine = _calibration(wildcards.digest).get("engine")
+    return rebuilt_when_missing(layout.environment_path(CONFIG["backend"], engine))(wildcards)
+
+
 def calibration_job_json(wildcards):
-    """Canonical JSON of everything one TP's calibration depends on (the rerun trigger)."""
-    with open(layout.environment_path(CONFIG["backend"])) as handle:
-        environment = json.load(handle)
+    """Canonical JSON of everything one TP's calibration depends on (the rerun trigger): its engine's view of the
+    configuration and environment record."""
     entry = _calibration(wildcards.digest)
-    return canonical_json(ss_calibrate.calibration_job(CONFIG, environment, entry["tp"]))
+    with open(layout.environment_path(CONFIG["backend"], entry.get("engine"))) as handle:
+        environment = json.load(handle)
+    view = engines.view(CONFIG, entry.get("engine"))
+    return canonical_json(ss_calibrate.calibration_job(view, environment, entry["tp"]))
 
 
 def calibration_gpus(wildcards):
@@ -61,7 +76,7 @@ def calibration_gpus(wildcards):
 
 rule calibration:
     input:
-        environment=rebuilt_when_missing(layout.environment_path(CONFIG["backend"])),
+        environment=calibration_environment,
         fingerprints=ss_calibrate.FINGERPRINTS,
     output:
         profile=ss_calibrate.profile_path("{digest}"),

@@ -8,5 +8,9 @@ from pathlib import Path
 from specsweep.calibrate import fingerprints
 from specsweep.canon import atomic_write_json
 
-environment = json.loads(Path(snakemake.input.environment).read_text())
-atomic_write_json(snakemake.output[0], fingerprints(environment, json.loads(snakemake.params.config)))
+# each calibrated engine's environment record (None: the one build of a configuration without engines)
+environments = {
+    engine: json.loads(Path(path).read_text())
+    for engine, path in zip(json.loads(snakemake.params.engines), snakemake.input.environments)
+}
+atomic_write_json(snakemake.output[0], fingerprints(environments, json.loads(snakemake.params.config)))

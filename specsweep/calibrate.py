@@ -77,7 +77,7 @@ from pathlib import Path
 import numpy as np
 import yaml
 
-from . import __version__, cost_model
+from . import __version__, cost_model, engines
 from .cache import CellCache
 from .canon import atomic_write_text, canonical_json, digest, package_digest
 from .client import LoadModel, RequestRecord, send
@@ -175,13 +175,12 @@ def fingerprint(environment: dict, config: dict, tp: int) -> dict:
     model = config["model"]["name"]
     if environment["backend"] == "sim":
         sim = config["sim"]
-        emulated = _sim_profiles(config)
         return {
             "gpu": f"{sim['gpu']} (simulated)",
             "gpu_count": tp,
             "driver": None,
             "engine_version": f"specsweep-sim {environment['server'].get('version', __version__)}",
-            "engine_commit": digest([emulated, package_digest("sim/model.py")])[:12],
+            "engine_commit": cost_model.sim_engine_commit(config),
             "model": model,
             "tp": tp,
         }
@@ -201,24 +200,21 @@ def table_path(name: str) -> str:
     return f"{FOLDER}/{name}.csv"
 
 
-def fingerprints(environment: dict, config: dict) -> list[dict]:
-    """[{tp, fingerprint, digest}] for every configured TP (what the calibrate target's checkpoint writes)."""
-    out = []
-    for tp in config["tp"]:
-        value = fingerprint(environment, config, tp)
-        out.append({"tp": tp, "fingerprint": value, "digest": fingerprint_digest(value)})
+def fingerprints(environments: dict, config: dict) -> list[dict]:
+    """[{tp, engine, fingerprint, digest}] for every configured TP of every engine (what the calibrate target's
+    checkpoint writes): ``environments`` maps each engine's name (None: the one build of a configuration without
+    ``engines``) to its environment record; each engine is fingerprinted in its own view of the configuration
+    (engines.view: its build, its sim keys). Engines whose fingerprints agree share one calibration."""
+    out, named = [], set()
+    for engine, environment in environments.items():
+        view = engines.view(config, engine)
+        for tp in config["tp"]:
+            value = fingerprint(environment, view, tp)
+            name = fingerprint_digest(value)
+            if name not in named:
+                named.add(name)
+                out.append({"tp": tp, "engine": engine, "fingerprint": value, "digest": name})
     return out
-
-
-def _sim_profiles(config: dict) -> dict:
-    """The gpu, model, draft-model and runtime profiles the simulated backend emulates (overrides merged)."""
-    p, sim = profiles(config["sim"]["profiles"]), config["sim"]
-    return {
-        "gpu": p["gpus"][sim["gpu"]],
-        "model": p["models"][sim["model_profile"]],
-        "draft_model": p["models"].get(sim.get("draft_model_profile", "qwen3-0.6b")),
-        "runtime": p["runtimes"][sim["runtime"]],
-    }
 
 
 def calibration_methods(config: dict) -> list[dict]:
@@ -248,7 +244,7 @@ def calibration_job(config: dict, environment: dict, tp: int) -> dict:
         "server_job": job,
         "methods": calibration_methods(config),
         "settings": dict(config["calibration"]),
-        "sim_profiles": _sim_profiles(config),
+        "sim_profiles": cost_model.emulated_profiles(config),
         "profile_names": {"gpu": config["sim"]["gpu"], "model": config["sim"]["model_profile"]},
     }
 
@@ -563,8 +559,11 @@ def measure_shapes(
             continue
         started = time.monotonic()
         if shape["kind"] == "prefill":
+            # the streaming request asks for new_tokens rounds' worth: a speculative server commits up to its verify
+            # width a round, and the stream must outlast the admission
+            stream = settings["new_tokens"] * row["width"]
             row["width"] = shape["context"]
-            result = measure_prefill(probe, shape["context"], settings["prefill_repeats"], settings["new_tokens"], seed)
+            result = measure_prefill(probe, shape["context"], settings["prefill_repeats"], stream, seed)
         elif shape["kind"] == "first-token":
             row["width"] = shape["context"]
             result = measure_first_token(probe, shape["context"], settings["prefill_repeats"], seed)
@@ -932,14 +931,17 @@ def startups(entry: dict | None) -> list[dict]:
 def startup(entries: list[dict]) -> dict:
     """{cold_s, warm_s} over every start of the entries' servers (``startups``): cold, the longest start of a server
     a calibration run started first on the host (a first start on a host whose kernel caches an earlier run filled
-    is as fast as a warm one: the longest is the one that filled them); warm, the median of the others' (None
-    where there was none)."""
+    is as fast as a warm one: the longest is the one that filled them); warm, the median of the others'. A
+    calibration of one server has no warm start: its warm is its cold (a later server starts no slower than the
+    first), and one whose every start was warm has its longest as cold."""
     starts = [s for e in entries for s in startups(e)]
     cold = [s["seconds"] for s in starts if s["first_on_host"]]
     warm = [s["seconds"] for s in starts if not s["first_on_host"]]
+    cold_s = max(cold) if cold else max(warm, default=None)
+    warm_s = statistics.median(warm) if warm else cold_s
     return {
-        "cold_s": round(max(cold), 3) if cold else None,
-        "warm_s": round(statistics.median(warm), 3) if warm else None,
+        "cold_s": round(cold_s, 3) if cold_s is not None else None,
+        "warm_s": round(warm_s, 3) if warm_s is not None else None,
     }
 
 

@@ -17,7 +17,9 @@ picks, for every configured TP size:
   is this host's, as the environment record results/env/sglang.json gives it (GPU model and count, driver, engine
   version and commit), for the configured model (``model.path`` or ``model.name``) and the TP size; without that
   record none does. On ``backend: sim`` it matches when its GPU is the simulated one (``gpu_matches``: the
-  measured name "NVIDIA H200" is the profile H200), for the configured model and the TP size.
+  measured name "NVIDIA H200" is the profile H200), for the configured model and the TP size, and a calibration
+  of the simulator itself only for the simulated build it measured (``sim_engine_commit``: the profiles it
+  emulates), so that each engine of a configuration finds its own.
 - ``none``: no calibration.
 - a path: that calibration file, for its own TP size whatever it was measured on; or a folder searched as
   ``auto`` searches results/calibration/.
@@ -39,6 +41,7 @@ from pathlib import Path
 
 import yaml
 
+from .canon import digest, package_digest
 from .errors import ConfigError
 from .layout import RESULTS, environment_path
 from .sim.model import profiles
@@ -124,6 +127,7 @@ def read_calibration(path: str | Path) -> dict:
         "largest_deviation": _number(data.get("largest_deviation"), "largest_deviation", path),
         "runtime": runtime,
         "startup": startup,
+        "simulated": data.get("simulated") is True,  # measured on the simulated backend (its fingerprint's build)
     }
 
 
@@ -154,6 +158,23 @@ def host_fingerprint(environment: dict) -> dict:
     }
 
 
+def emulated_profiles(config: dict) -> dict:
+    """The gpu, model, draft-model and runtime profiles the simulated backend emulates (overrides merged)."""
+    p, sim = profiles(config["sim"]["profiles"]), config["sim"]
+    return {
+        "gpu": p["gpus"][sim["gpu"]],
+        "model": p["models"][sim["model_profile"]],
+        "draft_model": p["models"].get(sim.get("draft_model_profile", "qwen3-0.6b")),
+        "runtime": p["runtimes"][sim["runtime"]],
+    }
+
+
+def sim_engine_commit(config: dict) -> str:
+    """The simulated engine's "commit" in a calibration's fingerprint: 12 hex digits of the profiles it emulates and
+    of its cost model's code, so that a calibration of the simulator is of one simulated build."""
+    return digest([emulated_profiles(config), package_digest("sim/model.py")])[:12]
+
+
 def _same(a, b) -> bool:
     return (a is None and b is None) or (a is not None and b is not None and str(a) == str(b))
 
@@ -169,6 +190,8 @@ def mismatch(calibration: dict, config: dict, environment: dict | None) -> str |
     if config["backend"] == "sim":
         if not gpu_matches(config["sim"]["gpu"], calibration["gpu"]):
             return f"measured on {calibration['gpu']}, not the simulated {config['sim']['gpu']} (sim.gpu)"
+        if calibration["simulated"] and not _same(fp.get("engine_commit"), sim_engine_commit(config)):
+            return f"of the simulated build {fp.get('engine_commit')}, not this one's {sim_engine_commit(config)}"
         return None
     if environment is None:
         return "this host's environment is not probed yet (run `snakemake results/env/sglang.json`)"

@@ -32,7 +32,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import NamedTuple
 
-from . import calibrate, cost_model
+from . import calibrate, cost_model, engines
 from .cache import CellCache
 from .canon import atomic_write_json, atomic_write_text, digest, package_digest
 from .cells import cell_digest, cell_key, cell_sessions
@@ -220,17 +220,18 @@ def predict_server(
     them already."""
     method = next(m for m in expand_methods(config) if m.name == method_name)
     workloads = {w["name"]: w for w in config["workloads"]}
-    cold, warm = startup_seconds(config, tp)
+    priced = engines.view(config, method.engine)  # its engine's build and cost model (configuration engines)
+    cold, warm = startup_seconds(priced, tp)
     rows = []
     for i, cell in enumerate(cells_of_server(config, tp, method.name, repetition)):
         w = workloads[cell["workload"]]
         built = (sessions or {}).get(w["name"])
         warmup = (
-            cell_seconds(config, tp, method, w, cell["concurrency"], config["warmup"], built)
+            cell_seconds(priced, tp, method, w, cell["concurrency"], config["warmup"], built)
             if config["warmup"]
             else 0.0
         )
-        measure = cell_seconds(config, tp, method, w, cell["concurrency"], cell["requests"], built)
+        measure = cell_seconds(priced, tp, method, w, cell["concurrency"], cell["requests"], built)
         rows.append(
             {
                 "server": server_name(tp, method.name, repetition),
