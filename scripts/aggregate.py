@@ -6,8 +6,11 @@ import json
 import sys
 from pathlib import Path
 
+from specsweep import ddtree
 from specsweep.aggregate import AggregateError, verified_cells, write_tables
 from specsweep.jobs import ServerJob
+
+ddtree.define(snakemake.config.get("ddtree_builds"))  # the configuration's own DDTree builds, by name
 
 jobs = [ServerJob.from_dict(job) for job in json.loads(snakemake.params.jobs)]
 engines = json.loads(snakemake.params.engines)  # the configured engines' names, in order (none: one engine)

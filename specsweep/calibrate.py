@@ -77,7 +77,7 @@ from pathlib import Path
 import numpy as np
 import yaml
 
-from . import __version__, cost_model, engines
+from . import __version__, cost_model, ddtree, engines
 from .cache import CellCache
 from .canon import atomic_write_text, canonical_json, digest, package_digest
 from .client import LoadModel, RequestRecord, send
@@ -244,6 +244,7 @@ def calibration_job(config: dict, environment: dict, tp: int) -> dict:
         "server_job": job,
         "methods": calibration_methods(config),
         "settings": dict(config["calibration"]),
+        "ddtree_builds": dict(config.get("ddtree_builds") or {}),  # the configuration's own, which its methods name
         "sim_profiles": cost_model.emulated_profiles(config),
         "profile_names": {"gpu": config["sim"]["gpu"], "model": config["sim"]["model_profile"]},
     }
@@ -1013,6 +1014,7 @@ def calibrate(
     of the cost model, away from the GPUs), the runtime fitted to every measured shape, the profile and its table
     written (atomically). Returns {"measured": [servers started], "cached": [servers wholly from the cache],
     "profile": the profile}."""
+    ddtree.define(job.get("ddtree_builds"))  # the builds its DDTree methods name, in this (a job's) process
     if job["fingerprint"] != fingerprint(environment, _config_view(job), job["fingerprint"]["tp"]):
         raise CalibrationError(
             f"calibration tp{job['fingerprint']['tp']}: the environment record does not give this job's "

@@ -57,3 +57,30 @@ def test_two_engines_run_side_by_side_and_the_report_compares_them(workflow):
     text = report_text(workflow)
     assert "Engines compared cell by cell" in text and "Simulated: the engines are simulated servers." in text
     assert "What differs between the builds" in text
+
+
+def test_a_ddtree_build_of_the_configurations_own_runs_through_the_workflow(workflow):
+    """ddtree_builds: every job that reads DDTree methods (the servers, the aggregate, the report) knows the
+    configuration's own build by its name, and its tree is the one the build describes."""
+    config = fast_config(requests=4, max_new_tokens=48)
+    config["concurrency"] = [1]
+    config["ddtree_builds"] = {
+        "mine": {
+            "source": "a fork",
+            "spine_mode": False,
+            "width": "topk",
+            "max_topk": 4,
+            "depth_bonus": 0.0,
+            "early_stop_margin": None,
+        }
+    }
+    config["methods"] = [
+        {"name": "ar", "algorithm": "ar"},
+        {"name": "ddtree", "algorithm": "ddtree", "budget": 8, "topk": "uncapped", "tree_build": "mine"},
+    ]
+    write_config(workflow, config)
+    snakemake(workflow, "results/report/report.pdf")
+    cell = json.loads((workflow / "results/cells/tp1/ddtree/short/c1.json").read_text())
+    assert cell["method"]["params"]["tree_build"] == "mine" and "topk" not in cell["method"]["params"]
+    summary = pd.read_csv(workflow / "results" / "summary.csv").set_index("method")
+    assert summary.loc["ddtree", "tree_build"] == "mine" and summary.loc["ddtree", "tree_width"] == 4
