@@ -44,9 +44,14 @@ def test_two_engines_run_side_by_side_and_the_report_compares_them(workflow):
     table = pd.read_csv(workflow / "results" / "engines.csv").set_index("engine")
     assert list(table.index) == ["slow", "twin"] and set(table["reference"]) == {"base"}
     assert table.loc["slow", "pairs"] == 12
-    # the slower steps: lower throughput, longer TPOT, both intervals excluding 1; the twin is flagged for nothing
+    # the slower steps: lower throughput, longer TPOT, both intervals excluding 1. The twin's ratios stay near 1; its
+    # intervals, narrow for AR, may still exclude 1 by a few percent: two cells measured in real time minutes apart
+    # on a shared host drift apart by the host's load, not by their build (the flag's rate for twins is checked in
+    # virtual time, benchmarks/ci_coverage.py and tests/unit/test_ci_coverage.py)
     assert table.loc["slow", "output_throughput_ratio_hi"] < 0.8 and table.loc["slow", "tpot_p50_ratio_lo"] > 1.3
-    assert table.loc["slow", "differs"] and not table.loc["twin", "differs"]
+    assert table.loc["slow", "differs"]
+    for metric in ("output_throughput_ratio", "tpot_p50_ratio"):
+        assert abs(table.loc["twin", metric] - 1) < 0.1, (metric, table.loc["twin", metric])
     assert table.loc["slow", "exact_match_rate"] == 1.0  # greedy AR on both: the same replies
 
     builds = pd.read_csv(workflow / "results" / "engine_builds.csv", dtype=str, keep_default_na=False)
