@@ -25,6 +25,7 @@ import sys
 from pathlib import Path
 
 from specsweep.sim.calibration import (
+    PAPER_ROW_KIND,
     PUBLISHED_DFLASH_BY_CONTENT,
     PUBLISHED_DRAFT_MODELS,
     PUBLISHED_QWEN3_8B,
@@ -113,7 +114,7 @@ def fit_dflash(count: int = 10, rounds: int = 60, steps: int = 250) -> dict:
     paper row's DFlash/AR speedup for the one round cost that fits them best (log(tau / (r x published)),
     squared, r the geometric mean of tau / published over the rows: the hf-eager runtime's drafter cost is
     fitted to it afterwards)."""
-    prompts, paper_prompts = content_prompts(count), calibration_prompts(count)
+    prompts = content_prompts(count)  # the paper's rows' prompts among them (PAPER_ROW_KIND)
     cost = CostModel.named("H200", "qwen3-8b", "hf-eager")
     chain = Decoding("dflash", 16, overlap=False)
     tree = Decoding("ddtree", 16, 128, 8, overlap=False, tree_build="paper")
@@ -125,15 +126,14 @@ def fit_dflash(count: int = 10, rounds: int = 60, steps: int = 250) -> dict:
 
     def loss(x: list[float]) -> float:
         p, total = params(x), 0.0
-        for kind, ps in prompts.items():
+        taus = {kind: mean_tau(ps, chain, rounds, p) for kind, ps in prompts.items()}
+        for kind, tau in taus.items():
             low, high, _ = PUBLISHED_DFLASH_BY_CONTENT[kind]
-            tau = mean_tau(ps, chain, rounds, p)
             total += math.log(min(max(tau, low), high) / tau) ** 2
         speedups = []
-        for row, ps in paper_prompts.items():
-            pub = PUBLISHED_QWEN3_8B[row]
-            tau = mean_tau(ps, chain, rounds, p)
-            ratio = mean_tau(ps, tree, rounds, p) / tau * per_tau
+        for row, kind in PAPER_ROW_KIND.items():
+            pub, tau = PUBLISHED_QWEN3_8B[row], taus[kind]
+            ratio = mean_tau(prompts[kind], tree, rounds, p) / tau * per_tau
             total += math.log(ratio / (pub["ddtree"] / pub["dflash"])) ** 2
             speedups.append(math.log(tau / pub["dflash"]))
         r = sum(speedups) / len(speedups)

@@ -100,7 +100,7 @@ class Algorithm:
         for flag, value in zip(flags, flags[1:]):
             name = _placeholder(value)
             if name in {p.name for p in self.parameters} and flag.startswith("--"):
-                given = values.get(_dest(flag.split("|")[0]))
+                given = values.get(dest(flag.split("|")[0]))
                 if given is not None:
                     params[name] = given
         for variable, value in self.spelling["env"].items():
@@ -164,7 +164,8 @@ def _placeholder(value) -> str | None:
     return text[1:-1] if text.startswith("{") and text.endswith("}") and text.count("{") == 1 else None
 
 
-def _dest(flag: str) -> str:
+def dest(flag: str) -> str:
+    """A flag's name as SGLang's argparse stores it and /server_info reports it: --foo-bar is foo_bar."""
     return flag.lstrip("-").replace("-", "_")
 
 

@@ -19,7 +19,7 @@ from importlib import resources
 import jsonschema
 import requests
 
-from . import CELL_SCHEMA_VERSION, HARNESS_VERSION, __version__
+from . import CELL_SCHEMA_VERSION, HARNESS_VERSION, __version__, algorithms
 from .canon import canonical_json, digest
 from .client import LoadModel, measure
 from .counters import SERVER_INFO_KEYS, LoadSampler, counter_deltas, scrape, server_cumulative_acceptance, server_info
@@ -143,9 +143,8 @@ class CellResult:
 
 
 def _declared_keys(job: ServerJob) -> list[str]:
-    """server_info's keys of the build flags the configuration declares (``--speculative-foo-bar``:
-    ``speculative_foo_bar``, as SGLang names its settings)."""
-    return [extra["flag"].lstrip("-").replace("-", "_") for extra in job.sglang.get("extra_flags", ())]
+    """server_info's keys of the build flags the configuration declares (algorithms.dest)."""
+    return [algorithms.dest(extra["flag"]) for extra in job.sglang.get("extra_flags", ())]
 
 
 def _json_numbers(value):

@@ -190,8 +190,10 @@ def mismatch(calibration: dict, config: dict, environment: dict | None) -> str |
     if config["backend"] == "sim":
         if not gpu_matches(config["sim"]["gpu"], calibration["gpu"]):
             return f"measured on {calibration['gpu']}, not the simulated {config['sim']['gpu']} (sim.gpu)"
-        if calibration["simulated"] and not _same(fp.get("engine_commit"), sim_engine_commit(config)):
-            return f"of the simulated build {fp.get('engine_commit')}, not this one's {sim_engine_commit(config)}"
+        if calibration["simulated"]:
+            build = sim_engine_commit(config)
+            if not _same(fp.get("engine_commit"), build):
+                return f"of the simulated build {fp.get('engine_commit')}, not this one's {build}"
         return None
     if environment is None:
         return "this host's environment is not probed yet (run `snakemake results/env/sglang.json`)"

@@ -13,7 +13,8 @@ from __future__ import annotations
 import heapq
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import MISSING, dataclass, replace
+from dataclasses import fields as dataclass_fields
 from functools import lru_cache
 from importlib import resources
 
@@ -53,13 +54,13 @@ _DEFINED: dict[str, TreeBuild] = {}  # the configuration's own builds (ddtree_bu
 def tree_build(name: str, fields: Mapping, where: str) -> TreeBuild:
     """A build from its fields (the data file's or the configuration's), checked: a clear error naming ``where``
     and the field otherwise."""
-    known = {f for f in TreeBuild.__dataclass_fields__ if f != "name"}
-    unknown = sorted(set(fields) - known)
+    declared = {f.name: f for f in dataclass_fields(TreeBuild) if f.name != "name"}
+    unknown = sorted(set(fields) - set(declared))
     if unknown:
         raise ValueError(
-            f"{where}.{name}.{unknown[0]}: not a field of a DDTree build; known: {', '.join(sorted(known))}"
+            f"{where}.{name}.{unknown[0]}: not a field of a DDTree build; known: {', '.join(sorted(declared))}"
         )
-    missing = sorted({"source", "spine_mode", "width", "max_topk", "depth_bonus", "early_stop_margin"} - set(fields))
+    missing = sorted(n for n, f in declared.items() if f.default is MISSING and n not in fields)
     if missing:
         raise ValueError(f"{where}.{name}: '{missing[0]}' is required (the fields: specsweep/data/ddtree_builds.yaml)")
     if fields["width"] not in ("budget", "topk"):

@@ -12,7 +12,7 @@ import random
 import statistics
 
 from ..text import chat_prompt, split_tokens
-from ..workloads import SYSTEM, chat_prompts, gsm8k_problems, humaneval_problems, short_pools
+from ..workloads import SYSTEM, short_pools
 from .model import (
     CostModel,
     Decoding,
@@ -139,20 +139,18 @@ def predict_content(acceptance: dict | None = None, count: int = 20, rounds: int
     return {kind: mean_tau(ps, chain, rounds, acceptance) for kind, ps in content_prompts(count).items()}
 
 
+# the DDTree paper's rows, by the content kind whose prompts stand for them (content_prompts)
+PAPER_ROW_KIND = {"gsm8k": "math", "humaneval": "code", "alpaca": "chat"}
+
+
 def calibration_prompts(count: int = 40) -> dict[str, list[str]]:
-    """Prompts for the published rows that have shipped data: GSM8K, HumanEval, and own chat prompts for Alpaca.
+    """Prompts for the published rows that have shipped data: GSM8K, HumanEval, and own chat prompts for Alpaca
+    (content_prompts' math, code and chat).
 
     AIME problems are not shipped in any package here; those rows are not predicted.
     """
-
-    def render(texts):
-        return [chat_prompt([SYSTEM, {"role": "user", "content": t}]) for t in texts[:count]]
-
-    return {
-        "gsm8k": render(list(gsm8k_problems())),
-        "humaneval": render(list(humaneval_problems())),
-        "alpaca": render(list(chat_prompts())),
-    }
+    prompts = content_prompts(count)
+    return {row: prompts[kind] for row, kind in PAPER_ROW_KIND.items()}
 
 
 # Published acceptance lengths of draft models in serving engines at temperature 0 (tokens per verify round, the

@@ -192,7 +192,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     declared = {item.partition(":")[0] for item in accepted} - modelled
     # the declared build flags given, accepted and not modelled: logged, and in /server_info
     args.sim_unmodelled_flags = sorted(
-        f for f in declared if getattr(args, f.lstrip("-").replace("-", "_"), None) not in (None, False)
+        f for f in declared if getattr(args, algorithms.dest(f), None) not in (None, False)
     )
     if args.speculative_algorithm:
         spec = algorithms.by_sglang_name(args.speculative_algorithm)
