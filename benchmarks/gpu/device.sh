@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The GPU record's steps, run on the lent GPU machine from the repository root (see README.md here):
-#   bash benchmarks/gpu/device.sh install-a|install-b|install-c|install-0514|calibrate|check|cells|fault|compare|tp2|spec|trees|engines
+#   bash benchmarks/gpu/device.sh install-a|install-b|install-c|install-0514|calibrate|check|cells|fault|compare|tp2|spec|trees|engines|steps
 # install-a/-b/check install SGLang 0.5.16 from the staged payload (.gpu-payload, .gpu-tools: the GPU recipe)
 # and specsweep's own wheels (.whl); `check` then records SGLang's option table and runs the workflow on
 # config/gpu-check.yaml (AR and DFlash side by side through the GPU pool); `fault` kills a server mid-cell
@@ -138,6 +138,13 @@ case $step in
     snake $targets > "$OUT/engines.log" 2>&1
     echo "snakemake exit $?" >> "$OUT/engines.log"; tail -5 "$OUT/engines.log"
     gpu_apps > "$OUT/gpu-apps-after.txt"; pack engines ;;
+  steps)  # `steps NAME STEP [ARGS...]` (after install-c): step_costs.py STEP into $OUT/NAME, e.g.
+    # `steps moe-ar dflash 1 --model benchmarks/gpu/models/qwen3-30b-a3b.config.json`
+    restore_table
+    python3 benchmarks/gpu/step_costs.py "$3" "$OUT/$2" "${@:4}" > "$OUT/$2.log" 2>&1
+    echo "exit $?" >> "$OUT/$2.log"; tail -12 "$OUT/$2.log"
+    gpu_apps > "$OUT/gpu-apps-after.txt"
+    tar czf "$OUT/$2.tgz" -C "$OUT" "$2" && rm -rf "${OUT:?}/$2" ;;
   tp2)
     restore_table
     OVERLAY=benchmarks/gpu/tp2.yaml

@@ -4,6 +4,10 @@
     python3 benchmarks/gpu/step_costs.py one-batch OUT_DIR      # AR forward steps, no server
     python3 benchmarks/gpu/step_costs.py dflash OUT_DIR 16 8 32 [--prompts 1024 4096]  # timed DFlash rounds (1: AR)
     python3 benchmarks/gpu/step_costs.py trees OUT_DIR ngram:128:8 eagle3:8:8:64 --prompts 1024 8192  # tree rounds
+    python3 benchmarks/gpu/step_costs.py numerics OUT_DIR           # greedy outputs alone against in a batch
+    # another target shape (and DFlash drafter) from a config.json, e.g. the MoE record's:
+    python3 benchmarks/gpu/step_costs.py dflash OUT_DIR 1 16 --model benchmarks/gpu/models/qwen3-30b-a3b.config.json \
+        --drafter benchmarks/gpu/models/dflash-qwen3-30b-a3b-b16.config.json
     # anywhere, from the measured records (step costs, tree rounds, the workflow's own cells)
     .venv/bin/python benchmarks/gpu/step_costs.py fit RECORD_DIR [--also RECORD_DIR ...] [--write PROFILE.yaml]
 
@@ -21,6 +25,13 @@ request's chunks, the batch its concurrency, the verify width the block size.
 Block size 1 is a plain AR server (no drafter): its gaps are decode steps
 behind the scheduler, overlap on, as a served request sees them.
 
+numerics: one AR server; the same prompts sent one at a time and then all at once
+(concurrency 16), greedy: how many outputs differ with the batch they ran in, and
+from which token (bf16 kernels reduce in an order that depends on the batch).
+
+--model / --drafter: the target's (the drafter's) config.json, staged as a model
+folder under /tmp beside the recipe's tokenizer, dummy weights as for the rest.
+
 fit: specsweep.calibrate's fit (what `snakemake calibrate` runs): least squares on
 log(simulated / measured) over every measured shape, over the simulator's runtime
 parameters that the shapes identify (specsweep.calibrate.FITTED), from the generic
@@ -36,6 +47,7 @@ import argparse
 import asyncio
 import json
 import random
+import re
 import subprocess
 import sys
 import time
@@ -44,10 +56,25 @@ from pathlib import Path
 MODEL = "/tmp/qwen3-8b"
 DRAFTER = "/tmp/dflash-b16"
 EAGLE3 = "/tmp/eagle3-draft"
+
+
+def stage_model(config: Path) -> str:
+    """A model folder /tmp/<config's name> holding ``config`` and the recipe's Qwen tokenizer (dummy weights)."""
+    folder = Path("/tmp") / config.name.removesuffix(".config.json")
+    folder.mkdir(exist_ok=True)
+    (folder / "config.json").write_text(config.read_text())
+    for f in Path("/tmp/qwen3-8b").glob("tokenizer*"):
+        (folder / f.name).write_bytes(f.read_bytes())
+    return str(folder)
+
+
+def common() -> list[str]:
+    """The flags of every server and bench run here: the target MODEL with dummy weights."""
+    return ["--model-path", MODEL, *COMMON]
+
+
 # prefill CUDA graphs are left out: their capture costs 90 s a start, and no step measured here is a small prefill
 COMMON = [
-    "--model-path",
-    MODEL,
     "--load-format",
     "dummy",
     "--attention-backend",
@@ -69,7 +96,7 @@ def one_batch(out: Path) -> None:
         sys.executable,
         "-m",
         "sglang.bench_one_batch",
-        *COMMON,
+        *common(),
         "--mem-fraction-static",
         "0.6",
         "--context-length",
@@ -119,7 +146,7 @@ def server_argv(port: int, prompts: list[int]) -> list[str]:
         sys.executable,
         "-m",
         "sglang.launch_server",
-        *COMMON,
+        *common(),
         "--host",
         "127.0.0.1",
         "--port",
@@ -140,7 +167,7 @@ def dflash(out: Path, blocks: list[int], prompts: list[int], port: int = 30123) 
 
     out.mkdir(parents=True, exist_ok=True)
     for block in blocks:
-        drafter = Path(f"/tmp/dflash-b{block}")
+        drafter = Path(re.sub(r"-b\d+$", f"-b{block}", DRAFTER))
         if block > 1 and not drafter.exists():
             drafter.mkdir()
             config = json.loads((Path(DRAFTER) / "config.json").read_text())
@@ -169,6 +196,7 @@ def dflash(out: Path, blocks: list[int], prompts: list[int], port: int = 30123) 
                     streams = asyncio.run(_rounds(server.url, c, prompt, 96, c))
                     row = {
                         "block": block,
+                        "model": Path(MODEL).name,
                         "concurrency": c,
                         "prompt": prompt,
                         "new_tokens": 96,
@@ -232,6 +260,7 @@ def trees(out: Path, specs: list[str], prompts: list[int], port: int = 30124) ->
                     streams = asyncio.run(_rounds(server.url, c, prompt, 160, c))
                     row = {
                         "spec": spec,
+                        "model": Path(MODEL).name,
                         "label": label,
                         "concurrency": c,
                         "prompt": prompt,
@@ -249,6 +278,68 @@ def trees(out: Path, specs: list[str], prompts: list[int], port: int = 30124) ->
                     )
         finally:
             server.stop(60)
+
+
+async def _outputs(url: str, prompts: list[list[int]], new_tokens: int, together: bool) -> list[list[int]]:
+    """Each prompt's greedy output ids, the prompts sent one after another or all at once."""
+    import aiohttp
+
+    async def one(session, ids):
+        body = {
+            "input_ids": ids,
+            "sampling_params": {"max_new_tokens": new_tokens, "ignore_eos": True, "temperature": 0},
+        }
+        async with session.post(url + "/generate", json=body) as resp:
+            answer = await resp.json()
+            return answer.get("output_ids") or answer["text"]
+
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=300)) as session:
+        if together:
+            return list(await asyncio.gather(*(one(session, p) for p in prompts)))
+        return [await one(session, p) for p in prompts]
+
+
+def numerics(out: Path, port: int = 30125, requests: int = 16, new_tokens: int = 128) -> None:
+    """One AR server: ``requests`` prompts of 1,024 random ids, greedy, sent alone and then all together, twice
+    each; how many outputs differ between the two, and the first token where each does (numerics.json)."""
+    from specsweep.launcher import Server
+
+    out.mkdir(parents=True, exist_ok=True)
+    rng = random.Random(7)
+    prompts = [[rng.randrange(1000, 100000) for _ in range(1024)] for _ in range(requests)]
+    server = Server(server_argv(port, [1024]), {}, "127.0.0.1", port, out / "server-numerics.log")
+    try:
+        server.start(300)
+        runs = {
+            name: asyncio.run(_outputs(server.url, prompts, new_tokens, together))
+            for name, together in (
+                ("alone", False),
+                ("together", True),
+                ("alone-again", False),
+                ("together-again", True),
+            )
+        }
+    finally:
+        server.stop(60)
+
+    def first_difference(a: list[int], b: list[int]) -> int | None:
+        return next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), None if len(a) == len(b) else len(a))
+
+    pairs = {
+        f"{a} vs {b}": [first_difference(x, y) for x, y in zip(runs[a], runs[b])]
+        for a, b in (("alone", "alone-again"), ("together", "together-again"), ("alone", "together"))
+    }
+    record = {
+        "model": Path(MODEL).name,
+        "requests": requests,
+        "new_tokens": new_tokens,
+        "first_difference": pairs,
+        "outputs": runs,
+    }
+    (out / "numerics.json").write_text(json.dumps(record))
+    for name, firsts in pairs.items():
+        differ = [f for f in firsts if f is not None]
+        print(f"{name}: {len(differ)} of {requests} outputs differ, first at tokens {sorted(differ)}", flush=True)
 
 
 def round_gaps(streams: list[list[float]]) -> list[float]:
@@ -457,7 +548,7 @@ def fit(records: list[Path], write: Path | None) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("step", choices=["one-batch", "dflash", "trees", "fit"])
+    parser.add_argument("step", choices=["one-batch", "dflash", "trees", "numerics", "fit"])
     parser.add_argument("dir", type=Path, help="where a measurement goes; fit: the first record folder")
     parser.add_argument("--also", nargs="*", type=Path, default=[], help="fit: more record folders")
     parser.add_argument(
@@ -468,13 +559,22 @@ def main() -> None:
     )
     parser.add_argument("--prompts", nargs="+", type=int, default=[1024], help="prompt lengths (dflash)")
     parser.add_argument("--write", type=Path)
+    parser.add_argument("--model", type=Path, help="the target's config.json (default: the recipe's Qwen3-8B)")
+    parser.add_argument("--drafter", type=Path, help="the DFlash drafter's config.json, block 16 (dflash)")
     args = parser.parse_args()
+    global MODEL, DRAFTER
+    if args.model:
+        MODEL = stage_model(args.model)
+    if args.drafter:
+        DRAFTER = stage_model(args.drafter)
     if args.step == "one-batch":
         one_batch(args.dir)
     elif args.step == "dflash":
         dflash(args.dir, [int(b) for b in args.blocks], args.prompts)
     elif args.step == "trees":
         trees(args.dir, args.blocks, args.prompts)
+    elif args.step == "numerics":
+        numerics(args.dir)
     else:
         fit([args.dir, *args.also], args.write)
 
