@@ -754,7 +754,7 @@ class CostModel:
         r, batch, kind = self.runtime, len(contexts), decoding.spec.drafting
         if kind in ("block", "block-tree"):
             drafted = decoding.block_size * batch if r.get("drafter_per_token") else batch
-            return r["drafter_fraction"] * self.verify_seconds(drafted, [0] * batch)
+            return r["drafter_fraction"] * self.dense_equivalent().verify_seconds(drafted, [0] * batch)
         if kind != "draft-model":
             return 0.0
         spec = decoding.spec
@@ -770,6 +770,25 @@ class CostModel:
         topk = decoding.topk or 1
         extend = drafter.verify_seconds(batch * (decoding.num_steps + 1), contexts) + overhead
         return extend + (decoding.num_steps - 1) * (drafter.verify_seconds(batch * topk, contexts) + overhead)
+
+    def dense_equivalent(self) -> CostModel:
+        """This model as a dense one of its active size (itself where it is dense): what a block drafter's pass
+        costs is a share of. A DFlash drafter is a few dense layers at the target's hidden size whatever the
+        target's experts, so its pass reads no routed experts: weight_bytes becomes the bytes one token reads
+        (_bytes_read(1)), the experts go."""
+        if not self.model.get("experts"):
+            return self
+        dense = {k: v for k, v in self.model.items() if k not in ("experts", "experts_per_token", "expert_bytes")}
+        return CostModel(self.gpu, {**dense, "weight_bytes": self._bytes_read(1)}, self.runtime, self.tp)
+
+    def routed_active_params(self) -> float:
+        """Parameters of the routed experts one token runs through: active_params x the routed share of the bytes
+        one token reads (expert_bytes x k / E of weight_bytes - expert_bytes + expert_bytes x k / E); 0 if dense."""
+        m = self.model
+        if not m.get("experts"):
+            return 0.0
+        routed = m["expert_bytes"] * m["experts_per_token"] / m["experts"]
+        return m["active_params"] * routed / (m["weight_bytes"] - m["expert_bytes"] + routed)
 
     def experts_touched(self, tokens: float, requests: int = 1) -> float:
         """Expected routed experts per MoE layer that a step's ``tokens`` touch, spread evenly over ``requests``
@@ -836,7 +855,10 @@ class CostModel:
 
         roofline(weights read, compute; where the runtime sets roofline_exponent p, (read^p + compute^p)^(1/p):
         the two overlap less than fully where they are close, as a verify of a few hundred tokens shows) +
-        attention + layers x per-layer overhead + TP all-reduces; attention
+        attention + layers x per-layer overhead (+ layers x moe_layer_overhead for a MoE model) + TP
+        all-reduces; compute = 2 x tokens x (dense params / flops + routed params / (flops x
+        moe_compute_efficiency)), the routed params those of routed_active_params (a routed expert's GEMM runs over
+        the few tokens routed to it); attention
         reads every request's KV cache at the runtime's attention bandwidth (attention_bandwidth_efficiency, else
         bandwidth_efficiency, of the GPU's), and no faster for one request than
         ``attention_request_bandwidth`` (a lone long request leaves most of the GPU idle), where the runtime sets it;
@@ -852,7 +874,10 @@ class CostModel:
         bw = g["bandwidth"] * r["bandwidth_efficiency"] * self.tp
         flops = g["flops"] * r["compute_efficiency"] * self.tp
         read = self._bytes_read(tokens, len(contexts)) / bw
-        compute = 2 * m["active_params"] * tokens / flops
+        # a routed expert's GEMM runs over the few tokens routed to it: at moe_compute_efficiency of the dense rate
+        routed = self.routed_active_params()
+        moe_flops = flops * r.get("moe_compute_efficiency", 1.0)
+        compute = 2 * tokens * ((m["active_params"] - routed) / flops + routed / moe_flops)
         if r.get("roofline_exponent"):  # a soft roofline: (read^p + compute^p)^(1/p), max(read, compute) as p grows
             p = max(1.0, r["roofline_exponent"])
             top = max(read, compute)
@@ -875,6 +900,8 @@ class CostModel:
                 request_reads * max(contexts) * m["kv_bytes_per_token"] / (r["attention_request_bandwidth"] * self.tp),
             )
         fixed = m["layers"] * r["layer_overhead"]
+        if m.get("experts"):  # routing, top-k, sorting tokens by expert, the grouped GEMMs' launches: every MoE layer
+            fixed += m["layers"] * r.get("moe_layer_overhead", 0.0)
         comm = 2 * m["layers"] * r["allreduce_latency"] * math.log2(self.tp) if self.tp > 1 else 0.0
         return roofline + attention + fixed + comm
 
