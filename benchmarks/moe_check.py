@@ -1,6 +1,6 @@
 """The simulator's MoE steps against SGLang's on an H200, and DFlash/AR on MoE against published figures.
 
-    .venv/bin/python benchmarks/moe_check.py
+    .venv/bin/python benchmarks/moe_check.py [--fit]
 
 1. The record benchmarks/gpu/moe-2026-12-02 (SGLang 0.5.16, one H200, dummy weights of Qwen3-30B-A3B's shape:
    AR steps at 1-64 requests, DFlash rounds of 16 tokens, NGRAM chains of 16; benchmarks/gpu/step_costs.py) against
@@ -8,8 +8,10 @@
    random prompts (uniform routing across requests, as the simulator has it), but a random drafter's 16 drafts and a
    random model's looping output route a request's tokens to fewer experts than real text does. So a speculative
    round of one or four requests is shown with the two bounds of its routing: all of a request's tokens on one
-   token's k experts (least) and uniform routing (most); at 16 and 64 requests nearly every expert is read
-   whatever the routing, and the simulator's own figure stands.
+   token's k experts (least) and uniform routing (most). At 16 and 64 requests the step is bound by the routed
+   experts' arithmetic, not by reading them, so both bounds give one figure and the measurement checks it.
+   With --fit: the two MoE parameters of sglang-0.5.16-h200 (moe_layer_overhead, moe_compute_efficiency) fitted
+   again on a grid, least squares of log(simulated / measured) over AR's steps and the rounds of 16 and 64 requests.
 2. DFlash/AR at batch 1 (context 1,000) for accept lengths 2, 4.5 and 6.5 with the shipped profiles, against the
    published SGLang figures (PUBLISHED; benchmarks/README.md names them).
 """
@@ -76,6 +78,30 @@ def ratio_table() -> None:
         print(f"- {gpu}, accept length {tau}: DFlash/AR {ratio} ({source})")
 
 
+def fit() -> None:
+    """The grid fit of the record's two MoE parameters (see the module's docstring)."""
+    import math
+
+    base = CostModel.named("H200", "qwen3-30b-a3b", "sglang-0.5.16-h200")
+    rows = [r for r in record_rows() if r["kind"] == "ar-server" or r["batch"] >= 16]
+    best = None
+    for overhead in (i * 1e-6 for i in range(61)):
+        for share in (i / 100 for i in range(5, 101)):
+            runtime = {**base.runtime, "moe_layer_overhead": overhead, "moe_compute_efficiency": share}
+            cost = CostModel(base.gpu, base.model, runtime, 1, base.draft_model)
+            loss = sum(math.log(step_costs.simulated(cost, r) / r["seconds"]) ** 2 for r in rows)
+            if best is None or loss < best[0]:
+                best = (loss, overhead, share)
+    print(f"\nfit over {len(rows)} shapes: moe_layer_overhead {best[1]:.1e}, moe_compute_efficiency {best[2]:.2f}")
+
+
 if __name__ == "__main__":
+    import argparse
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--fit", action="store_true", help="fit the H200 profile's two MoE parameters again")
+    args = parser.parse_args()
     record_table()
     ratio_table()
+    if args.fit:
+        fit()

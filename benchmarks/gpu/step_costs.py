@@ -383,6 +383,7 @@ def measured_steps(*records: Path) -> list[dict]:
             r = json.loads(line)
             rows.append(
                 {
+                    "model": r.get("model", "qwen3-8b"),
                     "kind": "dflash" if r["block"] > 1 else "ar-server",
                     "batch": r["concurrency"],
                     "width": r["block"],
@@ -396,6 +397,7 @@ def measured_steps(*records: Path) -> list[dict]:
             decoding = tree_decoding(r["spec"])
             rows.append(
                 {
+                    "model": r.get("model", "qwen3-8b"),
                     "kind": decoding["algorithm"],
                     "batch": r["concurrency"],
                     "width": decoding["num_draft_tokens"],
@@ -522,6 +524,9 @@ def fit(records: list[Path], write: Path | None) -> None:
     from specsweep.sim.model import CostModel, profiles
 
     rows = [package_row(r) for r in measured_steps(*records)]
+    others = sorted({r.get("model", "qwen3-8b") for r in rows} - {"qwen3-8b"})
+    if others:  # the fit is Qwen3-8B's runtime profile; another shape's record has its own check (moe_check.py)
+        sys.exit(f"step_costs.py fit: the records hold steps of {', '.join(others)}, not only Qwen3-8B's")
     p = profiles()
     gpu, model, drafter = p["gpus"]["H200"], p["models"]["qwen3-8b"], p["models"]["qwen3-0.6b"]
     shipped = p["runtimes"]["sglang-0.5.16-h200"]

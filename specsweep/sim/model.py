@@ -744,8 +744,9 @@ class CostModel:
     def draft_seconds(self, decoding: Decoding, contexts: list[int]) -> float:
         """GPU time of one round's drafting.
 
-        Block drafters (DFlash, DDTree): drafter_fraction x a target pass over the drafted tokens (the block per
-        request where drafter_per_token, else one; a DDTree tree is built from that one pass, whatever its budget).
+        Block drafters (DFlash, DDTree): drafter_fraction x a pass of the target as a dense model of its active size
+        (dense_equivalent: the drafter reads no experts) over the drafted tokens (the block per request where
+        drafter_per_token, else one; a DDTree tree is built from that one pass, whatever its budget).
         Draft models (SGLang's EAGLE worker): one forward over the num_steps + 1 tokens a round can accept (the
         draft extend, whose output is the first step's candidates), then num_steps - 1 forwards over topk tokens a
         request; each forward the drafter's own cost on this GPU (with
@@ -789,6 +790,22 @@ class CostModel:
             return 0.0
         routed = m["expert_bytes"] * m["experts_per_token"] / m["experts"]
         return m["active_params"] * routed / (m["weight_bytes"] - m["expert_bytes"] + routed)
+
+    def weights_compute(self, tokens: float, efficiency: float) -> float:
+        """Seconds of the weights' arithmetic over ``tokens`` tokens at ``efficiency`` of the GPU's flops (x TP):
+        2 x tokens x ((active_params - routed) / F + routed / (F x moe_compute_efficiency)), F = flops x efficiency
+        x tp and routed = routed_active_params (0 for a dense model). A routed expert's GEMM runs over the few
+        tokens routed to it: moe_compute_efficiency (the runtime's, 1 where it does not set it) of the dense rate."""
+        m, r = self.model, self.runtime
+        flops = self.gpu["flops"] * efficiency * self.tp
+        routed = self.routed_active_params()
+        seconds = 2 * (m["active_params"] - routed) * tokens / flops
+        if routed:
+            share = r.get("moe_compute_efficiency", 1.0)
+            if share <= 0:
+                raise ValueError(f"runtime profile: moe_compute_efficiency must be above 0, not {share}")
+            seconds += 2 * tokens * routed / (flops * share)
+        return seconds
 
     def experts_touched(self, tokens: float, requests: int = 1) -> float:
         """Expected routed experts per MoE layer that a step's ``tokens`` touch, spread evenly over ``requests``
@@ -855,10 +872,10 @@ class CostModel:
 
         roofline(weights read, compute; where the runtime sets roofline_exponent p, (read^p + compute^p)^(1/p):
         the two overlap less than fully where they are close, as a verify of a few hundred tokens shows) +
-        attention + layers x per-layer overhead (+ layers x moe_layer_overhead for a MoE model) + TP
-        all-reduces; compute = 2 x tokens x (dense params / flops + routed params / (flops x
-        moe_compute_efficiency)), the routed params those of routed_active_params (a routed expert's GEMM runs over
-        the few tokens routed to it); attention
+        attention + layers x per-layer overhead (+ layers x moe_layer_overhead for a MoE model, 0 where the runtime
+        does not set it) + TP all-reduces; read = weights read (_bytes_read) / (bandwidth x bandwidth_efficiency x
+        tp), compute = weights_compute(tokens, compute_efficiency) (MoE: the routed experts at
+        moe_compute_efficiency of the dense rate); attention
         reads every request's KV cache at the runtime's attention bandwidth (attention_bandwidth_efficiency, else
         bandwidth_efficiency, of the GPU's), and no faster for one request than
         ``attention_request_bandwidth`` (a lone long request leaves most of the GPU idle), where the runtime sets it;
@@ -874,10 +891,7 @@ class CostModel:
         bw = g["bandwidth"] * r["bandwidth_efficiency"] * self.tp
         flops = g["flops"] * r["compute_efficiency"] * self.tp
         read = self._bytes_read(tokens, len(contexts)) / bw
-        # a routed expert's GEMM runs over the few tokens routed to it: at moe_compute_efficiency of the dense rate
-        routed = self.routed_active_params()
-        moe_flops = flops * r.get("moe_compute_efficiency", 1.0)
-        compute = 2 * tokens * ((m["active_params"] - routed) / flops + routed / moe_flops)
+        compute = self.weights_compute(tokens, r["compute_efficiency"])
         if r.get("roofline_exponent"):  # a soft roofline: (read^p + compute^p)^(1/p), max(read, compute) as p grows
             p = max(1.0, r["roofline_exponent"])
             top = max(read, compute)
@@ -965,18 +979,19 @@ class CostModel:
         return gpu + cpu
 
     def prefill(self, new_tokens: int, attention_pairs: float = 0.0, decoding: Decoding | None = None) -> float:
-        """Seconds to prefill ``new_tokens`` prompt tokens (compute-bound): the weights' work, 2 x params x tokens /
-        (flops x e), plus causal attention where the runtime sets attention_compute_efficiency: 4 x layers x q_dim x
-        pairs / (flops x e_attention), pairs = sum over requests of new x cached + new^2 / 2 (query-key pairs), plus
-        the runtime's prefill_fixed per prefill step (kernel launches without CUDA graphs). On a server decoding
-        with a block drafter (DFlash, DDTree: ``decoding``) the drafter extends its own cache over the same tokens:
-        drafter_prefill_fraction x the target's weights' work + drafter_prefill_fixed a step (the runtime's; 0
-        where it does not set them: a drafter of a few layers adds little attention, so a share of the weights'
-        work and not of the whole)."""
+        """Seconds to prefill ``new_tokens`` prompt tokens (compute-bound): the weights' work,
+        weights_compute(tokens, e) (2 x params x tokens / (flops x e) for a dense model), plus causal attention where
+        the runtime sets attention_compute_efficiency: 4 x layers x q_dim x pairs / (flops x e_attention), pairs =
+        sum over requests of new x cached + new^2 / 2 (query-key pairs), plus the runtime's prefill_fixed per
+        prefill step (kernel launches without CUDA graphs). On a server decoding with a block drafter (DFlash,
+        DDTree: ``decoding``) the drafter extends its own cache over the same tokens: drafter_prefill_fraction x
+        the weights' work of the target as a dense model of its active size (dense_equivalent) +
+        drafter_prefill_fixed a step (the runtime's; 0 where it does not set them: a drafter of a few layers adds
+        little attention, so a share of the weights' work and not of the whole)."""
         if new_tokens <= 0:
             return 0.0
         r, m, g = self.runtime, self.model, self.gpu
-        weights = 2 * m["active_params"] * new_tokens / (g["flops"] * r.get("compute_efficiency", 0.4) * self.tp)
+        weights = self.weights_compute(new_tokens, r.get("compute_efficiency", 0.4))
         seconds = weights + r.get("prefill_fixed", 0.0)
         if attention_pairs and r.get("attention_compute_efficiency") and m.get("q_dim"):
             seconds += (
@@ -987,7 +1002,8 @@ class CostModel:
                 / (g["flops"] * r["attention_compute_efficiency"] * self.tp)
             )
         if decoding is not None and decoding.spec.drafting in ("block", "block-tree"):
-            seconds += r.get("drafter_prefill_fraction", 0.0) * weights + r.get("drafter_prefill_fixed", 0.0)
+            dense = self.dense_equivalent().weights_compute(new_tokens, r.get("compute_efficiency", 0.4))
+            seconds += r.get("drafter_prefill_fraction", 0.0) * dense + r.get("drafter_prefill_fixed", 0.0)
         return seconds
 
     def request_latency(self, prompt_tokens: int) -> float:

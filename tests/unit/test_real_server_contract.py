@@ -367,8 +367,9 @@ def test_the_committed_gpu_record_is_valid_and_complete():
 
 
 def test_sglang_0516s_recorded_answers_keep_the_contract_the_client_and_the_simulator_follow():
-    """Every request SGLang 0.5.16 answered on the H200 (the committed GPU records): token counts, fixed output
-    lengths and SGLang's own acceptance length are what the client reads and the simulator reproduces."""
+    """Every request SGLang answered on the H200 (the committed GPU records: 0.5.16, and 0.5.14 beside it where a
+    record compares engines): token counts, fixed output lengths and SGLang's own acceptance length are what the
+    client reads and the simulator reproduces; each cell was served by the release its engine names."""
     import json
 
     paths = sorted((REPO / "benchmarks" / "gpu").glob("*/cells/**/*.json"))
@@ -376,7 +377,8 @@ def test_sglang_0516s_recorded_answers_keep_the_contract_the_client_and_the_simu
     speculative = 0
     for path in paths:
         cell = json.loads(path.read_text())
-        assert cell["simulated"] is False and cell["provenance"]["server_info"]["version"] == "0.5.16", path
+        release = (cell["method"].get("engine") or "sglang-0.5.16").removeprefix("sglang-")
+        assert cell["simulated"] is False and cell["provenance"]["server_info"]["version"] == release, path
         for r in cell["requests"]:
             assert r["error"] is None and sum(r["chunk_tokens"]) == r["output_tokens"], path  # incremental chunks
             assert r["output_tokens"] == r["expected_tokens"] and r["finish_reason"] == "length", path

@@ -380,9 +380,9 @@ def test_moe_step_reads_the_experts_its_tokens_touch():
 
 def test_moe_steps_follow_the_recorded_h200_steps_and_published_dflash_figures():
     # the shipped H200 profile against SGLang 0.5.16's steps with Qwen3-30B-A3B's shape (benchmarks/moe_check.py):
-    # AR at 1-64 requests within 10%, speculative rounds of 16 and 64 requests (every expert read whatever the
-    # routing) within 15%, and rounds of 1 and 4 requests between the bounds of their routing (a random drafter's
-    # drafts route to fewer experts than real text, so only the bounds are checked there)
+    # AR at 1-64 requests within 10%, speculative rounds of 16 and 64 requests (bound by the routed experts'
+    # arithmetic whatever the routing) within 15%, and rounds of 1 and 4 requests between the bounds of their
+    # routing (a random drafter's drafts route to fewer experts than real text, so only the bounds are checked there)
     import sys
 
     from conftest import REPO
@@ -409,6 +409,11 @@ def test_moe_steps_follow_the_recorded_h200_steps_and_published_dflash_figures()
     chain = Decoding("dflash", 16)
     assert local.draft_seconds(chain, [1000]) == pytest.approx(cost.draft_seconds(chain, [1000]))
     assert local.decode_step(chain, [1000]) > cost.decode_step(chain, [1000])  # the verify does not
+    # a prefill runs the same grouped GEMMs: slower than the same model's arithmetic at the dense rate; a share of
+    # 0 is refused by name
+    assert cost.prefill(1024) > 2 * cost.dense_equivalent().prefill(1024) - cost.runtime["prefill_fixed"]
+    with pytest.raises(ValueError, match="moe_compute_efficiency"):
+        CostModel(cost.gpu, cost.model, {**cost.runtime, "moe_compute_efficiency": 0}).prefill(1024)
     # published SGLang DFlash/AR on MoE at concurrency 1 (moe_check.PUBLISHED), within 10% with the generic runtime
     for gpu, tau, published, _ in moe_check.PUBLISHED:
         generic = CostModel.named(gpu, "qwen3-30b-a3b", "sglang")
