@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The GPU record's steps, run on the lent GPU machine from the repository root (see README.md here):
-#   bash benchmarks/gpu/device.sh install-a|install-b|install-c|install-0514|calibrate|check|cells|fault|compare|tp2|spec|trees|engines|steps
+#   bash benchmarks/gpu/device.sh install-a|install-b|install-c|install-0514|calibrate|check|cells|fault|compare|tp2|spec|trees|engines|steps|stage
 # install-a/-b/check install SGLang 0.5.16 from the staged payload (.gpu-payload, .gpu-tools: the GPU recipe)
 # and specsweep's own wheels (.whl); `check` then records SGLang's option table and runs the workflow on
 # config/gpu-check.yaml (AR and DFlash side by side through the GPU pool); `fault` kills a server mid-cell
@@ -44,6 +44,8 @@ gpu_apps() { nvidia-smi --query-compute-apps=pid,process_name,used_memory --form
 case $step in
   install-a|install-b)
     bash .gpu-tools/install.sh "${step#install-}" .gpu-payload ;;
+  stage)  # `stage a1|a2`: part a carried in two halves, as install.sh a stages it (see README.md here, "Staging")
+    mkdir -p /tmp/stage && cp .gpu-payload/"$2"/* /tmp/stage/ ;;
   install-c)  # c and specsweep's wheels only (check does the same, then runs the workflow)
     install_c
     mkdir -p .specsweep && cp $TABLE .specsweep/ ;;
