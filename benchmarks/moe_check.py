@@ -64,14 +64,24 @@ PUBLISHED = [
 ]
 
 
+def steps_at_batch_1(cost: CostModel) -> tuple[float, float]:
+    """An AR step and a DFlash round (block 16) of one request at context 1,000, in seconds."""
+    return cost.decode_step(Decoding("ar"), [1000]), cost.decode_step(Decoding("dflash", 16), [1000])
+
+
+def dflash_over_ar(cost: CostModel, tau: float) -> float:
+    """DFlash's throughput over AR's at batch 1 for accept length ``tau``: tau x AR step / DFlash round."""
+    ar, dflash = steps_at_batch_1(cost)
+    return tau * ar / dflash
+
+
 def ratio_table() -> None:
     print("\n| GPU | runtime | AR step | DFlash round | tau 2 | tau 4.5 | tau 6.5 |")
     print("|---|---|---|---|---|---|---|")
-    ar, dflash = Decoding("ar"), Decoding("dflash", 16)
     for gpu, runtime in (("A800", "sglang"), ("H200", "sglang"), ("B200", "sglang"), ("H200", "sglang-0.5.16-h200")):
         cost = CostModel.named(gpu, "qwen3-30b-a3b", runtime)
-        a, d = cost.decode_step(ar, [1000]), cost.decode_step(dflash, [1000])
-        taus = " | ".join(f"{tau * a / d:.2f}" for tau in (2.0, 4.5, 6.5))
+        a, d = steps_at_batch_1(cost)
+        taus = " | ".join(f"{dflash_over_ar(cost, tau):.2f}" for tau in (2.0, 4.5, 6.5))
         print(f"| {gpu} | {runtime} | {a * 1e3:.2f} ms | {d * 1e3:.2f} ms | {taus} |")
     print("\npublished:")
     for gpu, tau, ratio, source in PUBLISHED:

@@ -53,9 +53,16 @@ import sys
 import time
 from pathlib import Path
 
-MODEL = "/tmp/qwen3-8b"
+RECIPE_MODEL = "qwen3-8b"  # the recipe's target shape: the model a record's row names where it names none
+MODEL = f"/tmp/{RECIPE_MODEL}"
 DRAFTER = "/tmp/dflash-b16"
 EAGLE3 = "/tmp/eagle3-draft"
+
+
+def copy_tokenizer(source: Path, folder: Path) -> None:
+    """The tokenizer files of the model folder ``source`` into ``folder``."""
+    for f in source.glob("tokenizer*"):
+        (folder / f.name).write_bytes(f.read_bytes())
 
 
 def stage_model(config: Path) -> str:
@@ -63,8 +70,7 @@ def stage_model(config: Path) -> str:
     folder = Path("/tmp") / config.name.removesuffix(".config.json")
     folder.mkdir(exist_ok=True)
     (folder / "config.json").write_text(config.read_text())
-    for f in Path("/tmp/qwen3-8b").glob("tokenizer*"):
-        (folder / f.name).write_bytes(f.read_bytes())
+    copy_tokenizer(Path(f"/tmp/{RECIPE_MODEL}"), folder)
     return str(folder)
 
 
@@ -173,8 +179,7 @@ def dflash(out: Path, blocks: list[int], prompts: list[int], port: int = 30123) 
             config = json.loads((Path(DRAFTER) / "config.json").read_text())
             config["block_size"] = config["dflash_config"]["block_size"] = block
             (drafter / "config.json").write_text(json.dumps(config))
-            for f in Path(DRAFTER).glob("tokenizer*"):
-                (drafter / f.name).write_bytes(f.read_bytes())
+            copy_tokenizer(Path(DRAFTER), drafter)
         argv = server_argv(port, prompts)
         if block > 1:
             argv += [
@@ -383,7 +388,7 @@ def measured_steps(*records: Path) -> list[dict]:
             r = json.loads(line)
             rows.append(
                 {
-                    "model": r.get("model", "qwen3-8b"),
+                    "model": r.get("model", RECIPE_MODEL),
                     "kind": "dflash" if r["block"] > 1 else "ar-server",
                     "batch": r["concurrency"],
                     "width": r["block"],
@@ -397,7 +402,7 @@ def measured_steps(*records: Path) -> list[dict]:
             decoding = tree_decoding(r["spec"])
             rows.append(
                 {
-                    "model": r.get("model", "qwen3-8b"),
+                    "model": r.get("model", RECIPE_MODEL),
                     "kind": decoding["algorithm"],
                     "batch": r["concurrency"],
                     "width": decoding["num_draft_tokens"],
@@ -524,7 +529,7 @@ def fit(records: list[Path], write: Path | None) -> None:
     from specsweep.sim.model import CostModel, profiles
 
     rows = [package_row(r) for r in measured_steps(*records)]
-    others = sorted({r.get("model", "qwen3-8b") for r in rows} - {"qwen3-8b"})
+    others = sorted({r.get("model", RECIPE_MODEL) for r in rows} - {RECIPE_MODEL})
     if others:  # the fit is Qwen3-8B's runtime profile; another shape's record has its own check (moe_check.py)
         sys.exit(f"step_costs.py fit: the records hold steps of {', '.join(others)}, not only Qwen3-8B's")
     p = profiles()

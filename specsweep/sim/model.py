@@ -848,7 +848,7 @@ class CostModel:
 
         launch = layers x eager_layer_launch (each layer's kernels launched one by one from Python: the step is
         launch-bound, whatever the GPU); roofline = max(weights read (_bytes_read) / (bandwidth x e),
-        2 x active_params x tokens / (flops x eager_compute_efficiency)), e = eager_bandwidth_efficiency;
+        weights_compute(tokens, eager_compute_efficiency)), e = eager_bandwidth_efficiency;
         attention = sum over requests of (c x kv_bytes_per_token x eager_kv_passes + layers x n x (c + n) x
         eager_score_bytes) / (bandwidth x e), a request of context c verifying n = tokens / requests nodes: the
         eager path copies and re-reads its KV cache several times a step (the cache concatenated, K and V repeated
@@ -856,9 +856,10 @@ class CostModel:
         pairs a layer). Bandwidth and flops scale with TP, the launches do not."""
         r, m, g = self.runtime, self.model, self.gpu
         bw = g["bandwidth"] * r["eager_bandwidth_efficiency"] * self.tp
-        flops = g["flops"] * r["eager_compute_efficiency"] * self.tp
         launch = m["layers"] * r["eager_layer_launch"]
-        roofline = max(self._bytes_read(tokens, len(contexts)) / bw, 2 * m["active_params"] * tokens / flops)
+        roofline = max(
+            self._bytes_read(tokens, len(contexts)) / bw, self.weights_compute(tokens, r["eager_compute_efficiency"])
+        )
         nodes = tokens / len(contexts) if contexts else float(tokens)
         attention_bytes = sum(
             c * m["kv_bytes_per_token"] * r["eager_kv_passes"]
@@ -889,7 +890,6 @@ class CostModel:
         if "eager_layer_launch" in r:
             return self._eager_seconds(tokens, contexts)
         bw = g["bandwidth"] * r["bandwidth_efficiency"] * self.tp
-        flops = g["flops"] * r["compute_efficiency"] * self.tp
         read = self._bytes_read(tokens, len(contexts)) / bw
         compute = self.weights_compute(tokens, r["compute_efficiency"])
         if r.get("roofline_exponent"):  # a soft roofline: (read^p + compute^p)^(1/p), max(read, compute) as p grows
