@@ -81,6 +81,9 @@ class RequestRecord:
     cached_tokens: int = 0
     verify_ct: int | None = None
     server_accept_length: float | None = None  # SGLang's own spec_accept_length (completion_tokens / verify_ct)
+    # SGLang's spec_correct_drafts_histogram (spec_accept_histogram before 0.5.21) where the build reports one:
+    # index k holds the verify rounds of this request that accepted k drafts
+    correct_drafts_histogram: list | None = None
     server_queue_time: float | None = (
         None  # meta_info queue_time as the server reports it (0.0 in SGLang 0.5.16 streams)
     )
@@ -123,6 +126,19 @@ def _payload(
     return "/v1/completions", {**common, "prompt": template.render(messages, thinking)}
 
 
+HISTOGRAM_FIELDS = ("spec_correct_drafts_histogram", "spec_accept_histogram")  # newest name first
+
+
+def _histogram(meta: dict) -> list[int] | None:
+    """A request's verify rounds by drafts accepted, from whichever of HISTOGRAM_FIELDS its meta_info carries (a list
+    of non-negative integers), else None: read where the build reports it, never assumed."""
+    for name in HISTOGRAM_FIELDS:
+        value = meta.get(name)
+        if isinstance(value, list) and all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in value):
+            return list(value)
+    return None
+
+
 class StreamError(Exception):
     """The server reported an error inside an HTTP 200 stream (SGLang's in-band error object)."""
 
@@ -148,6 +164,9 @@ def _parse_chunk(
             record.verify_ct = int(meta["spec_verify_ct"])
         if meta.get("spec_accept_length") is not None:
             record.server_accept_length = float(meta["spec_accept_length"])
+        histogram = _histogram(meta)
+        if histogram is not None:
+            record.correct_drafts_histogram = histogram
         if meta.get("queue_time") is not None:
             record.server_queue_time = float(meta["queue_time"])
         reason = meta.get("finish_reason")

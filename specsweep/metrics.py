@@ -323,6 +323,24 @@ def acceptance_length_sglang(records: list[dict]) -> float | None:
     return sum(r["output_tokens"] for r in ok) / verify if verify else None
 
 
+def acceptance_by_depth(records: list[dict]) -> list[float] | None:
+    """Acceptance at draft depth d (d = 1, 2, ...) = rounds that accepted at least d drafts / all verify rounds,
+    summed over the successful requests whose server reported its rounds by drafts accepted (SGLang's
+    spec_correct_drafts_histogram: h[k] rounds accepted k drafts, so depth d's share is sum(h[k], k >= d) / sum(h));
+    one value per depth up to the deepest accepted; None where no request carries the histogram. Their sum is the
+    mean drafts accepted a round (acceptance length less the target's own token)."""
+    total: list[int] = []
+    for r in records:
+        histogram = r.get("correct_drafts_histogram") if r["error"] is None else None
+        for k, rounds in enumerate(histogram or ()):
+            total.extend([0] * (k + 1 - len(total)))
+            total[k] += rounds
+    rounds = sum(total)
+    if not rounds:
+        return None
+    return [sum(total[d:]) / rounds for d in range(1, len(total))]
+
+
 def length_mismatches(records: list[dict]) -> int:
     """Length mismatches = successful requests sent with ignore_eos whose output length N differs from
     max_new_tokens."""
@@ -560,6 +578,7 @@ def cell_metrics(
         "per_turn": per_turn(records, seed) if any(r["turn"] for r in records) else {},
         **acceptance,
         "acceptance_agreement": acceptance_agreement(acceptance),
+        "acceptance_by_depth": acceptance_by_depth(records),
         "acceptance_length_per_request": acceptance_length_per_request(records),
         "acceptance_length_sglang": acceptance_length_sglang(records),
     }

@@ -253,6 +253,7 @@ class Step:
     verify_ct: int
     done: bool
     index: int
+    correct_drafts: tuple = ()  # the request's rounds by drafts accepted (index: accepted drafts, value: rounds)
 
 
 @dataclass
@@ -269,6 +270,7 @@ class Request:
     cached_tokens: int = 0
     produced: int = 0
     verify_ct: int = 0
+    correct_drafts: list[int] = field(default_factory=list)  # SGLang's spec_correct_drafts_histogram
     prefilled: bool = False
     prefill_done: int = 0  # prompt tokens prefilled so far (chunked prefill: a long prompt takes several steps)
     length: int = 0  # prompt tokens as the model counts them (sim.tokenizer): what its steps are priced by
@@ -482,6 +484,8 @@ class Engine:
             if probe and ranks is not None:  # the probe runs on DDTree, whose drafter ranks its candidates
                 probe.record(ranks, n - 1)
             req.verify_ct += 1
+            req.correct_drafts.extend([0] * (n - len(req.correct_drafts)))
+            req.correct_drafts[n - 1] += 1  # n tokens a round: n - 1 drafts accepted and the target's own
             self.counters["verify_calls"] += 1
             self.counters["accepted_tokens"] += n
             self._emit(req, n)
@@ -527,13 +531,16 @@ class Engine:
             self.counters["prompt_tokens"] += req.length
             self.counters["cached_tokens"] += req.cached_tokens
             self.remember(req.prompt_tokens + req.reply)
-        req.queue.put_nowait(Step(n, req.produced, req.verify_ct, done, self.counters["steps"]))
+        req.queue.put_nowait(
+            Step(n, req.produced, req.verify_ct, done, self.counters["steps"], tuple(req.correct_drafts))
+        )
 
     def meta_info(self, req: Request, rid: str, step: Step | None = None) -> dict:
         """SGLang's meta_info for a request as it stood after ``step`` (default: now)."""
         produced = step.produced if step is not None else req.produced
         scale = self.args.sim_time_scale
         verify_ct = step.verify_ct if step is not None else req.verify_ct
+        correct_drafts = list(step.correct_drafts) if step is not None else list(req.correct_drafts)
         finished = produced >= len(req.reply)
         info = {
             "id": rid,
@@ -557,6 +564,8 @@ class Engine:
             info["spec_verify_ct"] = verify_ct
             # SGLang's definition: completion tokens (the prefill token included) per verify round
             info["spec_accept_length"] = produced / verify_ct if verify_ct else 0.0
+            # rounds by drafts accepted, as SGLang 0.5.16 reports them (index: drafts accepted, value: rounds)
+            info["spec_correct_drafts_histogram"] = correct_drafts
         return info
 
 

@@ -77,6 +77,17 @@ def test_acceptance_length_is_token_weighted_without_prefill_token():
     assert m.tokens_per_chunk([a, b]) == pytest.approx(12 / 3)
 
 
+def test_acceptance_by_depth_from_the_servers_rounds_by_drafts_accepted():
+    # two requests: rounds that accepted 0, 1, 3 drafts (h = [1, 1, 0, 1]) and 2, 2 drafts (h = [0, 0, 2])
+    a, b = record(0.0, [0.1], [1]), record(0.0, [0.1], [1])
+    a["correct_drafts_histogram"], b["correct_drafts_histogram"] = [1, 1, 0, 1], [0, 0, 2]
+    failed = dict(record(0.0, [], [], error="timeout"), correct_drafts_histogram=[9])  # never counted
+    depths = m.acceptance_by_depth([a, b, failed, record(0.0, [0.1], [1])])  # the last reports no histogram
+    assert depths == pytest.approx([4 / 5, 3 / 5, 1 / 5])  # rounds with at least 1, 2, 3 drafts of 5 rounds
+    assert sum(depths) == pytest.approx((0 + 1 + 3 + 2 + 2) / 5)  # the mean drafts accepted a round
+    assert m.acceptance_by_depth([record(0.0, [0.1], [1])]) is None  # no build report: nothing assumed
+
+
 def test_acceptance_length_undefined_for_ar():
     assert m.acceptance_length([record(0.0, [0.1, 0.2], [1, 1])]) is None
 

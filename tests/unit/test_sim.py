@@ -7,12 +7,14 @@ import asyncio
 import json
 import random
 import sys
+from collections import Counter
 
 import pytest
 import requests
 
 from conftest import DDTREE, DFLASH, start_sim
 from specsweep.client import measure
+from specsweep.metrics import acceptance_by_depth
 from specsweep.launcher import Server, ServerError, free_port
 from specsweep.sim import model as sim
 from specsweep.sim.server import Engine, parse_args
@@ -231,6 +233,15 @@ def test_stream_chunks_match_the_acceptance_counters_under_load(tmp_path):
     for r in records:
         assert sum(r.chunk_tokens) == r.output_tokens
         assert len(r.chunk_tokens) - 1 == r.verify_ct, (r.chunk_tokens, r.verify_ct)  # one chunk per verify round
+        # the rounds by drafts accepted, as the client read them from the server's meta_info: one entry a round,
+        # each round's chunk its drafts accepted plus the target's own token (the last round's may be cut short)
+        rounds = Counter(n - 1 for n in r.chunk_tokens[1:-1])
+        histogram = r.correct_drafts_histogram
+        assert sum(histogram) == r.verify_ct and all(histogram[k] >= rounds[k] for k in rounds), (histogram, r)
+    depths = acceptance_by_depth([r.as_dict() for r in records])
+    assert depths and all(a >= b for a, b in zip(depths, depths[1:]))  # a deeper draft is accepted no more often
+    drafts = sum(r.output_tokens - 1 - r.verify_ct for r in records) / sum(r.verify_ct for r in records)
+    assert sum(depths) >= drafts and sum(depths) == pytest.approx(drafts, rel=0.05)  # the mean drafts a round
 
 
 def test_generate_takes_token_ids_and_model_info_answers_as_sglangs_client_expects(tmp_path):
