@@ -38,7 +38,7 @@ class Parameter:
     """One parameter of an algorithm as a method sets it in config (its type and range: config/schema.yaml)."""
 
     name: str
-    kind: type  # int or str
+    kind: type  # int, float or str
     default: object = None  # when neither the method nor ``defaults`` sets it; None: unset (required ones: an error)
     required: bool = False
     sweep_tag: str | None = None  # a list value sweeps it: one method per value, named <name>-<tag><value>
@@ -48,6 +48,11 @@ class Parameter:
 # what the sweep tags and placeholders may name
 BLOCK_SIZE = Parameter("block_size", int, 16)
 TOPK_CAP = Parameter("topk", int, 8, sweep_tag="t")
+# SGLang's forced acceptance (SGLANG_SIMULATE_ACC_LEN, 0.5.16 speculative/spec_utils.py): each verify round of an
+# EAGLE-family server commits floor(a) or floor(a) + 1 tokens (weighted so that the mean is a; at most num_steps +
+# 1), whatever the drafter proposed. It measures a real engine's cost at a chosen acceptance (dummy weights
+# included); never a model's acceptance. Unset: the drafter's own.
+FORCED_ACCEPTANCE = Parameter("accept_length", float, None, sweep_tag="a")
 
 
 @dataclass(frozen=True)
@@ -68,6 +73,13 @@ class Algorithm:
     @property
     def speculative(self) -> bool:
         return self.sglang is not None
+
+    def parameter(self, name: str) -> Parameter:
+        """The parameter of this name (KeyError where the algorithm has none)."""
+        found = next((p for p in self.parameters if p.name == name), None)
+        if found is None:
+            raise KeyError(f"algorithm {self.name} has no parameter {name}")
+        return found
 
     def resolve(self, params: dict) -> dict:
         """The parameters as the server runs them (derived ones filled); AlgorithmError for a combination SGLang
@@ -271,6 +283,13 @@ class DraftModel(Algorithm):
 
     def resolve(self, params: dict) -> dict:
         steps, topk, tokens = params["num_steps"], params["topk"], params.get("num_draft_tokens")
+        forced = params.get("accept_length")
+        if forced is not None and not 1 <= forced <= steps + 1:
+            raise AlgorithmError(
+                f"accept_length {forced:g} is outside 1 .. num_steps + 1 = {steps + 1}: a round commits at most its "
+                "drafts and the target's own token (SGLang would clamp it silently)",
+                key="accept_length",
+            )
         if topk == 1:
             if tokens is not None and tokens != steps + 1:
                 raise AlgorithmError(
@@ -330,6 +349,7 @@ def _draft_model(name: str, title: str, sglang: str, draft_model: str) -> DraftM
             Parameter("num_steps", int, 3, sweep_tag="s"),
             Parameter("topk", int, 1, sweep_tag="t"),
             Parameter("num_draft_tokens", int, None, sweep_tag="d"),
+            FORCED_ACCEPTANCE,
         ),
         custom_mask=True,
         spelling={
@@ -345,7 +365,7 @@ def _draft_model(name: str, title: str, sglang: str, draft_model: str) -> DraftM
                 "--speculative-num-draft-tokens",
                 "{num_draft_tokens}",
             ],
-            "env": {},
+            "env": {"SGLANG_SIMULATE_ACC_LEN": "{accept_length}"},
             "attention_backend": None,
         },
     )

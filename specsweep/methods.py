@@ -228,7 +228,10 @@ def _expand(config: dict) -> list[Method]:
                 )
             except AlgorithmError as exc:
                 raise ConfigError(_located(where, exc)) from None
-            name = entry["name"] + "".join(f"-{p.sweep_tag}{raw[p.name]}" for p in swept)
+            name = entry["name"] + "".join(
+                f"-{p.sweep_tag}{raw[p.name]:g}" if isinstance(raw[p.name], float) else f"-{p.sweep_tag}{raw[p.name]}"
+                for p in swept
+            )
             values = {"drafter": drafter_value, **{k: str(v) for k, v in params.items() if v is not None}}
             if "block_size" in params:
                 values["draft_tokens"] = str(params["block_size"] - 1)
@@ -245,10 +248,13 @@ def _expand(config: dict) -> list[Method]:
             backend = _attention_backend(config, entry, flags, where)
             # the server's flags come last on the command line: what they set is what runs
             backend = algorithms.flag_value(flags + server_flags, "--attention-backend") or backend
+            # a variable of a parameter the method leaves unset ("uncapped", or an optional one such as
+            # accept_length) is not set at all: the server's own choice holds
+            absent = unset | {p.name for p in algorithm.parameters if params.get(p.name) is None}
             env = {
                 k: _substitute(str(v), values, mwhere + ".env")
                 for k, v in spelling["env"].items()
-                if not any("{" + u + "}" in str(v) for u in unset)
+                if not any("{" + u + "}" in str(v) for u in absent)
             }
             env.update({k: _substitute(str(v), values, where + ".env") for k, v in entry.get("env", {}).items()})
             try:

@@ -269,9 +269,10 @@ class Decoding:
     num_draft_tokens: int = 0  # NGRAM, draft models: tokens verified per request
     max_bfs_breadth: int = 0  # NGRAM
     match_type: str = ""  # NGRAM: BFS or PROB
+    accept_length: float | None = None  # draft models: acceptance forced (SGLANG_SIMULATE_ACC_LEN); None: drawn
 
     _SEEDED = ("algorithm", "block_size", "budget", "topk", "tree_build")
-    _OPTIONAL = ("num_steps", "num_draft_tokens", "max_bfs_breadth", "match_type")
+    _OPTIONAL = ("num_steps", "num_draft_tokens", "max_bfs_breadth", "match_type", "accept_length")
 
     def __post_init__(self):
         algorithms.get(self.algorithm)  # an unknown algorithm is refused, never decoded as another
@@ -334,11 +335,14 @@ class Decoding:
             num_draft_tokens=params.get("num_draft_tokens", 0),
             max_bfs_breadth=params.get("max_bfs_breadth", 0),
             match_type=params.get("match_type", ""),
+            accept_length=params.get("accept_length"),
         )
 
     def params(self) -> dict:
-        """The algorithm's parameters (the registry's names) as this decoding has them."""
-        return {p.name: getattr(self, p.name) for p in self.spec.parameters}  # every one is a field here
+        """The algorithm's parameters (the registry's names) as this decoding has them; an optional one left unset
+        (None, with no default: forced acceptance) is left out, as a method leaves it out."""
+        values = {p.name: getattr(self, p.name) for p in self.spec.parameters}  # every one is a field here
+        return {k: v for k, v in values.items() if v is not None or self.spec.parameter(k).default is not None}
 
     def verify_width(self) -> int:
         """Tokens verified per request per step: 1 (AR), block (DFlash), budget + 1 (DDTree), num_draft_tokens
@@ -608,11 +612,26 @@ class RandomDrafter:
         return 1, None
 
 
+class ForcedDrafter:
+    """Acceptance forced as SGLang forces it (SGLANG_SIMULATE_ACC_LEN, method match-expected): a round commits
+    floor(a) + 1 tokens with probability a - floor(a), else floor(a), a clamped to 1 .. depths + 1, whatever was
+    drafted. SGLang draws once a verify batch; here each request draws its own rounds (the same mean)."""
+
+    def __init__(self, decoding: Decoding, rng: random.Random):
+        assert decoding.accept_length is not None
+        self.rng = rng
+        self.length = max(1.0, min(float(decoding.depths() + 1), decoding.accept_length))
+
+    def round(self, produced: int, batch: int = 1) -> tuple[int, None]:
+        lower = int(self.length)
+        return lower + (1 if self.rng.random() < self.length - lower else 0), None
+
+
 CHUNKED_PREFILL_SIZE = 8192  # new prompt tokens a prefill step takes at most, as SGLang 0.5.16 picks on an H200
 
 
 # one request's rounds: ``round(produced)`` -> (tokens committed, ranks)
-Drafter = RankedDrafter | LookupDrafter | RandomDrafter
+Drafter = RankedDrafter | LookupDrafter | RandomDrafter | ForcedDrafter
 
 
 def request_drafter(
@@ -624,11 +643,14 @@ def request_drafter(
     reply: list,
     random_drafter: bool = False,
 ) -> Drafter | None:
-    """The drafter of one request's rounds (None for AR): ranked draws for drafter models (RandomDrafter where the
-    drafter has random weights), the n-gram lookup over the request's tokens for NGRAM."""
+    """The drafter of one request's rounds (None for AR): forced acceptance where the decoding forces it, ranked
+    draws for drafter models (RandomDrafter where the drafter has random weights), the n-gram lookup over the
+    request's tokens for NGRAM."""
     kind = _mechanism(decoding)
     if kind == "none":
         return None
+    if decoding.accept_length is not None:
+        return ForcedDrafter(decoding, rng)
     if kind == "lookup":
         return LookupDrafter(decoding, prompt, reply)
     return RandomDrafter() if random_drafter else RankedDrafter(decoding, a, rng, acceptance)

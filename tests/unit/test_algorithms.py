@@ -251,6 +251,18 @@ def test_sweeps_of_any_parameter_name_each_method_by_its_tags():
         name: (algorithms.get(m.algorithm).shape(m.params), algorithms.get(m.algorithm).verify_width(m.params))
         for name, m in by_name.items()
     }
+    # forced acceptance sweeps too: SGLang's variable set per method, left unset (the drafter's own) without it
+    forced = expand_methods(configured({"name": "f", "algorithm": "eagle3", "drafter": "h", "accept_length": [2, 3.5]}))
+    assert [(m.name, m.env) for m in forced] == [
+        ("f-a2", {"SGLANG_SIMULATE_ACC_LEN": "2.0"}),
+        ("f-a3.5", {"SGLANG_SIMULATE_ACC_LEN": "3.5"}),
+    ]
+    assert by_name["e3-s5"].env == {} and "accept_length" not in by_name["e3-s5"].params
+    with pytest.raises(
+        cfg.ConfigError,
+        match=r"methods\[0\] \(f\)\.accept_length: accept_length 5 is outside 1 \.\. num_steps \+ 1 = 4",
+    ):
+        expand_methods(configured({"name": "f", "algorithm": "eagle", "drafter": "h", "accept_length": 5}))
     assert shapes == {
         "ng-d8": (("tree", 10), 8),
         "ng-d16": (("tree", 10), 16),
@@ -301,6 +313,7 @@ def test_every_algorithm_launches_with_flags_sglang_0_5_16_parses_and_the_simula
         dict(EAGLE3_TREE),
         {"name": "e1", "algorithm": "eagle", "drafter": "h", "num_steps": 2},
         {"name": "s", "algorithm": "standalone", "drafter": "small"},
+        {"name": "f", "algorithm": "eagle", "drafter": "h", "accept_length": 2.5},
     ]
     config["model"]["load_format"] = "dummy"
     config["sglang"] = {

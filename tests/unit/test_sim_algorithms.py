@@ -206,3 +206,30 @@ def test_draft_model_acceptance_within_12_percent_of_every_published_engine_figu
     # the shape SGLang measured: a tree of 6 nodes accepts less than the chain of 6
     by = {(r["prompts"], r["num_steps"], r["topk"]): r["predicted"] for r in rows if r["algorithm"] == "eagle3"}
     assert by["alpaca", 5, 3] < by["alpaca", 5, 1]
+
+
+@pytest.mark.parametrize("forced, topk", [(2.5, 1), (3.0, 4)])
+def test_forced_acceptance_commits_its_length_whatever_the_drafter_as_sglang_does(tmp_path, forced, topk):
+    """SGLANG_SIMULATE_ACC_LEN on an EAGLE-3 server with dummy weights (whose own drafter never accepts): each round
+    commits floor(a) or floor(a) + 1 tokens, their mean a, on a chain and on a tree alike."""
+    from specsweep.client import measure
+    from specsweep.metrics import acceptance_length
+    from specsweep.workloads import build
+
+    tree = ["--speculative-num-draft-tokens", "8"] if topk > 1 else []
+    argv = ["--speculative-algorithm", "EAGLE3", "--speculative-draft-model-path", "head", "--load-format", "dummy"]
+    argv += ["--speculative-num-steps", "4", "--speculative-eagle-topk", str(topk), *tree]
+    sessions = build({"name": "short", "family": "short", "requests": 8, "max_new_tokens": 160}, seed=2)
+    measured = {}
+    for env in ({}, {"SGLANG_SIMULATE_ACC_LEN": str(forced)}):
+        server = start_sim(tmp_path, *argv, env=env)
+        try:
+            records = [r.as_dict() for r in measure(server.url, sessions, 4, {"temperature": 0.0}, timeout=120)]
+        finally:
+            server.stop()
+        assert all(r["error"] is None for r in records)
+        measured[bool(env)] = records
+    assert acceptance_length(measured[False]) == 1.0  # the dummy drafter alone: the target's own token a round
+    assert acceptance_length(measured[True]) == pytest.approx(forced, rel=0.05)  # the last round may be cut short
+    lengths = {k for r in measured[True] for k, rounds in enumerate(r["correct_drafts_histogram"]) if rounds}
+    assert lengths <= {int(forced) - 1, int(forced)}  # drafts accepted a round: floor(a) - 1 or floor(a)
