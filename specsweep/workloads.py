@@ -209,9 +209,9 @@ def _token_count_problem(raw: str, text: str, text_digest: str, tokenizer_id: st
     try:
         entry = json.loads(raw)
     except json.JSONDecodeError:
-        return None, "it is not a token-count entry (not JSON)"
+        entry = None
     if not isinstance(entry, dict) or set(entry) != {"count", "text", "tokenizer", "digest"}:
-        return None, "it is not a token-count entry (count, text, tokenizer, digest)"
+        return None, f"it holds {raw.strip()[:40]!r}, not a token-count entry (count, text, tokenizer and digest)"
     count = entry["count"]
     if entry != _token_count_entry(entry["text"], entry["tokenizer"], count):
         return None, "its digest does not match its content (edited or damaged)"

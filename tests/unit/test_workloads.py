@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import warnings
@@ -414,29 +415,38 @@ def _forged(count, text_digest=None):
     return entry
 
 
-BAD_COUNTS = [
-    ("100", lambda text: "100"),
-    ("-50", lambda text: "-50"),
-    ("99999", lambda text: "99999"),
-    ("garbage", lambda text: "\x00\x7f{not json"),
-    ("count edited", lambda text: _forged(1)(text).replace('"count": 1', '"count": 100')),
-    ("digest made again over 99999", _forged(99999)),
-    ("digest made again over -50", _forged(-50)),
-    ("digest made again over 3.5", _forged(3.5)),
-    ("another text's entry", _forged(7, "0" * 64)),
+BAD_COUNTS = [  # (name, what the file holds, why it is not used)
+    ("100", lambda text: "100", "it holds '100', not a token-count entry"),
+    ("-50", lambda text: "-50", "it holds '-50', not a token-count entry"),
+    ("99999", lambda text: "99999", "it holds '99999', not a token-count entry"),
+    ("garbage", lambda text: "\x00\x7f{not json", "not a token-count entry"),
+    (
+        "count edited",
+        lambda text: _forged(1)(text).replace('"count": 1', '"count": 100'),
+        "its digest does not match its content",
+    ),
+    ("digest made again over 99999", _forged(99999), "its count 99999 is not a whole number from 0 to 54"),
+    ("digest made again over -50", _forged(-50), "its count -50 is not a whole number from 0 to 54"),
+    ("digest made again over 3.5", _forged(3.5), "its count 3.5 is not a whole number"),
+    ("another text's entry", _forged(7, "0" * 64), "it counts another text"),
 ]
 
 
-@pytest.mark.parametrize("name,content", BAD_COUNTS, ids=[b[0] for b in BAD_COUNTS])
-def test_a_bad_token_count_is_counted_again_with_a_warning_naming_its_file(token_counts, monkeypatch, name, content):
+@pytest.mark.parametrize("name,content,why", BAD_COUNTS, ids=[b[0] for b in BAD_COUNTS])
+def test_a_bad_token_count_is_counted_again_with_a_warning_naming_its_file(
+    token_counts, monkeypatch, name, content, why
+):
     from specsweep import workloads
 
     text = "def f(x):\n    return x * 2  # a text of a few tokens\n"
+    assert workloads.token_bound(text) == 54  # its 53 bytes + 1
     true = true_count(text)
     count_tokens(text)
     (entry,) = list(token_counts.glob("*/*"))
     entry.write_text(content(text))
-    with pytest.warns(WorkloadWarning, match=f"token count {entry} not used: ") as caught:
+    with pytest.warns(
+        WorkloadWarning, match=re.escape(f"token count {entry} not used: ") + ".*" + re.escape(why)
+    ) as caught:
         assert count_tokens(text) == true
     assert len(caught) == 1
     assert json.loads(entry.read_text())["count"] == true  # rewritten
