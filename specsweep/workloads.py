@@ -208,7 +208,7 @@ def _token_count_problem(raw: str, text: str, text_digest: str, tokenizer_id: st
     matches and the count is within bounds (0 to token_bound); (None, why) otherwise."""
     try:
         entry = json.loads(raw)
-    except json.JSONDecodeError:
+    except (ValueError, RecursionError):  # not JSON, or nested past the parser's depth
         entry = None
     if not isinstance(entry, dict) or set(entry) != {"count", "text", "tokenizer", "digest"}:
         return None, f"it holds {raw.strip()[:40]!r}, not a token-count entry (count, text, tokenizer and digest)"

@@ -420,6 +420,7 @@ BAD_COUNTS = [  # (name, what the file holds, why it is not used)
     ("-50", lambda text: "-50", "it holds '-50', not a token-count entry"),
     ("99999", lambda text: "99999", "it holds '99999', not a token-count entry"),
     ("garbage", lambda text: "\x00\x7f{not json", "not a token-count entry"),
+    ("nested past the parser's depth", lambda text: "[" * 100000, "it holds '[[["),
     (
         "count edited",
         lambda text: _forged(1)(text).replace('"count": 1', '"count": 100'),
