@@ -2,6 +2,8 @@
 # Each job first checks every configured method against the installed server's
 # capabilities, so a method the build cannot run stops the workflow before any
 # server starts; jobs start in the plan's packing order (priority).
+from snakemake.logging import logger
+
 from specsweep import bench
 
 REP = "{rep}" if CONFIG["repetitions"] > 1 else None
@@ -19,9 +21,35 @@ def server_cell_outputs(wildcards):
     return [c["path"] for c in cells]
 
 
+def remeasured_cells(wildcards):
+    """No input: the cells of this server that `--config remeasure=<globs>` names, made again in every run that
+    gives it (forced, as --forcerun would), not only in the first: a request, not a setting whose change reruns."""
+    forced(bench.remeasured_outputs(CONFIG["remeasure"], server_cell_outputs(wildcards)))
+    return []
+
+
+def say_what_remeasure_did():
+    """The run's last line when `remeasure` names cells: how many of them this run measured (its journals)."""
+    if CONFIG["remeasure"] and workflow.is_main_process:
+        journals = [
+            layout.journal_path(CONFIG["cache_dir"], s["tp"], s["method"], s["repetition"], runs.current())
+            for s in SERVERS
+        ]
+        logger.info(bench.remeasure_summary(bench.remeasured_outputs(CONFIG["remeasure"], all_cell_outputs()), journals))
+
+
+onsuccess:
+    say_what_remeasure_did()
+
+
+onerror:
+    say_what_remeasure_did()
+
+
 rule bench_server:
     input:
         environment=server_environment,
+        remeasured=remeasured_cells,
     output:
         cells=[
             layout.cell_path("{tp}", "{method}", w["name"], c, REP)
@@ -32,10 +60,6 @@ rule bench_server:
     params:
         job=server_job_json,
         failures=canonical_json(CONFIG["failures"]),
-        # the cells `--config remeasure=<globs>` names: measured again even when cached
-        remeasure=lambda wildcards: canonical_json(
-            bench.remeasured_outputs(CONFIG["remeasure"], server_cell_outputs(wildcards))
-        ),
         # cells whose output is there though they were not final (failures.keep_going): measured again next run
         unfinished=lambda wildcards: canonical_json(bench.unfinished_outputs(server_cell_outputs(wildcards))),
     resources:

@@ -50,24 +50,30 @@ def all_run_records():
     return [layout.run_record_path(s["tp"], s["method"], s["repetition"]) for s in SERVERS]
 
 
+def forced(paths):
+    """Mark ``paths`` to be made again in this run, as `--forcerun FILE` would: their job runs, and then everything
+    downstream of them, for whichever target's DAG reaches them. Called from an input function while the main
+    process builds its DAG (a cluster job runs the job it is given)."""
+    if paths and workflow.is_main_process:
+        files = getattr(workflow.dag, "forcefiles", None)
+        if files is None:
+            raise WorkflowError(f"this Snakemake version offers no way to make {paths[0]} again for this target: "
+                                f"name it with --forcerun {paths[0]} ...")
+        files.update(paths)
+
+
 def rebuilt_when_missing(paths):
     """Input function: ``paths`` (a list, or one path), any of them that is missing rebuilt for every target that
     reaches this rule.
 
     Snakemake (since 7.7) rebuilds a missing file only for a job that has to run anyway: with the tables and the
     report already there, a deleted cell, table or run record was restored for the default target alone, and
-    `snakemake results/summary.csv` said "Nothing to be done". Marking the missing files as forced, as
-    `--forcerun FILE` would, rebuilds them and then everything downstream of them, for whichever target's DAG
-    reaches the rule that reads them (so `snakemake plan` still starts nothing)."""
+    `snakemake results/summary.csv` said "Nothing to be done". Marking the missing files as forced (see forced)
+    rebuilds them for whichever target reaches the rule that reads them (so `snakemake plan` still starts
+    nothing)."""
 
     def inputs(wildcards):
-        missing = [p for p in ([paths] if isinstance(paths, str) else paths) if not os.path.exists(p)]
-        if missing and workflow.is_main_process:
-            forced = getattr(workflow.dag, "forcefiles", None)
-            if forced is None:
-                raise WorkflowError(f"{missing[0]} is missing and this Snakemake version offers no way to rebuild it "
-                                    f"for this target: name it as a target too (snakemake {missing[0]} ...)")
-            forced.update(missing)
+        forced([p for p in ([paths] if isinstance(paths, str) else paths) if not os.path.exists(p)])
         return paths
 
     return inputs

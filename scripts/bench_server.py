@@ -6,7 +6,7 @@ import json
 import sys
 from pathlib import Path
 
-from specsweep.bench import bench_server
+from specsweep.bench import bench_server, remeasured_outputs
 from specsweep.cost_model import resolve
 from specsweep.jobs import ServerJob
 from specsweep.methods import expand_methods
@@ -42,7 +42,8 @@ result = bench_server(
     all_methods=all_methods,
     planned=planned,
     failures=json.loads(snakemake.params.failures),
-    remeasure=json.loads(snakemake.params.remeasure),
+    # the cells `--config remeasure=<globs>` names (the workflow makes the job run for them: not a rerun trigger)
+    remeasure=remeasured_outputs(snakemake.config["remeasure"], list(snakemake.output.cells)),
 )
 print(
     f"cells from cache: {result['hits']}, measured: {result['measured']}"

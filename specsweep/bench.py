@@ -18,7 +18,7 @@ from contextlib import ExitStack
 from datetime import datetime, timezone
 from pathlib import Path
 
-from .cache import CellCache, Journal, write_run_record
+from .cache import CellCache, Journal, journal_events, write_run_record
 from .canon import atomic_write_json
 from .cells import DEFAULT_FAILURES, IDENTITY, CellError, cell_problem, keyed_cells, measure_cell, unfinished
 from .jobs import ServerJob
@@ -288,19 +288,46 @@ def _usable_entry(cache: CellCache, cell: dict, failures: dict) -> tuple[dict | 
     return (None, why) if why else (entry, None)
 
 
-def remeasured_outputs(pattern: str, cell_paths: list[str]) -> list[str]:
+def _name_of(cell_path: str) -> str:
+    """A cell's name (cells.cell_name) from its path: results/cells/tp1/ar/short/c4.json is tp1/ar/short/c4."""
+    return cell_path.removeprefix(layout.CELLS + "/").removesuffix(".json")
+
+
+def remeasured_outputs(pattern: str | None, cell_paths: list[str]) -> list[str]:
     """The cell paths that the ``remeasure`` setting names: comma-separated globs, each matched against a cell's
-    name (tp1/ar/short/c4, with -r<n> for a repetition) and its path (results/cells/tp1/ar/short/c4.json)."""
-    globs = [g.strip() for g in pattern.split(",") if g.strip()]
-    prefix = layout.CELLS + "/"
+    name (_name_of) and its path (results/cells/tp1/ar/short/c4.json). Empty or none (`--config remeasure=`)
+    names no cell."""
+    globs = [g.strip() for g in (pattern or "").split(",") if g.strip()]
     return [
-        p
-        for p in cell_paths
-        if any(
-            fnmatch.fnmatchcase(p, g) or fnmatch.fnmatchcase(p.removeprefix(prefix).removesuffix(".json"), g)
-            for g in globs
-        )
+        p for p in cell_paths if any(fnmatch.fnmatchcase(p, g) or fnmatch.fnmatchcase(_name_of(p), g) for g in globs)
     ]
+
+
+def remeasure_summary(asked: list[str], journals: Sequence[str | Path], shown: int = 8) -> str:
+    """What `remeasure` did in one run, as one line: how many of the cells it names (``asked``, cell paths) the
+    run measured and cached (a `measured` event in the run's ``journals``), and which (the first ``shown`` of each
+    kind); a named cell without one failed, was not final, or was not reached (an interrupted run, a target that
+    does not read it)."""
+    measured = {
+        os.path.normpath(e["cell"])
+        for journal in journals
+        if os.path.exists(journal)
+        for e in journal_events(journal)
+        if e["event"] == "measured" and isinstance(e.get("cell"), str)
+    }
+    done = [_name_of(p) for p in asked if os.path.normpath(p) in measured]
+    left = [_name_of(p) for p in asked if os.path.normpath(p) not in measured]
+
+    def listed(names: list[str]) -> str:
+        return ", ".join(names[:shown]) + (f", ... ({len(names) - shown} more)" if len(names) > shown else "")
+
+    line = f"remeasure: measured {len(done)}{f' of {len(asked)}' if left else ''} cell{'s' if len(asked) != 1 else ''}"
+    line += f" ({listed(done)})" if done else ""
+    if left:
+        line += (
+            f"; not measured: {listed(left)} (failed, not final or not reached: see results/failed/ and logs/bench/)"
+        )
+    return line
 
 
 def unfinished_outputs(cell_paths: list[str]) -> dict[str, int]:

@@ -41,7 +41,7 @@ from importlib import resources
 from pathlib import Path
 
 
-from .canon import atomic_write_text, digest, yaml_data
+from .canon import atomic_write_text, canonical_json, digest, yaml_data
 from .errors import DuplicateKey, unique_pairs
 from .text import QWEN_CHATML, ChatTemplate, chat_template
 
@@ -111,7 +111,8 @@ class WorkloadError(ValueError):
 
 
 class WorkloadWarning(UserWarning):
-    """Workload data used, but not as written (duplicated prompts each used once); the message names the file."""
+    """Workload data used, but not as written (duplicated prompts each used once, a token count made again); the
+    message names the file."""
 
 
 @dataclass
@@ -164,11 +165,21 @@ def tokenizer(model_path: str | None = None):
 
 
 TOKEN_COUNTS_ENV = "SPECSWEEP_TOKEN_COUNTS"  # the folder of known token counts; "off": count every time
+TOKEN_COUNTS_FORMAT = "token-counts/2"  # entries of another format live in folders of their own, never read
+
+
+@lru_cache(maxsize=4)
+def _tokenizer_identity(model_path: str | None) -> str:
+    """The workload tokenizer as a token count names it: a digest of its file's path, size and modification time
+    (reading the file itself would cost what the token-count folder saves)."""
+    file = tokenizer_file(model_path)
+    stat = file.stat()
+    return digest([TOKEN_COUNTS_FORMAT, str(file.resolve()), stat.st_size, stat.st_mtime_ns])
 
 
 @lru_cache(maxsize=4)
 def _token_counts(model_path: str | None) -> Path | None:
-    """The folder of token counts already made with this tokenizer file (named by its path, size and time), under
+    """The folder of token counts already made with this tokenizer (named by _tokenizer_identity), under
     $SPECSWEEP_TOKEN_COUNTS, else $XDG_CACHE_HOME/specsweep/token-counts (~/.cache): loading the tokenizer takes
     about 0.3 s in every process that builds sessions, counting a known text reads one small file."""
     where = os.environ.get(TOKEN_COUNTS_ENV) or str(
@@ -176,25 +187,64 @@ def _token_counts(model_path: str | None) -> Path | None:
     )
     if where == "off":
         return None
-    file = tokenizer_file(model_path)
-    stat = file.stat()
-    return Path(where) / digest([str(file.resolve()), stat.st_size, stat.st_mtime_ns])[:16]
+    return Path(where) / _tokenizer_identity(model_path)[:16]
+
+
+def token_bound(text: str) -> int:
+    """The most tokens a text can hold: its UTF-8 bytes + 1. A byte-level BPE token (Qwen's, Llama 3's) covers at
+    least one byte; a SentencePiece tokenizer may add one word marker before the first word."""
+    return len(text.encode()) + 1
+
+
+def _token_count_entry(text_digest: str, tokenizer_id: str, count: int) -> dict:
+    """A token-count file's content: the count, the text's digest and the tokenizer's identity, and a digest over
+    the three, so that an entry edited, truncated or copied from another text or tokenizer is known."""
+    entry = {"count": count, "text": text_digest, "tokenizer": tokenizer_id}
+    return {**entry, "digest": digest(entry)}
+
+
+def _token_count_problem(raw: str, text: str, text_digest: str, tokenizer_id: str) -> tuple[int | None, str]:
+    """(the count, "") when a token-count file's content is the entry of this text and tokenizer, its digest
+    matches and the count is within bounds (0 to token_bound); (None, why) otherwise."""
+    try:
+        entry = json.loads(raw)
+    except (ValueError, RecursionError):  # not JSON, or nested past the parser's depth
+        entry = None
+    if not isinstance(entry, dict) or set(entry) != {"count", "text", "tokenizer", "digest"}:
+        return None, f"it holds {raw.strip()[:40]!r}, not a token-count entry (count, text, tokenizer and digest)"
+    count = entry["count"]
+    if entry != _token_count_entry(entry["text"], entry["tokenizer"], count):
+        return None, "its digest does not match its content (edited or damaged)"
+    if entry["text"] != text_digest or entry["tokenizer"] != tokenizer_id:
+        return None, "it counts another text or was made with another tokenizer"
+    if not isinstance(count, int) or isinstance(count, bool) or not 0 <= count <= token_bound(text):
+        return None, f"its count {count!r} is not a whole number from 0 to {token_bound(text)} (the text's bound)"
+    return count, ""
 
 
 def count_tokens(text: str, model_path: str | None = None) -> int:
-    """Tokens in a text with the workload tokenizer (see tokenizer); a count made before (by any process) is read
-    back from the token-count folder (see _token_counts), a new one written there (where it can be)."""
+    """Tokens in a text with the workload tokenizer (see tokenizer). A count made before (by any process) is read
+    back from the token-count folder (see _token_counts) when its entry is verified (_token_count_problem); a new
+    count is written there (where it can be) when it is within the text's bound. An entry that fails verification is
+    counted again, with a warning naming its file, and rewritten."""
     folder = _token_counts(model_path)
-    known = folder / digest(text)[:32] if folder is not None else None
+    text_digest = digest(text)
+    known = folder / text_digest[:32] if folder is not None else None
     if known is not None:
         try:
-            return int(known.read_text())
-        except (OSError, ValueError):
-            pass
+            raw = known.read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            raw = None
+        if raw is not None:
+            count, why = _token_count_problem(raw, text, text_digest, _tokenizer_identity(model_path))
+            if count is not None:
+                return count
+            warnings.warn(f"token count {known} not used: {why}; the text is counted again", WorkloadWarning)
     count = len(tokenizer(model_path).encode(text, add_special_tokens=False).ids)
-    if known is not None:
+    if known is not None and count <= token_bound(text):
         try:
-            atomic_write_text(known, str(count), durable=False)
+            entry = _token_count_entry(text_digest, _tokenizer_identity(model_path), count)
+            atomic_write_text(known, canonical_json(entry), durable=False)
         except OSError:
             pass
     return count

@@ -12,7 +12,8 @@ import pytest
 
 from conftest import fast_config, validated
 from specsweep.aggregate import summarise_cells
-from specsweep.bench import bench_server, remeasured_outputs
+from specsweep.bench import bench_server, remeasure_summary, remeasured_outputs
+from specsweep.cache import Journal
 from specsweep.cells import DEFAULT_FAILURES, cell_problem, keyed_cells, unfinished
 from specsweep.environment import probe
 from specsweep.jobs import server_job
@@ -129,6 +130,28 @@ def test_remeasure_names_cells_by_glob_of_name_or_path():
     assert remeasured_outputs("*/c16", paths) == [paths[1], paths[3]]
     assert remeasured_outputs("tp1/dflash/long/c1-r1, results/cells/tp2/*", paths) == paths[2:]
     assert remeasured_outputs("", paths) == [] and remeasured_outputs("tp8/*", paths) == []
+    assert remeasured_outputs(None, paths) == [] and remeasured_outputs(" , ", paths) == []  # `--config remeasure=`
+
+
+def test_remeasure_says_how_many_of_its_cells_the_run_measured(tmp_path):
+    asked = ["results/cells/tp1/ar/short/c1.json", "results/cells/tp1/ar/short/c2.json"]
+    ar, dflash = Journal(tmp_path / "ar.jsonl", "run"), Journal(tmp_path / "dflash.jsonl", "run")
+    ar.write("server_start", server="tp1/ar")
+    ar.write("measured", server="tp1/ar", cell=asked[0], key="k1")
+    dflash.write("measured", server="tp1/dflash", cell="results/cells/tp1/dflash/short/c1.json", key="k3")
+    journals = [ar.path, dflash.path, tmp_path / "a server this run did not start.jsonl"]
+    assert remeasure_summary(asked[:1], journals) == "remeasure: measured 1 cell (tp1/ar/short/c1)"
+    assert remeasure_summary(asked, journals) == (
+        "remeasure: measured 1 of 2 cells (tp1/ar/short/c1); not measured: tp1/ar/short/c2 (failed, not final or not "
+        "reached: see results/failed/ and logs/bench/)"
+    )
+    ar.write("measured", server="tp1/ar", cell=asked[1], key="k2")
+    assert remeasure_summary(asked, journals) == "remeasure: measured 2 cells (tp1/ar/short/c1, tp1/ar/short/c2)"
+    many = [f"results/cells/tp1/ar/short/c{c}.json" for c in range(1, 12)]
+    assert remeasure_summary(many, journals, shown=2).startswith(
+        "remeasure: measured 2 of 11 cells (tp1/ar/short/c1, tp1/ar/short/c2); not measured: tp1/ar/short/c3, "
+        "tp1/ar/short/c4, ... (7 more)"
+    )
 
 
 def test_averaged_gauges_carry_their_sample_count(measured):

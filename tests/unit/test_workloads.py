@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import json
+import re
+import subprocess
+import sys
+import warnings
 
 import pytest
 import requests
@@ -358,19 +362,124 @@ def test_no_measured_long_request_is_served_from_another_ones_prefix(tmp_path):
     assert [r.cached_tokens for r in records] == [0] * 16
 
 
-def test_a_token_count_is_made_once_and_read_back_by_any_process(tmp_path, monkeypatch):
+@pytest.fixture
+def token_counts(tmp_path, monkeypatch):
+    """A token-count folder of the test's own (and the token counts' folder choice made again)."""
+    from specsweep import workloads
+
+    monkeypatch.setenv(workloads.TOKEN_COUNTS_ENV, str(tmp_path / "counts"))
+    workloads._token_counts.cache_clear()
+    yield tmp_path / "counts"
+    workloads._token_counts.cache_clear()
+
+
+def true_count(text):
+    from specsweep import workloads
+
+    return len(workloads.tokenizer().encode(text, add_special_tokens=False).ids)
+
+
+def test_a_token_count_is_made_once_and_read_back_by_any_process(token_counts, monkeypatch):
     from specsweep import workloads
 
     text = "a text whose tokens are counted once"
-    true = len(workloads.tokenizer().encode(text, add_special_tokens=False).ids)
-    monkeypatch.setenv(workloads.TOKEN_COUNTS_ENV, str(tmp_path / "counts"))
-    workloads._token_counts.cache_clear()
-    assert workloads.count_tokens(text) == true
-    (written,) = list((tmp_path / "counts").glob("*/*"))
-    assert written.read_text() == str(true)
-    written.write_text("12345")  # what another process wrote is what is read back: the tokenizer is not asked
-    assert workloads.count_tokens(text) == 12345
+    true = true_count(text)
+    assert count_tokens(text) == true
+    (written,) = list(token_counts.glob("*/*"))
+    assert json.loads(written.read_text())["count"] == true
+    # another process reads it back where the tokenizer cannot even be imported: the cost is reading one file
+    reader = (
+        "import sys; sys.modules['tokenizers'] = None; from specsweep.workloads import count_tokens; "
+        f"print(count_tokens({text!r}))"
+    )
+    proc = subprocess.run([sys.executable, "-c", reader], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == str(true) and "not used" not in proc.stderr
     monkeypatch.setenv(workloads.TOKEN_COUNTS_ENV, "off")
     workloads._token_counts.cache_clear()
-    assert workloads.count_tokens(text) == true
-    workloads._token_counts.cache_clear()
+    assert count_tokens(text) == true
+
+
+def _forged(count, text_digest=None):
+    """An entry whose digest is computed again over a wrong count (or another text): only the bounds or the text's
+    digest can tell."""
+    from specsweep import workloads
+
+    def entry(text):
+        return json.dumps(
+            workloads._token_count_entry(
+                text_digest or workloads.digest(text), workloads._tokenizer_identity(None), count
+            )
+        )
+
+    return entry
+
+
+BAD_COUNTS = [  # (name, what the file holds, why it is not used)
+    ("100", lambda text: "100", "it holds '100', not a token-count entry"),
+    ("-50", lambda text: "-50", "it holds '-50', not a token-count entry"),
+    ("99999", lambda text: "99999", "it holds '99999', not a token-count entry"),
+    ("garbage", lambda text: "\x00\x7f{not json", "not a token-count entry"),
+    ("nested past the parser's depth", lambda text: "[" * 100000, "it holds '[[["),
+    (
+        "count edited",
+        lambda text: _forged(1)(text).replace('"count": 1', '"count": 100'),
+        "its digest does not match its content",
+    ),
+    ("digest made again over 99999", _forged(99999), "its count 99999 is not a whole number from 0 to 54"),
+    ("digest made again over -50", _forged(-50), "its count -50 is not a whole number from 0 to 54"),
+    ("digest made again over 3.5", _forged(3.5), "its count 3.5 is not a whole number"),
+    ("another text's entry", _forged(7, "0" * 64), "it counts another text"),
+]
+
+
+@pytest.mark.parametrize("name,content,why", BAD_COUNTS, ids=[b[0] for b in BAD_COUNTS])
+def test_a_bad_token_count_is_counted_again_with_a_warning_naming_its_file(
+    token_counts, monkeypatch, name, content, why
+):
+    from specsweep import workloads
+
+    text = "def f(x):\n    return x * 2  # a text of a few tokens\n"
+    assert workloads.token_bound(text) == 54  # its 53 bytes + 1
+    true = true_count(text)
+    count_tokens(text)
+    (entry,) = list(token_counts.glob("*/*"))
+    entry.write_text(content(text))
+    with pytest.warns(
+        WorkloadWarning, match=re.escape(f"token count {entry} not used: ") + ".*" + re.escape(why)
+    ) as caught:
+        assert count_tokens(text) == true
+    assert len(caught) == 1
+    assert json.loads(entry.read_text())["count"] == true  # rewritten
+    assert [p.name for p in entry.parent.iterdir()] == [entry.name]  # atomically: no temporary file left
+    monkeypatch.setattr(workloads, "tokenizer", None)  # the rewritten entry is used, the tokenizer not asked
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert count_tokens(text) == true
+
+
+def test_prompts_are_built_from_true_counts_when_the_counts_were_overwritten(token_counts):
+    workload = family("short", requests=4)
+    before = [s.tokens for s in build(workload, 0, context_length=CONTEXT)]
+    entries = list(token_counts.glob("*/*"))
+    assert len(entries) == 4
+    for entry in entries:
+        entry.write_text("100")
+    with pytest.warns(WorkloadWarning) as caught:
+        after = [s.tokens for s in build(workload, 0, context_length=CONTEXT)]
+    assert after == before and 100 not in after
+    assert sorted(str(w.message).split(" not used")[0] for w in caught) == sorted(f"token count {e}" for e in entries)
+
+
+def test_a_count_beyond_the_texts_bound_is_not_kept(token_counts, monkeypatch):
+    from specsweep import workloads
+
+    class Spread:
+        """A tokenizer that makes two tokens of every byte, more than any text's bound."""
+
+        def encode(self, text, add_special_tokens=False):
+            return type("Encoding", (), {"ids": [0] * (2 * len(text.encode()))})()
+
+    monkeypatch.setattr(workloads, "tokenizer", lambda model_path=None: Spread())
+    assert count_tokens("abc") == 6
+    assert list(token_counts.glob("*/*")) == []  # counted each time, never read back as a bad entry

@@ -180,20 +180,29 @@ def test_an_edited_cell_file_is_refused_by_aggregation_and_restored_from_the_cac
     assert pd.read_csv(workflow / "results" / "summary.csv")["simulated"].all()
 
 
-def test_remeasure_measures_the_named_cells_again(quick_plan, workflow):
+def test_remeasure_measures_the_named_cells_every_time_it_is_given(quick_plan, workflow):
     measured_copy(quick_plan, workflow)
     journal = Journal(workflow)
     journal.new_events()
-    before = cell_json(workflow, "ar", 1)
-    snakemake(workflow, "results/summary.csv", "--config", "remeasure=tp1/ar/*/c1")
-    new = journal.new_events()
-    assert [e["cell"] for e in new if e["event"] == "measured"] == [CELLS.format(method="ar", c=1)]
-    assert [e["cell"] for e in new if e["event"] == "cache_hit"] == [CELLS.format(method="ar", c=2)]
-    assert {e["server"] for e in new if e["event"] == "server_start"} == {"tp1/ar"}
-    after = cell_json(workflow, "ar", 1)
-    assert after["provenance"]["started_at"] != before["provenance"]["started_at"]
-    assert after["key"] == before["key"]  # the same cell, measured again; its cache entry replaced
-    assert json.loads(entry_path(workflow, after["key"]).read_text()) == after
+    started = [cell_json(workflow, "ar", 1)["provenance"]["started_at"]]
+    for _ in range(2):  # the same request twice in a row: measured both times (it was "Nothing to be done")
+        proc = snakemake(workflow, "results/summary.csv", "--config", "remeasure=tp1/ar/*/c1")
+        new = journal.new_events()
+        assert [e["cell"] for e in new if e["event"] == "measured"] == [CELLS.format(method="ar", c=1)]
+        assert [e["server"] for e in new if e["event"] == "server_start"] == ["tp1/ar"]
+        assert "remeasure: measured 1 cell (tp1/ar/short/c1)" in proc.stdout.splitlines()[-3:]
+        after = cell_json(workflow, "ar", 1)
+        assert after["provenance"]["started_at"] not in started
+        started.append(after["provenance"]["started_at"])
+        entry = entry_path(workflow, after["key"])
+        assert json.loads(entry.read_text()) == after  # its cache entry replaced
+        assert (workflow / "results" / "summary.csv").stat().st_mtime > entry.stat().st_mtime  # the tables made again
+    # without remeasure (or with it empty, as `--config remeasure=` gives it): nothing is measured
+    for extra in ([], ["--config", "remeasure="]):
+        proc = snakemake(workflow, "results/summary.csv", *extra)
+        assert "Nothing to be done" in proc.stdout and "remeasure:" not in proc.stdout
+        assert [e for e in journal.new_events() if e["event"] in ("server_start", "measured")] == []
+    assert cell_json(workflow, "ar", 1)["provenance"]["started_at"] == started[-1]
 
 
 def test_remeasure_that_names_no_cell_is_refused_before_any_job(workflow):
