@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The GPU record's steps, run on the lent GPU machine from the repository root (see README.md here):
-#   bash benchmarks/gpu/device.sh install-a|install-b|install-c|install-0514|calibrate|check|cells|fault|compare|tp2|spec|trees|engines|steps|stage
+#   bash benchmarks/gpu/device.sh install-a|install-b|install-c|install-0514|calibrate|check|cells|fault|compare|tp2|spec|trees|engines|steps|stage|forced|forced-moe
 # install-a/-b/check install SGLang 0.5.16 from the staged payload (.gpu-payload, .gpu-tools: the GPU recipe)
 # and specsweep's own wheels (.whl); `check` then records SGLang's option table and runs the workflow on
 # config/gpu-check.yaml (AR and DFlash side by side through the GPU pool); `fault` kills a server mid-cell
@@ -112,6 +112,23 @@ case $step in
     snake $targets results/env/sglang.json > "$OUT/spec.log" 2>&1
     echo "snakemake exit $?" >> "$OUT/spec.log"; tail -5 "$OUT/spec.log"
     gpu_apps > "$OUT/gpu-apps-after.txt"; pack spec ;;
+  forced|forced-moe)  # `forced` / `forced-moe` (after install-c): acceptance forced on EAGLE-3 (forced.yaml over
+    # gpu-spec.yaml; forced-moe.yaml over both: Qwen3-30B-A3B's shape), every cell of the overlay, AR beside; call it
+    # again after a time limit (FORCED_LIMIT s): the cache keeps what is done
+    restore_table
+    CONFIG=config/gpu-spec.yaml; OVERLAY=benchmarks/gpu/forced.yaml
+    if [ "$step" = forced-moe ]; then
+      OVERLAY="$OVERLAY benchmarks/gpu/forced-moe.yaml"
+      mkdir -p /tmp/qwen3-30b-a3b /tmp/eagle3-qwen3-30b-a3b
+      cp benchmarks/gpu/models/qwen3-30b-a3b.config.json /tmp/qwen3-30b-a3b/config.json
+      cp benchmarks/gpu/models/eagle3-qwen3-30b-a3b.config.json /tmp/eagle3-qwen3-30b-a3b/config.json
+      for d in qwen3-30b-a3b eagle3-qwen3-30b-a3b; do cp /tmp/qwen3-8b/tokenizer* /tmp/$d/; done
+    fi
+    date -u +%FT%TZ >> "$OUT/started"; nvidia-smi > "$OUT/nvidia-smi.txt"
+    LIMIT="timeout ${FORCED_LIMIT:-540}"
+    snake results/summary.csv results/env/sglang.json > "$OUT/$step.log" 2>&1
+    echo "snakemake exit $?" >> "$OUT/$step.log"; tail -5 "$OUT/$step.log"
+    gpu_apps > "$OUT/gpu-apps-after.txt"; pack "$step" ;;
   trees)
     restore_table
     python3 benchmarks/gpu/step_costs.py trees "$OUT/trees" "${@:2}" --prompts 1024 8192 > "$OUT/trees.log" 2>&1
