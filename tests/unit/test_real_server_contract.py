@@ -410,3 +410,29 @@ def test_a_declared_build_flag_runs_on_the_simulator_as_the_configuration_check_
     (log,) = [p.read_text() for p in (tmp_path / "logs").rglob("*.log") if "simulated SGLang server" in p.read_text()]
     assert f"declared build flags, accepted and not modelled: {flag}" in log
     assert "algorithm='ddtree'" in log and "overlap=False" in log and "overlap=True" not in log
+
+
+def test_sglangs_rounds_by_drafts_accepted_under_forced_acceptance_are_what_the_simulator_forces():
+    """The H200's EAGLE-3 cells at forced acceptance (benchmarks/gpu/forced-*): SGLang 0.5.16 reported every
+    request's rounds by drafts accepted (spec_correct_drafts_histogram), one entry a verify round, each round
+    floor(a) - 1 or floor(a) drafts, as the simulator's ForcedDrafter commits them; the per-depth acceptance read from
+    them sums to the drafts accepted a round."""
+    import json
+    import math
+
+    from specsweep.metrics import acceptance_by_depth
+
+    paths = sorted((REPO / "benchmarks" / "gpu").glob("forced*/cells/tp1/eagle3-*/short/c*.json"))
+    assert len(paths) >= 30
+    for path in paths:
+        cell = json.loads(path.read_text())
+        forced = cell["method"]["params"]["accept_length"]
+        assert cell["provenance"]["environment"]["SGLANG_SIMULATE_ACC_LEN"] == str(forced), path
+        for r in cell["requests"]:
+            histogram = r["correct_drafts_histogram"]
+            assert sum(histogram) == r["verify_ct"], path
+            assert {k for k, n in enumerate(histogram) if n} <= {math.floor(forced) - 1, math.floor(forced)}, path
+        depths = acceptance_by_depth(cell["requests"])
+        rounds = sum(r["verify_ct"] for r in cell["requests"])
+        drafts = sum(k * n for r in cell["requests"] for k, n in enumerate(r["correct_drafts_histogram"]))
+        assert sum(depths) == pytest.approx(drafts / rounds) and sum(depths) == pytest.approx(forced - 1, abs=0.05)
