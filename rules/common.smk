@@ -32,6 +32,7 @@ try:
         raise ss_config.ConfigError(ss_config.schema_error(_invalid.__context__)) from None
     # the cost model of each TP size: a matching calibration (results/calibration/) or the configured runtime
     CONFIG = cost_model.resolve(ss_config.normalise(config), cost_model.recorded_environment(config["backend"]))
+    ss_config.check_engine_calibrations(CONFIG)  # each engine's, in its own view
 except ss_config.ConfigError as _error:
     raise WorkflowError(f"Invalid configuration: {_error}") from None
 

@@ -296,6 +296,18 @@ def check_engines(config: dict) -> None:
             )
 
 
+def check_engine_calibrations(config: dict) -> None:
+    """Each engine's cost model chosen now, in its view of a configuration whose own is resolved (cost_model.resolve,
+    engines.view), so that a calibration an engine names (its sim.calibration) that is not there, or not of a
+    configured TP size, stops the workflow before any job, naming engines[i].sim.calibration."""
+    for index, name in enumerate(engine_names(config)):
+        try:
+            engine_view(config, name)
+        except ConfigError as exc:
+            where = f"engines[{index}]." if str(exc).startswith("sim.") else f"engines[{index}] ({name}): "
+            raise ConfigError(f"{where}{exc}") from None
+
+
 def check_sim_profiles(config: dict, where: str = "sim") -> None:
     """The simulated backend's gpu, model profile and runtime must exist (shipped or under sim.profiles); ``where``
     names the block: sim, or engines[i].sim for an engine's view."""

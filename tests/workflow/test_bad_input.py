@@ -50,6 +50,14 @@ def test_a_mistake_in_an_engines_sim_block_stops_the_workflow_before_any_job(wor
     assert not (workflow / "results").exists(), "a job ran despite the invalid configuration"
 
 
+def test_a_calibration_an_engine_names_that_is_not_there_stops_the_workflow_before_any_job(workflow):
+    write_config(workflow, two_engines({"calibration": "calibrations/gone.yaml"}))
+    proc = snakemake(workflow, check=False)
+    assert proc.returncode != 0
+    assert "Invalid configuration: engines[1].sim.calibration: 'calibrations/gone.yaml' is neither" in proc.stdout
+    assert "Traceback" not in proc.stdout and not (workflow / "results").exists()
+
+
 def test_bad_user_file_stops_the_workflow_before_any_job(workflow, tmp_path):
     path = tmp_path / "bad.jsonl"
     path.write_text('{"prompt": "fine"}\nnot json at all\n')
