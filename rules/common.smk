@@ -17,12 +17,13 @@ with open(workflow.source_path("../config/schema.yaml")) as _schema_file:
 
 # Before anything copies or prints the configuration: each file read again with a duplicated key refused, and the
 # merged values walked (their number bounded, NaN, infinity and NUL refused). Then --config values, which arrive as
-# strings, are coerced to the schema's types, validated (the error cut to its key and reason) and normalised.
+# strings, are coerced to the schema's types, each engine's sim block is merged over the top-level one, validated
+# (the error cut to its key and reason) and normalised.
 try:
     for _path in workflow.configfiles:
         ss_config.read_config_file(_path)
     ss_config.check_values(config)
-    config.update(coerce_to_schema(dict(config), _SCHEMA))
+    config.update(ss_config.with_engine_sims(coerce_to_schema(dict(config), _SCHEMA)))
     try:
         validate(config, "../config/schema.yaml")
     except WorkflowError as _invalid:
@@ -31,6 +32,7 @@ try:
         raise ss_config.ConfigError(ss_config.schema_error(_invalid.__context__)) from None
     # the cost model of each TP size: a matching calibration (results/calibration/) or the configured runtime
     CONFIG = cost_model.resolve(ss_config.normalise(config), cost_model.recorded_environment(config["backend"]))
+    ss_config.check_engine_calibrations(CONFIG)  # each engine's, in its own view
 except ss_config.ConfigError as _error:
     raise WorkflowError(f"Invalid configuration: {_error}") from None
 

@@ -287,13 +287,19 @@ def summarise_cells(cells: dict[str, dict], thresholds: dict | None = None) -> p
 ENGINE_METRICS = {"ttft": ttft, "tpot": tpot}  # medians compared across engines, beside output throughput
 
 
-def engine_comparison(cells: dict[str, dict], order: list[str] | None = None) -> pd.DataFrame:
+def engine_comparison(
+    cells: dict[str, dict], order: list[str] | None = None, thresholds: dict | None = None
+) -> pd.DataFrame:
     """For every (method, workload, concurrency, tp, repetition) measured on two or more engines, one row per engine
     after the reference (the first in ``order``, the configuration's, else by name): output throughput ratio =
     engine / reference (metrics.speedup: paired over the sessions both cells ran, the same prompts in the same
     order), TPOT and TTFT median ratios (metrics.median_ratio, paired by session), each with its 95% interval and
-    ``differs`` where the interval excludes 1; and, at temperature 0, the share of the engine's replies equal to
-    the reference's (metrics.losslessness)."""
+    ``differs`` where the interval excludes 1 (empty where there is no interval: nothing to say); and, at
+    temperature 0, the share of the engine's replies equal to the reference's (metrics.losslessness).
+
+    With failure ``thresholds``, ``engine_final`` and ``reference_final`` say whether each side is final
+    (cells.unfinished); where either is not (kept with failures.keep_going), the row shows no ratio, no ``differs``
+    and no share of equal replies, and ``reason`` says why, as it does where no session completed on both."""
     groups: dict[tuple, dict[str, str]] = {}
     for path, cell in cells.items():
         engine = cell["method"].get("engine")
@@ -319,6 +325,13 @@ def engine_comparison(cells: dict[str, dict], order: list[str] | None = None) ->
                 "reference": names[0],
                 "simulated": bool(other["simulated"] or reference["simulated"]),
             }
+            if thresholds:
+                why = {side: unfinished(cells[by_engine[side]]["requests"], thresholds) for side in (name, names[0])}
+                row["engine_final"], row["reference_final"] = why[name] is None, why[names[0]] is None
+                problems = [f"{side}'s cell is not final: {problem}" for side, problem in why.items() if problem]
+                if problems:
+                    rows.append({**row, "reason": " and ".join(problems)})
+                    continue
             ratio = speedup(
                 other["requests"], reference["requests"], cell_measures(other)["concurrency"]["window"], ref_window
             )
@@ -331,7 +344,10 @@ def engine_comparison(cells: dict[str, dict], order: list[str] | None = None) ->
                 ]
                 median = median_ratio(sides[0], sides[1])
                 row.update(_ratio_columns(f"{metric}_p50", median["ratio"], median["ratio_ci"]))
-            row["differs"] = any(row[f"{m}_differs"] for m in ("output_throughput", "tpot_p50", "ttft_p50"))
+            flags = [row[f"{m}_differs"] for m in ("output_throughput", "tpot_p50", "ttft_p50")]
+            row["differs"] = True if True in flags else None if all(f is None for f in flags) else False
+            if not ratio["pairs"]:
+                row["reason"] = "no session completed on both engines"
             same = (
                 losslessness(other["requests"], reference["requests"])
                 if other["sampling"]["temperature"] == 0 and reference["sampling"]["temperature"] == 0
@@ -398,8 +414,10 @@ def _shown(value) -> str:
 
 
 def _ratio_columns(name: str, ratio: float | None, ci: list | None) -> dict:
+    """A ratio's columns of the engines table: the ratio, its 95% interval and whether that excludes 1 (None where
+    there is no interval)."""
     if not ci:
-        return {f"{name}_ratio": ratio, f"{name}_ratio_lo": None, f"{name}_ratio_hi": None, f"{name}_differs": False}
+        return {f"{name}_ratio": ratio, f"{name}_ratio_lo": None, f"{name}_ratio_hi": None, f"{name}_differs": None}
     lo, hi = ci
     return {
         f"{name}_ratio": ratio,
@@ -414,7 +432,7 @@ ENGINE_COLUMNS = (
     + [f"output_throughput_{k}" for k in ("ratio", "ratio_lo", "ratio_hi", "differs")]
     + ["pairs"]
     + [f"{m}_p50_{k}" for m in ENGINE_METRICS for k in ("ratio", "ratio_lo", "ratio_hi", "differs")]
-    + ["differs", "exact_match_rate"]
+    + ["differs", "exact_match_rate", "engine_final", "reference_final", "reason"]
 )
 
 
@@ -587,7 +605,7 @@ def write_tables(
         "best_budget": best_budget(combined),
         "break_even": break_even(combined),
         "pareto": pareto(combined),
-        "engines": engine_comparison(cells, engine_order),
+        "engines": engine_comparison(cells, engine_order, thresholds),
         "engine_builds": engine_builds(cells, environments or {}, list(engine_order or [])),
     }
     for name, frame in tables.items():

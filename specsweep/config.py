@@ -3,7 +3,8 @@
 The workflow first reads each configuration file again with ``read_config_file`` (a duplicated key refused) and
 walks the merged configuration with ``check_values`` (its size, non-finite numbers, NUL characters); then schema
 validation (JSON Schema draft 2020-12, defaults filled) is done with ``snakemake.utils.validate`` against
-config/schema.yaml, after ``coerce.coerce_to_schema``, its error cut to the key and the reason by ``schema_error``;
+config/schema.yaml, after ``coerce.coerce_to_schema`` and ``with_engine_sims`` (each engine's ``sim`` block merged
+over the top-level one), its error cut to the key and the reason by ``schema_error``;
 ``normalise`` then rejects duplicates and cross-key mistakes and returns the normalised configuration every rule
 uses (methods are expanded by ``methods``, server jobs and cells listed by ``jobs``). Every mistake is a
 ``ConfigError`` (defined in ``errors``, where the modules these checks call find it too).
@@ -20,6 +21,7 @@ from pathlib import Path
 
 import yaml
 
+from .engines import merged
 from .engines import names as engine_names
 from .engines import view as engine_view
 from .errors import ConfigError, DuplicateKey, unique_pairs
@@ -131,8 +133,33 @@ def schema_error(error) -> str:
         if not closer:
             break
         error = max(closer, key=lambda e: len(e.absolute_path))
+    if (
+        error.validator == "additionalProperties"
+        and error.validator_value is False
+        and isinstance(error.instance, dict)
+    ):
+        known = sorted(error.schema.get("properties", {}))
+        unknown = sorted(str(k) for k in error.instance if k not in known)
+        if unknown:
+            where = key_path(error.absolute_path)
+            return f"{key_path([*error.absolute_path, unknown[0]])}: not a key of {where}; known: {', '.join(known)}"
     reason = error.message if len(error.message) <= 300 else error.message[:300] + " ..."
     return f"{key_path(error.absolute_path)}: {reason}"
+
+
+def with_engine_sims(config: dict) -> dict:
+    """Before schema validation: the configuration with every engine's ``sim`` block merged over the top-level one
+    key by key at every depth (engines.merged; an engine without one gets the top-level block), so that the schema,
+    which checks an engine's block as it checks the top-level one, sees the whole block that engine's servers run
+    (an error naming engines[i].sim.<key>) and fills in only the defaults neither block gives. A value that is not
+    a mapping is left as it is, for the schema to refuse."""
+    top, given = config.get("sim", {}), config.get("engines")
+    if not isinstance(top, dict) or not isinstance(given, list):
+        return config
+    return {
+        **config,
+        "engines": [{**e, "sim": merged(top, e.get("sim", {}))} if isinstance(e, dict) else e for e in given],
+    }
 
 
 def normalise(config: dict) -> dict:
@@ -162,6 +189,9 @@ def normalise(config: dict) -> dict:
     check_folders(config)
     if config["backend"] == "sglang" and not config["model"].get("path"):
         raise ConfigError("model.path: required on the sglang backend (the target model's path or hub id)")
+    check_acceptance(config)
+    if config["backend"] == "sim":
+        check_sim_profiles(config)
     check_engines(config)
     expand_methods(config)  # raises on parameters, drafters and spellings a method's algorithm refuses
     config["adaptive"]["target"] = float(config["adaptive"]["target"])
@@ -186,9 +216,6 @@ def normalise(config: dict) -> dict:
     for key in ("startup_timeout", "request_timeout", "orphan_timeout"):
         config["server"][key] = float(config["server"][key])
     config["server"]["env"] = {k: str(v) for k, v in config["server"]["env"].items()}
-    check_acceptance(config)
-    if config["backend"] == "sim":
-        check_sim_profiles(config)
     devices = config["gpu_pool"]["devices"]
     if devices and max(config["tp"]) > devices:
         raise ConfigError(
@@ -232,31 +259,58 @@ def check_folders(config: dict) -> None:
             )
 
 
-def check_acceptance(config: dict) -> None:
-    """Every sim.acceptance key is a parameter of the acceptance model (the simulator and the plan read them)."""
+def check_acceptance(config: dict, where: str = "sim") -> None:
+    """Every acceptance key of a sim block (``where``: sim, or engines[i].sim for an engine's view) is a parameter of
+    the acceptance model (the simulator and the plan read them)."""
     unknown = sorted(set(config["sim"]["acceptance"]) - set(ACCEPTANCE))
     if unknown:
         raise ConfigError(
-            f"sim.acceptance.{unknown[0]}: not a parameter of the acceptance model; known: "
+            f"{where}.acceptance.{unknown[0]}: not a parameter of the acceptance model; known: "
             f"{', '.join(sorted(ACCEPTANCE))} (specsweep/sim/model.py ACCEPTANCE)"
         )
 
 
 def check_engines(config: dict) -> None:
-    """Engine names are unique, and on the simulated backend each engine's sim settings name known profiles."""
+    """Engine names are unique, and each engine's view (engines.view: its sim block merged over the top-level one)
+    names known acceptance parameters and, on the simulated backend, known profiles. Simulated engines run on one
+    clock: their cells are compared side by side, and times measured on clocks of different speeds (sim.time_scale)
+    cannot be. Each mistake names engines[i].sim.<key>."""
     names = engine_names(config)
+    clocks: list[tuple[int, str, float]] = []  # (index, name, time_scale)
     for index, name in enumerate(names):
         if names.count(name) > 1:
             raise ConfigError(f"engines[{index}]: duplicated engine name '{name}'; give each engine a unique name")
+        seen = engine_view(config, name)
+        check_acceptance(seen, f"engines[{index}].sim")
         if config["backend"] == "sim":
-            try:
-                check_sim_profiles(engine_view(config, name))
-            except ConfigError as exc:
-                raise ConfigError(f"engines[{index}] ({name}): {exc}") from None
+            check_sim_profiles(seen, f"engines[{index}].sim")
+            clocks.append((index, name, float(seen["sim"]["time_scale"])))
+    for index, name, scale in clocks[1:]:
+        first, first_name, first_scale = clocks[0]
+        if scale != first_scale:
+            raise ConfigError(
+                f"engines[{index}].sim.time_scale: {scale:g} (engine {name}) differs from engines[{first}].sim."
+                f"time_scale {first_scale:g} (engine {first_name}); engines are compared cell by cell, and times "
+                "measured on simulated clocks of different speeds cannot be. Give every engine the same time_scale "
+                "(set it once, as sim.time_scale)"
+            )
 
 
-def check_sim_profiles(config: dict) -> None:
-    """The simulated backend's gpu, model profile and runtime must exist (shipped or under sim.profiles)."""
+def check_engine_calibrations(config: dict) -> None:
+    """Each engine's cost model chosen now, in its view of a configuration whose own is resolved (cost_model.resolve,
+    engines.view), so that a calibration an engine names (its sim.calibration) that is not there, or not of a
+    configured TP size, stops the workflow before any job, naming engines[i].sim.calibration."""
+    for index, name in enumerate(engine_names(config)):
+        try:
+            engine_view(config, name)
+        except ConfigError as exc:
+            where = f"engines[{index}]." if str(exc).startswith("sim.") else f"engines[{index}] ({name}): "
+            raise ConfigError(f"{where}{exc}") from None
+
+
+def check_sim_profiles(config: dict, where: str = "sim") -> None:
+    """The simulated backend's gpu, model profile and runtime must exist (shipped or under sim.profiles); ``where``
+    names the block: sim, or engines[i].sim for an engine's view."""
     known = profiles(config["sim"]["profiles"])
     for key, kind in (
         ("gpu", "gpus"),
@@ -265,9 +319,10 @@ def check_sim_profiles(config: dict) -> None:
         ("runtime", "runtimes"),
     ):
         if config["sim"][key] not in known[kind]:
+            also = "" if where == "sim" else f" or sim.profiles.{kind}"
             raise ConfigError(
-                f"sim.{key}: unknown profile '{config['sim'][key]}'; known: "
-                f"{', '.join(sorted(known[kind]))} (or define it under sim.profiles.{kind})"
+                f"{where}.{key}: unknown profile '{config['sim'][key]}'; known: "
+                f"{', '.join(sorted(known[kind]))} (or define it under {where}.profiles.{kind}{also})"
             )
 
 

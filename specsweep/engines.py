@@ -34,9 +34,22 @@ def runs_on(entry: dict, engine: str, config: dict) -> bool:
     return engine in (entry.get("engines") or names(config))
 
 
+def merged(base, over):
+    """``over`` merged into ``base`` key by key at every depth (a copy; neither is changed): where both hold a mapping
+    each key of ``over`` is merged into ``base``'s, anything else in ``over`` replaces ``base``'s value."""
+    if not (isinstance(base, dict) and isinstance(over, dict)):
+        return copy.deepcopy(over)
+    out = copy.deepcopy(base)
+    for key, value in over.items():
+        out[key] = merged(base[key], value) if key in base else copy.deepcopy(value)
+    return out
+
+
 def view(config: dict, engine: str | None) -> dict:
-    """The configuration as one engine's servers see it: that engine's ``sglang`` block, its ``sim`` keys over the
-    top-level ones, no engines, and only the methods that run on it (``engine`` None: the configuration itself)."""
+    """The configuration as one engine's servers see it: that engine's ``sglang`` block, its ``sim`` block merged over
+    the top-level one key by key at every depth (``merged``: a top-level acceptance parameter or profile stays unless
+    the engine sets that one), no engines, and only the methods that run on it (``engine`` None: the configuration
+    itself)."""
     if engine is None:
         return config
     build = next((e for e in config.get("engines") or [] if e["name"] == engine), None)
@@ -47,7 +60,7 @@ def view(config: dict, engine: str | None) -> dict:
     out["engines"] = []
     out["methods"] = [copy.deepcopy(m) for m in config["methods"] if runs_on(m, engine, config)]
     out["sglang"] = copy.deepcopy(build.get("sglang") or config["sglang"])
-    out["sim"] = {**copy.deepcopy(config["sim"]), **copy.deepcopy(build.get("sim") or {})}
+    out["sim"] = merged(config["sim"], build.get("sim") or {})
     if "cost_model" in config:  # a resolved configuration: this engine's own cost models (its build, its sim)
         from . import cost_model
 

@@ -486,21 +486,28 @@ def concurrency(t: Tables, figs: Figures, data: dict[str, str]) -> dict:
 
 
 def _with_interval(ratio, lo, hi) -> str:
-    """A ratio and its 95% interval as the engines table prints them: "1.12 [1.08, 1.16]" (-- where none)."""
+    """A ratio over its 95% interval as the engines table prints them (TeX, two lines in one cell, so that the table
+    fits the page): "1.120" over "[1.080; 1.160]", [--] where it has no interval, -- where there is no ratio."""
     if ratio is None or pd.isna(ratio):
         return "--"
-    if lo is None or pd.isna(lo) or hi is None or pd.isna(hi):
-        return f"{ratio:.3f} [--]"
-    return f"{ratio:.3f} [{lo:.3f}; {hi:.3f}]"
+    interval = "[--]" if lo is None or pd.isna(lo) or hi is None or pd.isna(hi) else f"[{lo:.3f}; {hi:.3f}]"
+    return rf"\twolines{{{ratio:.3f}}}{{{interval}}}"
+
+
+def _differs(value) -> str:
+    """The engines table's differs column as printed: yes, no, or -- where nothing was compared."""
+    return "--" if pd.isna(value) else "yes" if str(value) == "True" else "no"
 
 
 def engines_section(tables_dir: str | Path, data: dict[str, str]) -> dict:
     """Section: each cell on an engine against the same cell on the reference engine (aggregate.engine_comparison),
-    where the configuration has two or more engines."""
+    where the configuration has two or more engines; a row not compared (a side not final, no session completed
+    on both) is marked with the number of its reason, and the reasons are listed under the table."""
     path = Path(tables_dir) / "engines.csv"
     frame = pd.read_csv(path) if path.exists() and path.stat().st_size else pd.DataFrame()
     if frame.empty:
         return {"has_engines": False}
+    reasons = list(dict.fromkeys(frame["reason"].dropna()))  # each once, numbered in the order of the rows
     shown = pd.DataFrame(
         {
             "tp": frame["tp"],
@@ -516,8 +523,9 @@ def engines_section(tables_dir: str | Path, data: dict[str, str]) -> dict:
                 ]
                 for label, m in (("throughput", "output_throughput"), ("tpot", "tpot_p50"), ("ttft", "ttft_p50"))
             },
-            "differs": ["yes" if bool(v) else "no" for v in frame["differs"]],
+            "differs": [_differs(v) for v in frame["differs"]],
             "same_replies": ["--" if pd.isna(v) else f"{100 * v:.0f}\\%" for v in frame["exact_match_rate"]],
+            "note": ["" if pd.isna(r) else f"({reasons.index(r) + 1})" for r in frame["reason"]],
         }
     )
     _table(shown, data, "engines.csv", ["method", "workload", "engine", "reference"])
@@ -528,7 +536,9 @@ def engines_section(tables_dir: str | Path, data: dict[str, str]) -> dict:
     _table(builds, data, "engine_builds.csv", list(builds.columns))
     return {
         "has_engines": True,
-        "engines_differ": int(frame["differs"].astype(bool).sum()),
+        "engines_differ": sum(_differs(v) == "yes" for v in frame["differs"]),
+        "engines_not_compared": int(frame["reason"].notna().sum()),
+        "engine_notes": "; ".join(f"({i}) {tex_escape(r)}" for i, r in enumerate(reasons, 1)),
         "has_engine_builds": not builds.empty,
     }
 

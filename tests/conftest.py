@@ -171,7 +171,7 @@ def validated(config: dict) -> dict:
     """Validate like the workflow does (snakemake.utils.validate fills defaults), then normalise."""
     from snakemake.utils import validate
 
-    config = coerce_to_schema(copy.deepcopy(config), SCHEMA)
+    config = cfg.with_engine_sims(coerce_to_schema(copy.deepcopy(config), SCHEMA))
     validate(config, str(REPO / "config" / "schema.yaml"))
     return cfg.normalise(config)
 

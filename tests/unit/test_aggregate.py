@@ -64,3 +64,67 @@ def test_the_summary_has_every_column_of_a_cell_row_in_its_order(monkeypatch):
     summary = aggregate.summarise_cells({"results/cells/tp1/ar/long/c16.json": cell})
     assert list(summary.columns) == list(cell_row(cell, "c16.json", aggregate.cell_measures(cell))) + ["new_column"]
     assert summary.iloc[0]["new_column"] == 1.5
+
+
+# ------------------------------------------------------------------ the engine comparison
+
+# NGRAM on two SGLang releases on the H200, short prompts at concurrency 4 (48 sessions each)
+ENGINE_CELLS = GPU / "engines-2026-12-02" / "cells" / "tp1"
+ENGINE_ORDER = ["sglang-0.5.16", "sglang-0.5.14"]
+
+
+def engine_cells(failing: int = 0) -> dict:
+    """{path: cell} of the two releases' cells, the first ``failing`` requests of 0.5.14's answered with HTTP 500 as
+    the client records one (kept with failures.keep_going)."""
+    cells = {str(p): json.loads(p.read_text()) for p in sorted(ENGINE_CELLS.glob("ngram@*/short/c4.json"))}
+    (newer,) = [c for c in cells.values() if c["method"]["engine"] == "sglang-0.5.14"]
+    for record in newer["requests"][:failing]:
+        record.update(
+            error="http_status",
+            error_detail="HTTP 500: injected",
+            output_text="",
+            output_tokens=0,
+            chunk_times=[],
+            chunk_tokens=[],
+            finish_reason=None,
+        )
+    return cells
+
+
+def test_engines_whose_cells_are_final_are_compared():
+    from specsweep.aggregate import engine_comparison
+    from specsweep.cells import DEFAULT_FAILURES
+
+    (row,) = engine_comparison(engine_cells(), ENGINE_ORDER, DEFAULT_FAILURES).to_dict("records")
+    assert (row["engine"], row["reference"], row["pairs"]) == ("sglang-0.5.14", "sglang-0.5.16", 48)
+    assert row["engine_final"] and row["reference_final"] and pd.isna(row["reason"])
+    assert row["output_throughput_ratio_lo"] < row["output_throughput_ratio"] < row["output_throughput_ratio_hi"]
+    assert row["differs"] == any(row[f"{m}_differs"] for m in ("output_throughput", "tpot_p50", "ttft_p50"))
+    assert row["exact_match_rate"] == 1.0
+
+
+@pytest.mark.parametrize("failing,words", [(48, "48 of 48 requests failed"), (1, "1 of 48 requests failed")])
+def test_an_engine_whose_cell_is_not_final_is_not_compared_and_the_table_says_why(failing, words):
+    """Every request failed (or one: above failures.max_failed_share) on one engine, kept with keep_going: the row
+    says which side is not final and why, and shows no ratio, no differs and no share of equal replies (it showed
+    "differs: no" over 0 pairs)."""
+    from specsweep.aggregate import engine_comparison
+    from specsweep.cells import DEFAULT_FAILURES
+
+    (row,) = engine_comparison(engine_cells(failing), ENGINE_ORDER, DEFAULT_FAILURES).to_dict("records")
+    assert row["engine_final"] is False and row["reference_final"] is True
+    assert row["reason"] == (
+        f"sglang-0.5.14's cell is not final: {words} (http_status {failing}; failures.max_failed_share: 0.01)"
+    )
+    shown = ["output_throughput_ratio", "tpot_p50_ratio", "ttft_p50_ratio", "differs", "exact_match_rate", "pairs"]
+    assert all(pd.isna(row[k]) for k in shown), {k: row[k] for k in shown}
+
+
+def test_final_cells_with_no_session_completed_on_both_say_so_and_not_that_nothing_differs():
+    from specsweep.aggregate import engine_comparison
+
+    lenient = {"max_timeouts": 0, "max_failed_share": 1.0, "keep_going": True}
+    (row,) = engine_comparison(engine_cells(48), ENGINE_ORDER, lenient).to_dict("records")
+    assert row["engine_final"] and row["reference_final"]
+    assert row["reason"] == "no session completed on both engines" and row["pairs"] == 0
+    assert pd.isna(row["output_throughput_ratio"]) and row["differs"] is None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import json
 import re
 
 import pytest
@@ -379,7 +380,7 @@ def test_schema_errors_are_cut_to_the_key_and_the_reason():
     config["concurency"] = [1]
     with pytest.raises(cfg.ConfigError) as info:
         checked(config)
-    assert str(info.value) == ("the configuration: Additional properties are not allowed ('concurency' was unexpected)")
+    assert str(info.value).startswith("concurency: not a key of the configuration; known: adaptive, algorithms,")
     config = load_default_config()
     config["workloads"][0]["requests"] = list(range(5000))  # a long value: its reason is cut short
     with pytest.raises(cfg.ConfigError) as info:
@@ -478,3 +479,106 @@ def test_a_whole_float_is_an_integer_also_in_a_key_of_several_forms():
     checked_config = checked(config)
     assert type(checked_config["server"]["min_free_slots_delay"]) is int
     assert [m.name for m in expand_methods(checked_config)][2:] == ["ddtree-b8", "ddtree-b32"]
+
+
+# ------------------------------------------------------------------ an engine's sim block
+
+
+def two_engines(sim: dict) -> dict:
+    """The default configuration on two engines, the second with these sim keys."""
+    config = load_default_config()
+    config["engines"] = [{"name": "base"}, {"name": "other", "sim": sim}]
+    return config
+
+
+# each was accepted (and ignored, or failed when the server started, or raised a bare ZeroDivisionError/TypeError)
+ENGINE_SIM = [
+    ("unknown-key", {"gpuu": "H100"}, "engines[1].sim.gpuu: not a key of engines[1].sim; known: acceptance,"),
+    ("acceptance-key", {"acceptance": {"bsae": 0.5}}, "engines[1].sim.acceptance.bsae: not a parameter of the"),
+    ("fault", {"faults": {"explode": 1}}, "engines[1].sim.faults.explode: not a key of engines[1].sim.faults"),
+    ("tokenizer", {"tokenizer": "bogus"}, "engines[1].sim.tokenizer: 'bogus' is not one of ['model', 'approximate']"),
+    ("time-scale-zero", {"time_scale": 0}, "engines[1].sim.time_scale: 0.0 is less than or equal to the minimum"),
+    ("time-scale-word", {"time_scale": "fast"}, "engines[1].sim.time_scale: 'fast' is not of type 'number'"),
+    ("gpu", {"gpu": "H100x"}, "engines[1].sim.gpu: unknown profile 'H100x'; known: A800, B200, H100, H200"),
+    ("runtime", {"runtime": "slow"}, "engines[1].sim.runtime: unknown profile 'slow'"),
+    (
+        "clock",
+        {"time_scale": 2},
+        "engines[1].sim.time_scale: 2 (engine other) differs from engines[0].sim.time_scale 1",
+    ),
+]
+
+
+@pytest.mark.parametrize("name,sim,message", ENGINE_SIM, ids=[c[0] for c in ENGINE_SIM])
+def test_an_engines_sim_block_is_checked_as_the_top_level_one_naming_its_key(name, sim, message):
+    with pytest.raises(cfg.ConfigError) as info:
+        checked(two_engines(sim))
+    assert str(info.value).startswith(message), str(info.value)
+
+
+def test_a_calibration_an_engine_names_that_is_not_there_is_named_as_its_key(tmp_path):
+    """Chosen when the workflow starts (the Snakefile resolves the cost models, then each engine's): it used to fail
+    while Snakemake built the DAG, with a traceback naming sim.calibration."""
+    from specsweep import cost_model
+
+    missing = tmp_path / "gone.yaml"
+    config = cost_model.resolve(checked(two_engines({"calibration": str(missing)})))
+    with pytest.raises(cfg.ConfigError) as info:
+        cfg.check_engine_calibrations(config)
+    assert str(info.value).startswith(f"engines[1].sim.calibration: '{missing}' is neither auto, none, nor a")
+    cfg.check_engine_calibrations(cost_model.resolve(checked(two_engines({"calibration": "none"}))))
+
+
+def test_a_mistake_in_the_top_level_sim_block_is_named_there_with_engines_configured():
+    # every engine's block holds the top-level keys it does not set: the top-level key is the one named
+    for mutate, message in (
+        (lambda c: c["sim"].update(time_scale=0), "sim.time_scale: 0.0 is less than or equal to the minimum"),
+        (lambda c: c["sim"].update(gpuu="H100"), "sim.gpuu: not a key of sim"),
+        (lambda c: c["sim"].update(gpu="TPU"), "sim.gpu: unknown profile 'TPU'"),
+        (lambda c: c["sim"].update(acceptance={"bsae": 1}), "sim.acceptance.bsae: not a parameter"),
+    ):
+        config = two_engines({"runtime": "hf-eager"})
+        mutate(config)
+        with pytest.raises(cfg.ConfigError) as info:
+            checked(config)
+        assert str(info.value).startswith(message), str(info.value)
+
+
+def test_config_strings_in_an_engines_sim_block_are_coerced_to_the_schemas_types():
+    raw = {"engines": [{"name": "a", "sim": {"time_scale": "2", "faults": {"error_rate": "0.5", "crash_after": "3"}}}]}
+    sim = coerce_to_schema(raw, SCHEMA)["engines"][0]["sim"]
+    assert sim == {"time_scale": 2.0, "faults": {"error_rate": 0.5, "crash_after": 3}}
+    assert isinstance(sim["time_scale"], float) and isinstance(sim["faults"]["crash_after"], int)
+
+
+def test_an_engines_sim_block_is_merged_over_the_top_level_one_at_every_depth():
+    """A top-level acceptance parameter and profile reach an engine that sets its own (they used to be dropped, the
+    profile then called unknown), and a default never replaces a top-level key the engine does not set."""
+    from specsweep.launcher import launch_command
+    from specsweep.sim.model import profiles
+
+    config = load_default_config()
+    config["methods"] = [{"name": "ar", "algorithm": "ar"}, {"name": "dflash", "algorithm": "dflash"}]
+    mine = {**profiles()["gpus"]["H200"], "hbm_bandwidth": 2.0e12}
+    config["sim"].update(gpu="mine", profiles={"gpus": {"mine": mine}}, acceptance={"base": 0.7}, startup_seconds=2)
+    slow = {**profiles()["runtimes"]["sglang"], "bandwidth_efficiency": 0.4}
+    config["engines"] = [
+        {"name": "base"},
+        {
+            "name": "slow",
+            "sim": {"runtime": "slow", "profiles": {"runtimes": {"slow": slow}}, "acceptance": {"gain": 0.5}},
+        },
+    ]
+    c = checked(config)
+    argv, _ = launch_command(server_job(c, 1, "dflash@slow"), port=30000, max_context=8192)
+
+    def value(flag):
+        return argv[argv.index(flag) + 1]
+
+    assert json.loads(value("--sim-acceptance")) == {"base": 0.7, "gain": 0.5}
+    assert json.loads(value("--sim-profiles")) == {"gpus": {"mine": mine}, "runtimes": {"slow": slow}}
+    assert (value("--sim-gpu"), value("--sim-runtime"), value("--sim-startup-seconds")) == ("mine", "slow", "2.0")
+    assert value("--sim-tokenizer") == "approximate"  # load_default_config's top-level key, not the default
+    base, _ = launch_command(server_job(c, 1, "dflash@base"), port=30000, max_context=8192)
+    assert json.loads(base[base.index("--sim-acceptance") + 1]) == {"base": 0.7}
+    assert base[base.index("--sim-runtime") + 1] == "sglang"

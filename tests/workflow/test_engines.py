@@ -5,10 +5,12 @@ finding the difference the two runtime profiles model, not one between engines a
 from __future__ import annotations
 
 import json
+import re
 
 import pandas as pd
 
 from conftest import fast_config, report_text, snakemake, write_config
+from specsweep import layout
 from specsweep.sim.model import profiles
 
 # the "slow" build: the generic runtime reading the weights at half its bandwidth (a step about 1.8 times as long)
@@ -89,3 +91,65 @@ def test_a_ddtree_build_of_the_configurations_own_runs_through_the_workflow(work
     assert cell["method"]["params"]["tree_build"] == "mine" and "topk" not in cell["method"]["params"]
     summary = pd.read_csv(workflow / "results" / "summary.csv").set_index("method")
     assert summary.loc["ddtree", "tree_build"] == "mine" and summary.loc["ddtree", "tree_width"] == 4
+
+
+def test_an_engine_whose_every_request_failed_is_not_compared_and_the_report_says_why(workflow):
+    """failures.keep_going keeps an engine's cells in which every request failed: the comparison says that side is
+    not final and shows no ratio and no "differs" (it showed "Differs: no" over 0 pairs), in engines.csv and in the
+    PDF. The failing engine sets its own sim keys, some of them in the top-level block's acceptance and profiles:
+    the top-level ones reach its server too (its block is merged key by key, not replaced)."""
+    config = fast_config(requests=12, max_new_tokens=32)
+    config["concurrency"] = [1]
+    config["methods"] = [{"name": "ar", "algorithm": "ar"}]
+    config["failures"] = {"keep_going": True}
+    mine = {**profiles()["gpus"]["H200"], "hbm_bandwidth": 4.0e12}  # a GPU profile of the configuration's own
+    config["sim"].update(gpu="mine", profiles={"gpus": {"mine": mine}}, acceptance={"base": 0.7})
+    config["engines"] = [
+        {"name": "base"},
+        {"name": "twin"},  # compared as before, beside the row that is not
+        {
+            "name": "broken",
+            "sim": {
+                "faults": {"error_rate": 1.0},
+                "runtime": "slow",
+                "profiles": {"runtimes": {"slow": SLOW}},
+                "acceptance": {"gain": 0.5},
+            },
+        },
+    ]
+    write_config(workflow, config)
+    snakemake(workflow, "results/report/report.pdf")
+
+    broken = json.loads((workflow / "results/cells/tp1/ar@broken/short/c1.json").read_text())
+    assert {r["error"] for r in broken["requests"]} == {"http_status"}
+    started = broken["provenance"]["sim_profile"]  # the settings its server was started with (launcher.launch_command)
+    assert (started["gpu"], started["runtime"]) == ("mine", "slow")
+    assert started["profiles"] == {"gpus": {"mine": mine}, "runtimes": {"slow": SLOW}}
+    assert started["acceptance"] == {"base": 0.7, "gain": 0.5}
+    log = (workflow / "logs" / "bench" / layout.server_log_name(1, "ar@broken")).read_text()
+    assert "qwen3-8b on mine x1" in log  # the server found the top-level GPU profile beside the engine's runtime
+
+    table = pd.read_csv(workflow / "results" / "engines.csv").set_index("engine")
+    assert list(table.index) == ["twin", "broken"] and set(table["reference"]) == {"base"}
+    broken, twin = table.loc["broken"], table.loc["twin"]
+    assert broken["engine_final"] == False and broken["reference_final"] == True  # noqa: E712 (read from CSV)
+    assert broken["reason"] == (
+        "broken's cell is not final: 12 of 12 requests failed (http_status 12; failures.max_failed_share: 0.01)"
+    )
+    for column in ("output_throughput_ratio", "tpot_p50_ratio", "ttft_p50_ratio", "differs", "pairs"):
+        assert pd.isna(broken[column]), column
+    assert twin["engine_final"] == True and twin["reference_final"] == True and pd.isna(twin["reason"])  # noqa: E712
+    assert twin["pairs"] == 12 and twin["output_throughput_ratio_lo"] <= twin["output_throughput_ratio_hi"]
+    assert twin["differs"] in (True, False)
+    summary = pd.read_csv(workflow / "results" / "summary.csv").set_index("method")
+    assert not summary.loc["ar@broken", "final"] and summary.loc["ar@base", "final"]
+
+    text = report_text(workflow).replace("–", "--").replace("’", "'")
+    assert "1 of the rows are not compared (no ratio, no differs)" in text
+    assert "ar short 1 broken base -- -- -- -- -- (1)" in text  # no ratio, no differs, its note
+    # the compared row: three ratios, each over its interval, then differs and the share of equal replies
+    assert re.search(r"ar short 1 twin base [\d.]+ [\d.]+ [\d.]+ (yes|no) 100% -- (\[[\d.]+; [\d.]+\] ){3}1 ar", text)
+    assert (
+        "Not compared: (1) broken's cell is not final: 12 of 12 requests failed (http_status 12; "
+        "failures.max_failed_share: 0.01)."
+    ) in text
