@@ -800,9 +800,10 @@ def runtime_problems(runtime) -> list[str]:
         elif (why := RUNTIME_BOUNDS[key].problem(value)) is not None:
             out.append(f"{key}: {why}")
     kind = "eager" if "eager_layer_launch" in runtime else "roofline"
-    for key in REQUIRED_RUNTIME[kind]:
-        if key not in runtime:
-            out.append(f"{key}: missing (a {kind} runtime needs {', '.join(REQUIRED_RUNTIME[kind])})")
+    missing = [key for key in REQUIRED_RUNTIME[kind] if key not in runtime]
+    if missing:
+        others = f", as are {', '.join(missing[1:])}" if missing[1:] else ""
+        out.append(f"{missing[0]}: missing{others} (a {kind} runtime needs {', '.join(REQUIRED_RUNTIME[kind])})")
     return out
 
 

@@ -247,7 +247,7 @@ def _runtime(**changes):
         (_cut_short, "content_digest: missing (the file was cut short"),
         (lambda path: path.write_text("fingerprint: [1, 2]\n"), "content_digest: missing"),
         # written by calibrate's own code (its digest good), its runtime one the cost model cannot price
-        (_one_key, "runtime.compute_efficiency: missing (a roofline runtime needs bandwidth_efficiency, compute_eff"),
+        (_one_key, "runtime.compute_efficiency: missing, as are layer_overhead, allreduce_latency, drafter_fraction"),
         (_runtime(bandwidth_efficiency=0), "runtime.bandwidth_efficiency: 0 must be above 0 (the cost model divides"),
         (_runtime(request_latency=1e9), "runtime.request_latency: 1000000000.0 is outside 0..1 seconds a request"),
         (_runtime(request_latency=2.5), "runtime.request_latency: 2.5 is outside 0..1 seconds a request"),
