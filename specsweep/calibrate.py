@@ -1057,6 +1057,14 @@ def calibrate(
             f"calibration tp{job['fingerprint']['tp']}: the environment record does not give this job's "
             "fingerprint (it changed since the plan of this run): run snakemake calibrate again"
         )
+    emulated, tp = job["sim_profiles"], job["fingerprint"]["tp"]
+    fixed = {k: v for k, v in emulated["runtime"].items() if k not in FITTED and not k.startswith("eager_")}
+    problems = runtime_problems({**prior(), **fixed})
+    if problems:  # before any server starts: what the fit takes as given from the configured runtime
+        raise CalibrationError(
+            f"calibration tp{tp}: the runtime sim.runtime names cannot price a step ({'; '.join(problems)}); mend "
+            "that profile (sim.profiles.runtimes)"
+        )
     cached = cached_entries(job, log)
     settings = job["settings"]
     missing = [m for m in job["methods"] if measure and missing_shapes(m, settings, cached.get(m["name"]))]
@@ -1070,8 +1078,6 @@ def calibrate(
         wanted = {shape_key(s) for s in server_shapes(entry["method"], settings)}
         entry["rows"] = [r for r in entry["rows"] if shape_of(r) in wanted]
     rows = [row for e in entries for row in e["rows"]]
-    emulated, tp = job["sim_profiles"], job["fingerprint"]["tp"]
-    fixed = {k: v for k, v in emulated["runtime"].items() if k not in FITTED and not k.startswith("eager_")}
     fit = fit_runtime(rows, emulated["gpu"], emulated["model"], emulated["draft_model"], tp, fixed)
     cost = CostModel(emulated["gpu"], emulated["model"], fit.runtime, tp, emulated["draft_model"])
     cold_warm = startup(entries)
@@ -1095,11 +1101,8 @@ def calibrate(
         "profiles": job["profile_names"],  # the GPU and model profiles the runtime was fitted on
     }
     problems = runtime_problems(profile["runtime"])
-    if problems:  # a parameter the configured runtime gives (the fit keeps within bounds what it moves)
-        raise CalibrationError(
-            f"calibration tp{tp}: the fitted runtime cannot price a step ({'; '.join(problems)}): the runtime "
-            f"sim.runtime names gives it; mend that profile (sim.profiles.runtimes)"
-        )
+    if problems:  # never written: a file the cost model cannot read back
+        raise CalibrationError(f"calibration tp{tp}: the fitted runtime cannot price a step ({'; '.join(problems)})")
     atomic_write_text(table_out, _csv(table))
     atomic_write_text(profile_out, cost_model.calibration_text(profile))
     print(

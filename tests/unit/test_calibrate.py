@@ -311,3 +311,21 @@ def test_the_fit_keeps_every_parameter_within_its_bounds(monkeypatch):
     assert fit.runtime["layer_overhead"] == pytest.approx(RUNTIME_BOUNDS["layer_overhead"].high, rel=1e-3)
     monkeypatch.setattr(calibrate, "_free_limits", lambda names: (-40.0, 40.0))
     assert any(p.startswith(("layer_overhead", "prefill_fixed")) for p in runtime_problems(_fit(rows).runtime))
+
+
+def test_a_configured_runtime_that_cannot_price_a_step_is_refused_before_any_server(tmp_path):
+    """The parameters the fit takes from the configured runtime (bandwidth_efficiency, allreduce_latency, ...) out
+    of their bounds: the calibration names the parameter before it starts a server (it ended in a
+    ZeroDivisionError after measuring)."""
+    config = load_default_config()
+    config.update(cache_dir=str(tmp_path / "cache"))
+    config["methods"] = [{"name": "ar", "algorithm": "ar"}]
+    environment = {"backend": "sim", "server": {"version": "test"}}
+    job = calibrate.calibration_job(validated(config), environment, 1)
+    job["sim_profiles"]["runtime"]["bandwidth_efficiency"] = 0
+    with pytest.raises(calibrate.CalibrationError) as raised:
+        calibrate.calibrate(job, environment, str(tmp_path / "p.yaml"), str(tmp_path / "t.csv"), tmp_path)
+    assert str(raised.value).startswith(
+        "calibration tp1: the runtime sim.runtime names cannot price a step (bandwidth_efficiency: 0 must be above 0"
+    )
+    assert not list(tmp_path.glob("server-*.log")) and not (tmp_path / "p.yaml").exists()
