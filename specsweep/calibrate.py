@@ -52,9 +52,11 @@ measured step, or the NGRAM and draft-model parameters when no such method is co
 
 Each server's measurements are cached like cells (``{cache_dir}/calibration/``, verified on reuse: key, digest of
 the content, fingerprint) under a key of the fingerprint, the method as its server runs it and the calibration
-settings: a rerun measures a server again only when one of them changes, and one whose servers are all cached
-starts none. The profile and its table are written under ``results/calibration/`` named by a short digest of the
-fingerprint (GPU model and count, driver, engine version and commit, model, TP).
+settings, after every shape (an interrupted calibration keeps what its servers finished): a rerun measures a server
+again only when one of them changes or shapes are missing, and one whose servers are all cached starts none. The
+fit keeps every parameter within its bounds (sim.model.RUNTIME_BOUNDS). The profile and its table are written
+under ``results/calibration/`` named by a short digest of the fingerprint (GPU model and count, driver, engine
+version and commit, model, TP), the profile with its content digest (cost_model.calibration_text).
 """
 
 from __future__ import annotations
