@@ -3,6 +3,7 @@ rule aggregate:
     input:
         cells=rebuilt_when_missing(all_cell_outputs()),
         environment=[layout.environment_path(CONFIG["backend"], e) for e in engines.names(CONFIG) or [None]],
+        calibrations=settled_cost_model,  # the cells' cost model, as their server jobs had it (common.smk)
     output:
         summary=layout.table_path("summary"),
         tables=[

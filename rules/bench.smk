@@ -50,6 +50,9 @@ rule bench_server:
     input:
         environment=server_environment,
         remeasured=remeasured_cells,
+        # a broken calibration, or a plan past its bound, starts no job; with calibration.in_default_target, the
+        # calibrations first (common.smk)
+        calibrations=plan_within_bound,
     output:
         cells=[
             layout.cell_path("{tp}", "{method}", w["name"], c, REP)

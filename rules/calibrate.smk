@@ -2,12 +2,14 @@
 # profile (specsweep/calibrate.py). The files are named by a digest of what was measured (GPU model and count,
 # driver, engine version and commit, model, TP), which the environment record gives: a checkpoint reads it and
 # names them. Each server's measurements are cached in cache_dir/calibration/, so a rerun with the same
-# fingerprint starts no server. Not part of the default target unless calibration.in_default_target is true
-# (the Snakefile includes this file after rule all: see the end of this file).
+# fingerprint starts no server. A profile there that cannot be read (cut short, edited: its content digest; a
+# runtime parameter out of bounds) is made again, as a missing one is. Not part of the default target unless
+# calibration.in_default_target is true (the Snakefile includes this file after rule all: see the end of this file).
 import json
 from types import SimpleNamespace
 
 from specsweep import calibrate as ss_calibrate
+from specsweep import cost_model as ss_cost_model
 
 
 localrules:
@@ -46,11 +48,33 @@ def _calibration(digest):
     return entries[digest]
 
 
-def calibration_outputs(wildcards):
-    """Every configured TP's profile and table (after the checkpoint named them)."""
+def _digests():
+    """The digests the checkpoint gave the configured TPs (and engines)."""
     with open(checkpoints.calibration_fingerprints.get().output[0]) as handle:
-        names = [e["digest"] for e in json.load(handle)]
-    return [path for name in names for path in (ss_calibrate.profile_path(name), ss_calibrate.table_path(name))]
+        return [e["digest"] for e in json.load(handle)]
+
+
+def _unreadable(path):
+    """Why a calibration profile cannot be used (cost_model.read_calibration), or None."""
+    try:
+        ss_cost_model.read_calibration(path)
+    except ss_cost_model.CalibrationError as exc:
+        return f"{exc.path}: {exc.reason}"
+    return None
+
+
+def calibration_outputs(wildcards):
+    """Every configured TP's profile and table (after the checkpoint named them); a profile that is there but
+    cannot be read is made again."""
+    profiles = [ss_calibrate.profile_path(name) for name in _digests()]
+    rebuilt_when_missing(profiles, _unreadable)(wildcards)
+    return [path for name in _digests() for path in (ss_calibrate.profile_path(name), ss_calibrate.table_path(name))]
+
+
+def calibrations_written():
+    """The configuration's calibration profiles, once they are written and need nothing more in this run (until
+    then Snakemake's IncompleteCheckpointException, which makes the jobs that ask wait for them)."""
+    return [checkpoints.calibration.get(digest=name).output[0] for name in _digests()]
 
 
 def calibration_environment(wildcards):
@@ -74,7 +98,8 @@ def calibration_gpus(wildcards):
     return server_gpus(SimpleNamespace(tp=_calibration(wildcards.digest)["tp"]))
 
 
-rule calibration:
+# a checkpoint: with calibration.in_default_target the cells' jobs are made once it has run (calibrations_written)
+checkpoint calibration:
     input:
         environment=calibration_environment,
         fingerprints=ss_calibrate.FINGERPRINTS,

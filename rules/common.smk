@@ -1,6 +1,7 @@
 # Config -> validated, normalised config; the tables and params every rule uses.
 import os
 import re
+import sys
 
 from jsonschema import ValidationError
 from snakemake.utils import validate
@@ -64,9 +65,9 @@ def forced(paths):
         files.update(paths)
 
 
-def rebuilt_when_missing(paths):
-    """Input function: ``paths`` (a list, or one path), any of them that is missing rebuilt for every target that
-    reaches this rule.
+def rebuilt_when_missing(paths, unusable=None):
+    """Input function: ``paths`` (a list, or one path), any of them that is missing (or for which ``unusable``, given
+    the path, says why it cannot be used: the reason is printed) rebuilt for every target that reaches this rule.
 
     Snakemake (since 7.7) rebuilds a missing file only for a job that has to run anyway: with the tables and the
     report already there, a deleted cell, table or run record was restored for the default target alone, and
@@ -75,7 +76,15 @@ def rebuilt_when_missing(paths):
     nothing)."""
 
     def inputs(wildcards):
-        forced([p for p in ([paths] if isinstance(paths, str) else paths) if not os.path.exists(p)])
+        listed = [paths] if isinstance(paths, str) else paths
+        missing = [p for p in listed if not os.path.exists(p)]
+        for path in [p for p in listed if p not in missing] if unusable else []:
+            why = unusable(path)
+            if why is not None:
+                missing.append(path)
+                if workflow.is_main_process:
+                    print(f"{why}: made again", file=sys.stderr)
+        forced(missing)
         return paths
 
     return inputs
@@ -116,6 +125,52 @@ def predicted_durations():
     from specsweep.plan import server_durations
 
     return server_durations(plan_rows())
+
+
+_SETTLED = {}
+
+
+def settled_cost_model(wildcards):
+    """Input function of the rules whose params price with the cost model (the server jobs, aggregation, the
+    predictions, the report's data). With calibration.in_default_target they wait for the configuration's
+    calibrations (calibrations_written: Snakemake makes these jobs once the calibrations this run makes or mends are
+    written) and the cost model is chosen again from them, so that each cell is measured once, under the
+    calibration it is reported with. Refuses while a calibration file found is broken (cost_model.broken), naming
+    it: its TP size would otherwise be priced by the roofline, every cell measured again under it. Returns the
+    calibration files waited for."""
+    waited = []
+    if CONFIG["calibration"]["in_default_target"]:
+        waited = calibrations_written()  # rules/calibrate.smk
+        if "chosen" not in _SETTLED:
+            CONFIG["cost_model"] = cost_model.choose(CONFIG, cost_model.recorded_environment(CONFIG["backend"]))
+            _SETTLED["chosen"] = True
+    sound_calibrations(wildcards)
+    return waited
+
+
+def sound_calibrations(wildcards):
+    """Input function (of the plan, and through settled_cost_model of every rule that prices): nothing, or a
+    WorkflowError naming each calibration file found that cannot be read and what to do."""
+    key = "broken, chosen again" if "chosen" in _SETTLED else "broken"
+    if key not in _SETTLED:
+        _SETTLED[key] = cost_model.broken(CONFIG)
+    if _SETTLED[key]:
+        raise WorkflowError("a calibration file is broken: " + "; ".join(_SETTLED[key]))
+    return []
+
+
+def plan_within_bound(wildcards):
+    """Input function of the server jobs: settled_cost_model, then the plan's bound (specsweep.plan.plan_bound): a
+    run whose calibrated plan is more than PLAN_BOUND times dearer than without calibration starts no job unless
+    confirm_plan_hours allows it (the error names the calibration files and the key)."""
+    waited = settled_cost_model(wildcards)
+    if "bound" not in _SETTLED:
+        from specsweep.plan import plan_bound
+
+        _SETTLED["bound"] = plan_bound(CONFIG, CONFIG["cache_dir"])
+    if _SETTLED["bound"] and _SETTLED["bound"]["problem"]:
+        raise WorkflowError(f"Refused: {_SETTLED['bound']['problem']}")
+    return waited
 
 
 _PACKING = {}

@@ -1,9 +1,12 @@
+from specsweep.plan import NOT_PRICED
+
 # `snakemake plan`: what the configured plan costs, before anything runs (no server is started). It marks the
 # cells already in the cell cache once the environment is there (then a declared input); the cache itself lies
 # outside the DAG by design, so `snakemake plan --forcerun plan` refreshes those marks after a run.
 rule plan:
     input:
         environment=lambda wildcards: [p for p in [layout.environment_path(CONFIG["backend"])] if os.path.exists(p)],
+        calibrations=sound_calibrations,  # a broken calibration file stops the plan too, naming it (common.smk)
     output:
         md="results/plan/plan.md",
         csv="results/plan/plan.csv",
@@ -19,12 +22,12 @@ rule plan:
 # The plan's predicted seconds per cell (a pure function of the configuration and its cost models), each server's
 # start-up cold or warm as the packing starts it, which the report's appendix compares with each server's latest run.
 rule predictions:
+    input:
+        calibrations=settled_cost_model,  # the cost model the cells had (common.smk)
     output:
         layout.PREDICTIONS,
     params:
-        config=lambda wildcards: canonical_json(
-            {k: v for k, v in CONFIG.items() if k not in ("report", "failures", "remeasure")}
-        ),
+        config=lambda wildcards: canonical_json({k: v for k, v in CONFIG.items() if k not in NOT_PRICED}),
         gpus=plan_gpus(),
     log:
         "logs/predictions.log",

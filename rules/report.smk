@@ -6,10 +6,11 @@ rule report_data:
         environment=rebuilt_when_missing(layout.environment_path(CONFIG["backend"])),
         predictions=rebuilt_when_missing(layout.PREDICTIONS),
         runs=rebuilt_when_missing(all_run_records()),
+        calibrations=settled_cost_model,  # the cost model the report names, as the cells had it (common.smk)
     output:
         layout.REPORT_DATA,
     params:
-        view=report_params_json(),
+        view=lambda wildcards: report_params_json(),
         code=REPORT_CODE,
     log:
         "logs/report_data.log",

@@ -52,9 +52,11 @@ measured step, or the NGRAM and draft-model parameters when no such method is co
 
 Each server's measurements are cached like cells (``{cache_dir}/calibration/``, verified on reuse: key, digest of
 the content, fingerprint) under a key of the fingerprint, the method as its server runs it and the calibration
-settings: a rerun measures a server again only when one of them changes, and one whose servers are all cached
-starts none. The profile and its table are written under ``results/calibration/`` named by a short digest of the
-fingerprint (GPU model and count, driver, engine version and commit, model, TP).
+settings, after every shape (an interrupted calibration keeps what its servers finished): a rerun measures a server
+again only when one of them changes or shapes are missing, and one whose servers are all cached starts none. The
+fit keeps every parameter within its bounds (sim.model.RUNTIME_BOUNDS). The profile and its table are written
+under ``results/calibration/`` named by a short digest of the fingerprint (GPU model and count, driver, engine
+version and commit, model, TP), the profile with its content digest (cost_model.calibration_text).
 """
 
 from __future__ import annotations
@@ -85,7 +87,7 @@ from .counters import scrape, server_info
 from .http1 import Pool
 from .jobs import ServerJob, server_job
 from .methods import expand_methods
-from .sim.model import CHUNKED_PREFILL_SIZE, CostModel, Decoding, profiles
+from .sim.model import CHUNKED_PREFILL_SIZE, RUNTIME_BOUNDS, CostModel, Decoding, profiles, runtime_problems
 from .text import ChatTemplate
 
 CALIBRATION_VERSION = 2  # part of every cached measurement's key: bump it when what is measured changes
@@ -541,12 +543,19 @@ def shape_key(shape: dict) -> tuple:
 
 
 def measure_shapes(
-    probe: Probe, method: dict, settings: dict, deadline: float, log=sys.stderr, shapes: list[dict] | None = None
+    probe: Probe,
+    method: dict,
+    settings: dict,
+    deadline: float,
+    log=sys.stderr,
+    shapes: list[dict] | None = None,
+    keep: Callable[[list[dict]], object] | None = None,
 ) -> list[dict]:
     """Each shape (default: every shape of the server, ``server_shapes``) as a table row, measured or skipped with
-    its reason."""
+    its reason; ``keep`` is given the rows so far after each one (what an interrupted calibration keeps)."""
     decoding = asdict(method_decoding(method))
-    rows, longest, warm = [], 0.0, False
+    rows: list[dict] = []
+    longest, warm = 0.0, False
     for shape in server_shapes(method, settings) if shapes is None else shapes:
         if shape["kind"] == "prefill" and not warm:  # the server's first admission during a stream, not timed: on
             warm = True  # SGLang 0.5.16's DFlash server it took 82 ms at 256 tokens where the same shape takes 20
@@ -557,6 +566,8 @@ def measure_shapes(
         row["shape_context"] = shape["context"]
         if time.monotonic() + longest > deadline:
             rows.append({**row, "skipped": TIME_BOUND})
+            if keep is not None:
+                keep(rows)
             continue
         started = time.monotonic()
         if shape["kind"] == "prefill":
@@ -572,6 +583,8 @@ def measure_shapes(
             result = measure_batch(probe, shape["batch"], shape["context"], settings["new_tokens"], seed)
         longest = max(longest, time.monotonic() - started)
         rows.append({**row, **result})
+        if keep is not None:
+            keep(rows)
         what = f"{1000 * result['seconds']:.2f} ms" if "seconds" in result else f"skipped: {result['skipped']}"
         print(f"calibration {method['name']} {shape['kind']} b{shape['batch']} c{shape['context']}: {what}", file=log)
         if not probe.alive():
@@ -625,10 +638,20 @@ def _jacobian(residuals, x: np.ndarray, r: np.ndarray, h: float = 1e-6) -> np.nd
     return np.array(columns).T
 
 
-def least_squares(residuals, x0, iterations: int = 200) -> np.ndarray:
+def _free_limits(names: list[str]) -> tuple[np.ndarray, np.ndarray]:
+    """(lower, upper) of each parameter's unbounded coordinate: its RUNTIME_BOUNDS (the fit never leaves a
+    parameter's physically sensible range), within -40..40."""
+    lower = [_to_free(n, RUNTIME_BOUNDS[n].low) if RUNTIME_BOUNDS[n].low > 0 else -40.0 for n in names]
+    upper = [40.0 if n.endswith("_efficiency") else _to_free(n, RUNTIME_BOUNDS[n].high) for n in names]
+    return np.clip(lower, -40, 40), np.clip(upper, -40, 40)
+
+
+def least_squares(residuals, x0, iterations: int = 200, limits: tuple | None = None) -> np.ndarray:
     """Minimise sum(residuals(x)^2) from x0 (Levenberg-Marquardt with Marquardt's scaling; a coordinate the
-    residuals do not depend on stays where it starts). Stops when a step gains less than 1e-12 of the cost."""
-    x = np.array(x0, float)
+    residuals do not depend on stays where it starts), each coordinate within ``limits`` (lower, upper; default
+    -40..40). Stops when a step gains less than 1e-12 of the cost."""
+    lower, upper = limits if limits is not None else (-40.0, 40.0)
+    x = np.clip(np.array(x0, float), lower, upper)
     r = residuals(x)
     cost, damping = float(r @ r), 1e-3
     for _ in range(iterations):
@@ -637,7 +660,7 @@ def least_squares(residuals, x0, iterations: int = 200) -> np.ndarray:
         scale = np.diag(np.diag(normal)) + 1e-12 * np.eye(len(x))
         while True:
             step = np.linalg.solve(normal + damping * scale, -gradient)
-            trial = np.clip(x + step, -40, 40)
+            trial = np.clip(x + step, lower, upper)
             r_trial = residuals(trial)
             if float(r_trial @ r_trial) < cost:
                 gain = cost - float(r_trial @ r_trial)
@@ -721,7 +744,7 @@ def fit_runtime(
         """Least squares, reweighed until the weights settle (at most 4 times)."""
         x = np.asarray(x0, float)
         for _ in range(4):
-            x = least_squares(residuals_for(names), x)
+            x = least_squares(residuals_for(names), x, limits=_free_limits(names))
             raw = residuals_for(names)(x) / np.sqrt(weights)
             new = _huber_weights(raw, len(names))
             if np.allclose(new, weights, atol=1e-3):
@@ -755,13 +778,13 @@ def fit_runtime(
         keep = [i for i in range(len(free)) if i != worst]
         name, value = free[worst], _from_free(free[worst], x[worst])
         free = [free[i] for i in keep]
-        x_prior = least_squares(residuals_for(free), x[keep])
+        x_prior = least_squares(residuals_for(free), x[keep], limits=_free_limits(free))
         r_prior = residuals_for(free)(x_prior)
         if float(r_prior @ r_prior) <= 1.1 * float(r @ r) + len(r) * NOISE_FLOOR**2:
             x = x_prior
         else:
             start[name] = value
-            x = least_squares(residuals_for(free), x[keep])
+            x = least_squares(residuals_for(free), x[keep], limits=_free_limits(free))
     identified = [n for n, e in zip(free, errors) if e <= IDENTIFIED_WITHIN]
     runtime = runtime_of(free, x)
     rounded = {k: float(f"{v:.4g}") if isinstance(v, float) else v for k, v in runtime.items()}
@@ -846,7 +869,9 @@ def measure_servers(
 ) -> list[dict]:
     """Start each missing method's server in turn (the job's GPUs held from the pool throughout), measure the
     shapes its cache entry (``cached``, by method name) lacks within the time bound, always stop it; each server's
-    entry (its earlier rows of other shapes kept, this start-up's time) is cached as soon as it is measured."""
+    entry (its earlier rows of other shapes kept, this start-up's time) is cached after every shape, so that a
+    calibration interrupted (Ctrl-C, SIGTERM, a server that dies) keeps the shapes its servers finished and a rerun
+    measures only the others."""
     cached = cached or {}
     from .gpus import GpuPool, lock_folder, visible_devices
 
@@ -869,35 +894,46 @@ def measure_servers(
             share_end = time.monotonic() + (budget_end - time.monotonic()) / (len(missing) - index)
             print(f"calibration tp{base.tp}: starting the {method['name']} server", file=log, flush=True)
             before = cached.get(method["name"])
+
+            def keep(startup_s: float, rows: list[dict], method=method, before=before, first=index == 0) -> dict:
+                """Cache the server's entry: its earlier rows of the shapes not measured again, then ``rows``."""
+                now = datetime.now(timezone.utc).isoformat()
+                measured = {shape_of(r) for r in rows}
+                entry = {
+                    "key": entry_key(job, method),
+                    "fingerprint": job["fingerprint"],
+                    "method": method,
+                    "startup_s": startup_s,
+                    "first_on_host": first,
+                    "startups": startups(before) + [{"seconds": startup_s, "first_on_host": first, "at": now}],
+                    "measured_at": now,
+                    "rows": [r for r in (before or {}).get("rows", []) if shape_of(r) not in measured] + rows,
+                }
+                entry["digest"] = digest(entry)
+                cache.put(entry["key"], entry)
+                return entry
+
             shapes = missing_shapes(method, settings, before)
             startup_s, rows = _measure_server(
-                replace(base, method=method), settings, environment, gpus, log_dir, share_end, log, shapes
+                replace(base, method=method), settings, environment, gpus, log_dir, share_end, log, shapes, keep
             )
-            redone = {shape_key(s) for s in shapes}
-            rows = [r for r in (before or {}).get("rows", []) if shape_of(r) not in redone] + rows
-            now = datetime.now(timezone.utc).isoformat()
-            start = {"seconds": startup_s, "first_on_host": index == 0, "at": now}
-            entry = {
-                "key": entry_key(job, method),
-                "fingerprint": job["fingerprint"],
-                "method": method,
-                "startup_s": startup_s,
-                "first_on_host": index == 0,
-                "startups": startups(before) + [start],
-                "measured_at": now,
-                "rows": rows,
-            }
-            entry["digest"] = digest(entry)
-            cache.put(entry["key"], entry)
-            entries.append(entry)
+            entries.append(keep(startup_s, rows))
     return entries
 
 
 def _measure_server(
-    job: ServerJob, settings: dict, environment: dict, gpus, log_dir: Path, share_end: float, log, shapes: list[dict]
+    job: ServerJob,
+    settings: dict,
+    environment: dict,
+    gpus,
+    log_dir: Path,
+    share_end: float,
+    log,
+    shapes: list[dict],
+    keep: Callable[[float, list[dict]], object],
 ) -> tuple[float, list[dict]]:
     """(start-up seconds, the table rows) of one method's server, started as the workflow starts it and always
-    stopped."""
+    stopped; ``keep`` is given the start-up and the rows so far after each shape."""
     from .bench import start_server
     from .gpus import wait_until_released
     from .launcher import ApiKeyFile, Server
@@ -910,8 +946,11 @@ def _measure_server(
             key.remove()  # the server read it when it started
             timeout, context_length = job.server["request_timeout"], job.model["context_length"]
             probe = open_probe(server.url, key.headers, server.alive, timeout, context_length)
-            rows = measure_shapes(probe, job.method, settings, share_end, log, shapes)
-            return float(server.startup_seconds or 0.0), rows
+            startup_s = float(server.startup_seconds or 0.0)
+            rows = measure_shapes(
+                probe, job.method, settings, share_end, log, shapes, lambda so_far: keep(startup_s, so_far)
+            )
+            return startup_s, rows
         finally:
             if server is not None:
                 server.stop()
@@ -1020,6 +1059,14 @@ def calibrate(
             f"calibration tp{job['fingerprint']['tp']}: the environment record does not give this job's "
             "fingerprint (it changed since the plan of this run): run snakemake calibrate again"
         )
+    emulated, tp = job["sim_profiles"], job["fingerprint"]["tp"]
+    fixed = {k: v for k, v in emulated["runtime"].items() if k not in FITTED and not k.startswith("eager_")}
+    problems = runtime_problems({**prior(), **fixed})
+    if problems:  # before any server starts: what the fit takes as given from the configured runtime
+        raise CalibrationError(
+            f"calibration tp{tp}: the runtime sim.runtime names cannot price a step ({'; '.join(problems)}); mend "
+            "that profile (sim.profiles.runtimes)"
+        )
     cached = cached_entries(job, log)
     settings = job["settings"]
     missing = [m for m in job["methods"] if measure and missing_shapes(m, settings, cached.get(m["name"]))]
@@ -1033,8 +1080,6 @@ def calibrate(
         wanted = {shape_key(s) for s in server_shapes(entry["method"], settings)}
         entry["rows"] = [r for r in entry["rows"] if shape_of(r) in wanted]
     rows = [row for e in entries for row in e["rows"]]
-    emulated, tp = job["sim_profiles"], job["fingerprint"]["tp"]
-    fixed = {k: v for k, v in emulated["runtime"].items() if k not in FITTED and not k.startswith("eager_")}
     fit = fit_runtime(rows, emulated["gpu"], emulated["model"], emulated["draft_model"], tp, fixed)
     cost = CostModel(emulated["gpu"], emulated["model"], fit.runtime, tp, emulated["draft_model"])
     cold_warm = startup(entries)
@@ -1057,8 +1102,11 @@ def calibrate(
         "table": Path(table_out).name,
         "profiles": job["profile_names"],  # the GPU and model profiles the runtime was fitted on
     }
+    problems = runtime_problems(profile["runtime"])
+    if problems:  # never written: a file the cost model cannot read back
+        raise CalibrationError(f"calibration tp{tp}: the fitted runtime cannot price a step ({'; '.join(problems)})")
     atomic_write_text(table_out, _csv(table))
-    atomic_write_text(profile_out, yaml.safe_dump(profile, sort_keys=False))
+    atomic_write_text(profile_out, cost_model.calibration_text(profile))
     print(
         f"calibration tp{tp}: {len(started)} server(s) started, {len(set(cached) - set(started))} wholly cached; "
         f"{len(deviations)} shapes, largest deviation {max(deviations):.1%}; not identified: "
@@ -1075,8 +1123,10 @@ def _config_view(job: dict) -> dict:
 
 
 def read_profile(path: str | Path) -> dict:
-    """A calibration profile written by ``calibrate`` (YAML)."""
+    """A calibration profile written by ``calibrate`` (YAML), verified (cost_model.read_calibration: its digest, its
+    runtime's bounds)."""
     try:
+        cost_model.read_calibration(path)
         return yaml.safe_load(Path(path).read_text())
-    except (OSError, yaml.YAMLError) as exc:
-        raise CalibrationError(f"{path}: cannot read the calibration profile ({exc}); run snakemake calibrate") from exc
+    except (cost_model.CalibrationError, OSError, yaml.YAMLError) as exc:
+        raise CalibrationError(f"cannot read the calibration profile: {exc}") from exc

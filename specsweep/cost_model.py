@@ -9,8 +9,13 @@ under results/calibration/ (``<digest of the fingerprint>.yaml``, its measured t
     runtime: {...}              # a runtime profile: the keys of a runtime of specsweep/data/sim_profiles.yaml
     startup: {cold_s, warm_s}   # launch to ready: the first server on a host, a later one
 
-(a file without ``runtime:`` holds the runtime profile's keys at its top level instead). ``sim.calibration``
-picks, for every configured TP size:
+    content_digest: ...         # SHA-256 of the canonical JSON of everything above it (calibration_text)
+
+(a file without ``runtime:`` holds the runtime profile's keys at its top level instead). A file is read only when
+its content matches its digest (a truncated file has lost it: it is the last key) and its runtime is one the cost
+model can price (sim.model.runtime_problems: every parameter known and within its bounds, none its kind of runtime
+needs missing); ``read_calibration`` names the file and the key otherwise. ``sim.calibration`` picks, for every
+configured TP size:
 
 - ``auto`` (the default): the newest (``measured_on.date``, then the file's time) calibration of results/calibration/
   that matches. On ``backend: sglang`` (what ``snakemake plan`` prices) a calibration matches when its fingerprint
@@ -41,19 +46,25 @@ from pathlib import Path
 
 import yaml
 
-from .canon import digest, package_digest
+from .canon import digest, package_digest, yaml_data
 from .errors import ConfigError
 from .layout import RESULTS, environment_path
-from .sim.model import profiles
+from .sim.model import RUNTIME_BOUNDS, profiles, runtime_problems
 
 CALIBRATIONS = f"{RESULTS}/calibration"
 FINGERPRINT = ("gpu", "gpu_count", "driver", "engine_version", "engine_commit", "model", "tp")
 HOST_KEYS = ("gpu", "gpu_count", "driver", "engine_version", "engine_commit")  # what the environment record gives
-HEADER = ("fingerprint", "measured_on", "largest_deviation", "startup", "runtime", "table")
+DIGEST_KEY = "content_digest"  # a calibration file's last key: the digest of everything before it
+HEADER = ("fingerprint", "measured_on", "largest_deviation", "startup", "runtime", "table", DIGEST_KEY)
 
 
 class CalibrationError(ValueError):
-    """A calibration file that cannot be read; the message names the file, the key and what to do."""
+    """A calibration file that cannot be read: ``path``, ``reason`` (the key and what is wrong with it); the message
+    adds what to do."""
+
+    def __init__(self, path, reason: str):
+        self.path, self.reason = str(path), reason
+        super().__init__(f"{path}: {reason}; {_REDO}")
 
 
 def normalise_gpu(name: str) -> str:
@@ -79,46 +90,74 @@ def gpu_profile(gpu: str, known: dict) -> str | None:
 
 def _number(value, where: str, path) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
-        raise CalibrationError(f"{path}: {where}: {value!r} is not a finite number >= 0; {_REDO}")
+        raise CalibrationError(path, f"{where}: {value!r} is not a finite number >= 0")
     return float(value)
 
 
-_REDO = "run `snakemake calibrate` again, or remove the file"
+_REDO = (
+    "`snakemake calibrate` writes it again if it is a calibration of this configuration (from the cached "
+    "measurements, starting no server where they are all there); else remove the file"
+)
+
+
+def calibration_text(profile: dict) -> str:
+    """A calibration profile as its file holds it: YAML, its keys in order, then DIGEST_KEY, the SHA-256 of the
+    canonical JSON of the rest as it reads back (so that a value edited, or a file cut short, which loses its last
+    key, does not verify)."""
+    body = {k: v for k, v in profile.items() if k != DIGEST_KEY}
+    text = yaml.safe_dump(body, sort_keys=False)
+    return text + yaml.safe_dump({DIGEST_KEY: digest(yaml_data(text))})
 
 
 def read_calibration(path: str | Path) -> dict:
     """A calibration file, checked: {path, fingerprint, gpu, date, largest_deviation, runtime, startup (or None)}.
-    Raises CalibrationError naming the file and the key."""
+    Its content must match its digest (calibration_text), its runtime be one the cost model can price
+    (runtime_problems). Raises CalibrationError naming the file and the key."""
     try:
-        data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+        data = yaml_data(Path(path).read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
-        raise CalibrationError(f"{path}: cannot be read ({type(exc).__name__}: {exc}); {_REDO}") from None
+        raise CalibrationError(path, f"cannot be read ({type(exc).__name__}: {exc})") from None
     if not isinstance(data, dict):
-        raise CalibrationError(f"{path}: not a mapping of a calibration; {_REDO}")
+        raise CalibrationError(path, "not a mapping of a calibration")
+    if DIGEST_KEY not in data:
+        raise CalibrationError(
+            path,
+            f"{DIGEST_KEY}: missing (the file was cut short, or not written by `snakemake calibrate`: a runtime "
+            "profile of your own goes in sim.profiles.runtimes)",
+        )
+    if data[DIGEST_KEY] != digest({k: v for k, v in data.items() if k != DIGEST_KEY}):
+        raise CalibrationError(
+            path,
+            f"its content does not match its {DIGEST_KEY} (edited or damaged since `snakemake calibrate` wrote it)",
+        )
     for key in ("fingerprint", "measured_on"):
         if not isinstance(data.get(key), dict):
-            raise CalibrationError(f"{path}: {key}: missing or not a mapping; {_REDO}")
+            raise CalibrationError(path, f"{key}: missing or not a mapping")
     fingerprint = data["fingerprint"]
     missing = [k for k in ("model", "tp") if fingerprint.get(k) in (None, "")]
     if missing:
-        raise CalibrationError(f"{path}: fingerprint.{missing[0]}: missing; {_REDO}")
+        raise CalibrationError(path, f"fingerprint.{missing[0]}: missing")
     if isinstance(fingerprint["tp"], bool) or not isinstance(fingerprint["tp"], int) or fingerprint["tp"] < 1:
-        raise CalibrationError(f"{path}: fingerprint.tp: {fingerprint['tp']!r} is not a TP size; {_REDO}")
+        raise CalibrationError(path, f"fingerprint.tp: {fingerprint['tp']!r} is not a TP size")
     gpu = data["measured_on"].get("gpu") or fingerprint.get("gpu")
     date = data["measured_on"].get("date")
     if not gpu or not date:
-        raise CalibrationError(f"{path}: measured_on: needs gpu and date; {_REDO}")
+        raise CalibrationError(path, "measured_on: needs gpu and date")
     runtime = data["runtime"] if "runtime" in data else {k: v for k, v in data.items() if k not in HEADER}
     if not isinstance(runtime, dict) or not runtime:
-        raise CalibrationError(f"{path}: runtime: missing or not a mapping of a runtime profile; {_REDO}")
-    for key, value in runtime.items():
-        if not isinstance(value, bool):
-            _number(value, f"runtime.{key}", path)
+        raise CalibrationError(path, "runtime: missing or not a mapping of a runtime profile")
+    problems = runtime_problems(runtime)
+    if problems:
+        raise CalibrationError(path, "; ".join(f"runtime.{p}" for p in problems))
     startup = data.get("startup")
     if startup is not None:
         if not isinstance(startup, dict) or set(startup) != {"cold_s", "warm_s"}:
-            raise CalibrationError(f"{path}: startup: needs exactly cold_s and warm_s (seconds); {_REDO}")
-        startup = {k: _number(v, f"startup.{k}", path) for k, v in startup.items()}
+            raise CalibrationError(path, "startup: needs exactly cold_s and warm_s (seconds)")
+        for key, value in startup.items():
+            why = RUNTIME_BOUNDS["startup_seconds"].problem(value)
+            if why is not None:
+                raise CalibrationError(path, f"startup.{key}: {why}")
+        startup = {k: float(v) for k, v in startup.items()}
     return {
         "path": str(path),
         "fingerprint": {k: fingerprint.get(k) for k in FINGERPRINT},
@@ -215,13 +254,16 @@ def _newest_first(calibrations: list[dict]) -> list[dict]:
 
 
 def choose(config: dict, environment: dict | None = None, folder: str = CALIBRATIONS) -> dict:
-    """{"by_tp": {TP as text: the TP's choice}, "ignored": [why each calibration found was not used]}; a choice is
-    {label, calibration (its file or None), runtime (the calibrated runtime profile or None), startup ({cold_s,
-    warm_s} or None), gpu_profile (the GPU profile it was measured on), gpu_count}. Raises ConfigError for a
-    ``sim.calibration`` that is neither auto, none, nor a calibration file or folder."""
+    """{"by_tp": {TP as text: the TP's choice}, "ignored": [why each calibration found was not used], "broken": [why
+    each file found cannot be read (read_calibration)]}; a choice is {label, calibration (its file or None), runtime
+    (the calibrated runtime profile or None), startup ({cold_s, warm_s} or None), gpu_profile (the GPU profile it was
+    measured on), gpu_count}. A broken file found in a folder is named in a warning and left out of the choice (the
+    workflow's runs refuse to start while one is there: see ``broken``). Raises ConfigError for a
+    ``sim.calibration`` that is neither auto, none, nor a calibration file or folder, or names a broken file."""
     setting = config["sim"].get("calibration", "auto")
     found: list[dict] = []
     ignored: list[str] = []
+    broken: list[str] = []
     forced = False
     if setting != "none":
         place = Path(folder if setting == "auto" else setting)
@@ -248,6 +290,7 @@ def choose(config: dict, environment: dict | None = None, folder: str = CALIBRAT
                 except CalibrationError as exc:
                     print(f"warning: calibration ignored: {exc}", file=sys.stderr)
                     ignored.append(str(exc))
+                    broken.append(str(exc))
     known = profiles(config["sim"].get("profiles"))["gpus"]
     by_tp = {}
     for tp in config["tp"]:
@@ -264,7 +307,17 @@ def choose(config: dict, environment: dict | None = None, folder: str = CALIBRAT
     ignored += [
         f"{c['path']}: {mismatch(c, config, environment)}" for c in found if c["fingerprint"]["tp"] not in config["tp"]
     ]
-    return {"by_tp": by_tp, "ignored": ignored}
+    return {"by_tp": by_tp, "ignored": ignored, "broken": broken}
+
+
+def broken(config: dict) -> list[str]:
+    """Why each calibration file a resolved configuration found (top-level and every engine's view) cannot be read:
+    what stops a run (a broken calibration would otherwise leave its TP size priced by the roofline, its cells
+    measured again under another cost model)."""
+    from . import engines
+
+    views = [config] + [engines.view(config, name) for name in engines.names(config)]
+    return list(dict.fromkeys(why for view in views for why in (view.get("cost_model") or {}).get("broken", [])))
 
 
 def _choice(config: dict, calibration: dict | None, known_gpus: dict) -> dict:

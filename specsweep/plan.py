@@ -45,6 +45,9 @@ from .text import chat_prompt
 from .workloads import build
 
 OUTPUT_SHARE = 0.65
+# a run whose plan costs more than this many times the GPU-hours of the same plan with no calibration is refused
+# unless confirm_plan_hours allows it: a calibration that makes a plan that much dearer is more likely broken than true
+PLAN_BOUND = 10.0
 SGLANG_INIT_SECONDS = 60.0
 JOB_OVERHEAD_SECONDS = 3.0  # a server job's own start: interpreter, imports, server process, readiness polls
 DISK_BYTES_PER_SECOND = 2e9
@@ -179,7 +182,7 @@ def predict(config: dict, memo_dir: str | None = None) -> list[dict]:
     skipped."""
     memo = None
     if memo_dir:
-        measured = {k: v for k, v in config.items() if k not in ("report", "failures", "remeasure")}
+        measured = {k: v for k, v in config.items() if k not in NOT_PRICED}
         key = digest({"config": measured, "code": _code_digest()})
         memo = Path(plan_memo_path(memo_dir, key))
         try:
@@ -197,6 +200,9 @@ def predict(config: dict, memo_dir: str | None = None) -> list[dict]:
         except (OSError, ValueError):
             pass
     return rows
+
+
+NOT_PRICED = ("report", "failures", "remeasure", "confirm_plan_hours")  # keys no predicted second depends on
 
 
 @lru_cache(maxsize=1)
@@ -455,6 +461,7 @@ def write_plan(config: dict, environment: dict | None, gpus: int, out_md: str, o
         "",
         f"- backend: {config['backend']}" + (" - simulated backend" if config["backend"] == "sim" else ""),
         *cost_model_lines(config),
+        *bound_line(plan_bound(config, config["cache_dir"])),
         f"- cells already cached: {int(frame['cached'].sum())} of {len(rows)}"
         + (
             ""
@@ -489,6 +496,78 @@ def write_plan(config: dict, environment: dict | None, gpus: int, out_md: str, o
     lines += ["", "Assumptions: " + " ".join(__doc__.split("Assumptions (stated in plan.md): ")[1].split())]
     atomic_write_text(out_md, "\n".join(lines) + "\n")
     return {"servers": len(packing["order"]), "cells": len(rows), "gpu_hours": hours, **packing}
+
+
+def cold_hours(rows: list[dict]) -> dict[tuple, float]:
+    """GPU-hours of the predicted rows by (TP, engine), every server started cold: the sum over its servers of TP x
+    (cold start-up + every cell's warm-up and measurement), / 3600 (cached or not: what the plan would cost from
+    nothing)."""
+    out: dict[tuple, float] = {}
+    for r in rows:
+        group = (r["tp"], engines.split(r["method"])[1])
+        out[group] = out.get(group, 0.0) + r["tp"] * (r["cold_startup_s"] + r["warmup_s"] + r["measure_s"]) / 3600
+    return out
+
+
+def plan_bound(config: dict, memo_dir: str | None = None) -> dict | None:
+    """The plan against the same plan with no calibration (cost_model.uncalibrated), in cold_hours: {"hours",
+    "uncalibrated_hours", "ratio", "over": [{tp, engine, calibration, hours, uncalibrated_hours}, ...] (the TP sizes
+    and engines whose calibration makes them more than PLAN_BOUND times dearer), "allowed" (the ratio within
+    PLAN_BOUND, or confirm_plan_hours at least the plan's hours), "problem" (why a run is refused, naming the
+    calibration files and the key; None when allowed)}; None when no calibration prices the plan."""
+    views = {None: config} | {e: engines.view(config, e) for e in engines.names(config)}
+    files = {(tp, e): cost_model.of(v, tp)["calibration"] for e, v in views.items() for tp in config["tp"]}
+    if not any(files.values()):
+        return None
+    calibrated, uncalibrated = (cold_hours(predict(c, memo_dir)) for c in (config, cost_model.uncalibrated(config)))
+    hours, base = sum(calibrated.values()), sum(uncalibrated.values())
+    ratio = hours / base if base else 1.0
+    over = [
+        {"tp": tp, "engine": e, "calibration": files[(tp, e)], "hours": h, "uncalibrated_hours": uncalibrated[(tp, e)]}
+        for (tp, e), h in calibrated.items()
+        if files.get((tp, e)) and h > PLAN_BOUND * uncalibrated[(tp, e)]
+    ]
+    confirmed = config.get("confirm_plan_hours")
+    allowed = ratio <= PLAN_BOUND or (confirmed is not None and confirmed >= hours)
+    problem = None
+    if not allowed:
+        named = "; ".join(
+            f"TP {o['tp']}" + (f" (engine {o['engine']})" if o["engine"] else "") + f": priced by {o['calibration']}, "
+            f"{_hours(o['hours'])} GPU-hours against {_hours(o['uncalibrated_hours'])}"
+            for o in over
+        )
+        problem = (
+            f"the plan is {_hours(hours)} GPU-hours (every server started cold), {ratio:,.0f} times the "
+            f"{_hours(base)} of the same plan without calibration, past the bound of {PLAN_BOUND:g} times ({named}): "
+            f"check that calibration (`snakemake calibrate` measures it again, `snakemake plan` prices it), or set "
+            f"confirm_plan_hours: {math.ceil(hours)} to run this plan"
+        )
+    return {
+        "hours": hours,
+        "uncalibrated_hours": base,
+        "ratio": ratio,
+        "over": over,
+        "allowed": allowed,
+        "problem": problem,
+    }
+
+
+def _hours(value: float) -> str:
+    return f"{value:,.2f}" if value >= 1 else f"{value:.2g}"
+
+
+def bound_line(bound: dict | None) -> list[str]:
+    """plan.md's line on the plan bound (none without a calibration)."""
+    if bound is None:
+        return []
+    line = (
+        f"- plan bound: {_hours(bound['hours'])} GPU-hours with every server started cold, {bound['ratio']:.2f} "
+        f"times the same plan without calibration ({_hours(bound['uncalibrated_hours'])}); a run past "
+        f"{PLAN_BOUND:g} times is refused unless confirm_plan_hours allows it"
+    )
+    if bound["problem"]:
+        line += f". A run is refused: {bound['problem']}"
+    return [line]
 
 
 def cost_model_lines(config: dict) -> list[str]:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import yaml
 
-from specsweep.cost_model import host_fingerprint
+from specsweep.cost_model import calibration_text, host_fingerprint
 from specsweep.sim.model import profiles
 
 # a runtime measured on a slower engine than the generic roofline: every step costs more
@@ -22,27 +22,38 @@ LABEL = "measured on NVIDIA H200 on 2026-12-01, largest deviation 4.2%"
 
 
 def write_calibration(
-    folder: Path, name: str = "cal.yaml", *, tp: int = 1, model: str = "Qwen/Qwen3-8B", date: str = "2026-12-01", **host
+    folder: Path,
+    name: str = "cal.yaml",
+    *,
+    tp: int = 1,
+    model: str = "Qwen/Qwen3-8B",
+    date: str = "2026-12-01",
+    runtime: dict | None = None,
+    **host,
 ) -> Path:
     """One calibration of ``HOST`` (changed by ``host``; its fingerprint as `snakemake calibrate` writes it) for a
-    model and TP size, measured on ``date``: the runtime MEASURED_RUNTIME, start-ups of 150 s cold and 60 s warm, a
-    largest deviation of 4.2%."""
+    model and TP size, measured on ``date``: the runtime MEASURED_RUNTIME (or ``runtime``), start-ups of 150 s cold
+    and 60 s warm, a largest deviation of 4.2%; its content digest as `snakemake calibrate` writes it."""
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / name
     fingerprint = {**host_fingerprint(environment_of({**HOST, **host})), "model": model, "tp": tp}
-    path.write_text(
-        yaml.safe_dump(
-            {
-                "fingerprint": fingerprint,
-                "measured_on": {"gpu": fingerprint["gpu"], "date": date},
-                "largest_deviation": 0.042,
-                "runtime": MEASURED_RUNTIME,
-                "startup": {"cold_s": 150.0, "warm_s": 60.0},
-                "table": name.replace(".yaml", ".csv"),
-            }
-        )
-    )
+    profile = {
+        "fingerprint": fingerprint,
+        "measured_on": {"gpu": fingerprint["gpu"], "date": date},
+        "largest_deviation": 0.042,
+        "runtime": MEASURED_RUNTIME if runtime is None else runtime,
+        "startup": {"cold_s": 150.0, "warm_s": 60.0},
+        "table": name.replace(".yaml", ".csv"),
+    }
+    path.write_text(calibration_text(profile))
     return path
+
+
+def edit_calibration(path: Path, change) -> None:
+    """Change a calibration file's content by hand (``change`` is given its parsed content), its digest kept."""
+    data = yaml.safe_load(path.read_text())
+    change(data)
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
 
 
 def environment_of(host: dict) -> dict:

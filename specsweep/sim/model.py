@@ -693,6 +693,120 @@ def reply_tokens(prompt: str, max_new_tokens: int, ignore_eos: bool = False) -> 
     return out, natural <= max_new_tokens and not ignore_eos
 
 
+@dataclass(frozen=True)
+class Bound:
+    """The physically sensible range of one runtime parameter: low <= value <= high, in ``unit``; ``positive``:
+    above 0 too (a rate or share the cost model divides by)."""
+
+    low: float
+    high: float
+    unit: str
+    positive: bool = False
+
+    def problem(self, value) -> str | None:
+        """Why ``value`` is not a value of this parameter, or None."""
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+            return f"{value!r} is not a finite number"
+        if self.positive and value <= 0:
+            return f"{value!r} must be above 0 (the cost model divides by it)"
+        if not self.low <= value <= self.high:
+            return f"{value!r} is outside {self.low:g}..{self.high:g} {self.unit}"
+        return None
+
+
+_SHARE = Bound(0.0, 1.0, "(a share of the GPU's datasheet rate)", positive=True)
+# Every parameter a runtime profile may hold (the CostModel methods below say what each prices), with the range a
+# real engine's value lies in: the measured ones (sim_profiles.yaml) sit one or two orders of magnitude inside, so
+# that a bound is met only by a value no engine has (a request latency of seconds, a step cost of 1e9 s, a rate of 0).
+RUNTIME_BOUNDS = {
+    "bandwidth_efficiency": _SHARE,
+    "compute_efficiency": _SHARE,
+    "attention_bandwidth_efficiency": _SHARE,
+    "attention_compute_efficiency": Bound(0.0, 1.0, "(a share of the GPU's flops; 0: no attention term)"),
+    "attention_request_bandwidth": Bound(0.0, 1e14, "bytes/s a GPU (0: no per-request bound)"),
+    "moe_compute_efficiency": Bound(0.0, 1.0, "(a share of the dense rate)", positive=True),
+    "eager_bandwidth_efficiency": _SHARE,
+    "eager_compute_efficiency": _SHARE,
+    "roofline_exponent": Bound(0.0, 100.0, "(0: max(read, compute))"),
+    "layer_overhead": Bound(0.0, 1e-3, "seconds a layer"),
+    "moe_layer_overhead": Bound(0.0, 1e-3, "seconds a MoE layer"),
+    "allreduce_latency": Bound(0.0, 1e-3, "seconds an all-reduce step"),
+    "eager_layer_launch": Bound(0.0, 1e-2, "seconds a layer"),
+    "eager_kv_passes": Bound(0.0, 1000.0, "reads of the KV cache a step"),
+    "eager_score_bytes": Bound(0.0, 1e5, "bytes a query-key pair a layer"),
+    "drafter_fraction": Bound(0.0, 2.0, "of a target step"),
+    "drafter_prefill_fraction": Bound(0.0, 2.0, "of the target's prefill"),
+    "drafter_prefill_fixed": Bound(0.0, 1.0, "seconds a prefill step"),
+    "prefill_fixed": Bound(0.0, 1.0, "seconds a prefill step"),
+    "verify_attention_reads": Bound(0.0, 100.0, "extra KV reads a verify step"),
+    "verify_request_attention_reads": Bound(0.0, 100.0, "extra KV reads a verify step"),
+    "draft_attention_reads": Bound(0.0, 100.0, "extra KV reads a drafter forward"),
+    "shared_kv_reads": Bound(0.0, 1.0, "(a share of a KV page's read)"),
+    "cpu_step": Bound(0.0, 0.1, "seconds a step"),
+    "no_overlap_penalty": Bound(0.0, 0.1, "seconds a step"),
+    "spec_cpu_per_request": Bound(0.0, 1e-2, "seconds a request a round"),
+    "rank_probe_cpu_per_request": Bound(0.0, 1e-2, "seconds a request a round"),
+    "verify_per_request": Bound(0.0, 1e-2, "seconds a request a round"),
+    "tree_build_per_node": Bound(0.0, 1e-3, "seconds a tree node"),
+    "hybrid_tree_per_node": Bound(0.0, 1e-2, "seconds a tree node"),
+    "draft_step_overhead": Bound(0.0, 0.1, "seconds a drafter forward"),
+    "draft_layer_overhead": Bound(0.0, 1e-3, "seconds a drafter layer"),
+    "draft_per_request": Bound(0.0, 1e-2, "seconds a request a round"),
+    "draft_tree_per_node": Bound(0.0, 1e-3, "seconds a tree node"),
+    "ngram_step_overhead": Bound(0.0, 0.1, "seconds a round"),
+    "ngram_cpu_per_request": Bound(0.0, 1e-2, "seconds a request a round"),
+    "ngram_cpu_per_node": Bound(0.0, 1e-3, "seconds a tree node"),
+    "request_latency": Bound(0.0, 1.0, "seconds a request"),
+    "request_latency_per_token": Bound(0.0, 1e-3, "seconds a prompt token"),
+    "startup_seconds": Bound(0.0, 3600.0, "seconds from launch to ready"),
+}
+RUNTIME_FLAGS = ("drafter_per_token",)  # true or false
+# the parameters each kind of runtime reads unconditionally: the roofline's (SGLang's) and the eager one's (hf-eager,
+# a runtime with eager_layer_launch); every other parameter counts as 0 (or off) where a runtime does not set it
+REQUIRED_RUNTIME = {
+    "roofline": (
+        "bandwidth_efficiency",
+        "compute_efficiency",
+        "layer_overhead",
+        "allreduce_latency",
+        "drafter_fraction",
+        "tree_build_per_node",
+    ),
+    "eager": (
+        "eager_layer_launch",
+        "eager_bandwidth_efficiency",
+        "eager_compute_efficiency",
+        "eager_kv_passes",
+        "eager_score_bytes",
+        "drafter_fraction",
+        "tree_build_per_node",
+    ),
+}
+
+
+def runtime_problems(runtime) -> list[str]:
+    """Why a runtime profile cannot price a step, one "<parameter>: why" each (empty when it can): a parameter the
+    cost model does not know, a value outside its RUNTIME_BOUNDS (or a flag not true or false), a parameter its
+    kind of runtime (REQUIRED_RUNTIME: eager where it sets eager_layer_launch, else roofline) needs and lacks."""
+    if not isinstance(runtime, dict) or not runtime:
+        return ["missing or not a mapping of a runtime profile"]
+    out = []
+    for key, value in runtime.items():
+        if key in RUNTIME_FLAGS:
+            if not isinstance(value, bool):
+                out.append(f"{key}: {value!r} is not true or false")
+        elif key not in RUNTIME_BOUNDS:
+            out.append(f"{key}: not a runtime parameter of the cost model (specsweep/sim/model.py RUNTIME_BOUNDS)")
+        elif (why := RUNTIME_BOUNDS[key].problem(value)) is not None:
+            out.append(f"{key}: {why}")
+    kind = "eager" if "eager_layer_launch" in runtime else "roofline"
+    missing = [key for key in REQUIRED_RUNTIME[kind] if key not in runtime]
+    if missing:
+        others = f", as are {', '.join(missing[1:])}" if missing[1:] else ""
+        out.append(f"{missing[0]}: missing{others} (a {kind} runtime needs {', '.join(REQUIRED_RUNTIME[kind])})")
+    return out
+
+
 @lru_cache(maxsize=1)
 def default_profiles() -> dict:
     """Hardware, model and runtime profiles shipped in specsweep/data/sim_profiles.yaml."""

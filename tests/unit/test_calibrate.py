@@ -17,7 +17,7 @@ import pytest
 from conftest import FIXTURES, REPO, load_default_config, start_sim, validated
 from specsweep import calibrate, cost_model
 from specsweep.environment import probe
-from specsweep.sim.model import CostModel, Decoding, profiles
+from specsweep.sim.model import RUNTIME_BOUNDS, CostModel, Decoding, profiles, runtime_problems
 
 # the measured H200 runtime with the request latency and DFlash prefill `snakemake calibrate` fitted there
 # (benchmarks/gpu/calibrate-2026-12-01; 1 us a token where that fit put none): far from the prior in every parameter
@@ -299,3 +299,33 @@ def test_a_shape_the_simulated_server_ran_late_is_measured_again(monkeypatch):
     calls.clear()
     assert calibrate.measure_batch(None, 4, 512, 24, "s") == {"seconds": 3.0, "late_share": 0.5}
     assert len(calls) == 1 + calibrate.LATE_RETRIES
+
+
+def test_the_fit_keeps_every_parameter_within_its_bounds(monkeypatch):
+    """Steps a thousand times slower than any engine's (a host that stalled throughout): the fit puts what it moves
+    at the edge of its bounds, not past them, so that the profile it writes is one the cost model reads back (with
+    only the -40..40 box of before, the per-layer and fixed costs went past their bounds)."""
+    rows = [{**row, "seconds": 1000 * row["seconds"]} for row in _rows(TRUTH) if row["server"] == "ar"]
+    fit = _fit(rows)
+    assert runtime_problems(fit.runtime) == []
+    assert fit.runtime["layer_overhead"] == pytest.approx(RUNTIME_BOUNDS["layer_overhead"].high, rel=1e-3)
+    monkeypatch.setattr(calibrate, "_free_limits", lambda names: (-40.0, 40.0))
+    assert any(p.startswith(("layer_overhead", "prefill_fixed")) for p in runtime_problems(_fit(rows).runtime))
+
+
+def test_a_configured_runtime_that_cannot_price_a_step_is_refused_before_any_server(tmp_path):
+    """The parameters the fit takes from the configured runtime (bandwidth_efficiency, allreduce_latency, ...) out
+    of their bounds: the calibration names the parameter before it starts a server (it ended in a
+    ZeroDivisionError after measuring)."""
+    config = load_default_config()
+    config.update(cache_dir=str(tmp_path / "cache"))
+    config["methods"] = [{"name": "ar", "algorithm": "ar"}]
+    environment = {"backend": "sim", "server": {"version": "test"}}
+    job = calibrate.calibration_job(validated(config), environment, 1)
+    job["sim_profiles"]["runtime"]["bandwidth_efficiency"] = 0
+    with pytest.raises(calibrate.CalibrationError) as raised:
+        calibrate.calibrate(job, environment, str(tmp_path / "p.yaml"), str(tmp_path / "t.csv"), tmp_path)
+    assert str(raised.value).startswith(
+        "calibration tp1: the runtime sim.runtime names cannot price a step (bandwidth_efficiency: 0 must be above 0"
+    )
+    assert not list(tmp_path.glob("server-*.log")) and not (tmp_path / "p.yaml").exists()

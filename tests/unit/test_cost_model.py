@@ -6,17 +6,19 @@ from __future__ import annotations
 
 import copy
 import json
+import math
+import re
 
 import pytest
 import requests
-from calibrations import HOST, LABEL, MEASURED_RUNTIME, environment_of, write_calibration
-from conftest import fast_config, validated
-from specsweep import cost_model, plan
+from calibrations import HOST, LABEL, MEASURED_RUNTIME, edit_calibration, environment_of, write_calibration
+from conftest import REPO, fast_config, validated
+from specsweep import calibrate, cost_model, plan
 from specsweep.cells import cell_key
 from specsweep.errors import ConfigError
 from specsweep.jobs import server_job
 from specsweep.launcher import Server, free_port, launch_command
-from specsweep.sim.model import CostModel, Decoding, profiles
+from specsweep.sim.model import CostModel, Decoding, profiles, runtime_problems
 from specsweep.sim.server import Engine, parse_args
 
 
@@ -212,21 +214,80 @@ def test_sim_calibration_names_one_file_or_a_folder(tmp_path):
         with pytest.raises(ConfigError, match=match):
             cost_model.resolve(validated(config))
     broken = tmp_path / "broken.yaml"
-    broken.write_text("fingerprint: {tp: 1, model: Qwen/Qwen3-8B}\nmeasured_on: {gpu: H200, date: 2026-12-01}\n")
+    fingerprint = {"tp": 1, "model": "Qwen/Qwen3-8B"}
+    broken.write_text(
+        cost_model.calibration_text({"fingerprint": fingerprint, "measured_on": {"gpu": "H200", "date": 1}})
+    )
     config["sim"]["calibration"] = str(broken)
     with pytest.raises(ConfigError, match=r"sim.calibration: .*broken.yaml: runtime: missing or not a mapping"):
         cost_model.resolve(validated(config))
 
 
-def test_an_unreadable_calibration_found_is_skipped_with_a_warning(tmp_path, capsys):
+def _cut_short(path):  # a write that stopped halfway (a full disk): its first lines
+    lines = path.read_text().splitlines(keepends=True)
+    path.write_text("".join(lines[: len(lines) // 2]))
+
+
+def _one_key(path):
+    write_calibration(path.parent, path.name, runtime={"bandwidth_efficiency": 0.9})
+
+
+def _runtime(**changes):
+    return lambda path: write_calibration(path.parent, path.name, runtime={**MEASURED_RUNTIME, **changes})
+
+
+@pytest.mark.parametrize(
+    "damage, reason",
+    [
+        # a value edited by hand (0.025 s -> 2.5 s), the digest left as it was
+        (
+            lambda path: edit_calibration(path, lambda d: d["runtime"].update(request_latency=2.5)),
+            "its content does not match its content_digest (edited or damaged since `snakemake calibrate` wrote it)",
+        ),
+        (_cut_short, "content_digest: missing (the file was cut short"),
+        (lambda path: path.write_text("fingerprint: [1, 2]\n"), "content_digest: missing"),
+        # written by calibrate's own code (its digest good), its runtime one the cost model cannot price
+        (_one_key, "runtime.compute_efficiency: missing, as are layer_overhead, allreduce_latency, drafter_fraction"),
+        (_runtime(bandwidth_efficiency=0), "runtime.bandwidth_efficiency: 0 must be above 0 (the cost model divides"),
+        (_runtime(request_latency=1e9), "runtime.request_latency: 1000000000.0 is outside 0..1 seconds a request"),
+        (_runtime(request_latency=2.5), "runtime.request_latency: 2.5 is outside 0..1 seconds a request"),
+        (_runtime(layer_overhead=float("nan")), "runtime.layer_overhead: nan is not a finite number"),
+        (_runtime(layer_overhed=1e-5), "runtime.layer_overhed: not a runtime parameter of the cost model"),
+        (_runtime(drafter_per_token="yes"), "runtime.drafter_per_token: 'yes' is not true or false"),
+    ],
+)
+def test_a_broken_calibration_is_named_with_its_key_and_prices_nothing(tmp_path, capsys, damage, reason):
+    """A calibration edited, cut short, of one runtime key, with a rate of 0 or a value no engine has: read_calibration
+    names the file and the key; found under the folder it prices nothing (its TP size stays on the configured
+    runtime) and is listed as broken (what stops a run: tests/workflow/test_calibrate.py); named with sim.calibration
+    it is refused."""
     folder = tmp_path / "calibration"
-    good = write_calibration(folder, "good.yaml")
-    (folder / "bad.yaml").write_text("fingerprint: [1, 2]\n")
+    path = write_calibration(folder, "tp1.yaml", runtime={**MEASURED_RUNTIME, "request_latency": 0.025})
+    assert cost_model.read_calibration(path)["runtime"]["request_latency"] == 0.025
+    damage(path)
+    with pytest.raises(cost_model.CalibrationError) as raised:
+        cost_model.read_calibration(path)
+    assert str(raised.value).startswith(f"{path}: {reason}") and "`snakemake calibrate` writes it again" in str(
+        raised.value
+    )
     config = cost_model.resolve(validated(fast_config()), None, str(folder))
-    assert cost_model.of(config, 1)["calibration"] == str(good)
-    (why,) = config["cost_model"]["ignored"]
-    assert why.startswith(f"{folder / 'bad.yaml'}: fingerprint: missing or not a mapping; run `snakemake calibrate`")
-    assert f"warning: calibration ignored: {why}" in capsys.readouterr().err
+    assert cost_model.of(config, 1)["calibration"] is None and cost_model.broken(config) == [str(raised.value)]
+    assert f"warning: calibration ignored: {raised.value}" in capsys.readouterr().err
+    assert plan.predict(config) == plan.predict(validated(fast_config()))
+    named = fast_config()
+    named["sim"]["calibration"] = str(path)
+    with pytest.raises(ConfigError, match=re.escape(f"sim.calibration: {path}: {reason}")):
+        cost_model.resolve(validated(named))
+
+
+def test_every_shipped_runtime_and_committed_calibration_is_within_the_bounds():
+    """The bounds hold every runtime the package ships (the measured sglang-0.5.16-h200 too) and the calibration
+    committed from the H200 (benchmarks/gpu/calibrate-2026-12-01), its digest verified."""
+    for name, runtime in profiles()["runtimes"].items():
+        assert runtime_problems(runtime) == [], name
+    (path,) = (REPO / "benchmarks" / "gpu" / "calibrate-2026-12-01" / "calibration").glob("*.yaml")
+    assert cost_model.read_calibration(path)["runtime"]["bandwidth_efficiency"] == 0.8958
+    assert runtime_problems(calibrate.prior()) == []
 
 
 def test_labels_name_every_tp_size_when_they_differ(tmp_path):
@@ -239,3 +300,27 @@ def test_labels_name_every_tp_size_when_they_differ(tmp_path):
         "TP 2: not calibrated: generic roofline (runtime profile sglang)"
     )
     assert cost_model.labels(validated(config)) == "not calibrated: generic roofline (runtime profile sglang)"
+
+
+def test_a_plan_past_its_bound_is_refused_naming_the_calibration_and_the_key(tmp_path):
+    """A calibration within every bound that makes the plan more than PLAN_BOUND times dearer than the same plan
+    without it: plan_bound names the calibration's file and confirm_plan_hours; confirm_plan_hours at the plan's
+    hours allows it, below them not; a calibration that prices the plan near the roofline is within the bound, and
+    a plan without calibration has none."""
+    slow = {**MEASURED_RUNTIME, "bandwidth_efficiency": 5e-4, "compute_efficiency": 5e-4, "request_latency": 0.9}
+    path = write_calibration(tmp_path / "slow", runtime=slow)
+    config = sglang_config()
+    resolved = cost_model.resolve(config, environment_of(HOST), str(tmp_path / "slow"))
+    bound = plan.plan_bound(resolved)
+    assert bound["ratio"] > plan.PLAN_BOUND and not bound["allowed"]
+    assert [(o["tp"], o["calibration"]) for o in bound["over"]] == [(1, str(path))]
+    assert f"TP 1: priced by {path}, " in bound["problem"]
+    assert f"set confirm_plan_hours: {math.ceil(bound['hours'])} to run this plan" in bound["problem"]
+    assert bound["uncalibrated_hours"] == pytest.approx(sum(plan.cold_hours(plan.predict(config)).values()))
+    for confirmed, allowed in ((math.ceil(bound["hours"]), True), (bound["hours"] / 2, False)):
+        judged = plan.plan_bound({**resolved, "confirm_plan_hours": confirmed})
+        assert judged["allowed"] is allowed and (judged["problem"] is None) is allowed
+    write_calibration(tmp_path / "measured")
+    near = plan.plan_bound(cost_model.resolve(config, environment_of(HOST), str(tmp_path / "measured")))
+    assert 1 < near["ratio"] < plan.PLAN_BOUND and near["allowed"] and near["problem"] is None
+    assert plan.plan_bound(config) is None

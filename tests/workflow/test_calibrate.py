@@ -5,12 +5,18 @@ from __future__ import annotations
 
 import csv
 import json
+import os
+import signal
+import subprocess
+import sys
+import time
 
 import pytest
 import yaml
 
-from conftest import load_default_config, server_processes_under, snakemake, write_config
-from specsweep import calibrate
+from calibrations import MEASURED_RUNTIME, edit_calibration, write_calibration
+from conftest import Journal, fast_config, load_default_config, server_processes_under, snakemake, write_config
+from specsweep import calibrate, cost_model
 from specsweep.sim.model import profiles
 
 # the engine to recover: the measured H200 runtime with a soft roofline, a drafter's prefill, a prefill's fixed cost
@@ -151,3 +157,173 @@ def test_each_engine_is_calibrated_on_its_own_build_and_its_servers_use_its_prof
     # fitted profiles extrapolate from four shapes is not this test's (test_calibrate_recovers... is the fit's)
     assert seconds["ar@twin"] == seconds["ar@base"] and seconds["ar@slow"] != seconds["ar@base"]
     assert server_processes_under(workflow) == []
+
+
+def _small_config(**calibration) -> dict:
+    """AR alone on the simulated H200 (a clock 10 times fast), one short cell; a calibration of four shapes."""
+    config = fast_config(requests=4, max_new_tokens=32)
+    config["methods"] = [{"name": "ar", "algorithm": "ar"}]
+    config["concurrency"] = [1]
+    config["calibration"] = {"batches": [1, 4], "contexts": [512], "new_tokens": 24, "prefill_repeats": 1}
+    config["calibration"].update(calibration)
+    return config
+
+
+def test_a_broken_calibration_stops_the_run_naming_it_and_calibrate_makes_it_again(workflow):
+    """A calibration edited by hand (request_latency x 100, the TTFT it prices 100 times longer) stops every run,
+    naming the file, before any job: no cell is priced with it, none with the roofline in its place. `snakemake
+    calibrate` makes it again from the cached measurements (no server started), as it does a file cut short; the
+    run then has nothing to do. A calibration whose rate is 0 is named with its key (it was a ZeroDivisionError)."""
+    write_config(workflow, _small_config())
+    snakemake(workflow, "calibrate")
+    ((name, profile),) = _profiles(workflow).items()
+    path = workflow / "results" / "calibration" / f"{name}.yaml"
+    snakemake(workflow, "results/summary.csv")
+    cell_path = workflow / "results" / "cells" / "tp1" / "ar" / "short" / "c1.json"
+    cell = cell_path.read_text()
+    assert json.loads(cell)["provenance"]["cost_model"].startswith("measured on H200 (simulated) on ")
+
+    edit_calibration(path, lambda d: d["runtime"].update(request_latency=100 * d["runtime"]["request_latency"]))
+    for target in ("results/summary.csv", "plan"):
+        proc = snakemake(workflow, target, check=False)
+        assert proc.returncode != 0 and "bench_server" not in proc.stdout.split("Building DAG of jobs...")[-1]
+        assert (
+            f"a calibration file is broken: results/calibration/{name}.yaml: its content does not match its "
+            "content_digest (edited or damaged since `snakemake calibrate` wrote it); `snakemake calibrate` writes "
+            "it again" in proc.stdout
+        )
+    assert cell_path.read_text() == cell  # not priced again, by it or by the roofline
+
+    proc = snakemake(workflow, "calibrate")
+    assert f"results/calibration/{name}.yaml: its content does not match its content_digest" in proc.stdout
+    assert "0 server(s) started, 1 wholly cached" in proc.stdout
+    assert _profiles(workflow)[name]["runtime"] == profile["runtime"]
+    lines = path.read_text().splitlines(keepends=True)
+    path.write_text("".join(lines[: len(lines) // 2]))  # a write cut short
+    proc = snakemake(workflow, "calibrate")
+    assert "Nothing to be done" not in proc.stdout and "0 server(s) started, 1 wholly cached" in proc.stdout
+    assert f"results/calibration/{name}.yaml: content_digest: missing (the file was cut short" in proc.stdout
+    assert cost_model.read_calibration(path)["runtime"] == profile["runtime"]
+    assert "Nothing to be done" in snakemake(workflow, "results/summary.csv").stdout
+    assert cell_path.read_text() == cell
+
+    # a calibration of another host, written with a rate of 0: named with its key, the run stopped
+    write_calibration(path.parent, "zero.yaml", runtime={**MEASURED_RUNTIME, "bandwidth_efficiency": 0})
+    proc = snakemake(workflow, "results/summary.csv", check=False)
+    assert proc.returncode != 0 and "ZeroDivisionError" not in proc.stdout
+    assert (
+        "results/calibration/zero.yaml: runtime.bandwidth_efficiency: 0 must be above 0 (the cost model divides by "
+        "it)" in proc.stdout
+    )
+    (path.parent / "zero.yaml").unlink()
+    assert "Nothing to be done" in snakemake(workflow, "results/summary.csv").stdout
+    assert server_processes_under(workflow) == []
+
+
+def test_a_plan_a_calibration_makes_ten_times_dearer_runs_only_when_confirmed(workflow):
+    """A calibration within every bound whose plan costs more than 10 times the same plan without it: plan.md says
+    so, and a run starts no job, naming the calibration and confirm_plan_hours; with confirm_plan_hours at the
+    plan's hours the run goes ahead."""
+    config = _small_config()
+    write_config(workflow, config)
+    slow = {**MEASURED_RUNTIME, "bandwidth_efficiency": 5e-4, "compute_efficiency": 5e-4, "request_latency": 0.9}
+    write_calibration(workflow / "results" / "calibration", "slow.yaml", runtime=slow)
+    snakemake(workflow, "plan")
+    plan = (workflow / "results" / "plan" / "plan.md").read_text()
+    bound = next(line for line in plan.splitlines() if line.startswith("- plan bound: "))
+    assert "A run is refused: the plan is " in bound and "TP 1: priced by results/calibration/slow.yaml" in bound
+    hours = int(bound.split("set confirm_plan_hours: ")[1].split(" ")[0])
+    for args in ((), ("-n",)):
+        proc = snakemake(workflow, *args, "results/summary.csv", check=False)
+        assert proc.returncode != 0 and "localrule bench_server" not in proc.stdout
+        assert "Refused: the plan is " in proc.stdout and "past the bound of 10 times" in proc.stdout
+        assert "TP 1: priced by results/calibration/slow.yaml" in proc.stdout
+        assert f"set confirm_plan_hours: {hours} to run this plan" in proc.stdout
+    assert not (workflow / "results" / "cells").exists()
+    dry = snakemake(workflow, "-n", "results/summary.csv", "--config", f"confirm_plan_hours={hours}").stdout
+    assert "bench_server" in dry and "Refused" not in dry
+    # a confirmation below the plan's hours does not do
+    proc = snakemake(workflow, "-n", "results/summary.csv", "--config", "confirm_plan_hours=0", check=False)
+    assert proc.returncode != 0 and "Refused: the plan is " in proc.stdout
+
+
+def test_in_the_default_target_each_cell_is_measured_once_under_its_calibration(workflow):
+    """calibration.in_default_target: one run calibrates, then measures every cell under that calibration (it
+    measured them first on the roofline, and the next run again under the calibration); the next run has nothing
+    to do."""
+    config = _small_config(in_default_target=True)
+    config["concurrency"] = [1, 2]
+    write_config(workflow, config)
+    journal = Journal(workflow)
+    proc = snakemake(workflow)
+    assert proc.stdout.index("localcheckpoint calibration:") < proc.stdout.index("localrule bench_server:")
+    measured = [e["cell"] for e in journal.new_events() if e["event"] == "measured"]
+    assert sorted(measured) == [f"results/cells/tp1/ar/short/c{c}.json" for c in (1, 2)]
+    ((name, profile),) = _profiles(workflow).items()
+    label = f"measured on H200 (simulated) on {profile['measured_on']['date']}"
+    for c in (1, 2):
+        cell = json.loads((workflow / "results" / "cells" / "tp1" / "ar" / "short" / f"c{c}.json").read_text())
+        assert cell["provenance"]["cost_model"].startswith(label)
+        assert cell["provenance"]["sim_profile"]["runtime"] == "calibrated-tp1"
+    assert label in (workflow / "results" / "report" / "data.json").read_text()
+    assert "Nothing to be done" in snakemake(workflow).stdout
+    assert [e for e in journal.new_events() if e["event"] == "measured"] == []
+    assert server_processes_under(workflow) == []
+
+
+def test_an_interrupted_calibration_keeps_the_shapes_its_server_finished(workflow):
+    """Ctrl-C during a calibration: the shapes its server measured stay in the calibration cache, the server is
+    stopped; the rerun starts the server again for the other shapes only."""
+    config = _small_config(batches=[1, 4, 16], contexts=[512, 1024, 2048, 4096], new_tokens=48)
+    config["sim"]["time_scale"] = 1  # shapes of a second or so: time to interrupt between them
+    write_config(workflow, config)
+    cache = workflow / "results" / "cache" / "calibration"
+
+    def entry() -> dict | None:
+        for path in cache.rglob("*.json"):
+            try:
+                return json.loads(path.read_text())
+            except ValueError:  # never: the cache is written atomically
+                raise
+        return None
+
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "snakemake", "--cores", "2", "calibrate"],
+        cwd=workflow,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
+    try:
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline and len((entry() or {}).get("rows", [])) < 2:
+            time.sleep(0.1)
+        os.killpg(proc.pid, signal.SIGINT)  # Ctrl-C in a terminal
+        proc.wait(timeout=180)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    kept = entry()
+    assert kept is not None, "no shape was measured within 300 s"
+    shapes = 4 * 2 + 3 * 4  # a prefill and a first token at each context, then every batch x context
+    finished = {(r["kind"], r["batch"], r["shape_context"]) for r in kept["rows"] if r.get("seconds")}
+    assert 2 <= len(finished) < shapes, "the calibration ended before it was interrupted"
+    assert not list((workflow / "results" / "calibration").glob("*.yaml"))
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and server_processes_under(workflow):
+        time.sleep(0.2)
+    assert server_processes_under(workflow) == []
+
+    proc = snakemake(workflow, "calibrate", timeout=600)
+    assert "1 server(s) started, 0 wholly cached" in proc.stdout
+    again = [
+        line.split(":")[0].split(" ")[2:]
+        for line in proc.stdout.splitlines()
+        if line.startswith("calibration ar ") and line.endswith(" ms")
+    ]
+    again = {(kind, int(batch[1:]), int(context[1:])) for kind, batch, context in again}
+    assert again and not again & finished and len(again | finished) == shapes
+    ((_, profile),) = _profiles(workflow).items()
+    assert profile["shapes"]["measured"] == shapes
+    assert len(entry()["startups"]) == 2  # the interrupted start and this one
