@@ -199,9 +199,10 @@ def cell_key(job: ServerJob, cell: dict, prompts_digest: str, identity_digest: s
     An engine is keyed by its build's content, never by its name or where it lies: its method is keyed under the
     configured method's name (the @<engine> dropped, and the engine's name), its build by the environment's
     identity, not its interpreter's path or label, so that a renamed engine, a moved environment of the same build
-    or a configuration wrapped in a one-engine ``engines`` block keys its cells as before (see ``as_named``). What
-    the configuration sets in a server's environment (server.env, a method's env: every variable that changes
-    decoding, SGLANG_*, is set there) is keyed by value; what the host passes is not (launcher.host_environment)."""
+    or a configuration wrapped in a one-engine ``engines`` block keys its cells as before (see ``as_named``); a
+    prompt file is keyed by the prompts it holds, not its path. What the configuration sets in a server's
+    environment (server.env, a method's env: every variable that changes decoding, SGLANG_*, is set there) is keyed
+    by value; what the host passes is not (launcher.host_environment)."""
     relevant_server = {k: v for k, v in job.as_dict().items() if k not in UNKEYED_JOB}
     relevant_server["server"] = {k: v for k, v in job.server.items() if k not in UNKEYED_SERVER}
     relevant_server["sglang"] = {k: v for k, v in job.sglang.items() if k not in UNKEYED_BUILD}
@@ -213,7 +214,8 @@ def cell_key(job: ServerJob, cell: dict, prompts_digest: str, identity_digest: s
             "harness": HARNESS_VERSION,
             "server": relevant_server,
             "cell": {
-                "workload": job.workload(cell["workload"]),
+                # a prompt file by the prompts it holds (their digest, below), not where it lies
+                "workload": {k: v for k, v in job.workload(cell["workload"]).items() if k != "path"},
                 "concurrency": cell["concurrency"],
                 "repetition": cell["repetition"],
                 "requests": cell["requests"],
