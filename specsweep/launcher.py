@@ -60,7 +60,7 @@ PLATFORM_ENV = (
     "NVIDIA_*",
     "NCCL_*",
     # NVLink multicast switched off where a host requires it (a program that uses it can take shared GPUs out of
-    # service): NCCL's, PyTorch's symmetric memory's and NVSHMEM's
+    # service): NCCL's (NCCL_* holds it too; named for what it is), PyTorch's symmetric memory's and NVSHMEM's
     "NCCL_NVLS_ENABLE",
     "TORCH_SYMM_MEM_DISABLE_MULTICAST",
     "NVSHMEM_DISABLE_NVLS",
@@ -95,14 +95,14 @@ def check_host_environment(host: Mapping[str, str] | None = None) -> None:
     host = os.environ if host is None else host
     found = sorted(name for name in host if decoding_variable(name))
     if found:
+        them = "them" if len(found) > 1 else "it"
         raise ServerError(
             "the environment specsweep runs in sets "
             + ", ".join(f"{name}={host[name]!r}" for name in found)
             + f", which SGLang or a DDTree build reads to change how it decodes. Servers start without the shell's "
-            f"{DECODING_PREFIX}* variables and a cell's key holds only what the configuration sets, so set "
-            + ("them" if len(found) > 1 else "it")
-            + " in the configuration instead: server.env (every server) or a method's env (methods[].env). Then "
-            f"unset it here: unset {' '.join(found)}"
+            f"{DECODING_PREFIX}* variables and a cell's key holds only what the configuration sets, so set {them} "
+            f"in the configuration instead: server.env (every server) or a method's env (methods[].env). Then unset "
+            f"{them} here: unset {' '.join(found)}"
         )
 
 
