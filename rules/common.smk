@@ -8,7 +8,7 @@ from snakemake.utils import validate
 import yaml
 
 from specsweep import config as ss_config
-from specsweep import cost_model, engines, jobs, layout, runs
+from specsweep import cost_model, engines, jobs, launcher, layout, runs
 from specsweep.coerce import coerce_to_schema
 from specsweep.methods import expand_methods
 from specsweep.canon import canonical_json, package_digest
@@ -36,6 +36,12 @@ try:
     ss_config.check_engine_calibrations(CONFIG)  # each engine's, in its own view
 except ss_config.ConfigError as _error:
     raise WorkflowError(f"Invalid configuration: {_error}") from None
+# Servers start from an allowlisted environment (launcher.host_environment): a variable that changes decoding
+# exported in the shell would reach none of them, nor any cell's key; refused before any job, naming it
+try:
+    launcher.check_host_environment()
+except launcher.ServerError as _error:
+    raise WorkflowError(f"Invalid environment: {_error}") from None
 
 SERVERS = jobs.servers(CONFIG)
 
@@ -270,3 +276,6 @@ wildcard_constraints:
 # aggregation and the report (measurements are versioned by HARNESS_VERSION).
 AGGREGATE_CODE = package_digest("aggregate.py", "cells.py", "metrics.py", "algorithms.py", "ddtree.py")
 REPORT_CODE = package_digest("report.py", "cache.py", "metrics.py", "algorithms.py", "templates/report.tex.j2")
+# an environment record is probed again when the code that probes it changes (its identity, which every cell key
+# holds, is that code's account of the build)
+ENVIRONMENT_CODE = package_digest("environment.py")

@@ -6,6 +6,7 @@ rule environment:
     params:
         backend=lambda wildcards: wildcards.backend,
         settings=lambda wildcards: environment_params_json(),
+        code=ENVIRONMENT_CODE,
     log:
         "logs/environment-{backend}.log",
     script:
@@ -18,6 +19,7 @@ rule engine_environment:
     params:
         backend=lambda wildcards: wildcards.backend,
         settings=lambda wildcards: environment_params_json(wildcards.engine),
+        code=ENVIRONMENT_CODE,
     log:
         "logs/environment-{backend}@{engine}.log",
     script:

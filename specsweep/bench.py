@@ -20,13 +20,22 @@ from pathlib import Path
 
 from .cache import CellCache, Journal, journal_events, write_run_record
 from .canon import atomic_write_json
-from .cells import DEFAULT_FAILURES, IDENTITY, CellError, cell_problem, keyed_cells, measure_cell, unfinished
+from .cells import (
+    DEFAULT_FAILURES,
+    IDENTITY,
+    CellError,
+    as_named,
+    cell_problem,
+    keyed_cells,
+    measure_cell,
+    unfinished,
+)
 from .jobs import ServerJob
 from .environment import check_methods, offered_flags
 from .gpus import GpuPool, lock_folder, visible_devices, wait_until_released
 from . import layout, runs
 from .layout import failure_path
-from .launcher import ApiKeyFile, Server, ServerError, free_port, launch_command
+from .launcher import ApiKeyFile, Server, ServerError, check_host_environment, free_port, launch_command
 from .progress import Progress
 from .text import approximate_tokens, chat_prompt
 
@@ -116,6 +125,7 @@ def bench_server(
     "not_final": [outputs]}.
     """
     failures = failures or DEFAULT_FAILURES
+    check_host_environment()
     check_methods(all_methods or [job.method], environment, job.sglang["extra_flags"])
     server_name = job.name
     run = runs.current()
@@ -276,16 +286,16 @@ def _keep(
 
 
 def _usable_entry(cache: CellCache, cell: dict, failures: dict) -> tuple[dict | None, str | None]:
-    """(the cache entry of a cell, None) when it is verified and final; (None, None) when there is none; (None,
-    why) when there is one that must not be used."""
+    """(the cache entry of a cell, None) when it is verified and final, presented under the cell's name
+    (cells.as_named); (None, None) when there is none; (None, why) when there is one that must not be used."""
     entry, why = cache.read(cell["key"])
     if entry is None:
         return None, why
-    why = cell_problem(entry, cell)
+    why = cell_problem(entry, cell, any_engine_name=True)
     if why is None:
         not_final = unfinished(entry["requests"], failures)
         why = f"it is not final: {not_final}" if not_final else None
-    return (None, why) if why else (entry, None)
+    return (None, why) if why else (as_named(entry, cell), None)
 
 
 def _name_of(cell_path: str) -> str:
@@ -385,7 +395,7 @@ def start_server(
                     "the algorithms spelling) or install a build that has them"
                 )
         argv += extra_args
-        server = Server(argv, env, host, port, log_path, devices=gpus, headers=headers)
+        server = Server(argv, env, host, port, log_path, gpus, headers, job.server.get("pass_env", ()))
         try:
             server.start(job.server["startup_timeout"])
             return server, argv, env

@@ -10,6 +10,7 @@ the prompts and key, that the current configuration asks for.
 
 from __future__ import annotations
 
+import copy
 import json
 import math
 from dataclasses import asdict, dataclass, replace
@@ -19,7 +20,7 @@ from importlib import resources
 import jsonschema
 import requests
 
-from . import CELL_SCHEMA_VERSION, HARNESS_VERSION, __version__, algorithms
+from . import CELL_SCHEMA_VERSION, HARNESS_VERSION, __version__, algorithms, engines
 from .canon import canonical_json, digest
 from .client import LoadModel, measure
 from .counters import SERVER_INFO_KEYS, LoadSampler, counter_deltas, scrape, server_cumulative_acceptance, server_info
@@ -51,10 +52,12 @@ def content_digest(cell: dict) -> str:
     return digest({k: v for k, v in cell.items() if k != "digest"})
 
 
-def cell_problem(cell, expected: dict) -> str | None:
+def cell_problem(cell, expected: dict, any_engine_name: bool = False) -> str | None:
     """Why a cell JSON cannot stand for the ``expected`` cell (one of keyed_cells), or None when it can: it must
     follow the cell schema, match the digest written with it, and be that cell (tp, method, workload, concurrency,
-    repetition), with the digest of its prompts and the key the current configuration gives it."""
+    repetition), with the digest of its prompts and the key the current configuration gives it. With
+    ``any_engine_name`` (a cache entry, which ``as_named`` then presents under the cell's name) its method may run
+    on an engine of another name: the key holds the engine's build, not its name."""
     if not isinstance(cell, dict) or not cell:
         return "it is empty" if cell == {} else "it is not a JSON object"
     try:
@@ -67,7 +70,7 @@ def cell_problem(cell, expected: dict) -> str | None:
     if cell["digest"] != content_digest(cell):
         return "its content does not match its digest (it was changed after it was written)"
     identity = {k: expected[k] for k in IDENTITY}
-    if cell["cell"] != identity:
+    if cell["cell"] != identity and not (any_engine_name and _unnamed(cell["cell"]) == _unnamed(identity)):
         return f"it holds the cell {cell_name(cell['cell'])}, not {cell_name(identity)}"
     if cell["workload"]["digest"] != expected["digest"]:
         return (
@@ -80,6 +83,28 @@ def cell_problem(cell, expected: dict) -> str | None:
             "was measured for another configuration"
         )
     return None
+
+
+def _unnamed(identity: dict) -> dict:
+    """A cell's identity with its method's engine name left out."""
+    return {**identity, "method": engines.split(identity["method"])[0]}
+
+
+def as_named(cell: dict, expected: dict) -> dict:
+    """A verified cell (cell_problem found nothing wrong with it) presented as the ``expected`` cell: the name of
+    its method and engine, in its identity and its method, are the expected cell's (an engine renamed, or a
+    configuration wrapped in a one-engine ``engines`` block, finds the cells measured under the old name by their
+    key), and its digest is computed again over what it now says. The cell itself when it already is that cell."""
+    if cell["cell"]["method"] == expected["method"]:
+        return cell
+    named = copy.deepcopy(cell)
+    named["cell"]["method"] = named["method"]["name"] = expected["method"]
+    named["method"].pop("engine", None)
+    engine = engines.split(expected["method"])[1]
+    if engine is not None:
+        named["method"]["engine"] = engine
+    named["digest"] = content_digest(named)
+    return named
 
 
 def cell_name(cell: dict) -> str:
@@ -158,21 +183,39 @@ def _json_numbers(value):
     return value
 
 
+# What a server job holds that decides none of its numbers: which cells run and where they go; how long to wait for
+# a server; what the host passes it besides the platform's variables (server.pass_env, never a variable that
+# changes decoding: config.check_pass_env); and where its build lies and what it is called (sglang.python, env_dir,
+# install, build), whose content the environment's identity holds (environment.build_identity)
+UNKEYED_JOB = ("workloads", "concurrency", "repetition", "cache_dir", "gpu_pool")
+UNKEYED_SERVER = ("startup_timeout", "orphan_timeout", "pass_env")
+UNKEYED_BUILD = ("python", "env_dir", "install", "build")
+
+
 def cell_key(job: ServerJob, cell: dict, prompts_digest: str, identity_digest: str) -> str:
     """Content address of a cell: digest of everything that decides its numbers (the server job less what only
-    decides which cells run or where they go, the cell, its exact prompts, the environment's identity)."""
-    relevant_server = {
-        k: v
-        for k, v in job.as_dict().items()
-        if k not in ("workloads", "concurrency", "repetition", "cache_dir", "gpu_pool")
-    }
-    relevant_server["server"] = {k: v for k, v in job.server.items() if k not in ("startup_timeout", "orphan_timeout")}
+    decides which cells run or where they go, the cell, its exact prompts, the environment's identity).
+
+    An engine is keyed by its build's content, never by its name or where it lies: its method is keyed under the
+    configured method's name (the @<engine> dropped, and the engine's name), its build by the environment's
+    identity, not its interpreter's path or label, so that a renamed engine, a moved environment of the same build
+    or a configuration wrapped in a one-engine ``engines`` block keys its cells as before (see ``as_named``); a
+    prompt file is keyed by the prompts it holds, not its path. What the configuration sets in a server's
+    environment (server.env, a method's env: every variable that changes decoding, SGLANG_*, is set there) is keyed
+    by value; what the host passes is not (launcher.host_environment)."""
+    relevant_server = {k: v for k, v in job.as_dict().items() if k not in UNKEYED_JOB}
+    relevant_server["server"] = {k: v for k, v in job.server.items() if k not in UNKEYED_SERVER}
+    relevant_server["sglang"] = {k: v for k, v in job.sglang.items() if k not in UNKEYED_BUILD}
+    method = {k: v for k, v in job.method.items() if k != "engine"}
+    method["name"] = engines.split(method["name"])[0]
+    relevant_server["method"] = method
     return digest(
         {
             "harness": HARNESS_VERSION,
             "server": relevant_server,
             "cell": {
-                "workload": job.workload(cell["workload"]),
+                # a prompt file by the prompts it holds (their digest, below), not where it lies
+                "workload": {k: v for k, v in job.workload(cell["workload"]).items() if k != "path"},
                 "concurrency": cell["concurrency"],
                 "repetition": cell["repetition"],
                 "requests": cell["requests"],
@@ -475,9 +518,10 @@ def _provenance(
     measured: list,
     info: dict,
 ) -> dict:
-    """Where a cell was measured: specsweep, the server's software and GPUs, its command and environment (secrets
-    redacted), its start-up, the GPUs it held and their memory, when the cell began and ended, the simulator's
-    settings and cost model, the prompts' chat template and the server's account of itself."""
+    """Where a cell was measured: specsweep, the server's software and GPUs, its command, the environment the
+    configuration set and what the host gave the server besides (secrets redacted), its start-up, the GPUs it held
+    and their memory, when the cell began and ended, the simulator's settings and cost model, the prompts' chat
+    template and the server's account of itself."""
     return {
         "specsweep": __version__,
         "backend": job.backend,
@@ -486,6 +530,8 @@ def _provenance(
         "gpus": environment["hardware"]["gpus"],
         "command": argv,
         "environment": redact(env),
+        # what the host gave the server besides (the platform's variables, those server.pass_env names)
+        "host_environment": redact(server.host_env),
         "startup_seconds": server.startup_seconds,
         "gpus_assigned": server.devices,
         "gpu_memory_used_mib": gpu_memory_used(server.devices),

@@ -23,12 +23,14 @@ import yaml
 
 from .engines import merged
 from .engines import names as engine_names
+from .engines import split as engine_split
 from .engines import view as engine_view
 from .errors import ConfigError, DuplicateKey, unique_pairs
+from .layout import MAX_EXPANDED_NAME
 from .jobs import MIN_WAVES, cell_requests, server_job, servers, workload_concurrency
 from .launcher import ServerError, server_arguments
 from .methods import expand_methods
-from .sglang_options import FlagError, check_argv
+from .sglang_options import FlagError, check_argv, decoding_variable
 from .sim.model import ACCEPTANCE, profiles
 from .workloads import WorkloadError, build, distinct_sessions
 
@@ -194,6 +196,8 @@ def normalise(config: dict) -> dict:
         check_sim_profiles(config)
     check_engines(config)
     expand_methods(config)  # raises on parameters, drafters and spellings a method's algorithm refuses
+    check_expanded_names(config)
+    check_pass_env(config)
     config["adaptive"]["target"] = float(config["adaptive"]["target"])
     if config["adaptive"]["enabled"]:
         metric = config["adaptive"]["metric"]
@@ -256,6 +260,40 @@ def check_folders(config: dict) -> None:
             raise ConfigError(
                 f"cache_dir: '{folder}' is the working folder or one above it, where the cache's entries "
                 "would mix with other files; give a folder of its own (default results/cache)"
+            )
+
+
+def check_expanded_names(config: dict) -> None:
+    """Every method's expanded name (its sweep tags and @<engine> added), which names its folders and files, is at
+    most layout.MAX_EXPANDED_NAME characters; refused naming the method's key (and its engine's)."""
+    for method in expand_methods(config):
+        if len(method.name) <= MAX_EXPANDED_NAME:
+            continue
+        base = engine_split(method.name)[0]
+        index = max(
+            (i for i, e in enumerate(config["methods"]) if base == e["name"] or base.startswith(e["name"] + "-")),
+            key=lambda i: len(config["methods"][i]["name"]),
+        )
+        keys = f"methods[{index}].name" + (
+            f" or engines[{engine_names(config).index(method.engine)}].name" if method.engine else ""
+        )
+        raise ConfigError(
+            f"methods[{index}] ({config['methods'][index]['name']}): its server's name '{method.name}' "
+            f"({len(method.name)} characters, its sweep tags{' and engine' if method.engine else ''} included) is "
+            f"longer than the {MAX_EXPANDED_NAME} a name that becomes a folder and file names may have; shorten "
+            f"{keys}"
+        )
+
+
+def check_pass_env(config: dict) -> None:
+    """server.pass_env names no variable that changes decoding: its value would come from the host's shell, which
+    no cell key holds (launcher.decoding_variable)."""
+    for index, name in enumerate(config["server"]["pass_env"]):
+        if decoding_variable(name):
+            raise ConfigError(
+                f"server.pass_env[{index}]: {name} changes how SGLang decodes, so its value must come from the "
+                f"configuration, where it is part of the cells' keys, not from the shell: set it in server.env "
+                "(every server) or a method's env (methods[].env)"
             )
 
 

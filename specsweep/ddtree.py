@@ -19,6 +19,7 @@ from functools import lru_cache
 from importlib import resources
 
 from .canon import yaml_data
+from .sglang_options import DECODING_PREFIX, decoding_variable
 
 DEFAULT_BUILD = "sglang-pr29907"
 RANK_PROBE_ENV = "SGLANG_DDTREE_RANK_PROBE"
@@ -54,6 +55,8 @@ _DEFINED: dict[str, TreeBuild] = {}  # the configuration's own builds (ddtree_bu
 def tree_build(name: str, fields: Mapping, where: str) -> TreeBuild:
     """A build from its fields (the data file's or the configuration's), checked: a clear error naming ``where``
     and the field otherwise."""
+    if not name:
+        raise ValueError(f"{where}: a build named '' (an empty name); give it a name")
     declared = {f.name: f for f in dataclass_fields(TreeBuild) if f.name != "name"}
     unknown = sorted(set(fields) - set(declared))
     if unknown:
@@ -67,6 +70,14 @@ def tree_build(name: str, fields: Mapping, where: str) -> TreeBuild:
         raise ValueError(f"{where}.{name}.width: 'budget' or 'topk', not {fields['width']!r}")
     if not isinstance(fields["max_topk"], int) or not 1 <= fields["max_topk"] <= MAX_CANDIDATES:
         raise ValueError(f"{where}.{name}.max_topk: an integer from 1 to {MAX_CANDIDATES}, not {fields['max_topk']!r}")
+    variable = fields.get("depth_bonus_env")
+    if variable is not None and not (isinstance(variable, str) and decoding_variable(variable)):
+        raise ValueError(
+            f"{where}.{name}.depth_bonus_env: {variable!r} is not a variable of SGLang's kind ({DECODING_PREFIX}..., "
+            "which only the configuration sets and the cells' keys hold); a variable the host sets for itself "
+            "(PATH, HOME, ...) would reach the server as the build's depth bonus. Name the build's own variable, "
+            "e.g. SGLANG_DDTREE_DEPTH_BONUS, or null"
+        )
     return TreeBuild(name=name, **fields)
 
 
@@ -95,7 +106,7 @@ def builds() -> dict[str, TreeBuild]:
 def build(name: str | None) -> TreeBuild:
     """A build by name (None: the default); a clear error naming the known ones otherwise."""
     known = builds()
-    name = name or DEFAULT_BUILD
+    name = DEFAULT_BUILD if name is None else name
     if name not in known:
         raise ValueError(
             f"unknown DDTree build {name!r}; known builds: {', '.join(sorted(known))} "

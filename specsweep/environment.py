@@ -164,8 +164,8 @@ def probe(
     """Versions, hardware and capabilities of a backend on this host.
 
     ``help_text`` replaces running the launcher's ``--help`` (for tests with a recorded text). ``pins`` (the
-    commits git requirements were built at) and ``build`` (the configured label) are recorded with the server
-    and are part of its identity.
+    commits git requirements were built at) and ``build`` (the configured label) are recorded with the server;
+    its identity holds the build's content (``build_identity``): the pins' commits, not the label.
     """
     import json
 
@@ -209,7 +209,7 @@ def probe(
     caps = capabilities_from_help(help_text)
     identity = {
         "backend": backend,
-        "server": {k: v for k, v in server.items() if k != "python"},
+        "server": build_identity(server),
         "gpus": [g["name"] for g in gpus],
         "python": software["python"],
         "torch": software.get("torch"),
@@ -231,6 +231,27 @@ def probe(
         "identity": identity,
         "identity_digest": digest(identity),
     }
+
+
+def build_identity(server: dict) -> dict:
+    """A server build by its content, as its environment record gives it: its name, version and whether it is
+    simulated; the commit it was built from (pip's record of a VCS install, else the resolved git pins), the hash of
+    the wheel or archive it was installed from, and only where pip records neither (a local folder) where it came
+    from. Never its interpreter's path or its configured label (sglang.build): a build moved to another folder, or
+    named otherwise, is the same build."""
+    identity = {k: v for k, v in server.items() if k not in ("python", "build", "pins", "source")}
+    if "pins" in server:
+        identity["pins"] = [pin["commit"] for pin in server["pins"]]
+    if "source" in server:
+        source = server["source"] or {}
+        vcs, archive = source.get("vcs_info") or {}, source.get("archive_info") or {}
+        if vcs.get("commit_id"):
+            identity["source"] = {"commit": vcs["commit_id"], "subdirectory": source.get("subdirectory")}
+        elif archive.get("hash") or archive.get("hashes"):
+            identity["source"] = {"archive": archive.get("hashes") or archive.get("hash")}
+        else:
+            identity["source"] = server["source"]
+    return identity
 
 
 def _source_commit(versions: dict, pins: Sequence[dict]) -> str | None:

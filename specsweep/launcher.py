@@ -23,6 +23,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import psutil
@@ -30,9 +31,89 @@ import requests
 
 from . import algorithms
 from .jobs import ServerJob
-from .sglang_options import known_flags
+from .sglang_options import DECODING_PREFIX, decoding_variable, known_flags
 
 SECRET_MARKERS = ("KEY", "TOKEN", "SECRET", "PASSWORD")
+
+# What a server is given from the host it starts on, whatever the configuration says: what the platform needs to run
+# it (a name ending in * stands for every name it begins). Nothing else of the host's environment reaches a server:
+# the configuration sets what decides its numbers (server.env, a method's env, which the cells' keys hold) and names
+# anything more the host must pass (server.pass_env).
+PLATFORM_ENV = (
+    "PATH",
+    "PYTHONPATH",  # selects the server's build where it is installed beside another (a GPU host's site folder)
+    "PYTHONUNBUFFERED",
+    "HOME",
+    "USER",
+    "LOGNAME",
+    "LANG",
+    "LANGUAGE",
+    "LC_*",
+    "TZ",
+    "TMPDIR",
+    "TMP",
+    "TEMP",
+    "XDG_CACHE_HOME",
+    "SPECSWEEP_TOKEN_COUNTS",  # specsweep's token counts (the simulated server counts prompts with them)
+    "LD_LIBRARY_PATH",
+    "CUDA_*",
+    "NVIDIA_*",
+    "NCCL_*",
+    # NVLink multicast switched off where a host requires it (a program that uses it can take shared GPUs out of
+    # service): NCCL's (NCCL_* holds it too; named for what it is), PyTorch's symmetric memory's and NVSHMEM's
+    "NCCL_NVLS_ENABLE",
+    "TORCH_SYMM_MEM_DISABLE_MULTICAST",
+    "NVSHMEM_DISABLE_NVLS",
+    "TORCH_CUDA_ARCH_LIST",
+    "TRITON_CACHE_DIR",
+    "TORCHINDUCTOR_CACHE_DIR",
+    "HF_*",
+    "TRANSFORMERS_CACHE",
+    "TRANSFORMERS_OFFLINE",
+    "HTTP_PROXY",
+    "HTTPS_PROXY",
+    "NO_PROXY",
+    "http_proxy",
+    "https_proxy",
+    "no_proxy",
+    "CONDA_PREFIX",
+    "VIRTUAL_ENV",
+)
+
+
+def platform_variable(name: str) -> bool:
+    """Whether a variable is one of the platform's (PLATFORM_ENV), passed from the host to every server."""
+    return any(name.startswith(entry[:-1]) if entry.endswith("*") else name == entry for entry in PLATFORM_ENV)
+
+
+def check_host_environment(host: Mapping[str, str] | None = None) -> None:
+    """Refuse a variable that changes decoding (decoding_variable) set in the environment specsweep runs in.
+
+    A server never sees it (servers start from ``host_environment``), and a measurement must never depend on what
+    a shell exported, which no cell key holds: the configuration sets such a variable, under server.env or a
+    method's env, where its value enters the cells' keys."""
+    host = os.environ if host is None else host
+    found = sorted(name for name in host if decoding_variable(name))
+    if found:
+        them = "them" if len(found) > 1 else "it"
+        raise ServerError(
+            "the environment specsweep runs in sets "
+            + ", ".join(f"{name}={host[name]!r}" for name in found)
+            + f", which SGLang or a DDTree build reads to change how it decodes. Servers start without the shell's "
+            f"{DECODING_PREFIX}* variables and a cell's key holds only what the configuration sets, so set {them} "
+            f"in the configuration instead: server.env (every server) or a method's env (methods[].env). Then unset "
+            f"{them} here: unset {' '.join(found)}"
+        )
+
+
+def host_environment(pass_env: Sequence[str] = (), host: Mapping[str, str] | None = None) -> dict:
+    """What a server is given from the host: the platform's variables (PLATFORM_ENV) and those the configuration
+    names (server.pass_env), as the host sets them; refused (check_host_environment) where the host sets a
+    variable that changes decoding."""
+    host = os.environ if host is None else host
+    check_host_environment(host)
+    named = set(pass_env)
+    return {name: value for name, value in host.items() if name in named or platform_variable(name)}
 
 
 class ServerError(RuntimeError):
@@ -306,8 +387,11 @@ class Server:
         log_path: str | Path,
         devices: list[str] | None = None,
         headers: dict | None = None,
+        pass_env: Sequence[str] = (),
     ):
         self.argv, self.env, self.port = argv, env, port
+        self.pass_env = tuple(pass_env)
+        self.host_env: dict = {}  # what the server was given from the host (host_environment), once started
         self.url = f"http://{host}:{port}"
         self.log_path = Path(log_path)
         self.process: subprocess.Popen | None = None
@@ -322,9 +406,12 @@ class Server:
             return "(no log)"
 
     def start(self, timeout: float) -> None:
+        """Start the server with the host's platform variables and those ``pass_env`` names (host_environment), then
+        the configured ``env`` over them, and the pool's GPUs; wait until it answers /health_generate."""
+        self.host_env = host_environment(self.pass_env)
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         log = open(self.log_path, "ab")
-        env = {**os.environ, **{k: str(v) for k, v in self.env.items()}}
+        env = {**self.host_env, **{k: str(v) for k, v in self.env.items()}}
         if self.devices is not None:
             env["CUDA_VISIBLE_DEVICES"] = ",".join(self.devices)
         started = time.monotonic()

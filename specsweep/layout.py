@@ -38,6 +38,15 @@ REPORT_DATA = f"{RESULTS}/report/data.json"
 PREDICTIONS = f"{RESULTS}/plan/predictions.csv"
 
 
+# Names become folder and file names (a cell's folder, a run record, a journal folder, a server's log, their
+# temporary files): a file name may hold 255 bytes. The configured names (methods, engines, workloads, DDTree
+# builds) are held to 64 characters by config/schema.yaml, and a method's expanded name (its sweep tags and
+# @<engine> added) to MAX_EXPANDED_NAME, so that the longest files built from one (a calibration server's log,
+# server-calibration-tp1024-<method>.log; a run record's temporary file, .<method>-r99.json.XXXXXXXX.tmp) stay
+# well within it.
+MAX_EXPANDED_NAME = 128
+
+
 def _rep(repetition) -> str:
     return "" if repetition is None else f"-r{repetition}"
 

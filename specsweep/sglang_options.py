@@ -18,6 +18,18 @@ from importlib import resources
 
 TYPES = {"int": int, "float": float, "str": str}
 
+# SGLang reads environment variables of this prefix to change what it runs (SGLANG_DDTREE_MAX_TOPK,
+# SGLANG_DDTREE_DEPTH_BONUS, SGLANG_ENABLE_JIT_DEEPGEMM, ...), and a DDTree build's own variable (its
+# depth_bonus_env) must have it too (ddtree.tree_build): this one prefix names every variable that changes decoding
+DECODING_PREFIX = "SGLANG_"
+
+
+def decoding_variable(name: str) -> bool:
+    """Whether SGLang or a DDTree build reads this environment variable to change how it decodes: every variable
+    of DECODING_PREFIX. Only the configuration sets one (server.env, a method's env), so that its value is part of
+    the cells' keys; one the shell sets is refused (launcher.check_host_environment)."""
+    return name.startswith(DECODING_PREFIX)
+
 
 class FlagError(ValueError):
     """A launch flag the server would reject."""

@@ -218,6 +218,7 @@ def test_the_sglang_path_calibrates_a_server_that_speaks_sglang_and_reuses_its_c
     python = str(FIXTURES / "sglang_via_sim.sh")
     config = load_default_config()
     config.update(backend="sglang", sglang={"python": python}, cache_dir=str(tmp_path / "cache"))
+    config["server"] = {"pass_env": ["SPECSWEEP_PYTHON"]}  # the stand-in's interpreter, which the host passes
     config["methods"] = [{"name": "ar", "algorithm": "ar"}, {"name": "dflash", "algorithm": "dflash"}]
     config["calibration"] = {"batches": [1, 4], "contexts": [1024, 4096], "new_tokens": 24, "prefill_repeats": 1}
     config = validated(config)

@@ -14,7 +14,7 @@ from conftest import fast_config, validated
 from specsweep.aggregate import summarise_cells
 from specsweep.bench import bench_server, remeasure_summary, remeasured_outputs
 from specsweep.cache import Journal
-from specsweep.cells import DEFAULT_FAILURES, cell_problem, keyed_cells, unfinished
+from specsweep.cells import DEFAULT_FAILURES, as_named, cell_problem, keyed_cells, unfinished
 from specsweep.environment import probe
 from specsweep.jobs import server_job
 from specsweep.metrics import server_load
@@ -96,6 +96,45 @@ def test_a_cell_of_another_cell_or_configuration_is_refused_saying_why(measured)
         f"its key {cells[0]['key'][:12]} is not the key this configuration gives it (ffffffffffff): it was measured "
         "for another configuration"
     )
+
+
+def test_a_cell_of_an_engine_named_otherwise_is_verified_then_presented_under_its_own_name(measured):
+    """A cache entry measured under another engine's name (or none) stands for the cell once it is verified as
+    strictly as any: its digest, the cell apart from the engine's name, its prompts and key; then it is written
+    under the cell's own name with its digest computed again, and verifies as that cell."""
+    expected, cells = measured
+    renamed = dict(expected[0], method="ar@h200")
+    assert cell_problem(cells[0], renamed) == "it holds the cell tp1/ar/short/c1, not tp1/ar@h200/short/c1"
+    assert cell_problem(cells[0], renamed, any_engine_name=True) is None
+    named = as_named(cells[0], renamed)
+    assert named["cell"]["method"] == named["method"]["name"] == "ar@h200" and named["method"]["engine"] == "h200"
+    assert cell_problem(named, renamed) is None and named["requests"] == cells[0]["requests"]
+    assert as_named(named, expected[0])["method"] == cells[0]["method"]  # back to no engine: no engine key
+    assert as_named(cells[0], expected[0]) is cells[0]
+    tampered = copy.deepcopy(cells[0])
+    _edit_record(tampered)
+    assert cell_problem(tampered, renamed, any_engine_name=True).startswith("its content does not match its digest")
+    other_method = dict(expected[0], method="dflash@h200")
+    assert cell_problem(cells[0], other_method, any_engine_name=True).startswith("it holds the cell tp1/ar/short/c1")
+
+
+def test_a_prompt_file_is_keyed_by_its_prompts_not_where_it_lies(tmp_path):
+    """The same prompts in a file moved elsewhere give every cell the key it had; one prompt edited, another."""
+    lines = "".join(json.dumps({"prompt": f"Question {i}: what is {i} squared?"}) + "\n" for i in range(8))
+    environment = probe("sim")
+
+    def keys(path):
+        config = fast_config()
+        config["workloads"] = [{"name": "mine", "family": "short", "path": str(path), "requests": 4}]
+        job = server_job(validated(config), 1, "ar")
+        return [c["key"] for c in keyed_cells(job, environment["identity_digest"])[0]]
+
+    for folder in ("a", "b/c"):
+        (tmp_path / folder).mkdir(parents=True)
+        (tmp_path / folder / "prompts.jsonl").write_text(lines)
+    (tmp_path / "edited.jsonl").write_text(lines.replace("Question 0", "Question zero"))
+    assert keys(tmp_path / "a" / "prompts.jsonl") == keys(tmp_path / "b/c" / "prompts.jsonl")
+    assert not set(keys(tmp_path / "edited.jsonl")) & set(keys(tmp_path / "a" / "prompts.jsonl"))
 
 
 def records(*errors):

@@ -218,6 +218,12 @@ INVALID = [
         lambda c: c["sim"].update(acceptance={"bsae": 0.5}),
         "sim.acceptance.bsae: not a parameter of the acceptance model; known: base, batch_numerics, cap, depth_decay",
     ),
+    (
+        "pass-env-of-a-decoding-variable",
+        lambda c: c.update(server={"pass_env": ["HTTPS_PROXY", "SGLANG_DDTREE_MAX_TOPK"]}),
+        "server.pass_env[1]: SGLANG_DDTREE_MAX_TOPK changes how SGLang decodes, so its value must come from the "
+        "configuration, where it is part of the cells' keys, not from the shell: set it in server.env",
+    ),
 ]
 
 
@@ -305,6 +311,42 @@ ENDLESS = [
     ),
     ("repetitions", lambda c: c.update(repetitions=10**6), "repetitions: 1000000 is greater than the maximum of 100"),
     ("think-time", lambda c: c.update(load={"think_time": 1e300}), "load.think_time: 1e+300 is greater"),
+]
+
+
+# what a name becomes: folders and files (a 240-character method name measured every cell, then failed on its run
+# record's temporary file with ENAMETOOLONG)
+LONG = "m" * 240
+A_BUILD = {"source": "a fork", "spine_mode": False, "width": "topk", "max_topk": 4, "depth_bonus": 0.0}
+ENDLESS += [
+    ("method-name", lambda c: c["methods"][0].update(name=LONG), f"methods[0].name: '{LONG}' is too long"),
+    ("engine-name", lambda c: c.update(engines=[{"name": "e" * 65}]), f"engines[0].name: '{'e' * 65}' is too long"),
+    ("workload-name", lambda c: c["workloads"][0].update(name="w" * 65), "workloads[0].name: 'www"),
+    (
+        "expanded-name",
+        lambda c: c.update(
+            methods=[{"name": "t" * 60, "algorithm": "ddtree", "budget": [8, 4096], "topk": [4, "uncapped"]}],
+            engines=[{"name": "base"}, {"name": "e" * 64}],
+        ),
+        f"methods[0] ({'t' * 60}): its server's name '{'t' * 60}-b8-t4@{'e' * 64}' (131 characters, its sweep tags "
+        "and engine included) is longer than the 128 a name that becomes a folder and file names may have; shorten "
+        "methods[0].name or engines[1].name",
+    ),
+    (
+        "ddtree-build-named-empty",
+        lambda c: c.update(ddtree_builds={"": {**A_BUILD, "early_stop_margin": None}}),
+        "ddtree_builds: '' does not match",
+    ),
+    ("tree-build-empty", lambda c: c["methods"][2].update(tree_build=""), "methods[2].tree_build: '' does not match"),
+    (
+        "depth-bonus-env-path",
+        lambda c: (
+            c.update(ddtree_builds={"mine": {**A_BUILD, "early_stop_margin": None, "depth_bonus_env": "PATH"}}),
+            c["methods"][2].update(tree_build="mine"),
+        ),
+        "ddtree_builds.mine.depth_bonus_env: 'PATH' is not a variable of SGLang's kind (SGLANG_..., which only the "
+        "configuration sets and the cells' keys hold)",
+    ),
 ]
 
 

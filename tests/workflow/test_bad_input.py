@@ -110,6 +110,12 @@ AT_CONFIG_TIME = [
     ),
     ("method-name-newline", lambda c: c["methods"][0].update(name="ar\n"), "methods[0].name: 'ar\\n' does not match"),
     ("nul-in-env", lambda c: c.update(server={"env": {"A": "x\0y"}}), "server.env.A: the value holds a NUL character"),
+    # it passed the dry run, measured and cached every cell, then failed on its run record's file name
+    (
+        "method-name-240",
+        lambda c: c["methods"][0].update(name="m" * 240),
+        f"methods[0].name: '{'m' * 240}' is too long",
+    ),
 ]
 
 
