@@ -13,6 +13,14 @@ if [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null \
     apt-get update -qq
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $SLURM_PACKAGES >/dev/null
 fi
+# pdftotext and pdftoppm (Debian's poppler-utils): the tests read the report PDF's text with them
+if ! command -v pdftotext >/dev/null; then
+    echo "specsweep tests: installing poppler-utils (pdftotext, which the report tests read the PDF with)" >&2
+    SUDO=""
+    if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
+    $SUDO apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends poppler-utils >/dev/null
+fi
 # Static types first (mypy over specsweep/, configured in pyproject.toml): a type error stops the run here, its
 # file and line printed above, before the tests start.
 if ! .venv/bin/python -m mypy; then
