@@ -806,12 +806,13 @@ def entry_key(job: dict, method: dict) -> str:
 
 def server_key(job: dict, method: dict, settings: dict, version: int = CALIBRATION_VERSION) -> str:
     """The digest entry_key takes of one server's measurements with these settings and this CALIBRATION_VERSION
-    (another version's key: benchmarks/gpu/rekey_calibration.py)."""
+    (another version's key: benchmarks/gpu/rekey_calibration.py). Names are not part of it: neither the method's
+    nor its engine's (the fingerprint holds the engine's build by its content), as a cell's key holds neither."""
     server_job = job["server_job"]
     return digest(
         {
             "fingerprint": job["fingerprint"],
-            "method": {k: v for k, v in method.items() if k != "name"},
+            "method": {k: v for k, v in method.items() if k not in ("name", "engine")},
             "model": server_job["model"],
             "server": {k: server_job["server"].get(k) for k in ("flags", "env", "min_free_slots_delay")},
             "sim": server_job["sim"],
