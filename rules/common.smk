@@ -159,7 +159,7 @@ def sound_calibrations(wildcards):
     WorkflowError naming each calibration file found that cannot be read and what to do."""
     key = "broken, chosen again" if "chosen" in _SETTLED else "broken"
     if key not in _SETTLED:
-        _SETTLED[key] = cost_model.broken(CONFIG)
+        _SETTLED[key] = cost_model.broken(engines.views(CONFIG))
     if _SETTLED[key]:
         raise WorkflowError("a calibration file is broken: " + "; ".join(_SETTLED[key]))
     return []

@@ -310,13 +310,10 @@ def choose(config: dict, environment: dict | None = None, folder: str = CALIBRAT
     return {"by_tp": by_tp, "ignored": ignored, "broken": broken}
 
 
-def broken(config: dict) -> list[str]:
-    """Why each calibration file a resolved configuration found (top-level and every engine's view) cannot be read:
-    what stops a run (a broken calibration would otherwise leave its TP size priced by the roofline, its cells
-    measured again under another cost model)."""
-    from . import engines
-
-    views = [config] + [engines.view(config, name) for name in engines.names(config)]
+def broken(views: list[dict]) -> list[str]:
+    """Why each calibration file resolved configurations found (``views``: the configuration and every engine's view
+    of it, engines.views) cannot be read: what stops a run (a broken calibration would otherwise leave its TP size
+    priced by the roofline, its cells measured again under another cost model)."""
     return list(dict.fromkeys(why for view in views for why in (view.get("cost_model") or {}).get("broken", [])))
 
 

@@ -45,6 +45,11 @@ def merged(base, over):
     return out
 
 
+def views(config: dict) -> list[dict]:
+    """The configuration and every engine's view of it (``view``)."""
+    return [config] + [view(config, name) for name in names(config)]
+
+
 def view(config: dict, engine: str | None) -> dict:
     """The configuration as one engine's servers see it: that engine's ``sglang`` block, its ``sim`` block merged over
     the top-level one key by key at every depth (``merged``: a top-level acceptance parameter or profile stays unless

@@ -25,7 +25,12 @@ def resummarise():
 
 
 def test_there_are_gpu_records_to_check():
-    assert [p.name for p in RECORDS] == ["record-2026-11-30", "spec-2026-12-01"]
+    assert [p.name for p in RECORDS] == [
+        "forced-2026-12-02",
+        "forced-moe-2026-12-02",
+        "record-2026-11-30",
+        "spec-2026-12-01",
+    ]
 
 
 @pytest.mark.parametrize("record", RECORDS, ids=[p.name for p in RECORDS])

@@ -271,7 +271,7 @@ def test_a_broken_calibration_is_named_with_its_key_and_prices_nothing(tmp_path,
         raised.value
     )
     config = cost_model.resolve(validated(fast_config()), None, str(folder))
-    assert cost_model.of(config, 1)["calibration"] is None and cost_model.broken(config) == [str(raised.value)]
+    assert cost_model.of(config, 1)["calibration"] is None and cost_model.broken([config]) == [str(raised.value)]
     assert f"warning: calibration ignored: {raised.value}" in capsys.readouterr().err
     assert plan.predict(config) == plan.predict(validated(fast_config()))
     named = fast_config()
