@@ -6,7 +6,9 @@ each wait has a ceiling only so that a hang fails instead of blocking the suite:
 the step takes on an idle machine with some margin, times PATIENCE. The suite runs beside other work on two cores
 (load averages of 4-6 seen), where a step takes several times as long; a limit that such a machine reaches tests the
 machine. SPECSWEEP_TEST_PATIENCE sets the factor for a slower host. A timeout that is the behaviour under test (a
-server never ready, a request that must time out) is not a ceiling and is not scaled.
+server never ready, a request that must time out) is not a ceiling and is not scaled; nor is the timeout of a single
+HTTP call to a local server (requests': the longest silence between bytes, 10-60 s), which bounds a silence of
+milliseconds, not a step.
 """
 
 from __future__ import annotations
@@ -172,10 +174,15 @@ def assert_no_process_left(folder: Path, grace: float = 3.0) -> None:
     for proc in left:
         try:
             described.append(f"{proc.pid} (parent {proc.ppid()}): {' '.join(proc.cmdline())[:300]}")
+            left += [child for child in proc.children(recursive=True) if child not in left]  # whatever they run
+        except psutil.NoSuchProcess:
+            pass
+    for proc in left:
+        try:
             proc.kill()
         except psutil.NoSuchProcess:
             pass
-    psutil.wait_procs(left, timeout=10)
+    psutil.wait_procs(left, timeout=patience(2))
     if described:
         pytest.fail("processes this test started outlived it (killed now):\n" + "\n".join(described))
 

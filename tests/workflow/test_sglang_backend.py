@@ -18,6 +18,7 @@ from conftest import (
     Journal,
     fast_config,
     load_default_config,
+    patience,
     server_processes_under,
     snakemake,
     write_config,
