@@ -4,6 +4,7 @@ import re
 import sys
 
 from jsonschema import ValidationError
+from snakemake.scheduling.job_scheduler import JobScheduler
 from snakemake.utils import validate
 import yaml
 
@@ -49,6 +50,12 @@ SERVERS = jobs.servers(CONFIG)
 # file beside the cache tells cluster jobs the workflow is alive (runs.py).
 if workflow.is_main_process:
     runs.start(f"{CONFIG['cache_dir']}/runs", CONFIG["server"]["orphan_timeout"])
+
+# Snakemake's SIGTERM handler takes the scheduler's lock, which the main thread it interrupts may hold: run on that
+# thread it deadlocks (runs.off_the_main_thread). Every Snakemake process of a run reads this file before its scheduler
+# starts, the job step of a cancelled SLURM job (its batch shell killed, outside SLURM's reach) among them.
+if not getattr(JobScheduler.exit_gracefully, "off_the_main_thread", False):
+    JobScheduler.exit_gracefully = runs.off_the_main_thread(JobScheduler.exit_gracefully)
 
 
 def all_cell_outputs():

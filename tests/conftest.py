@@ -1,14 +1,26 @@
 """Shared helpers: a copy of the workflow in a temporary folder, real Snakemake runs, process checks, validated
-configurations, simulated servers and the timing stub on loopback."""
+configurations, simulated servers and the timing stub on loopback.
+
+Time limits. A test waits for events (a process's exit, a journal event, a job's state), never for a duration, and
+each wait has a ceiling only so that a hang fails instead of blocking the suite: ``patience(s)``, where ``s`` is what
+the step takes on an idle machine with some margin, times PATIENCE. The suite runs beside other work on two cores
+(load averages of 4-6 seen), where a step takes several times as long; a limit that such a machine reaches tests the
+machine. SPECSWEEP_TEST_PATIENCE sets the factor for a slower host. A timeout that is the behaviour under test (a
+server never ready, a request that must time out) is not a ceiling and is not scaled; nor is the timeout of a single
+HTTP call to a local server (requests': the longest silence between bytes, 10-60 s), which bounds a silence of
+milliseconds, not a step.
+"""
 
 from __future__ import annotations
 
 import copy
 import json
+import os
 import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import psutil
@@ -22,6 +34,12 @@ from specsweep.workloads import Session
 
 REPO = Path(__file__).resolve().parents[1]
 WORKFLOW_PARTS = ["Snakefile", "rules", "config", "scripts"]
+PATIENCE = float(os.environ.get("SPECSWEEP_TEST_PATIENCE", "5"))
+
+
+def patience(seconds: float) -> float:
+    """The ceiling of a wait for a step that takes up to ``seconds`` on an idle machine: ``seconds`` x PATIENCE."""
+    return seconds * PATIENCE
 
 
 def copy_workflow(dest: Path) -> Path:
@@ -86,17 +104,18 @@ def eight_gpu_host_config(workdir: Path) -> dict:
 
 
 def snakemake(
-    workdir: Path, *args: str, timeout: float = 900, check: bool = True, cores: int = 2
+    workdir: Path, *args: str, timeout: float = 180, check: bool = True, cores: int = 2
 ) -> subprocess.CompletedProcess:
-    """Run real Snakemake in ``workdir`` (bounded in time); its whole output is in ``.stdout``. A simulated server
-    mostly waits out its modelled steps, so a run of several servers may ask for more cores than the machine has."""
+    """Run real Snakemake in ``workdir``, stopped after ``patience(timeout)`` (``timeout``: what the run takes on an
+    idle machine, with margin); its whole output is in ``.stdout``. A simulated server mostly waits out its modelled
+    steps, so a run of several servers may ask for more cores than the machine has."""
     proc = subprocess.run(
         [sys.executable, "-m", "snakemake", "--cores", str(cores), *args],
         cwd=workdir,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
-        timeout=timeout,
+        timeout=patience(timeout),
     )
     if check and proc.returncode != 0:
         raise AssertionError(f"snakemake {' '.join(args)} failed ({proc.returncode}):\n{proc.stdout[-8000:]}")
@@ -123,16 +142,61 @@ class Journal:
 
 def server_processes_under(path: Path) -> list[psutil.Process]:
     """Simulated-server processes whose working folder is inside ``path``."""
+    return [p for p in processes_started_in(path) if "specsweep.sim" in " ".join(p.info["cmdline"] or [])]
+
+
+def processes_started_in(folder: Path) -> list[psutil.Process]:
+    """Live processes (not zombies) working inside ``folder`` or naming a path in it on their command line: what a
+    test started there (Snakemake, its jobs, SLURM batch scripts and job steps, scripts, servers). SLURM's daemons
+    and job step managers work in the test process's folder and name none there."""
+    inside = str(folder).rstrip(os.sep) + os.sep
     found = []
-    for proc in psutil.process_iter(["cmdline", "cwd"]):
+    for proc in psutil.process_iter(["cmdline", "cwd", "status"]):
         try:
             cmd = " ".join(proc.info["cmdline"] or [])
-            cwd = proc.info["cwd"] or ""
+            cwd = (proc.info["cwd"] or "") + os.sep
         except (psutil.NoSuchProcess, psutil.AccessDenied):
             continue
-        if "specsweep.sim" in cmd and cwd.startswith(str(path)):
+        if proc.info["status"] != psutil.STATUS_ZOMBIE and (cwd.startswith(inside) or inside in cmd):
             found.append(proc)
     return found
+
+
+def assert_no_process_left(folder: Path, grace: float = 3.0) -> None:
+    """Fail, naming them, if processes started in ``folder`` are still alive ``patience(grace)`` seconds from now
+    (processes that are ending get that long); kill them first."""
+    deadline = time.monotonic() + patience(grace)
+    while (left := processes_started_in(folder)) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    if not left:
+        return
+    described = []
+    for proc in left:
+        try:
+            described.append(f"{proc.pid} (parent {proc.ppid()}): {' '.join(proc.cmdline())[:300]}")
+            left += [child for child in proc.children(recursive=True) if child not in left]  # whatever they run
+        except psutil.NoSuchProcess:
+            pass
+    for proc in left:
+        try:
+            proc.kill()
+        except psutil.NoSuchProcess:
+            pass
+    psutil.wait_procs(left, timeout=patience(2))
+    if described:
+        pytest.fail("processes this test started outlived it (killed now):\n" + "\n".join(described))
+
+
+@pytest.fixture(autouse=True)
+def no_process_left(request):
+    """Every workflow test (a test in tests/workflow or using the ``workflow`` fixture) fails if a process it
+    started outlives it: Snakemake, its jobs, SLURM job steps, servers (``assert_no_process_left``)."""
+    if request.node.path.parent.name != "workflow" and "workflow" not in request.fixturenames:
+        yield
+        return
+    folder = request.getfixturevalue("tmp_path")
+    yield
+    assert_no_process_left(folder)
 
 
 @pytest.fixture(autouse=True)
@@ -154,13 +218,8 @@ def host_temporary_folder(monkeypatch, tmp_path_factory):
 
 @pytest.fixture(name="workflow")  # a global named workflow would make snakemake.utils.validate take it for its own
 def workflow_copy(tmp_path):
-    """A fresh copy of the workflow; fails the test if a simulated server is left running."""
-    workdir = copy_workflow(tmp_path / "wf")
-    yield workdir
-    left = server_processes_under(tmp_path)
-    for proc in left:
-        proc.kill()
-    assert not left, f"server processes left running: {[p.pid for p in left]}"
+    """A fresh copy of the workflow (``no_process_left`` fails the test if a process it started there lives on)."""
+    return copy_workflow(tmp_path / "wf")
 
 
 FIXTURES = REPO / "tests" / "fixtures"
@@ -183,13 +242,13 @@ def report_text(workflow: Path) -> str:
         capture_output=True,
         text=True,
         check=True,
-        timeout=60,
+        timeout=patience(12),
     ).stdout
     return " ".join(pdf.split())
 
 
-def start_sim(tmp_path, *flags, startup=0.0, timeout=60.0, model="Qwen/Qwen3-8B", env=None):
-    """The simulated server with SGLang's flags ``flags`` on a free loopback port."""
+def start_sim(tmp_path, *flags, startup=0.0, timeout=patience(12), model="Qwen/Qwen3-8B", env=None):
+    """The simulated server with SGLang's flags ``flags`` on a free loopback port, ready within ``timeout`` s."""
     port = free_port()
     argv = [
         sys.executable,
@@ -252,7 +311,7 @@ def start_stub(tmp_path, *flags):
         port,
         tmp_path / "stub.log",
     )
-    server.start(30)
+    server.start(patience(6))
     return server
 
 

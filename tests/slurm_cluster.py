@@ -24,6 +24,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from conftest import patience
+
 ETC = Path("/etc/slurm")
 MARK = "# written by specsweep's test cluster (tests/slurm_cluster.py); removed when it stops\n"
 DAEMONS = ("munged", "slurmctld", "slurmd")
@@ -115,7 +117,7 @@ PartitionName={self.partition} Nodes=ALL Default=YES MaxTime=INFINITE State=UP
         with open(self.dir / f"{name}.out", "ab") as log:  # the daemon keeps its own copy of the descriptor
             self.processes[name] = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, preexec_fn=demote)
 
-    def start(self, timeout: float = 60) -> "Cluster":
+    def start(self, timeout: float = patience(12)) -> "Cluster":
         if len(FAKE_DEVICES) < self.gpus:
             raise ValueError(f"at most {len(FAKE_DEVICES)} GPUs")
         try:
@@ -158,14 +160,14 @@ PartitionName={self.partition} Nodes=ALL Default=YES MaxTime=INFINITE State=UP
             time.sleep(0.2)
 
     def idle(self) -> bool:
-        out = subprocess.run(["sinfo", "-h", "-N", "-o", "%T"], capture_output=True, text=True, timeout=10)
+        out = subprocess.run(["sinfo", "-h", "-N", "-o", "%T"], capture_output=True, text=True, timeout=patience(4))
         return out.returncode == 0 and out.stdout.strip().rstrip("*") in ("idle", "mixed", "allocated")
 
     def jobs(self) -> list[dict]:
         """Every job the controller knows (also those that ended within MinJobAge), as ``scontrol show job``'s
         fields (JobId, JobName, JobState, TresPerJob, Command, ...)."""
         out = subprocess.run(
-            ["scontrol", "-o", "show", "job"], capture_output=True, text=True, timeout=10, check=True
+            ["scontrol", "-o", "show", "job"], capture_output=True, text=True, timeout=patience(4), check=True
         ).stdout
         jobs = []
         for line in out.splitlines():
@@ -173,9 +175,9 @@ PartitionName={self.partition} Nodes=ALL Default=YES MaxTime=INFINITE State=UP
                 jobs.append(dict(item.split("=", 1) for item in line.split() if "=" in item))
         return jobs
 
-    def cancel_all(self, timeout: float = 30) -> None:
+    def cancel_all(self, timeout: float = patience(6)) -> None:
         """Cancel every job and wait until none is left running (their processes gone with them)."""
-        subprocess.run(["scancel", "--user", "root"], capture_output=True, timeout=10)
+        subprocess.run(["scancel", "--user", "root"], capture_output=True, timeout=patience(4))
         deadline = time.monotonic() + timeout
         while any(j["JobState"] in ("RUNNING", "COMPLETING", "PENDING", "CONFIGURING") for j in self.jobs()):
             if time.monotonic() > deadline:
@@ -198,8 +200,8 @@ PartitionName={self.partition} Nodes=ALL Default=YES MaxTime=INFINITE State=UP
         return "\n".join(parts)
 
     def stop(self) -> None:
-        """Cancel every job, then SIGTERM every daemon started here (by PID), SIGKILL after 10 s; remove this
-        cluster's /etc/slurm files."""
+        """Cancel every job, then SIGTERM every daemon started here (by PID), SIGKILL after patience(2) s; remove
+        this cluster's /etc/slurm files."""
         if self.processes.get("slurmctld") is not None and self.processes["slurmctld"].poll() is None:
             try:
                 self.cancel_all()
@@ -211,10 +213,10 @@ PartitionName={self.partition} Nodes=ALL Default=YES MaxTime=INFINITE State=UP
                 process.send_signal(signal.SIGTERM)
         for process in self.processes.values():
             try:
-                process.wait(timeout=10)
+                process.wait(timeout=patience(2))
             except subprocess.TimeoutExpired:
                 process.kill()
-                process.wait(timeout=10)
+                process.wait(timeout=patience(2))
         for name in ("slurm.conf", "gres.conf"):
             path = ETC / name
             if path.exists() and path.read_text().startswith(MARK):

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import load_default_config, start_sim, validated
+from conftest import load_default_config, patience, start_sim, validated
 from specsweep.cells import measure_cell
 from specsweep.client import LoadModel, measure
 from specsweep.environment import probe
@@ -88,7 +88,7 @@ def prompts_sent(sessions, protocol: str = "native", thinking: bool = False) -> 
             sessions,
             1,
             {},
-            timeout=10,
+            timeout=patience(2),
             thinking=thinking,
             load=LoadModel(protocol=protocol),
         )

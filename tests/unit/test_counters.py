@@ -8,7 +8,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from conftest import start_sim
+from conftest import patience, start_sim
 from specsweep.client import LoadModel, measure
 from specsweep.counters import counter_deltas, parse_prometheus, scrape
 from specsweep.workloads import Session
@@ -63,7 +63,9 @@ def test_a_served_model_name_with_a_brace_a_quote_or_a_backslash_keeps_every_gen
     try:
         before = scrape(server.url)
         sessions = [Session(f"s{i}", "chat", [{"role": "user", "content": f"count to {i}"}], [], 500) for i in range(3)]
-        records = measure(server.url, sessions, 3, {"temperature": 0.0}, timeout=120, load=LoadModel(ignore_eos=True))
+        records = measure(
+            server.url, sessions, 3, {"temperature": 0.0}, timeout=patience(24), load=LoadModel(ignore_eos=True)
+        )
         after = scrape(server.url)
     finally:
         server.stop()

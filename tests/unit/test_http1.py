@@ -15,7 +15,7 @@ import time
 
 import pytest
 
-from conftest import one
+from conftest import one, patience
 from specsweep.client import measure
 
 
@@ -120,7 +120,7 @@ class Handler(socketserver.BaseRequestHandler):
 
 
 def run(server: Scripted, n: int = 1):
-    return measure(server.url, [one("hi", 8)] * n, 1, {}, timeout=10)
+    return measure(server.url, [one("hi", 8)] * n, 1, {}, timeout=patience(2))
 
 
 def stream_answer(_connection, _index):

@@ -7,7 +7,7 @@ import statistics
 
 import pytest
 
-from conftest import DDTREE, load_default_config, one, start_sim, start_stub, validated
+from conftest import DDTREE, load_default_config, one, patience, start_sim, start_stub, validated
 from specsweep import metrics as m
 from specsweep.cells import measure_cell
 from specsweep.counters import scrape
@@ -22,7 +22,7 @@ def test_client_measures_a_known_schedule(tmp_path):
     schedule = [(0.08, 1), (0.03, 4), (0.02, 1), (0.04, 3)]
     server = start_stub(tmp_path, "--schedule", ",".join(f"{d}:{t}" for d, t in schedule), "--empty-first-chunk")
     try:
-        records = [r.as_dict() for r in measure(server.url, [one()] * 5, 1, {}, timeout=10)]
+        records = [r.as_dict() for r in measure(server.url, [one()] * 5, 1, {}, timeout=patience(2))]
     finally:
         server.stop()
     due = [sum(d for d, _ in schedule[: i + 1]) for i in range(len(schedule))]  # each chunk's time after the send
@@ -56,7 +56,7 @@ def test_cell_reports_the_window_delta_not_the_servers_cumulative_average(tmp_pa
     try:
         # earlier traffic the cell must not count: highly predictable code
         code = "def f(x):\n    return {'a': [x, x], 'b': (x, x)}\n" * 20
-        measure(server.url, [one(code, 200)] * 4, 2, {"temperature": 0.0}, timeout=60)
+        measure(server.url, [one(code, 200)] * 4, 2, {"temperature": 0.0}, timeout=patience(12))
         sessions = build(params.workloads[0], 0)
         before = scrape(server.url)
         cell = {
@@ -93,7 +93,9 @@ def test_multi_turn_sessions_turn_order_context_growth_and_think_time(tmp_path):
     )
     server = start_sim(tmp_path)
     try:
-        records = measure(server.url, sessions, 1, {"temperature": 0.0}, timeout=60, load=LoadModel(think_time=0.4))
+        records = measure(
+            server.url, sessions, 1, {"temperature": 0.0}, timeout=patience(12), load=LoadModel(think_time=0.4)
+        )
     finally:
         server.stop()
     rows = [r.as_dict() for r in records]

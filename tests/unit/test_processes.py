@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import patience
 from specsweep.cache import Journal, server_runs
 
 
@@ -128,16 +129,16 @@ def test_a_key_file_a_sigkill_left_is_swept_at_the_next_start(tmp_path):
         check = "from specsweep.launcher import sweep_secrets\nprint(len(sweep_secrets()))\n"
         assert (
             subprocess.run(
-                [sys.executable, "-c", check], env=env, capture_output=True, text=True, timeout=60
+                [sys.executable, "-c", check], env=env, capture_output=True, text=True, timeout=patience(12)
             ).stdout.strip()
             == "0"
         )  # its owner runs: kept
         holder.kill()
-        holder.wait(timeout=30)
+        holder.wait(timeout=patience(6))
         assert path.exists()
         assert (
             subprocess.run(
-                [sys.executable, "-c", check], env=env, capture_output=True, text=True, timeout=60
+                [sys.executable, "-c", check], env=env, capture_output=True, text=True, timeout=patience(12)
             ).stdout.strip()
             == "1"
         )
@@ -204,9 +205,9 @@ def test_a_cluster_job_stops_when_the_workflow_is_killed_outright_and_not_while_
         with pytest.raises(subprocess.TimeoutExpired):
             job.wait(timeout=5)
         workflow.kill()  # SIGKILL: the heartbeat file stays, and stops changing
-        workflow.wait(timeout=30)
+        workflow.wait(timeout=patience(6))
         assert path.exists()
-        out, err = job.communicate(timeout=60)
+        out, err = job.communicate(timeout=patience(12))
         assert job.returncode == 3 and out.strip() == "stopped"
         assert f"has not touched {path} for 2 s: stopping" in err
     finally:
@@ -223,12 +224,107 @@ def test_a_workflow_that_ends_removes_its_heartbeat_and_a_job_left_behind_stops(
         [sys.executable, "-c", _WORKFLOW, str(tmp_path / "runs"), "2", "0.5"], stdout=subprocess.PIPE, text=True
     )
     heartbeat = workflow.stdout.readline().strip()
-    assert workflow.wait(timeout=60) == 0
+    assert workflow.wait(timeout=patience(12)) == 0
     assert list((tmp_path / "runs").iterdir()) == []  # removed at its exit
     job = _job_watching(heartbeat)  # a job it left (a missing heartbeat file does not change either)
     try:
-        out, err = job.communicate(timeout=60)
+        out, err = job.communicate(timeout=patience(12))
         assert job.returncode == 3 and "has not touched" in err
     finally:
         if job.poll() is None:
             job.kill()
+
+
+def test_a_new_run_removes_the_heartbeat_files_of_dead_runs_and_no_other(tmp_path):
+    import socket
+    import subprocess
+    import sys
+    import time
+
+    from specsweep import runs
+
+    folder = tmp_path / "runs"
+    killed = subprocess.Popen([sys.executable, "-c", _WORKFLOW, str(folder), "0.5", "600"], stdout=subprocess.PIPE)
+    left = Path(killed.stdout.readline().decode().strip().rpartition(":")[0])
+    killed.kill()  # SIGKILL: no code of its own runs, its heartbeat file stays
+    killed.wait(timeout=patience(12))
+    assert left.read_text() == "0.5\n"  # the file says its run's timeout
+    host = "".join(c if c.isalnum() or c in "-." else "-" for c in socket.gethostname())
+    files = {
+        "killed, still for 60 of its 0.5 s timeouts": (left, None, 30),
+        "dead, still for 5 of its 60 s timeouts": (folder / f"20260101T000000Z-{host}-{killed.pid}.alive", "60", 300),
+        "alive here (stopped, say), still for an hour": (
+            folder / f"20260101T000000Z-{host}-{os.getpid()}.alive",
+            "1",
+            3600,
+        ),
+        "another host's, no timeout written, still for 15 of this run's": (
+            folder / "20260101T000000Z-node-7-12.alive",
+            "",
+            30,
+        ),
+        "another host's, still for 2 timeouts": (folder / "20260101T000000Z-node-7-13.alive", "2", 4),
+    }
+    for path, text, age in files.values():
+        if text is not None:
+            path.write_text(text)
+        os.utime(path, (time.time() - age, time.time() - age))
+
+    new = subprocess.run(
+        [sys.executable, "-c", _WORKFLOW, str(folder), "2", "0"],
+        capture_output=True,
+        text=True,
+        timeout=patience(12),
+        check=True,
+    )
+    assert new.stdout.strip().endswith(":2")  # its own file, removed at its exit
+    kept = {name for name, (path, _, _) in files.items() if path.exists()}
+    assert kept == {
+        "dead, still for 5 of its 60 s timeouts",
+        "alive here (stopped, say), still for an hour",
+        "another host's, still for 2 timeouts",
+    }
+    assert sorted(p.name for p in folder.iterdir()) == sorted(files[name][0].name for name in kept)
+    assert runs.sweep_heartbeats(str(tmp_path / "none"), 2) == []  # no folder yet: nothing to do
+
+
+_SIGTERM_WHILE_LOCKED = """
+import os, signal, sys, threading, time
+from snakemake.scheduling.job_scheduler import JobScheduler
+from specsweep.runs import off_the_main_thread
+
+scheduler = object.__new__(JobScheduler)  # the state its SIGTERM handler reads
+scheduler._lock, scheduler._open_jobs, scheduler._user_kill = threading.Lock(), threading.Semaphore(0), None
+handler = JobScheduler.exit_gracefully
+if sys.argv[1] == "off the main thread":  # as rules/common.smk installs it
+    handler = off_the_main_thread(handler)
+signal.signal(signal.SIGTERM, handler.__get__(scheduler))
+with scheduler._lock:  # the main thread handling a failed job when SLURM's SIGTERM arrives
+    print("signalled", flush=True)
+    os.kill(os.getpid(), signal.SIGTERM)
+    time.sleep(0.5)  # the handler runs here, between two steps of this thread
+scheduler._open_jobs.acquire()  # the scheduler's next round, woken by the handler
+print(scheduler._user_kill, flush=True)
+"""
+
+
+def test_snakemake_s_sigterm_handler_run_off_the_main_thread_does_not_deadlock_a_scheduler_holding_its_lock():
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-c", _SIGTERM_WHILE_LOCKED, "off the main thread"],
+        capture_output=True,
+        text=True,
+        timeout=patience(12),
+    )
+    assert (done.returncode, done.stdout.split()) == (0, ["signalled", "graceful"]), done.stderr
+    # as Snakemake installs it, the same signal at the same moment waits on its own lock for ever
+    as_is = subprocess.Popen([sys.executable, "-c", _SIGTERM_WHILE_LOCKED, "as is"], stdout=subprocess.PIPE, text=True)
+    try:
+        assert as_is.stdout.readline().strip() == "signalled"
+        with pytest.raises(subprocess.TimeoutExpired):
+            as_is.wait(timeout=5)
+    finally:
+        as_is.kill()
+        as_is.wait()

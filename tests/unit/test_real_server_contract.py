@@ -18,7 +18,7 @@ from dataclasses import replace
 import pytest
 import yaml
 
-from conftest import REPO, fast_config, load_default_config, one, start_sim, start_stub, validated
+from conftest import REPO, fast_config, load_default_config, one, patience, start_sim, start_stub, validated
 from specsweep import config as cfg
 from specsweep.jobs import server_job, servers
 from specsweep.methods import expand_methods
@@ -38,7 +38,12 @@ def _records(url, protocol, n, concurrency=1, **load):
     return [
         r.as_dict()
         for r in measure(
-            url, sessions, concurrency, {"temperature": 0.0}, timeout=20, load=LoadModel(protocol=protocol, **load)
+            url,
+            sessions,
+            concurrency,
+            {"temperature": 0.0},
+            timeout=patience(4),
+            load=LoadModel(protocol=protocol, **load),
         )
     ]
 

@@ -11,7 +11,7 @@ import psutil
 import pytest
 import yaml
 
-from conftest import FIXTURES, REPO, load_default_config, validated
+from conftest import FIXTURES, REPO, load_default_config, patience, validated
 from specsweep.jobs import server_job, servers
 from specsweep.methods import expand_methods
 from specsweep.environment import ServerEnvironmentError, check_methods, probe
@@ -129,7 +129,7 @@ def _acquirers(lock_dir, count, need, hold, barrier=None):
     ]
     results = []
     for p in procs:
-        out, _ = p.communicate(timeout=90)
+        out, _ = p.communicate(timeout=patience(18))
         lines = [json.loads(l) for l in out.splitlines()]
         results.append({k: v for line in lines for k, v in line.items()})
     return results
@@ -169,7 +169,7 @@ def test_gpu_pool_recovers_locks_of_a_killed_process(tmp_path):
             pass
     holder.kill()
     holder.wait()
-    with pool.acquire(8, timeout=5, poll=0.1) as gpus:
+    with pool.acquire(8, timeout=patience(1), poll=0.1) as gpus:
         assert len(gpus) == 8
 
 
@@ -204,7 +204,7 @@ def test_stop_kills_a_process_tree_that_ignores_sigterm(tmp_path):
         port,
         tmp_path / "stubborn.log",
     )
-    server.start(30)
+    server.start(patience(6))
     pids = [int(p) for p in pidfile.read_text().split()]
     assert len(_group_members(pids)) == 3
     server.stop(grace=1.0)  # SIGTERM is ignored: SIGKILL after the grace
@@ -227,7 +227,7 @@ def test_server_killed_with_its_job(tmp_path):
     server_pid = int(job.stdout.readline())
     job.kill()
     job.wait()
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + patience(2)
     while time.monotonic() < deadline and _group_members([server_pid]):
         time.sleep(0.1)
     assert _group_members([server_pid]) == []

@@ -12,7 +12,7 @@ from collections import Counter
 import pytest
 import requests
 
-from conftest import DDTREE, DFLASH, start_sim
+from conftest import DDTREE, DFLASH, patience, start_sim
 from specsweep.client import measure
 from specsweep.metrics import acceptance_by_depth
 from specsweep.launcher import Server, ServerError, free_port
@@ -152,7 +152,7 @@ def test_greedy_outputs_identical_across_methods(tmp_path):
     for name, flags in (("ar", []), ("dflash", DFLASH), ("ddtree", DDTREE)):
         server = start_sim(tmp_path, *flags)
         try:
-            records = measure(server.url, sessions, 2, {"temperature": 0.0}, timeout=60)
+            records = measure(server.url, sessions, 2, {"temperature": 0.0}, timeout=patience(12))
         finally:
             server.stop()
         assert all(r.ok for r in records)
@@ -226,7 +226,7 @@ def test_stream_chunks_match_the_acceptance_counters_under_load(tmp_path):
     server = start_sim(tmp_path, *DFLASH)
     try:
         sessions = build({"name": "short", "family": "short", "requests": 24, "max_new_tokens": 128}, seed=5)
-        records = measure(server.url, sessions, 12, {"temperature": 0.0}, timeout=120)
+        records = measure(server.url, sessions, 12, {"temperature": 0.0}, timeout=patience(24))
     finally:
         server.stop()
     assert len(records) == 24 and all(r.ok for r in records)
@@ -285,7 +285,9 @@ def test_a_scaled_clock_serves_modelled_minutes_in_moments_and_reports_them_in_m
         modelled += seconds
         reference.commit_step(admitted, batch)
     assert modelled > 60
-    server = start_sim(tmp_path, "--sim-gpu", "RTX-PRO-6000", "--sim-time-scale", "1000", startup=600, timeout=60)
+    server = start_sim(
+        tmp_path, "--sim-gpu", "RTX-PRO-6000", "--sim-time-scale", "1000", startup=600, timeout=patience(12)
+    )
     try:
         reply = requests.post(server.url + "/generate", json={"text": prompt, "sampling_params": sampling}, timeout=30)
         info = requests.get(server.url + "/get_server_info", timeout=30).json()

@@ -8,7 +8,7 @@ import random
 import pytest
 import requests
 
-from conftest import start_sim
+from conftest import patience, start_sim
 from specsweep.sim import model as sim
 from specsweep.sim.calibration import mean_tau
 
@@ -190,9 +190,9 @@ def test_the_simulated_server_speaks_sglangs_ngram_and_eagle3_flags(tmp_path):
         finally:
             server.stop()
     with pytest.raises(Exception, match="exited with code 2"):
-        start_sim(tmp_path / "bad", "--speculative-algorithm", "EAGLE3", timeout=10)  # no draft model
+        start_sim(tmp_path / "bad", "--speculative-algorithm", "EAGLE3", timeout=patience(2))  # no draft model
     with pytest.raises(Exception, match="exited with code 2"):
-        start_sim(tmp_path / "bad2", *flags["ngram"], "--speculative-draft-model-path", "d", timeout=10)
+        start_sim(tmp_path / "bad2", *flags["ngram"], "--speculative-draft-model-path", "d", timeout=patience(2))
 
 
 def test_draft_model_acceptance_within_12_percent_of_every_published_engine_figure():

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from conftest import load_default_config, start_sim, validated
+from conftest import load_default_config, patience, start_sim, validated
 from specsweep.cells import measure_cell
 from specsweep.client import measure
 from specsweep.environment import probe
@@ -92,7 +92,9 @@ def test_the_servers_late_steps_are_reported_and_recorded_in_its_cell(tmp_path):
     try:
         chunks: list[dict] = []
         waves = [Session(f"s{i}", "chat", [{"role": "user", "content": f"Count to {i}."}], [], 16) for i in range(3)]
-        measure(server.url, waves, 3, {"ignore_eos": True}, timeout=60, on_chunk=lambda _, c: chunks.append(c))
+        measure(
+            server.url, waves, 3, {"ignore_eos": True}, timeout=patience(12), on_chunk=lambda _, c: chunks.append(c)
+        )
         sessions = build(params.workloads[0], 0)
         cell = {
             "tp": 1,

@@ -8,7 +8,7 @@ import random
 import pytest
 import requests
 
-from conftest import DDTREE, DFLASH, start_sim
+from conftest import DDTREE, DFLASH, patience, start_sim
 from specsweep.client import measure
 from specsweep.launcher import ServerError
 from specsweep.metrics import output_throughput
@@ -141,7 +141,7 @@ def test_fault_never_ready(tmp_path):
 
 
 def test_fault_slow_start_is_waited_for(tmp_path):
-    server = start_sim(tmp_path, startup=1.5, timeout=30)
+    server = start_sim(tmp_path, startup=1.5, timeout=patience(6))
     try:
         assert server.startup_seconds >= 1.5
     finally:

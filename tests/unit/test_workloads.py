@@ -11,7 +11,7 @@ import warnings
 import pytest
 import requests
 
-from conftest import start_sim
+from conftest import patience, start_sim
 from specsweep.client import measure
 from specsweep.text import chat_prompt
 from specsweep.workloads import (
@@ -314,8 +314,8 @@ def test_a_measured_request_is_never_served_from_a_warm_ups_prefix(tmp_path):
 
         def cached_after(warm):
             assert requests.post(server.url + "/flush_cache", timeout=10).status_code == 200
-            measure(server.url, warm, 2, {"temperature": 0.0}, timeout=60)
-            records = measure(server.url, measured, 1, {"temperature": 0.0}, timeout=60)
+            measure(server.url, warm, 2, {"temperature": 0.0}, timeout=patience(12))
+            records = measure(server.url, measured, 1, {"temperature": 0.0}, timeout=patience(12))
             assert len(records) == 8 and all(r.error is None for r in records)
             return [r.cached_tokens for r in records]
 
@@ -355,7 +355,7 @@ def test_no_measured_long_request_is_served_from_another_ones_prefix(tmp_path):
     sessions = build(workload, 0, context_length=CONTEXT)
     server = start_sim(tmp_path)
     try:
-        records = measure(server.url, sessions, 1, {"temperature": 0.0}, timeout=60)
+        records = measure(server.url, sessions, 1, {"temperature": 0.0}, timeout=patience(12))
     finally:
         server.stop()
     assert len(records) == 16 and all(r.error is None for r in records)

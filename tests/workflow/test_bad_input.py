@@ -124,7 +124,7 @@ def test_bad_values_stop_the_workflow_before_any_job_naming_the_key(workflow, na
     config = load_default_config()
     mutate(config)
     write_config(workflow, config)
-    proc = snakemake(workflow, "-n", check=False, timeout=120)  # a dry run: it used to spin in the plan
+    proc = snakemake(workflow, "-n", check=False, timeout=24)  # a dry run: it used to spin in the plan
     assert proc.returncode != 0
     assert f"Invalid configuration: {message}" in proc.stdout, proc.stdout[-3000:]
     assert not (workflow / "results").exists(), "the dry run wrote the plan's memo for an invalid configuration"
@@ -134,7 +134,7 @@ def test_a_yaml_anchor_bomb_is_refused_and_never_printed(workflow):
     lines = ["bomb:", "  - &a0 [1, 1, 1, 1, 1, 1, 1, 1, 1, 1]"]
     lines += [f"  - &a{i} [{', '.join([f'*a{i - 1}'] * 10)}]" for i in range(1, 6)]  # 10^6 values in six lines
     (workflow / "config" / "bomb.yaml").write_text("\n".join(lines) + "\n")
-    proc = snakemake(workflow, "-n", "--configfile", "config/config.yaml", "config/bomb.yaml", check=False, timeout=300)
+    proc = snakemake(workflow, "-n", "--configfile", "config/config.yaml", "config/bomb.yaml", check=False, timeout=60)
     assert proc.returncode != 0
     assert "Invalid configuration: bomb: the configuration holds more than 100000 values" in proc.stdout, proc.stdout[
         -2000:
@@ -146,7 +146,7 @@ def test_schema_errors_name_the_key_without_printing_the_configuration(workflow)
     config = load_default_config()
     config["concurency"] = [1, 4]
     write_config(workflow, config)
-    proc = snakemake(workflow, "-n", check=False, timeout=120)
+    proc = snakemake(workflow, "-n", check=False, timeout=24)
     assert proc.returncode != 0
     assert "Invalid configuration: concurency: not a key of the configuration; known: adaptive," in proc.stdout, (
         proc.stdout[-3000:]
@@ -175,7 +175,7 @@ def test_a_cache_dir_at_the_filesystem_root_stops_the_workflow_before_any_write(
     config = load_default_config()
     config["cache_dir"] = folder
     write_config(workflow, config)
-    proc = snakemake(workflow, "-n", check=False, timeout=120)
+    proc = snakemake(workflow, "-n", check=False, timeout=24)
     assert proc.returncode != 0
     assert "Invalid configuration: cache_dir: " in proc.stdout, proc.stdout[-3000:]
     assert not (workflow / "results").exists()
@@ -201,7 +201,7 @@ def test_a_key_given_twice_in_a_config_file_stops_the_workflow_naming_file_line_
     path = write_config(workflow, load_default_config())
     first = path.read_text().splitlines().index("warmup: 2") + 1
     path.write_text(path.read_text() + "warmup: 5\n")  # YAML keeps the last one silently
-    proc = snakemake(workflow, "-n", check=False, timeout=120)
+    proc = snakemake(workflow, "-n", check=False, timeout=24)
     assert proc.returncode != 0
     lines = len(path.read_text().splitlines())
     assert (
@@ -219,7 +219,7 @@ def dry_run_of_prompt_file(workflow, path, requests: int):
     ]
     config["concurrency"] = [1]
     write_config(workflow, config)
-    return snakemake(workflow, "-n", check=False, timeout=120)
+    return snakemake(workflow, "-n", check=False, timeout=24)
 
 
 def test_undecodable_prompt_file_stops_the_workflow_naming_file_and_line(workflow, tmp_path):

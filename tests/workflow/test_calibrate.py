@@ -60,7 +60,7 @@ def _server_logs(workflow) -> dict:
 @pytest.mark.long(2.0)  # real time: the fit reads the simulated engine's own pace
 def test_calibrate_recovers_the_simulated_profile_and_measures_again_only_for_a_new_fingerprint(workflow):
     write_config(workflow, _config())
-    proc = snakemake(workflow, "calibrate", timeout=600)
+    proc = snakemake(workflow, "calibrate", timeout=120)
     assert "bench_server" not in proc.stdout  # the target measures the engine, no cell
     ((name, profile),) = _profiles(workflow).items()
     assert profile["digest"] == name and profile["fingerprint"]["tp"] == 1
@@ -104,7 +104,7 @@ def test_calibrate_recovers_the_simulated_profile_and_measures_again_only_for_a_
     config["model"]["name"] = "Qwen3-8B-other"
     config["methods"] = config["methods"][:1]  # AR alone: enough to see the new fingerprint measured
     write_config(workflow, config)
-    assert "1 server(s) started, 0 wholly cached" in snakemake(workflow, "calibrate", timeout=600).stdout
+    assert "1 server(s) started, 0 wholly cached" in snakemake(workflow, "calibrate", timeout=120).stdout
     assert (
         len(_profiles(workflow)) == 2
         and _server_logs(workflow)["server-calibration-tp1-ar.log"] != logs["server-calibration-tp1-ar.log"]
@@ -135,7 +135,7 @@ def test_each_engine_is_calibrated_on_its_own_build_and_its_servers_use_its_prof
         {"name": "twin"},  # base's build under another name: its fingerprint, so base's calibration
     ]
     write_config(workflow, config)
-    snakemake(workflow, "calibrate", timeout=600)
+    snakemake(workflow, "calibrate", timeout=120)
     entries = json.loads((workflow / calibrate.FINGERPRINTS).read_text())
     assert [(e["engine"], e["tp"]) for e in entries] == [("base", 1), ("slow", 1)]
     assert set(_profiles(workflow)) == {e["digest"] for e in entries}

@@ -16,7 +16,16 @@ import sys
 import pandas as pd
 import pytest
 
-from conftest import REPO, Journal, copy_workflow, fast_config, server_processes_under, snakemake, write_config
+from conftest import (
+    REPO,
+    Journal,
+    copy_workflow,
+    fast_config,
+    patience,
+    server_processes_under,
+    snakemake,
+    write_config,
+)
 
 CELLS = "results/cells/tp1/{method}/short/c{c}.json"
 
@@ -66,7 +75,7 @@ def test_a_changed_formula_recomputes_the_tables_and_measures_nothing(quick_plan
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
-        timeout=600,
+        timeout=patience(120),
     )
     assert proc.returncode == 0, proc.stdout[-3000:]
     assert "rule bench_server" not in proc.stdout and "localrule aggregate" in proc.stdout

@@ -15,7 +15,7 @@ import psutil
 import pytest
 import requests
 
-from conftest import fast_config, Journal, server_processes_under, snakemake, write_config
+from conftest import fast_config, Journal, patience, server_processes_under, snakemake, write_config
 from specsweep.cache import CellCache
 from specsweep.counters import parse_prometheus
 from specsweep.report import Tables
@@ -136,7 +136,7 @@ def test_a_server_that_stalls_leaves_a_cell_that_is_not_final(workflow):
         text=True,
     )
     try:
-        deadline, stalled = time.monotonic() + 120, None
+        deadline, stalled = time.monotonic() + patience(24), None
         while stalled is None and time.monotonic() < deadline and run.poll() is None:
             for process in server_processes_under(workflow):
                 try:
@@ -153,7 +153,7 @@ def test_a_server_that_stalls_leaves_a_cell_that_is_not_final(workflow):
         assert stalled is not None, "the cell never had requests in flight"
         time.sleep(4)
         stalled.resume()
-        out, _ = run.communicate(timeout=300)
+        out, _ = run.communicate(timeout=patience(60))
     finally:
         if run.poll() is None:
             run.kill()
@@ -216,7 +216,7 @@ def test_gpu_lock_held_by_a_dead_process_is_recovered(workflow):
     assert holder.stdout.readline().strip() == "held"
     holder.kill()
     holder.wait()
-    snakemake(workflow, "results/summary.csv", timeout=300)
+    snakemake(workflow, "results/summary.csv", timeout=60)
     starts = [e for e in Journal(workflow).new_events() if e["event"] == "server_start"]
     assert starts[0]["gpus"] == ["0"]
 
@@ -245,14 +245,14 @@ def test_two_runs_on_the_same_results_folder(workflow):
         stderr=subprocess.STDOUT,
         text=True,
     )
-    deadline = time.monotonic() + 60
+    deadline = time.monotonic() + patience(12)
     while time.monotonic() < deadline and not any(e["event"] == "server_start" for e in Journal(workflow).new_events()):
         time.sleep(0.2)
     second = snakemake(workflow, check=False)
     # refused: the folder is locked, or (when the first run is further on) its outputs are marked as being written
     assert second.returncode != 0
     assert "LockException" in second.stdout or "seem to be incomplete" in second.stdout, second.stdout[-3000:]
-    out, _ = first.communicate(timeout=600)
+    out, _ = first.communicate(timeout=patience(120))
     assert first.returncode == 0, out[-2000:]
     assert len(list((workflow / "results" / "cells").rglob("*.json"))) == 4
 

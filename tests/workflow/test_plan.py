@@ -50,7 +50,7 @@ def test_servers_on_a_simulated_gpu_host_take_disjoint_gpus_from_the_pool(workfl
     config = eight_gpu_host_config(workflow)
     config["sim"]["time_scale"] = PLUMBING_CLOCK  # which GPU each server holds, not for how long
     write_config(workflow, config)
-    snakemake(workflow, "results/summary.csv", "--cores", "12", "--resources", "gpu=8", timeout=600)
+    snakemake(workflow, "results/summary.csv", "--cores", "12", "--resources", "gpu=8", timeout=120)
     events = Journal(workflow).new_events()
     spans = {}
     for e in events:

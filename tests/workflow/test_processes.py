@@ -11,7 +11,7 @@ import time
 import psutil
 import pytest
 
-from conftest import Journal, fast_config, snakemake, write_config
+from conftest import Journal, fast_config, patience, snakemake, write_config
 
 
 def journal_files(workflow, server_file: str, cache="results/cache"):
@@ -120,11 +120,11 @@ def test_two_results_folders_on_one_cache_never_double_book_a_gpu_nor_mix_their_
                 )
             wait_for(
                 lambda: all(log.exists() and "waiting for 1 GPU(s) from the pool" in log.read_text() for log in logs),
-                180,
+                36,
                 "both runs waiting for the GPU",
             )
             assert not server_processes_under(tmp_path)
-        outputs = [run.communicate(timeout=600)[0] for run in runs]
+        outputs = [run.communicate(timeout=patience(120))[0] for run in runs]
     finally:
         for run in runs:
             run.kill()
@@ -173,13 +173,14 @@ def files_holding(folder, secret: str) -> list:
 
 
 def wait_for(condition, timeout: float, what: str):
-    deadline = time.monotonic() + timeout
+    """``condition()``'s first true value, waited for up to ``patience(timeout)`` (``timeout``: an idle machine's)."""
+    deadline = time.monotonic() + patience(timeout)
     while time.monotonic() < deadline:
         value = condition()
         if value:
             return value
         time.sleep(0.1)
-    raise AssertionError(f"not within {timeout:g} s: {what}")
+    raise AssertionError(f"not within {patience(timeout):g} s: {what}")
 
 
 def start_run(workflow, tmpdir, log):
@@ -216,23 +217,23 @@ def test_a_bench_job_killed_outright_leaves_no_server_and_no_key_file(workflow, 
     try:
         wait_for(
             lambda: server_processes_under(workflow) and files_holding(tmpdir, SECRET),
-            120,
+            24,
             "a server starting with its key file",
         )
         (job,) = bench_jobs_under(workflow)
         job.kill()
-        run.wait(timeout=120)
-        wait_for(lambda: not server_processes_under(workflow), 30, "the server stopped (parent-death signal)")
+        run.wait(timeout=patience(24))
+        wait_for(lambda: not server_processes_under(workflow), 6, "the server stopped (parent-death signal)")
         assert files_holding(tmpdir, SECRET)  # a SIGKILL runs no code: the file waits for the next start
 
         write_config(workflow, keyed_config(requests=200, startup=0.1))
         run = start_run(workflow, tmpdir, tmp_path / "second.log")
-        wait_for(lambda: measuring(workflow), 120, "the next server measuring")
+        wait_for(lambda: measuring(workflow), 24, "the next server measuring")
         assert files_holding(tmpdir, SECRET) == []  # the stale file swept; this server's removed once it was ready
         (job,) = bench_jobs_under(workflow)
         job.kill()  # mid-cell
-        run.wait(timeout=120)
-        wait_for(lambda: not server_processes_under(workflow), 30, "the server stopped (parent-death signal)")
+        run.wait(timeout=patience(24))
+        wait_for(lambda: not server_processes_under(workflow), 6, "the server stopped (parent-death signal)")
         assert files_holding(tmpdir, SECRET) == []
     finally:
         for proc in bench_jobs_under(workflow) + server_processes_under(workflow):
@@ -248,12 +249,12 @@ def test_snakemake_killed_outright_stops_its_server_jobs(workflow, tmp_path):
     write_config(workflow, keyed_config(requests=200, startup=0.1))  # minutes of cells after the kill
     run = start_run(workflow, tmpdir, tmp_path / "run.log")
     try:
-        wait_for(lambda: measuring(workflow), 120, "a server measuring")
+        wait_for(lambda: measuring(workflow), 24, "a server measuring")
         run.kill()  # Snakemake alone, as kill -9 <pid> does: its jobs get no signal
-        run.wait(timeout=30)
+        run.wait(timeout=patience(6))
         wait_for(
             lambda: not bench_jobs_under(workflow) and not server_processes_under(workflow),
-            30,
+            6,
             "the orphaned bench job and its server stopped",
         )
         assert files_holding(tmpdir, SECRET) == []

@@ -18,6 +18,7 @@ from conftest import (
     Journal,
     fast_config,
     load_default_config,
+    patience,
     server_processes_under,
     snakemake,
     write_config,
@@ -86,7 +87,7 @@ def test_signal_to_snakemake_leaves_no_server(workflow, sig, to_group, requests)
         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     journal = Journal(workflow)
-    deadline = time.monotonic() + 120
+    deadline = time.monotonic() + patience(24)
     started = False  # new_events() returns each event once: remember the start (it is journaled just before launch)
     while time.monotonic() < deadline:
         started = started or any(e["event"] == "server_start" for e in journal.new_events())
@@ -102,11 +103,11 @@ def test_signal_to_snakemake_leaves_no_server(workflow, sig, to_group, requests)
     else:
         proc.send_signal(sig)
     try:
-        proc.wait(timeout=180)
+        proc.wait(timeout=patience(36))
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
-    deadline = time.monotonic() + 30
+    deadline = time.monotonic() + patience(6)
     while time.monotonic() < deadline and server_processes_under(workflow):
         time.sleep(0.2)
     assert server_processes_under(workflow) == []

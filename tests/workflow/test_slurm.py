@@ -18,7 +18,16 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, Journal, copy_workflow, fast_config, server_processes_under, write_config
+from conftest import (
+    REPO,
+    Journal,
+    assert_no_process_left,
+    copy_workflow,
+    fast_config,
+    patience,
+    processes_started_in,
+    write_config,
+)
 from slurm_cluster import Cluster, missing
 
 
@@ -27,14 +36,15 @@ pytestmark = pytest.mark.skipif(missing() is not None, reason=str(missing()))
 NO_ACCOUNTING = ["--slurm-status-command", "squeue", "--slurm-init-seconds-before-status-checks", "2"]
 
 
-def run(workdir: Path, *args: str, timeout: float = 240) -> subprocess.CompletedProcess:
+def run(workdir: Path, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    """Snakemake through the profile, stopped after ``patience(timeout)`` (``timeout``: an idle machine's time)."""
     proc = subprocess.run(
         [sys.executable, "-m", "snakemake", "--profile", "profiles/slurm", *NO_ACCOUNTING, *args],
         cwd=workdir,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
-        timeout=timeout,
+        timeout=patience(timeout),
     )
     assert proc.returncode == 0, proc.stdout[-8000:]
     return proc
@@ -48,6 +58,23 @@ def bench_jobs(cluster: Cluster, after: int = 0) -> dict[str, dict]:
         if match and int(job["JobId"]) > after:
             jobs[f"tp{match[1]}/{match[2]}"] = job
     return jobs
+
+
+def wait_until_ended(cluster: Cluster, after: int, folder: Path, ending: float, what: str) -> dict[str, str]:
+    """Wait (at most ``patience(ending)``) until the bench jobs with an id above ``after`` have ended and no process
+    started in ``folder`` (Snakemake, batch script, job step, bench script, server) is left; their states by server.
+    Processes still there at the limit fail the test, named, and are killed."""
+    deadline = time.monotonic() + patience(ending)
+    while True:
+        states = {name: job["JobState"] for name, job in bench_jobs(cluster, after=after).items()}
+        left = processes_started_in(folder)
+        running = {"RUNNING", "PENDING", "COMPLETING", "CONFIGURING"} & set(states.values())
+        if not running and not left:
+            return states
+        if time.monotonic() > deadline:
+            assert not running, f"{what}: jobs {states}"
+            assert_no_process_left(folder, grace=0)
+        time.sleep(0.5)
 
 
 @pytest.fixture
@@ -127,27 +154,22 @@ def test_workflow_through_slurm(cluster, tmp_path):
         text=True,
     )
     try:
-        deadline = time.monotonic() + 90
+        deadline = time.monotonic() + patience(30)
         while not any(e["event"] == "server_start" for e in journal.new_events()):
             assert time.monotonic() < deadline and proc.poll() is None, "no server started under SLURM"
             time.sleep(0.5)
         proc.send_signal(signal.SIGINT)
-        out, _ = proc.communicate(timeout=60)
+        out, _ = proc.communicate(timeout=patience(20))
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
     interrupted = bench_jobs(cluster, after=last)
     assert interrupted, out[-4000:]
-    deadline = time.monotonic() + 30
-    while True:
-        states = {name: job["JobState"] for name, job in bench_jobs(cluster, after=last).items()}
-        left = server_processes_under(tmp_path)
-        if not left and all(s in ("CANCELLED", "COMPLETED") for s in states.values()):
-            break
-        assert time.monotonic() < deadline, f"after Ctrl-C: jobs {states}, servers {[p.pid for p in left]}"
-        time.sleep(0.5)
-    assert "CANCELLED" in states.values(), (states, out[-4000:])
+    # the cancelled jobs end, and with them every process they ran (batch script, job step, server), within
+    # SLURM's KillWait (5 s) and a server's stop
+    states = wait_until_ended(cluster, last, tmp_path, 15, "after Ctrl-C")
+    assert set(states.values()) <= {"CANCELLED", "COMPLETED"} and "CANCELLED" in states.values(), (states, out[-4000:])
 
     # 4. Snakemake killed outright on the login node (SIGKILL: it cancels nothing): its SLURM jobs are the cluster's,
     # so their parent lives on; they stop their servers once the workflow's heartbeat has been still for the timeout
@@ -163,7 +185,7 @@ def test_workflow_through_slurm(cluster, tmp_path):
         stderr=subprocess.DEVNULL,
     )
     try:
-        deadline = time.monotonic() + 90
+        deadline = time.monotonic() + patience(30)
         while not any(e["event"] == "server_start" for e in journal.new_events()):
             assert time.monotonic() < deadline and proc.poll() is None, "no server started under SLURM"
             time.sleep(0.5)
@@ -172,14 +194,9 @@ def test_workflow_through_slurm(cluster, tmp_path):
         proc.wait()
     killed = bench_jobs(cluster, after=last)
     assert killed
-    deadline = time.monotonic() + 90  # the 6 s timeout, then each server's stop, under load
-    while True:
-        states = {name: job["JobState"] for name, job in bench_jobs(cluster, after=last).items()}
-        left = server_processes_under(tmp_path)
-        if not left and not {"RUNNING", "PENDING", "COMPLETING"} & set(states.values()):
-            break
-        assert time.monotonic() < deadline, f"after SIGKILL: jobs {states}, servers {[p.pid for p in left]}"
-        time.sleep(0.5)
+    # each job ends by itself (its server stopped, the bench job failed): its job step's Snakemake, the batch script
+    # and srun exit too; nothing of the run is left, though nothing cancelled the jobs
+    states = wait_until_ended(cluster, last, tmp_path, 30, "after SIGKILL")  # the 6 s timeout, then each stop
     stopped = [
         name
         for name in states
