@@ -26,7 +26,7 @@ from pathlib import Path
 
 from . import HARNESS_VERSION, __version__
 from .canon import atomic_write_text, digest
-from .launcher import choose_flags
+from .sglang_options import choose_flags
 
 
 class ServerEnvironmentError(RuntimeError):

@@ -31,7 +31,7 @@ import requests
 
 from . import algorithms
 from .jobs import ServerJob
-from .sglang_options import DECODING_PREFIX, decoding_variable, known_flags
+from .sglang_options import DECODING_PREFIX, choose_flags, decoding_variable, known_flags
 
 SECRET_MARKERS = ("KEY", "TOKEN", "SECRET", "PASSWORD")
 
@@ -191,17 +191,6 @@ def server_arguments(job: ServerJob, port: int, max_context: int, offered: set[s
         elif delay != "disabled":  # a build without the delay has nothing to disable
             _required(offered, "--min-free-slots-delay", "server.min_free_slots_delay")
     return argv + choose_flags(list(method["flags"]) + list(server["flags"]), offered)
-
-
-def choose_flags(flags: list[str], offered: set[str]) -> list[str]:
-    """Flags with each ``--a|--b`` replaced by the first of its spellings the build offers (the first written
-    where it offers none, so that the check against the build names it)."""
-    return [
-        next((f for f in flag.split("|") if f in offered), flag.split("|")[0])
-        if flag.startswith("--") and "|" in flag
-        else flag
-        for flag in flags
-    ]
 
 
 def min_free_slots_delay(job: ServerJob) -> str | int:

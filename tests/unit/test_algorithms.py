@@ -13,9 +13,9 @@ from conftest import REPO, SCHEMA, load_default_config, validated
 from specsweep import algorithms
 from specsweep import config as cfg
 from specsweep.jobs import server_job
-from specsweep.launcher import choose_flags, launch_command, server_arguments
+from specsweep.launcher import launch_command, server_arguments
 from specsweep.methods import expand_methods
-from specsweep.sglang_options import check_argv
+from specsweep.sglang_options import check_argv, choose_flags
 from specsweep.sim import model as sim
 from specsweep.sim.server import decoding_from_args, parse_args
 
