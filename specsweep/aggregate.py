@@ -16,7 +16,7 @@ import pandas as pd
 
 from . import algorithms, engines
 from .cells import cell_problem, keyed_cells, unfinished
-from .jobs import ServerJob
+from .server_job import ServerJob
 from .canon import atomic_write_text
 from .metrics import (
     cell_measures,

@@ -1,7 +1,7 @@
 """Calibration: measure an engine's steps through its HTTP API and fit the simulator's runtime profile to them.
 
 ``snakemake calibrate`` runs ``calibrate`` once per configured TP. It starts one server per method as the workflow
-starts them (``bench.start_server``, its GPUs from the pool): first AR, then every configured speculative method,
+starts them (``launcher.start_server``, its GPUs from the pool): first AR, then every configured speculative method,
 and measures through the HTTP API only, so that the same code measures a real SGLang server and the simulated one:
 
 - decode steps (AR server): for each batch b of ``calibration.batches`` and context c of ``calibration.contexts``,
@@ -81,12 +81,15 @@ import yaml
 
 from . import __version__, cost_model, ddtree, engines
 from .cache import CellCache
-from .canon import atomic_write_text, canonical_json, digest, package_digest
-from .client import LoadModel, RequestRecord, send
+from .canon import atomic_write_text, canonical_json, digest
+from .client import RequestRecord, send
 from .counters import scrape, server_info
+from .gpus import GpuPool, lock_folder, visible_devices, wait_until_released
 from .http1 import Pool
-from .jobs import ServerJob, server_job
+from .jobs import server_job
+from .launcher import ApiKeyFile, Server, start_server
 from .methods import expand_methods
+from .server_job import ServerJob
 from .sim.model import CHUNKED_PREFILL_SIZE, RUNTIME_BOUNDS, CostModel, Decoding, profiles, runtime_problems
 from .text import ChatTemplate
 
@@ -874,8 +877,6 @@ def measure_servers(
     calibration interrupted (Ctrl-C, SIGTERM, a server that dies) keeps the shapes its servers finished and a rerun
     measures only the others."""
     cached = cached or {}
-    from .gpus import GpuPool, lock_folder, visible_devices
-
     base = ServerJob.from_dict(job["server_job"])
     settings, cache = job["settings"], _cache(job)
     entries = []
@@ -935,9 +936,6 @@ def _measure_server(
 ) -> tuple[float, list[dict]]:
     """(start-up seconds, the table rows) of one method's server, started as the workflow starts it and always
     stopped; ``keep`` is given the start-up and the rows so far after each shape."""
-    from .bench import start_server
-    from .gpus import wait_until_released
-    from .launcher import ApiKeyFile, Server
 
     log_path = log_dir / f"server-calibration-tp{job.tp}-{job.method['name']}.log"
     server: Server | None = None

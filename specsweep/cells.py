@@ -25,10 +25,11 @@ from .canon import canonical_json, digest
 from .client import LoadModel, measure
 from .counters import SERVER_INFO_KEYS, LoadSampler, counter_deltas, scrape, server_cumulative_acceptance, server_info
 from .gpus import gpu_memory_used
-from .jobs import ServerJob, cells_of_server
+from .jobs import cells_of_server
 from .launcher import Server, min_free_slots_delay, redact, stream_mode
 from .metrics import cell_metrics, failures, precision_of, relative_precision
 from .progress import Progress
+from .server_job import ServerJob
 from .workloads import build, content_mix, warmup_sessions, workload_digest
 
 IDENTITY = ("tp", "method", "workload", "concurrency", "repetition")  # what names a cell
