@@ -86,7 +86,7 @@ from .client import RequestRecord, send
 from .counters import scrape, server_info
 from .gpus import GpuPool, lock_folder, visible_devices, wait_until_released
 from .http1 import Pool
-from .jobs import server_job
+from .jobs import calibration_methods, server_job
 from .launcher import ApiKeyFile, Server, start_server
 from .methods import expand_methods
 from .server_job import ServerJob
@@ -222,17 +222,6 @@ def fingerprints(environments: dict, config: dict) -> list[dict]:
     return out
 
 
-def calibration_methods(config: dict) -> list[dict]:
-    """The methods whose servers a calibration starts, AR first (the configured AR method, else a plain one), then
-    every configured speculative method (Method.as_dict)."""
-    methods = [m.as_dict() for m in expand_methods(config)]
-    ar = next((m for m in methods if m["algorithm"] == "ar"), None)
-    if ar is None:
-        ar = {"name": "ar", "algorithm": "ar", "params": {}, "flags": [], "env": {}, "attention_backend": None}
-        ar["min_free_slots_delay"] = None
-    return [ar] + [m for m in methods if m["algorithm"] != "ar"]
-
-
 def calibration_job(config: dict, environment: dict, tp: int) -> dict:
     """Everything one TP's calibration depends on (and nothing else): the rule's params, as canonical JSON."""
     value = fingerprint(environment, config, tp)
@@ -253,20 +242,6 @@ def calibration_job(config: dict, environment: dict, tp: int) -> dict:
         "sim_profiles": cost_model.emulated_profiles(config),
         "profile_names": {"gpu": config["sim"]["gpu"], "model": config["sim"]["model_profile"]},
     }
-
-
-def plan_line(config: dict) -> str:
-    """The line plan.md gives calibration: its time bound and whether the default target runs it."""
-    settings = config["calibration"]
-    where = (
-        "part of the default target (calibration.in_default_target)"
-        if settings["in_default_target"]
-        else "not part of the default target"
-    )
-    return (
-        f"- calibration (`snakemake calibrate`, {where}): at most {settings['max_seconds_per_tp']:g} s per TP "
-        f"(calibration.max_seconds_per_tp) for {len(calibration_methods(config))} server(s) each, start-ups included"
-    )
 
 
 # ------------------------------------------------------------------ measuring through the HTTP API

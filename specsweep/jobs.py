@@ -1,6 +1,7 @@
 """Jobs: the server jobs and cells a configuration asks for, and what each server job depends on.
 
-One server job per (tp, method[, repetition]); its cells are every (workload, concurrency) it measures.
+One server job per (tp, method[, repetition]); its cells are every (workload, concurrency) it measures. A
+calibration (`snakemake calibrate`) starts a server of each of ``calibration_methods`` per TP.
 """
 
 from __future__ import annotations
@@ -116,3 +117,14 @@ def server_job(config: dict, tp: int, method_name: str, repetition: int | None =
         adaptive=dict(config["adaptive"]) if config["adaptive"]["enabled"] else None,
         cache_dir=config["cache_dir"],
     )
+
+
+def calibration_methods(config: dict) -> list[dict]:
+    """The methods whose servers a calibration starts, AR first (the configured AR method, else a plain one), then
+    every configured speculative method (Method.as_dict)."""
+    methods = [m.as_dict() for m in expand_methods(config)]
+    ar = next((m for m in methods if m["algorithm"] == "ar"), None)
+    if ar is None:
+        ar = {"name": "ar", "algorithm": "ar", "params": {}, "flags": [], "env": {}, "attention_backend": None}
+        ar["min_free_slots_delay"] = None
+    return [ar] + [m for m in methods if m["algorithm"] != "ar"]

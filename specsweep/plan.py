@@ -32,11 +32,11 @@ from functools import lru_cache
 from pathlib import Path
 from typing import NamedTuple
 
-from . import calibrate, cost_model, engines
+from . import cost_model, engines
 from .cache import CellCache
 from .canon import atomic_write_json, atomic_write_text, digest, package_digest
 from .cells import cell_digest, cell_key, cell_sessions
-from .jobs import cells_of_server, server_job, servers
+from .jobs import calibration_methods, cells_of_server, server_job, servers
 from .methods import expand_methods
 from .layout import plan_memo_path, server_name
 from .sim.calibration import mean_tau
@@ -473,7 +473,7 @@ def write_plan(config: dict, environment: dict | None, gpus: int, out_md: str, o
         f"- GPUs: {gpus}"
         + (" (all servers serialised: gpu_pool.exclusive)" if config["gpu_pool"]["exclusive"] else "")
         + (f", on hosts of {gpus_per_host(config, gpus)}" if gpus_per_host(config, gpus) < gpus else ""),
-        calibrate.plan_line(config),
+        calibration_line(config),
         f"- predicted makespan: {packing['makespan_s'] / 3600:.2f} h ({packing['makespan_s']:.0f} s), order: "
         f"{packing['heuristic']}; "
         f"lower bound {packing['lower_bound_s'] / 3600:.2f} h "
@@ -568,6 +568,20 @@ def bound_line(bound: dict | None) -> list[str]:
     if bound["problem"]:
         line += f". A run is refused: {bound['problem']}"
     return [line]
+
+
+def calibration_line(config: dict) -> str:
+    """The line plan.md gives calibration: its time bound and whether the default target runs it."""
+    settings = config["calibration"]
+    where = (
+        "part of the default target (calibration.in_default_target)"
+        if settings["in_default_target"]
+        else "not part of the default target"
+    )
+    return (
+        f"- calibration (`snakemake calibrate`, {where}): at most {settings['max_seconds_per_tp']:g} s per TP "
+        f"(calibration.max_seconds_per_tp) for {len(calibration_methods(config))} server(s) each, start-ups included"
+    )
 
 
 def cost_model_lines(config: dict) -> list[str]:
