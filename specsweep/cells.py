@@ -539,7 +539,7 @@ def _provenance(
         "started_at": span[0].isoformat(),
         "finished_at": span[1].isoformat(),
         "sim_profile": job.sim,
-        # which cost model the simulated server ran (cost_model.label); None on a real server
+        # which cost model the simulated server ran (calibration.choose.label); None on a real server
         "cost_model": (job.sim or {}).get("cost_model", {}).get("label"),
         "chat_template": "the server's" if load.protocol == "openai-chat" else measured[0].chat_template.source,
         "load_format": job.model.get("load_format", "auto"),

@@ -335,9 +335,9 @@ def check_engines(config: dict) -> None:
 
 
 def check_engine_calibrations(config: dict) -> None:
-    """Each engine's cost model chosen now, in its view of a configuration whose own is resolved (cost_model.resolve,
-    engines.view), so that a calibration an engine names (its sim.calibration) that is not there, or not of a
-    configured TP size, stops the workflow before any job, naming engines[i].sim.calibration."""
+    """Each engine's cost model chosen now, in its view of a configuration whose own is resolved
+    (calibration.choose.resolve, engines.view), so that a calibration an engine names (its sim.calibration) that is
+    not there, or not of a configured TP size, stops the workflow before any job, naming engines[i].sim.calibration."""
     for index, name in enumerate(engine_names(config)):
         try:
             engine_view(config, name)

@@ -7,7 +7,7 @@ calibration (`snakemake calibrate`) starts a server of each of ``calibration_met
 from __future__ import annotations
 
 from . import engines
-from .cost_model import sim_settings
+from .calibration.choose import sim_settings
 from .errors import ConfigError
 from .layout import cell_path
 from .methods import expand_methods

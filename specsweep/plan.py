@@ -32,8 +32,9 @@ from functools import lru_cache
 from pathlib import Path
 from typing import NamedTuple
 
-from . import cost_model, engines
+from . import engines
 from .cache import CellCache
+from .calibration import choose
 from .canon import atomic_write_json, atomic_write_text, digest, package_digest
 from .cells import cell_digest, cell_key, cell_sessions
 from .jobs import calibration_methods, cells_of_server, server_job, servers
@@ -114,10 +115,10 @@ def startup_seconds(config: dict, tp: int) -> tuple[float, float]:
     if config["backend"] == "sim":
         seconds = config["sim"]["startup_seconds"] / clock_scale(config) + JOB_OVERHEAD_SECONDS
         return seconds, seconds
-    measured = cost_model.of(config, tp)["startup"]
+    measured = choose.of(config, tp)["startup"]
     if measured:
         return measured["cold_s"] + JOB_OVERHEAD_SECONDS, measured["warm_s"] + JOB_OVERHEAD_SECONDS
-    sim = cost_model.sim_settings(config, tp)
+    sim = choose.sim_settings(config, tp)
     p = profiles(sim["profiles"])
     model, runtime = p["models"][sim["model_profile"]], p["runtimes"][sim["runtime"]]
     weights = 0.0 if config["model"].get("load_format") == "dummy" else model["weight_bytes"] / DISK_BYTES_PER_SECOND
@@ -131,7 +132,7 @@ def startup_text(config: dict, tp: int) -> str:
     job = f"{JOB_OVERHEAD_SECONDS:g} s of job start included"
     if config["backend"] == "sim":
         return f"simulated: {cold:.1f} s for every server (sim.startup_seconds on the servers' clock; {job})"
-    if cost_model.of(config, tp)["startup"]:
+    if choose.of(config, tp)["startup"]:
         return f"measured: cold {cold:.0f} s (the first server on each host), warm {warm:.0f} s (later ones; {job})"
     return f"not measured: {cold:.0f} s for every server, cold or warm (weights, initialisation; {job})"
 
@@ -145,7 +146,7 @@ def cell_seconds(
 
     ``sessions``, the workload's sessions where they are built already (a server job), spare building a sample.
     """
-    sim = cost_model.sim_settings(config, tp)
+    sim = choose.sim_settings(config, tp)
     cost = CostModel.named(
         sim["gpu"], sim["model_profile"], sim["runtime"], tp, sim["profiles"], sim.get("draft_model_profile")
     )
@@ -286,7 +287,7 @@ def server_durations(rows: list[dict]) -> dict[str, ServerCost]:
 def gpus_per_host(config: dict, gpus: int) -> int:
     """GPUs per host the plan packs onto: on SGLang as many as the calibrations' host had (their fingerprints'
     gpu_count), else all of them on one host."""
-    counts = [cost_model.of(config, tp)["gpu_count"] for tp in config["tp"]]
+    counts = [choose.of(config, tp)["gpu_count"] for tp in config["tp"]]
     known = [c for c in counts if isinstance(c, int) and c > 0]
     return min(max(known), gpus) if config["backend"] == "sglang" and known and gpus else gpus
 
@@ -510,16 +511,16 @@ def cold_hours(rows: list[dict]) -> dict[tuple, float]:
 
 
 def plan_bound(config: dict, memo_dir: str | None = None) -> dict | None:
-    """The plan against the same plan with no calibration (cost_model.uncalibrated), in cold_hours: {"hours",
+    """The plan against the same plan with no calibration (choose.uncalibrated), in cold_hours: {"hours",
     "uncalibrated_hours", "ratio", "over": [{tp, engine, calibration, hours, uncalibrated_hours}, ...] (the TP sizes
     and engines whose calibration makes them more than PLAN_BOUND times dearer), "allowed" (the ratio within
     PLAN_BOUND, or confirm_plan_hours at least the plan's hours), "problem" (why a run is refused, naming the
     calibration files and the key; None when allowed)}; None when no calibration prices the plan."""
     views = {None: config} | {e: engines.view(config, e) for e in engines.names(config)}
-    files = {(tp, e): cost_model.of(v, tp)["calibration"] for e, v in views.items() for tp in config["tp"]}
+    files = {(tp, e): choose.of(v, tp)["calibration"] for e, v in views.items() for tp in config["tp"]}
     if not any(files.values()):
         return None
-    calibrated, uncalibrated = (cold_hours(predict(c, memo_dir)) for c in (config, cost_model.uncalibrated(config)))
+    calibrated, uncalibrated = (cold_hours(predict(c, memo_dir)) for c in (config, choose.uncalibrated(config)))
     hours, base = sum(calibrated.values()), sum(uncalibrated.values())
     ratio = hours / base if base else 1.0
     over = [
@@ -585,11 +586,11 @@ def calibration_line(config: dict) -> str:
 
 
 def cost_model_lines(config: dict) -> list[str]:
-    """plan.md's account of its cost models: per TP size what prices its steps (cost_model.label, the file and the
+    """plan.md's account of its cost models: per TP size what prices its steps (choose.label, the file and the
     profiles) and its start-ups, then every calibration found and not used, and why."""
     lines = []
     for tp in config["tp"]:
-        chosen, sim = cost_model.of(config, tp), cost_model.sim_settings(config, tp)
+        chosen, sim = choose.of(config, tp), choose.sim_settings(config, tp)
         where = f"{chosen['calibration']}; " if chosen["calibration"] else ""
         lines.append(
             f"- cost model, TP {tp}: {chosen['label']} ({where}{sim['model_profile']} on {sim['gpu']}, "

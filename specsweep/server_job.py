@@ -27,7 +27,9 @@ class ServerJob:
     tp: int
     method: dict  # methods.Method.as_dict()
     server: dict
-    sim: dict | None  # the simulator's settings with the TP's cost model (cost_model.sim_settings); None on SGLang
+    sim: (
+        dict | None
+    )  # the simulator's settings with the TP's cost model (calibration.choose.sim_settings); None on SGLang
     sglang: dict
     gpu_pool: dict
     workloads: list
