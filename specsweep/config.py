@@ -31,7 +31,8 @@ from .jobs import MIN_WAVES, cell_requests, server_job, servers, workload_concur
 from .launcher import ServerError, server_arguments
 from .methods import expand_methods
 from .sglang_options import FlagError, check_argv, decoding_variable
-from .sim.model import ACCEPTANCE, profiles
+from .modelling.acceptance import ACCEPTANCE
+from .modelling.profiles import profiles
 from .workloads import WorkloadError, build, distinct_sessions
 
 MAX_VALUES = 100_000  # values in one configuration; a YAML anchor can make millions of a few lines
@@ -304,7 +305,7 @@ def check_acceptance(config: dict, where: str = "sim") -> None:
     if unknown:
         raise ConfigError(
             f"{where}.acceptance.{unknown[0]}: not a parameter of the acceptance model; known: "
-            f"{', '.join(sorted(ACCEPTANCE))} (specsweep/sim/model.py ACCEPTANCE)"
+            f"{', '.join(sorted(ACCEPTANCE))} (specsweep/modelling/acceptance.py ACCEPTANCE)"
         )
 
 

@@ -40,8 +40,10 @@ from .cells import cell_digest, cell_key, cell_sessions
 from .jobs import calibration_methods, cells_of_server, server_job, servers
 from .methods import expand_methods
 from .layout import plan_memo_path, server_name
-from .sim.calibration import mean_tau
-from .sim.model import CostModel, Decoding, profiles
+from .modelling.acceptance import mean_tau
+from .modelling.cost import CostModel
+from .modelling.decoding import Decoding
+from .modelling.profiles import profiles
 from .text import chat_prompt
 from .workloads import build
 

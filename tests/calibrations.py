@@ -8,7 +8,7 @@ from pathlib import Path
 import yaml
 
 from specsweep.calibration.choose import calibration_text, host_fingerprint
-from specsweep.sim.model import profiles
+from specsweep.modelling.profiles import profiles
 
 # a runtime measured on a slower engine than the generic roofline: every step costs more
 MEASURED_RUNTIME = {

@@ -358,7 +358,7 @@ def round_gaps(streams: list[list[float]]) -> list[float]:
 def measured_steps(*records: Path) -> list[dict]:
     """Every measured shape of these record folders: kind (decode, prefill, dflash, ar-server, or an algorithm of
     the registry), batch, width (tokens verified per request), context, seconds, and for the registry's algorithms
-    the decoding (specsweep.sim.model.Decoding's fields).
+    the decoding (specsweep.modelling.decoding.Decoding's fields).
 
     one_batch.jsonl: bench_one_batch's decode and prefill steps; dflash.jsonl: DFlash (and AR-server) rounds;
     trees/trees.jsonl: NGRAM and EAGLE-3 tree rounds; cells/: the workflow's own cells, each a shape: its batch the
@@ -451,7 +451,7 @@ def cell_step(cell: dict) -> dict:
     """One workflow cell as a measured shape (see measured_steps)."""
     import numpy as np
 
-    from specsweep.sim.model import Decoding
+    from specsweep.modelling.decoding import Decoding
 
     method = cell["method"]
     flags = method["flags"]
@@ -498,7 +498,7 @@ def package_row(row: dict) -> dict:
     SGLang 0.5.16's overlap scheduler), or bench_one_batch's prefill of the whole batch."""
     from dataclasses import asdict
 
-    from specsweep.sim.model import Decoding
+    from specsweep.modelling.decoding import Decoding
 
     if "decoding" in row:  # a registry algorithm's round, as the simulated server decodes it
         decoding = Decoding(**row["decoding"])
@@ -526,7 +526,8 @@ def fit(records: list[Path], write: Path | None) -> None:
     import yaml
 
     from specsweep.calibration.fit import fit_runtime, modelled_seconds
-    from specsweep.sim.model import CostModel, profiles
+    from specsweep.modelling.cost import CostModel
+    from specsweep.modelling.profiles import profiles
 
     rows = [package_row(r) for r in measured_steps(*records)]
     others = sorted({r.get("model", RECIPE_MODEL) for r in rows} - {RECIPE_MODEL})

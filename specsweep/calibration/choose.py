@@ -13,7 +13,7 @@ under results/calibration/ (``<digest of the fingerprint>.yaml``, its measured t
 
 (a file without ``runtime:`` holds the runtime profile's keys at its top level instead). A file is read only when
 its content matches its digest (a truncated file has lost it: it is the last key) and its runtime is one the cost
-model can price (sim.model.runtime_problems: every parameter known and within its bounds, none its kind of runtime
+model can price (modelling.cost.runtime_problems: every parameter known and within its bounds, none its kind of runtime
 needs missing); ``read_calibration`` names the file and the key otherwise. ``sim.calibration`` picks, for every
 configured TP size:
 
@@ -53,7 +53,8 @@ from .. import __version__
 from ..canon import digest, package_digest, yaml_data
 from ..errors import CalibrationError, ConfigError
 from ..layout import RESULTS, environment_path
-from ..sim.model import RUNTIME_BOUNDS, profiles, runtime_problems
+from ..modelling.cost import RUNTIME_BOUNDS, runtime_problems
+from ..modelling.profiles import profiles
 
 CALIBRATIONS = f"{RESULTS}/calibration"
 FINGERPRINTS = f"{CALIBRATIONS}/fingerprints.json"  # every configured TP's fingerprint and digest, per engine
@@ -212,8 +213,9 @@ def emulated_profiles(config: dict) -> dict:
 
 def sim_engine_commit(config: dict) -> str:
     """The simulated engine's "commit" in a calibration's fingerprint: 12 hex digits of the profiles it emulates and
-    of its cost model's code, so that a calibration of the simulator is of one simulated build."""
-    return digest([emulated_profiles(config), package_digest("sim/model.py")])[:12]
+    of its cost model's code (the cost model and the decodings it prices), so that a calibration of the simulator is
+    of one simulated build."""
+    return digest([emulated_profiles(config), package_digest("modelling/cost.py", "modelling/decoding.py")])[:12]
 
 
 def fingerprint(environment: dict, config: dict, tp: int) -> dict:

@@ -1,6 +1,6 @@
 """The fit: a runtime profile of the simulator's cost model fitted to a calibration's measured shapes.
 
-The runtime parameters of the cost model (specsweep.sim.model.CostModel) that ``FITTED`` names start from
+The runtime parameters of the cost model (specsweep.modelling.cost.CostModel) that ``FITTED`` names start from
 ``prior()`` (the generic roofline runtime ``sglang`` with generic values for the parameters it lacks) and are fitted
 to every measured shape by least squares on log(modelled / measured) (Levenberg-Marquardt in log coordinates,
 efficiencies through a logistic; Huber's weights at two scatters, the scatter from the median residual, so that one
@@ -25,7 +25,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import CalibrationError
-from ..sim.model import CHUNKED_PREFILL_SIZE, RUNTIME_BOUNDS, CostModel, Decoding, profiles
+from ..modelling.cost import CHUNKED_PREFILL_SIZE, RUNTIME_BOUNDS, CostModel
+from ..modelling.decoding import Decoding
+from ..modelling.profiles import profiles
 
 
 IDENTIFIED_WITHIN = 0.015  # a parameter is identified when one standard error of its log is below this

@@ -44,7 +44,8 @@ from ..client import RequestRecord, send
 from ..counters import scrape, server_info
 from ..errors import CalibrationError
 from ..http1 import Pool
-from ..sim.model import CHUNKED_PREFILL_SIZE, Decoding
+from ..modelling.cost import CHUNKED_PREFILL_SIZE
+from ..modelling.decoding import Decoding
 from ..text import ChatTemplate
 
 

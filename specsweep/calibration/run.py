@@ -43,7 +43,7 @@ from ..jobs import calibration_methods, server_job
 from ..launcher import ApiKeyFile, Server, start_server
 from ..methods import expand_methods
 from ..server_job import ServerJob
-from ..sim.model import CostModel, runtime_problems
+from ..modelling.cost import CostModel, runtime_problems
 from . import choose
 from .fit import FITTED, fit_runtime, modelled_seconds, prior
 from .probe import SHAPE_KINDS, measure_shapes, open_probe, server_shapes, shape_key, shape_of

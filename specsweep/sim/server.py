@@ -35,20 +35,19 @@ from .. import __version__, algorithms
 from ..ddtree import DEFAULT_BUILD, RankProbe, builds as ddtree_builds, define as define_ddtree_builds
 from ..text import chat_template, split_tokens
 from ..workloads import WorkloadError, tokenizer
-from .clock import StepClock
-from .model import (
-    CHUNKED_PREFILL_SIZE,
-    CostModel,
-    Decoding,
+from ..modelling.acceptance import (
     Drafter,
+    Skill,
     drafter_acceptance,
-    profiles,
     random_weights_reply,
     reply_tokens,
     request_drafter,
-    Skill,
     request_skill,
 )
+from ..modelling.cost import CHUNKED_PREFILL_SIZE, CostModel
+from ..modelling.decoding import Decoding
+from ..modelling.profiles import profiles
+from .clock import StepClock
 from .stream import EventStream
 
 PAGE = 64  # prefix-cache granularity in tokens
@@ -140,7 +139,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="model profile of a STANDALONE drafter (EAGLE heads are sized from the target's profile)",
     )
     p.add_argument("--sim-profiles", help="JSON: profile overrides {gpus: {...}, models: {...}, runtimes: {...}}")
-    p.add_argument("--sim-acceptance", help="JSON: acceptance-model parameters (see specsweep.sim.model.ACCEPTANCE)")
+    p.add_argument(
+        "--sim-acceptance", help="JSON: acceptance-model parameters (see specsweep.modelling.acceptance.ACCEPTANCE)"
+    )
     p.add_argument(
         "--sim-accept-flag",
         action="append",
@@ -262,10 +263,10 @@ class Request:
     prompt_tokens: list[str]  # the simulator's own units: its prefix-cache pages and n-gram lookup run on them
     reply: list[str]
     natural_stop: bool
-    skill: Skill  # the drafter's on its content (specsweep.sim.model.request_skill)
+    skill: Skill  # the drafter's on its content (specsweep.modelling.acceptance.request_skill)
     rng: random.Random
     queue: asyncio.Queue
-    drafter: Drafter | None = None  # its rounds' drafts (specsweep.sim.model.request_drafter); None for AR
+    drafter: Drafter | None = None  # its rounds' drafts (specsweep.modelling.acceptance.request_drafter); None for AR
     page_keys: list[str] = field(default_factory=list)  # its prompt's prefix-cache pages
     cached_tokens: int = 0
     produced: int = 0

@@ -23,7 +23,9 @@ from specsweep.calibration import run as calibration
 from specsweep.canon import digest
 from specsweep.environment import probe
 from specsweep.errors import CalibrationError
-from specsweep.sim.model import RUNTIME_BOUNDS, CostModel, Decoding, profiles, runtime_problems
+from specsweep.modelling.cost import RUNTIME_BOUNDS, CostModel, runtime_problems
+from specsweep.modelling.decoding import Decoding
+from specsweep.modelling.profiles import profiles
 
 # the measured H200 runtime with the request latency and DFlash prefill `snakemake calibrate` fitted there
 # (benchmarks/gpu/calibrate-2026-12-01; 1 us a token where that fit put none): far from the prior in every parameter

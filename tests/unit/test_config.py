@@ -597,7 +597,7 @@ def test_an_engines_sim_block_is_merged_over_the_top_level_one_at_every_depth():
     """A top-level acceptance parameter and profile reach an engine that sets its own (they used to be dropped, the
     profile then called unknown), and a default never replaces a top-level key the engine does not set."""
     from specsweep.launcher import launch_command
-    from specsweep.sim.model import profiles
+    from specsweep.modelling.profiles import profiles
 
     config = load_default_config()
     config["methods"] = [{"name": "ar", "algorithm": "ar"}, {"name": "dflash", "algorithm": "dflash"}]

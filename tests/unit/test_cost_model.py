@@ -20,7 +20,9 @@ from specsweep.cells import cell_key
 from specsweep.errors import CalibrationError, ConfigError
 from specsweep.jobs import server_job
 from specsweep.launcher import Server, free_port, launch_command
-from specsweep.sim.model import CostModel, Decoding, profiles, runtime_problems
+from specsweep.modelling.cost import CostModel, runtime_problems
+from specsweep.modelling.decoding import Decoding
+from specsweep.modelling.profiles import profiles
 from specsweep.sim.server import Engine, parse_args
 
 

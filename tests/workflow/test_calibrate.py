@@ -19,7 +19,7 @@ from conftest import Journal, fast_config, load_default_config, server_processes
 from specsweep.calibration import choose
 from specsweep.calibration import probe as probing
 from specsweep.calibration import run as calibration
-from specsweep.sim.model import profiles
+from specsweep.modelling.profiles import profiles
 
 # the engine to recover: the measured H200 runtime with a soft roofline, a drafter's prefill, a prefill's fixed cost
 # of 30 ms and a request latency of 150 ms (every parameter the fit moves has a true value; the simulated server's

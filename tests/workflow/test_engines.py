@@ -11,7 +11,7 @@ import pandas as pd
 
 from conftest import fast_config, report_text, snakemake, write_config
 from specsweep import layout
-from specsweep.sim.model import profiles
+from specsweep.modelling.profiles import profiles
 
 # the "slow" build: the generic runtime reading the weights at half its bandwidth (a step about 1.8 times as long)
 GENERIC = profiles()["runtimes"]["sglang"]
