@@ -34,7 +34,8 @@ from pathlib import Path
 from specsweep.client import LoadModel, measure
 from specsweep.counters import scrape
 from specsweep.launcher import Server, free_port
-from specsweep.sim.server import Engine, parse_args
+from specsweep.sim.args import parse_args
+from specsweep.sim.engine import Engine
 from specsweep.workloads import Session
 
 METHODS = {

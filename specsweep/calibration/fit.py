@@ -102,7 +102,7 @@ def prior() -> dict:
 
 
 def modelled_seconds(cost: CostModel, row: dict) -> float:
-    """The simulator's seconds for a measured row, as its engine charges a step (sim.server.Engine.next_step):
+    """The simulator's seconds for a measured row, as its engine charges a step (sim.engine.Engine.next_step):
     a prefill row: the prefill of c tokens in steps of its server's chunked-prefill size (8192 where the row does
     not say; each step prefill(n, n x done + n^2 / 2) with the server's drafter's extend) + an AR step of the
     admitted request + the streaming request's step of the server's decoding;

@@ -18,7 +18,7 @@ from specsweep.methods import expand_methods
 from specsweep.sglang_options import check_argv, choose_flags
 from specsweep.modelling.acceptance import ACCEPTANCE, accepted_tokens, request_drafter
 from specsweep.modelling.decoding import Decoding
-from specsweep.sim.server import decoding_from_args, parse_args
+from specsweep.sim.args import decoding_from_args, parse_args
 
 EAGLE3_TREE = {
     "name": "e3",

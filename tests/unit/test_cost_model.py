@@ -23,7 +23,8 @@ from specsweep.launcher import Server, free_port, launch_command
 from specsweep.modelling.cost import CostModel, runtime_problems
 from specsweep.modelling.decoding import Decoding
 from specsweep.modelling.profiles import profiles
-from specsweep.sim.server import Engine, parse_args
+from specsweep.sim.args import parse_args
+from specsweep.sim.engine import Engine
 
 
 def sglang_config(**changes) -> dict:

@@ -19,7 +19,8 @@ from specsweep.launcher import Server, ServerError, free_port
 from specsweep.modelling.acceptance import accepted_tokens, build_tree, request_skill
 from specsweep.modelling.decoding import Decoding
 from specsweep.modelling.profiles import profiles
-from specsweep.sim.server import Engine, parse_args
+from specsweep.sim.args import parse_args
+from specsweep.sim.engine import Engine
 from specsweep.workloads import build
 
 

@@ -520,7 +520,7 @@ def test_the_builds_depth_bonus_variable_reaches_the_tree_the_server_and_the_pla
     assert branches(shallow) < branches(deep) and depth(shallow) == depth(deep) == 15
     assert all(tuple([0] * n) in shallow for n in range(1, 16))
     # the server takes it from its environment, as SGLang's build does
-    from specsweep.sim.server import decoding_from_args, parse_args
+    from specsweep.sim.args import decoding_from_args, parse_args
 
     args = parse_args(["--model-path", "m", *DDTREE])
     os.environ["SGLANG_DDTREE_DEPTH_BONUS"] = "-3"
@@ -543,7 +543,7 @@ def test_a_prompt_in_flight_twice_is_read_once_at_the_measured_share():
     the copy's pages again at shared_kv_reads of their cost, as the workflow's long cells on the H200 measured;
     distinct prompts share nothing, and a runtime that never measured it charges every copy in full."""
     from specsweep.sim.replay import engine
-    from specsweep.sim.server import PAGE
+    from specsweep.sim.engine import PAGE
 
     sim = engine("ar")
     prompt = " ".join(f"word{i}" for i in range(2000))
