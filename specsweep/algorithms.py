@@ -18,6 +18,7 @@ An algorithm declares
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Mapping
 
@@ -166,8 +167,6 @@ def _page_size(flags: list[str]) -> int:
 
 
 def _placeholders(text: str) -> list[str]:
-    import re
-
     return re.findall(r"\{([a-z_]+)\}", text)
 
 

@@ -15,6 +15,7 @@ cached cells stale while timestamps do not.
 from __future__ import annotations
 
 import importlib.metadata
+import json
 import os
 import platform
 import re
@@ -167,8 +168,6 @@ def probe(
     commits git requirements were built at) and ``build`` (the configured label) are recorded with the server;
     its identity holds the build's content (``build_identity``): the pins' commits, not the label.
     """
-    import json
-
     python = python or sys.executable
     software = {
         "specsweep": __version__,

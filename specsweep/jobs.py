@@ -6,6 +6,8 @@ calibration (`snakemake calibrate`) starts a server of each of ``calibration_met
 
 from __future__ import annotations
 
+import random
+
 from . import engines
 from .calibration.choose import sim_settings
 from .errors import ConfigError
@@ -31,8 +33,6 @@ def servers(config: dict) -> list[dict]:
 
 def method_order(config: dict, tp: int, repetition: int) -> list[str]:
     """Order in which the methods of one (tp, repetition) run: shuffled by the seed, the same on every run."""
-    import random
-
     names = [m.name for m in expand_methods(config)]
     random.Random(f"order:{config['seed']}:{tp}:{repetition}").shuffle(names)
     return names

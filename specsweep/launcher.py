@@ -13,6 +13,7 @@ the group, then SIGKILL, always. ``start_server`` starts a server job's server
 
 from __future__ import annotations
 
+import ctypes
 import json
 import os
 import random
@@ -525,8 +526,6 @@ class Server:
 def _terminate_with_parent() -> None:
     """In the child: ask the kernel for SIGTERM when the job process that started the server dies."""
     try:
-        import ctypes
-
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
     except OSError:
         pass

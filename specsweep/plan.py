@@ -423,7 +423,8 @@ def packed(config: dict, rows: list[dict], gpus: int) -> tuple[list[dict], dict]
 
 def write_predictions(config: dict, out_csv: str, gpus: int) -> None:
     """The predicted rows of every cell (see predict), each server's start-up as the packing on ``gpus`` GPUs
-    starts it (cold or warm), as CSV: what the report compares each server's run with."""
+    starts it (cold or warm), as CSV: what the report compares each server's run with. Imported here: pandas (a
+    second and more to load, and every Snakemake process of a run imports this module for its prices)."""
     import pandas as pd
 
     rows, _ = packed(config, predict(config, config["cache_dir"]), gpus)
@@ -449,7 +450,8 @@ PREDICTION_COLUMNS = [
 
 
 def write_plan(config: dict, environment: dict | None, gpus: int, out_md: str, out_csv: str) -> dict:
-    """plan.csv (one row per cell) and plan.md (totals, packing, per-server table, assumptions)."""
+    """plan.csv (one row per cell) and plan.md (totals, packing, per-server table, assumptions). Imported here:
+    pandas (see write_predictions)."""
     import pandas as pd
 
     rows = predict(config, config["cache_dir"])

@@ -875,7 +875,8 @@ def build_report(data_json: str, out_pdf: str, log_path: str | None = None) -> N
 
 
 def plot_figures(data_json: str, out_dirs: dict[str, str]) -> None:
-    """Every chart of the PDF as a matplotlib PNG, one folder per report section (for Snakemake's report)."""
+    """Every chart of the PDF as a matplotlib PNG, one folder per report section (for Snakemake's report). Imported
+    here: matplotlib (heavy, needed by this job alone, and its backend must be chosen before pyplot is imported)."""
     import matplotlib
 
     matplotlib.use("Agg")

@@ -158,7 +158,8 @@ def tokenizer_file(model_path: str | None = None) -> Path:
 
 @lru_cache(maxsize=4)
 def tokenizer(model_path: str | None = None):
-    """The workload tokenizer (see tokenizer_file)."""
+    """The workload tokenizer (see tokenizer_file). Imported here: tokenizers (an optional dependency where only the
+    simulated server runs: it decodes token ids without it, catching the ImportError)."""
     from tokenizers import Tokenizer
 
     return Tokenizer.from_file(str(tokenizer_file(model_path)))
