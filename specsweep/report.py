@@ -585,6 +585,78 @@ def setup_tables(t: Tables, environment: dict, view: dict, simulated: bool, data
     """Section 1 and the appendix: provenance, workloads, acceptance, all cells, cells below their label,
     queueing, losslessness, failures."""
     summary, low = t.summary, t.low
+    _table(
+        pd.DataFrame(provenance(summary, environment, view, simulated), columns=["item", "value"]),
+        data,
+        "provenance.csv",
+        ["item", "value"],
+    )
+    workloads = (
+        summary.groupby("workload", sort=False)
+        .agg(family=("family", "first"), sessions=("sessions", "max"), content_mix=("content_mix", "first"))
+        .reset_index()
+    )
+    _table(workloads, data, "workloads.csv", ["workload", "family", "content_mix"])
+    spec = low[low["algorithm"] != "ar"][
+        [
+            "tp",
+            "method",
+            "workload",
+            "acceptance_length",
+            "acceptance_length_server",
+            "tokens_per_chunk",
+            "acceptance_length_sglang",
+        ]
+    ]
+    has_spec = _table(spec, data, "acceptance.csv", ["method", "workload"])
+    _cells_table(summary, data)
+    return {"has_spec": has_spec, **_check_tables(summary, view, data)}
+
+
+def _check_tables(summary: pd.DataFrame, view: dict, data: dict[str, str]) -> dict:
+    """The appendix's checks, each a table of the cells it concerns and whether it has any: cells below their
+    concurrency label, cells whose requests queued for a slot (open-loop load), losslessness against AR, failures."""
+    below = summary[summary["concurrency_steady_mean"].isna() | (summary["concurrency_peak"] < summary["concurrency"])][
+        ["tp", "method", "workload", "concurrency", "concurrency_mean", "concurrency_peak"]
+    ]
+    has_below = _table(below, data, "below_label.csv", ["method", "workload"])
+    # waiting for a slot is open-loop load's: under closed loop a late client (host jitter) is no wait
+    open_loop = view["load_model"] != "closed"
+    queued = summary[open_loop & (summary["queue_delay_p99"].fillna(0) > 0.001)][
+        ["tp", "method", "workload", "concurrency", "ttft_p50", "queue_delay_p50", "user_ttft_p50", "user_ttft_p99"]
+    ]
+    queued = queued.assign(
+        **{c: queued[c] * 1000 for c in ("ttft_p50", "queue_delay_p50", "user_ttft_p50", "user_ttft_p99")}
+    )
+    has_queue = _table(queued, data, "queue.csv", ["method", "workload"])
+    lossless = summary.dropna(subset=["lossless_compared"])[
+        [
+            "tp",
+            "method",
+            "workload",
+            "concurrency",
+            "lossless_compared",
+            "lossless_exact_rate",
+            "lossless_first_divergence_min",
+        ]
+    ]
+    has_lossless = _table(lossless, data, "lossless.csv", ["method", "workload"])
+    failed = summary[summary["requests_failed"] > 0][
+        ["tp", "method", "workload", "concurrency", "requests_sent", "requests_failed", "failures"]
+    ]
+    has_failures = _table(failed, data, "failures.csv", ["method", "workload", "failures"])
+    return {
+        "has_below": has_below,
+        "has_queue": has_queue,
+        "has_lossless": has_lossless,
+        "has_failures": has_failures,
+    }
+
+
+def provenance(summary: pd.DataFrame, environment: dict, view: dict, simulated: bool) -> list[tuple[str, str]]:
+    """The provenance table's rows (item, value): backend, server and build, software, GPUs, model, sampling, the
+    cost model, the settings that differ per method (attention backend, weights, stream, min-free-slots delay: one
+    value, or each method's), and the simulated profile."""
     prov = [
         ("Backend", environment["backend"] + (" (simulated)" if simulated else "")),
         ("Server", f"{environment['server']['name']} {environment['server'].get('version')}"),
@@ -613,25 +685,12 @@ def setup_tables(t: Tables, environment: dict, view: dict, simulated: bool, data
             prov.append((label, text))
     if simulated:
         prov.append(("Simulated profile", view.get("sim_profile", "")))
-    _table(pd.DataFrame(prov, columns=["item", "value"]), data, "provenance.csv", ["item", "value"])
-    workloads = (
-        summary.groupby("workload", sort=False)
-        .agg(family=("family", "first"), sessions=("sessions", "max"), content_mix=("content_mix", "first"))
-        .reset_index()
-    )
-    _table(workloads, data, "workloads.csv", ["workload", "family", "content_mix"])
-    spec = low[low["algorithm"] != "ar"][
-        [
-            "tp",
-            "method",
-            "workload",
-            "acceptance_length",
-            "acceptance_length_server",
-            "tokens_per_chunk",
-            "acceptance_length_sglang",
-        ]
-    ]
-    has_spec = _table(spec, data, "acceptance.csv", ["method", "workload"])
+    return prov
+
+
+def _cells_table(summary: pd.DataFrame, data: dict[str, str]) -> None:
+    """The appendix's table of every cell: its load (concurrency held and peak, launches), requests, throughput and
+    its precision (half the 95% interval, % of the value), speedup and latencies in ms."""
     half = (summary["output_throughput_hi"] - summary["output_throughput_lo"]) / 2 / summary["output_throughput"]
     cells = summary.assign(
         ttft_p50_ms=summary["ttft_p50"] * 1000,
@@ -664,42 +723,6 @@ def setup_tables(t: Tables, environment: dict, view: dict, simulated: bool, data
         "cells.csv",
         ["method", "workload"],
     )
-    below = summary[summary["concurrency_steady_mean"].isna() | (summary["concurrency_peak"] < summary["concurrency"])][
-        ["tp", "method", "workload", "concurrency", "concurrency_mean", "concurrency_peak"]
-    ]
-    has_below = _table(below, data, "below_label.csv", ["method", "workload"])
-    # waiting for a slot is open-loop load's: under closed loop a late client (host jitter) is no wait
-    open_loop = view["load_model"] != "closed"
-    queued = summary[open_loop & (summary["queue_delay_p99"].fillna(0) > 0.001)][
-        ["tp", "method", "workload", "concurrency", "ttft_p50", "queue_delay_p50", "user_ttft_p50", "user_ttft_p99"]
-    ]
-    queued = queued.assign(
-        **{c: queued[c] * 1000 for c in ("ttft_p50", "queue_delay_p50", "user_ttft_p50", "user_ttft_p99")}
-    )
-    has_queue = _table(queued, data, "queue.csv", ["method", "workload"])
-    lossless = summary.dropna(subset=["lossless_compared"])[
-        [
-            "tp",
-            "method",
-            "workload",
-            "concurrency",
-            "lossless_compared",
-            "lossless_exact_rate",
-            "lossless_first_divergence_min",
-        ]
-    ]
-    has_lossless = _table(lossless, data, "lossless.csv", ["method", "workload"])
-    failed = summary[summary["requests_failed"] > 0][
-        ["tp", "method", "workload", "concurrency", "requests_sent", "requests_failed", "failures"]
-    ]
-    has_failures = _table(failed, data, "failures.csv", ["method", "workload", "failures"])
-    return {
-        "has_spec": has_spec,
-        "has_below": has_below,
-        "has_queue": has_queue,
-        "has_lossless": has_lossless,
-        "has_failures": has_failures,
-    }
 
 
 def plan_against_runs(

@@ -217,21 +217,11 @@ class SimServer:
 
     async def openai(self, request, chat: bool):
         """/v1/chat/completions (chat) and /v1/completions, streaming or not."""
-        model_name = self.model_name
         try:
             body = await request.json()
         except json.JSONDecodeError:
             raise web.HTTPBadRequest(text="request body is not JSON")
-        if chat:
-            thinking = (body.get("chat_template_kwargs") or {}).get("enable_thinking", True)
-            try:  # the model folder's chat template, as SGLang applies it (Qwen ChatML without one)
-                prompt = chat_template(self.args.model_path).render(body.get("messages") or [], thinking)
-            except ValueError as exc:
-                raise web.HTTPBadRequest(text=str(exc))
-        else:
-            prompt = body.get("prompt")
-            if not isinstance(prompt, str):
-                raise web.HTTPBadRequest(text="the simulated server accepts one string prompt")
+        prompt = self.openai_prompt(body, chat)
         sampling = {
             "max_new_tokens": body.get("max_tokens") or body.get("max_completion_tokens") or 128,
             "temperature": body.get("temperature", 1.0),
@@ -241,51 +231,42 @@ class SimServer:
             req = self.engine.submit(prompt, sampling)
         except ValueError as exc:
             return web.json_response({"object": "error", "message": str(exc), "code": 400}, status=400)
-        rid, created = f"sim-{next(self.ids)}", int(time.time())
         kind = "chat.completion" if chat else "text_completion"
-
-        def choice(text, finish):
-            if chat:
-                return {
-                    "index": 0,
-                    "delta": {"role": "assistant", "content": text} if text is not None else {},
-                    "finish_reason": finish,
-                }
-            return {"index": 0, "text": text or "", "finish_reason": finish}
-
+        head = {"id": f"sim-{next(self.ids)}", "object": kind, "created": int(time.time()), "model": self.model_name}
         if not body.get("stream"):
             await self.wait_done(req)
             text = "".join(req.reply)
-            finish: str | None = "stop" if req.natural_stop else "length"
-            ch = (
+            finish = "stop" if req.natural_stop else "length"
+            choice = (
                 {"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": finish}
                 if chat
                 else {"index": 0, "text": text, "finish_reason": finish}
             )
-            return web.json_response(
-                {
-                    "id": rid,
-                    "object": kind,
-                    "created": created,
-                    "model": model_name,
-                    "choices": [ch],
-                    "usage": self.usage(req),
-                    "simulated": True,
-                }
-            )
-        options = body.get("stream_options") or {}
+            return web.json_response({**head, "choices": [choice], "usage": self.usage(req), "simulated": True})
+        return await self.openai_stream(request, req, head, chat, body.get("stream_options") or {})
+
+    def openai_prompt(self, body: dict, chat: bool) -> str:
+        """The prompt of an OpenAI request: the chat's messages in the model folder's chat template, as SGLang applies
+        it (Qwen ChatML without one), or the completion's one string (HTTP 400 otherwise)."""
+        if chat:
+            thinking = (body.get("chat_template_kwargs") or {}).get("enable_thinking", True)
+            try:
+                return chat_template(self.args.model_path).render(body.get("messages") or [], thinking)
+            except ValueError as exc:
+                raise web.HTTPBadRequest(text=str(exc))
+        prompt = body.get("prompt")
+        if not isinstance(prompt, str):
+            raise web.HTTPBadRequest(text="the simulated server accepts one string prompt")
+        return prompt
+
+    async def openai_stream(self, request, req: Request, head: dict, chat: bool, options: dict):
+        """An OpenAI stream: one chunk per engine step (a chat's first chunk carries the role only), usage in every
+        chunk with ``continuous_usage_stats`` and in a last chunk with ``include_usage``."""
         stream = await EventStream.open(request)
-        obj = kind + ".chunk" if chat else kind
-        if chat:  # first chunk carries the role only
-            await stream.send(
-                {
-                    "id": rid,
-                    "object": obj,
-                    "created": created,
-                    "model": model_name,
-                    "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}],
-                }
-            )
+        head = {**head, "object": head["object"] + ".chunk" if chat else head["object"]}
+        if chat:
+            role = {"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}
+            await stream.send({**head, "choices": [role]})
         sent, done = 0, False
         while not done:  # one chunk per engine step
             step = await req.queue.get()
@@ -293,27 +274,17 @@ class SimServer:
             text = "".join(req.reply[sent : step.produced])
             sent = step.produced
             finish = ("stop" if req.natural_stop else "length") if done else None
-            payload = {
-                "id": rid,
-                "object": obj,
-                "created": created,
-                "model": model_name,
-                "choices": [choice(text, finish)],
-            }
+            choice = (
+                {"index": 0, "delta": {"role": "assistant", "content": text}, "finish_reason": finish}
+                if chat
+                else {"index": 0, "text": text, "finish_reason": finish}
+            )
+            payload = {**head, "choices": [choice]}
             if options.get("continuous_usage_stats"):
                 payload["usage"] = self.usage(req, step.produced)
             await stream.send(payload)
         if options.get("include_usage"):
-            await stream.send(
-                {
-                    "id": rid,
-                    "object": obj,
-                    "created": created,
-                    "model": model_name,
-                    "choices": [],
-                    "usage": self.usage(req),
-                }
-            )
+            await stream.send({**head, "choices": [], "usage": self.usage(req)})
         return await stream.close()
 
     async def chat_completions(self, request):

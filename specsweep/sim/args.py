@@ -50,6 +50,10 @@ def _merge_config_file(argv: list[str]) -> list[str]:
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """The server's arguments: SGLang's flags it models, its own ``--sim-*`` flags, and every other flag of the
+    recorded SGLang releases and the declared build flags (``--sim-accept-flag``), accepted and not modelled (those
+    given are listed in ``sim_unmodelled_flags``); SGLang's --config file read first. Refuses (argparse's error) a
+    speculative decoding SGLang would refuse at start-up."""
     argv = _merge_config_file(list(sys.argv[1:] if argv is None else argv))
     pre = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
     pre.add_argument("--sim-accept-flag", action="append", default=[])
@@ -59,6 +63,24 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     if known.sim_ddtree_builds:  # the configuration's own builds, before --sim-ddtree-build's choices
         define_ddtree_builds(known.sim_ddtree_builds)
     p = argparse.ArgumentParser(prog="python -m specsweep.sim", description=__doc__)
+    _add_sglang_flags(p)
+    _add_sim_flags(p)
+    _add_fault_flags(p)
+    modelled = set(p._option_string_actions)  # the flags the simulator models (every later one it accepts only)
+    _accept_sglang_flags(p, accepted)
+    args = p.parse_args(argv)
+    declared = {item.partition(":")[0] for item in accepted} - modelled
+    # the declared build flags given, accepted and not modelled: logged, and in /server_info
+    args.sim_unmodelled_flags = sorted(
+        f for f in declared if getattr(args, algorithms.dest(f), None) not in (None, False)
+    )
+    if args.speculative_algorithm:
+        _check_speculative(p, args)
+    return args
+
+
+def _add_sglang_flags(p: argparse.ArgumentParser) -> None:
+    """The SGLang launch flags the simulator models."""
     p.add_argument("--api-key", help="require this key as a bearer token on every endpoint but /health")
     p.add_argument("--model-path", required=True)
     p.add_argument("--served-model-name")
@@ -81,6 +103,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--enable-metrics", action="store_true")
     p.add_argument("--disable-overlap-schedule", action="store_true")
     p.add_argument("--random-seed", type=int, default=0)
+
+
+def _add_sim_flags(p: argparse.ArgumentParser) -> None:
+    """The simulator's own flags: the emulated GPU, model and runtime profiles, its clock, DDTree builds, tokenizer,
+    acceptance and the build flags it accepts."""
     p.add_argument("--sim-gpu", default="H200")
     p.add_argument("--sim-model-profile", default="qwen3-8b")
     p.add_argument("--sim-startup-seconds", type=float, default=0.5)
@@ -126,6 +153,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         metavar="FLAG:TYPE",
         help="accept (and ignore) a flag of a server build, e.g. --speculative-ddtree-foo:int",
     )
+
+
+def _add_fault_flags(p: argparse.ArgumentParser) -> None:
+    """Faults a test can inject: crashes, a server never ready, hung, failed, cut or corrupted streams."""
     p.add_argument(
         "--sim-crash-after",
         type=int,
@@ -164,28 +195,23 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         metavar="K",
         help="fault: DDTree outputs go wrong from tree depth K on, as when state leaks between branches",
     )
-    modelled = set(p._option_string_actions)  # the flags the simulator models (every later one it accepts only)
-    _accept_sglang_flags(p, accepted)
-    args = p.parse_args(argv)
-    declared = {item.partition(":")[0] for item in accepted} - modelled
-    # the declared build flags given, accepted and not modelled: logged, and in /server_info
-    args.sim_unmodelled_flags = sorted(
-        f for f in declared if getattr(args, algorithms.dest(f), None) not in (None, False)
-    )
-    if args.speculative_algorithm:
-        spec = algorithms.by_sglang_name(args.speculative_algorithm)
-        if spec.drafter and not args.speculative_draft_model_path:
-            p.error(f"--speculative-draft-model-path is required with --speculative-algorithm {spec.sglang}")
-        if spec.drafter is None and args.speculative_draft_model_path:
-            p.error(f"--speculative-algorithm {spec.sglang} takes no draft model")
-        block = args.speculative_dflash_block_size
-        if block and args.speculative_num_draft_tokens and block != args.speculative_num_draft_tokens:
-            p.error("--speculative-dflash-block-size and --speculative-num-draft-tokens disagree")
-        try:
-            decoding_from_args(args)
-        except ValueError as exc:  # what SGLang refuses at start-up
-            p.error(str(exc))
-    return args
+
+
+def _check_speculative(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Refuse (``p.error``) a speculative decoding SGLang refuses at start-up: a drafter missing or given where the
+    algorithm takes none, a block size and draft-token count that disagree, parameters the algorithm rejects."""
+    spec = algorithms.by_sglang_name(args.speculative_algorithm)
+    if spec.drafter and not args.speculative_draft_model_path:
+        p.error(f"--speculative-draft-model-path is required with --speculative-algorithm {spec.sglang}")
+    if spec.drafter is None and args.speculative_draft_model_path:
+        p.error(f"--speculative-algorithm {spec.sglang} takes no draft model")
+    block = args.speculative_dflash_block_size
+    if block and args.speculative_num_draft_tokens and block != args.speculative_num_draft_tokens:
+        p.error("--speculative-dflash-block-size and --speculative-num-draft-tokens disagree")
+    try:
+        decoding_from_args(args)
+    except ValueError as exc:  # what SGLang refuses at start-up
+        p.error(str(exc))
 
 
 def _positive_float(text: str) -> float:
