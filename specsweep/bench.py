@@ -108,7 +108,7 @@ def bench_server(
     ``failures.keep_going``, writes it to its output and records it as failed, so that the next run measures it
     again. What the job does goes to the server's journal (layout.journal_path, in the cache); ``run_record`` (the
     job's declared output) gets its run record. Returns {"hits": n, "measured": n, "server_started": bool,
-    "not_final": [outputs]}.
+    "not_final": [outputs]}. Long because this docstring is the bench job's contract, in one place.
     """
     failures = failures or DEFAULT_FAILURES
     check_host_environment()
@@ -139,12 +139,7 @@ def bench_server(
         not_final,
     )
     if not_final and not failures["keep_going"]:
-        raise CellError(
-            f"server {server_name}: {len(not_final)} cell(s) not final, so not cached:\n  "
-            + "\n  ".join(f"{output}: {why}" for output, why in not_final)
-            + "\nThe other cells are cached; the next run measures these again (set "
-            "failures.keep_going: true to go on with them, or change the thresholds under failures)"
-        )
+        raise _not_final_error(server_name, not_final)
     for cell in cells:  # verified cache entries and final measurements, as the cache holds them
         atomic_write_json(cell["output"], results[cell["output"]])
     done = {
@@ -156,6 +151,16 @@ def bench_server(
     if run_record is not None:
         write_run_record(run_record, server_name, journal, {c["key"] for c in cells})
     return done
+
+
+def _not_final_error(server_name: str, not_final: list[tuple[str, str]]) -> CellError:
+    """The error of a job whose measured cells are not all final: each output and why, and what to do."""
+    return CellError(
+        f"server {server_name}: {len(not_final)} cell(s) not final, so not cached:\n  "
+        + "\n  ".join(f"{output}: {why}" for output, why in not_final)
+        + "\nThe other cells are cached; the next run measures these again (set "
+        "failures.keep_going: true to go on with them, or change the thresholds under failures)"
+    )
 
 
 def _measure_missing(
@@ -175,7 +180,8 @@ def _measure_missing(
     """Measure the ``missing`` cells on one server of the job: take its GPUs from the pool (and the cells another
     run measured meanwhile from the cache), start the server, measure each cell into ``results`` (a final one also
     into the cache; one that is not final into ``not_final``), and always stop the server. Returns whether a
-    server started."""
+    server started. Long because the server's whole life (its GPUs, SIGTERM, its API key's file, its start, every
+    cell, its stop) is one with-block, which must end in one place."""
     cache, journal = store
     server_name = job.name
     _check_writable(cache.root, "cache_dir")

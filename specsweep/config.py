@@ -172,23 +172,7 @@ def normalise(config: dict) -> dict:
     the key.
     """
     config = copy.deepcopy(config)
-    names = [w["name"] for w in config["workloads"]]
-    for index, w in enumerate(config["workloads"]):
-        if w.get("source") == "file" and not w.get("path"):
-            raise ConfigError(f"workloads[{index}] ({w['name']}): source 'file' needs 'path' (a prompt file)")
-        if w.get("path") and w.get("source", "file") != "file":
-            raise ConfigError(f"workloads[{index}] ({w['name']}): 'path' is only read with source: file")
-        if w.get("path"):
-            w["source"] = "file"
-        if w["max_new_tokens"] >= config["model"]["context_length"]:
-            raise ConfigError(
-                f"workloads[{index}] ({w['name']}).max_new_tokens: {w['max_new_tokens']} leaves no room "
-                f"for a prompt in model.context_length {config['model']['context_length']}; lower it "
-                "(or raise model.context_length to the model's)"
-            )
-    for name in names:
-        if names.count(name) > 1:
-            raise ConfigError(f"workloads: duplicated workload name '{name}'; give each workload a unique name")
+    check_workloads(config)
     check_folders(config)
     if config["backend"] == "sglang" and not config["model"].get("path"):
         raise ConfigError("model.path: required on the sglang backend (the target model's path or hub id)")
@@ -234,6 +218,28 @@ def normalise(config: dict) -> dict:
     check_workload_files(config)
     check_cells_reach_label(config)
     return config
+
+
+def check_workloads(config: dict) -> None:
+    """Each workload's source and path agree (a path makes it a file's), its max_new_tokens leaves room for a prompt
+    in the model's context, and its name is its own; a workload with a path gets ``source: file``."""
+    names = [w["name"] for w in config["workloads"]]
+    for index, w in enumerate(config["workloads"]):
+        if w.get("source") == "file" and not w.get("path"):
+            raise ConfigError(f"workloads[{index}] ({w['name']}): source 'file' needs 'path' (a prompt file)")
+        if w.get("path") and w.get("source", "file") != "file":
+            raise ConfigError(f"workloads[{index}] ({w['name']}): 'path' is only read with source: file")
+        if w.get("path"):
+            w["source"] = "file"
+        if w["max_new_tokens"] >= config["model"]["context_length"]:
+            raise ConfigError(
+                f"workloads[{index}] ({w['name']}).max_new_tokens: {w['max_new_tokens']} leaves no room "
+                f"for a prompt in model.context_length {config['model']['context_length']}; lower it "
+                "(or raise model.context_length to the model's)"
+            )
+    for name in names:
+        if names.count(name) > 1:
+            raise ConfigError(f"workloads: duplicated workload name '{name}'; give each workload a unique name")
 
 
 def check_folders(config: dict) -> None:

@@ -299,14 +299,7 @@ def budget_sweep(t: Tables, figs: Figures, data: dict[str, str]) -> dict:
     summary, low, tps, lowest = t.summary, t.low, t.tps, t.lowest
     spec = low[low["algorithm"] != "ar"].dropna(subset=["sweep_size"])
     spec = spec.assign(series=_sweep_series(spec))
-    modes = spec.drop_duplicates("method")[
-        ["method", "algorithm", "tree_build", "sweep_size", "topk", "tree_mode", "tree_width", "verify_width"]
-    ].sort_values(["algorithm", "sweep_size"])
-    modes = modes.assign(
-        tree_build=modes["tree_build"].fillna("--"),
-        **{c: modes[c].astype("Int64") for c in ("sweep_size", "topk", "tree_width", "verify_width")},
-    )
-    has_modes = _table(modes, data, "modes.csv", ["method", "algorithm", "tree_build", "tree_mode"])
+    has_modes = _modes_table(spec, data)
     chain = low[low["algorithm"] == "dflash"]
     for name in spec["algorithm"].unique():
         algorithm = algorithms.get(name)
@@ -317,14 +310,7 @@ def budget_sweep(t: Tables, figs: Figures, data: dict[str, str]) -> dict:
                 if sub["sweep_size"].nunique() < 2:
                     continue
                 c = chain[(chain["tp"] == tp) & (chain["workload"] == workload)] if name != "dflash" else chain[0:0]
-                refs = {
-                    col: [
-                        {"label": f"DFlash {tex_escape(m)}", "text": f"DFlash {m}", "value": float(v)}
-                        for m, v in zip(c["method"], c[col])
-                        if pd.notna(v)
-                    ]
-                    for col in ("acceptance_length", "output_throughput")
-                }
+                refs = {col: _references(c, col) for col in ("acceptance_length", "output_throughput")}
                 where = f"{algorithm.title}, workload {tex_name(workload)}, TP {tp}, concurrency {lowest}"
                 figs.line(
                     "budget",
@@ -361,6 +347,28 @@ def budget_sweep(t: Tables, figs: Figures, data: dict[str, str]) -> dict:
                     reference=refs["output_throughput"],
                 )
     return {"has_modes": has_modes}
+
+
+def _modes_table(spec: pd.DataFrame, data: dict[str, str]) -> bool:
+    """The table of what every speculative method verifies (its build, size, width cap, mode, width, tokens a
+    round); whether it has any row."""
+    modes = spec.drop_duplicates("method")[
+        ["method", "algorithm", "tree_build", "sweep_size", "topk", "tree_mode", "tree_width", "verify_width"]
+    ].sort_values(["algorithm", "sweep_size"])
+    modes = modes.assign(
+        tree_build=modes["tree_build"].fillna("--"),
+        **{c: modes[c].astype("Int64") for c in ("sweep_size", "topk", "tree_width", "verify_width")},
+    )
+    return _table(modes, data, "modes.csv", ["method", "algorithm", "tree_build", "tree_mode"])
+
+
+def _references(chain: pd.DataFrame, column: str) -> list[dict]:
+    """A sweep chart's horizontal lines: each DFlash method's value of ``column`` in these rows."""
+    return [
+        {"label": f"DFlash {tex_escape(m)}", "text": f"DFlash {m}", "value": float(v)}
+        for m, v in zip(chain["method"], chain[column])
+        if pd.notna(v)
+    ]
 
 
 def _sweep_series(spec: pd.DataFrame) -> list[str]:
@@ -428,46 +436,7 @@ def concurrency(t: Tables, figs: Figures, data: dict[str, str]) -> dict:
     for tp in tps:
         for workload in summary["workload"].unique():
             sub = summary[(summary["tp"] == tp) & (summary["workload"] == workload)]
-            label = f"workload {tex_name(workload)}, TP {tp}"
-            figs.line(
-                "concurrency",
-                f"conc-throughput-{workload}-tp{tp}",
-                sub,
-                "concurrency",
-                "output_throughput",
-                "output_throughput_lo",
-                "output_throughput_hi",
-                "Concurrency (requests in flight)",
-                "Output throughput (tokens/s)",
-                f"Output throughput against concurrency, {label} (error bars: 95\\% CI).",
-                logx=True,
-            )
-            figs.line(
-                "concurrency",
-                f"conc-ttft-{workload}-tp{tp}",
-                sub.assign(v=sub["ttft_p99"] * 1000, lo=sub["ttft_p99_lo"] * 1000, hi=sub["ttft_p99_hi"] * 1000),
-                "concurrency",
-                "v",
-                "lo",
-                "hi",
-                "Concurrency",
-                "TTFT p99 (ms)",
-                f"Time to first token, 99th percentile, {label} (error bars: 95\\% CI).",
-                logx=True,
-            )
-            figs.line(
-                "concurrency",
-                f"conc-tpot-{workload}-tp{tp}",
-                sub.assign(v=sub["tpot_p50"] * 1000, lo=sub["tpot_p50_lo"] * 1000, hi=sub["tpot_p50_hi"] * 1000),
-                "concurrency",
-                "v",
-                "lo",
-                "hi",
-                "Concurrency",
-                "TPOT p50 (ms)",
-                f"Time per output token, median, {label} (error bars: 95\\% CI).",
-                logx=True,
-            )
+            _concurrency_charts(figs, sub, workload, tp)
     for workload in pareto["workload"].unique():
         figs.scatter(
             "concurrency",
@@ -483,6 +452,51 @@ def concurrency(t: Tables, figs: Figures, data: dict[str, str]) -> dict:
     has_break_even = _table(t.breakeven, data, "break_even.csv", ["method", "workload"])
     has_best = _table(t.best, data, "best_budget.csv", ["method", "workload", "algorithm"])
     return {"has_break_even": has_break_even, "has_best": has_best}
+
+
+def _concurrency_charts(figs: Figures, sub: pd.DataFrame, workload: str, tp: int) -> None:
+    """One workload's and TP size's charts against concurrency: output throughput, TTFT p99 and TPOT p50, each with
+    its 95% interval."""
+    label = f"workload {tex_name(workload)}, TP {tp}"
+    figs.line(
+        "concurrency",
+        f"conc-throughput-{workload}-tp{tp}",
+        sub,
+        "concurrency",
+        "output_throughput",
+        "output_throughput_lo",
+        "output_throughput_hi",
+        "Concurrency (requests in flight)",
+        "Output throughput (tokens/s)",
+        f"Output throughput against concurrency, {label} (error bars: 95\\% CI).",
+        logx=True,
+    )
+    figs.line(
+        "concurrency",
+        f"conc-ttft-{workload}-tp{tp}",
+        sub.assign(v=sub["ttft_p99"] * 1000, lo=sub["ttft_p99_lo"] * 1000, hi=sub["ttft_p99_hi"] * 1000),
+        "concurrency",
+        "v",
+        "lo",
+        "hi",
+        "Concurrency",
+        "TTFT p99 (ms)",
+        f"Time to first token, 99th percentile, {label} (error bars: 95\\% CI).",
+        logx=True,
+    )
+    figs.line(
+        "concurrency",
+        f"conc-tpot-{workload}-tp{tp}",
+        sub.assign(v=sub["tpot_p50"] * 1000, lo=sub["tpot_p50_lo"] * 1000, hi=sub["tpot_p50_hi"] * 1000),
+        "concurrency",
+        "v",
+        "lo",
+        "hi",
+        "Concurrency",
+        "TPOT p50 (ms)",
+        f"Time per output token, median, {label} (error bars: 95\\% CI).",
+        logx=True,
+    )
 
 
 def _with_interval(ratio, lo, hi) -> str:
@@ -802,6 +816,20 @@ def prepare(
         "backend": tex_escape(environment["backend"]),
         "sim_profile": tex_escape(view.get("sim_profile", "")),
         "sim_runtime": tex_escape(view.get("plan_profile", "")),
+        **_run_context(summary, methods, tps, lowest),
+        "warmup": view["warmup"],
+        "resamples": BOOTSTRAP_RESAMPLES,
+        "definitions": [(tex_escape(n), tex_escape(d)) for n, d in definitions()],
+        "statistics": [(tex_escape(n), tex_escape(d)) for n, d in statistics()],
+        "min_sessions": MIN_SESSIONS,
+    }
+    return context, dict(sorted(data.items()))
+
+
+def _run_context(summary: pd.DataFrame, methods: list[str], tps: list, lowest) -> dict:
+    """What the report's text says of the run, from the summary: its servers and cells, TP sizes, methods,
+    workloads and concurrency levels, launches per cell, whether weights were random and an AR method measured."""
+    return {
         "n_servers": summary[["tp", "method"]].drop_duplicates().shape[0],
         "n_cells": len(summary),
         "tps": ", ".join(str(tp) for tp in tps),
@@ -810,16 +838,10 @@ def prepare(
         "concurrency_list": ", ".join(str(c) for c in sorted(summary["concurrency"].unique())),
         "lowest_concurrency": lowest,
         "n_concurrency": int(summary["concurrency"].nunique()),
-        "warmup": view["warmup"],
-        "resamples": BOOTSTRAP_RESAMPLES,
-        "definitions": [(tex_escape(n), tex_escape(d)) for n, d in definitions()],
-        "statistics": [(tex_escape(n), tex_escape(d)) for n, d in statistics()],
-        "min_sessions": MIN_SESSIONS,
         "launches": int(summary["launches"].max()) if len(summary) else 1,
         "dummy_weights": bool(len(summary)) and bool((summary["load_format"] == "dummy").any()),
         "has_ar": bool(summary["speedup"].notna().any()),
     }
-    return context, dict(sorted(data.items()))
 
 
 def write_report_data(

@@ -225,7 +225,8 @@ def fit_runtime(
     rows: list[dict], gpu: dict, model: dict, draft_model: dict | None, tp: int, fixed: dict | None = None
 ) -> Fit:
     """The runtime profile fitted to measured rows (each with ``seconds``): see the module's text. ``fixed``: the
-    values of the parameters outside FITTED (default: the prior's)."""
+    values of the parameters outside FITTED (default: the prior's). Long because its steps (fit, hold what no shape
+    sees, hold what the shapes cannot tell apart) share the fit's state: the weights and the parameters held."""
     measured = [r for r in rows if r.get("seconds")]
     if not measured:
         raise CalibrationError("no shape was measured: nothing to fit (see the table's reasons)")

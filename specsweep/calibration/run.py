@@ -45,7 +45,7 @@ from ..methods import expand_methods
 from ..server_job import ServerJob
 from ..modelling.cost import CostModel, runtime_problems
 from . import choose
-from .fit import FITTED, fit_runtime, modelled_seconds, prior
+from .fit import FITTED, Fit, fit_runtime, modelled_seconds, prior
 from .probe import SHAPE_KINDS, measure_shapes, open_probe, server_shapes, shape_key, shape_of
 
 CALIBRATION_VERSION = 2  # part of every cached measurement's key: bump it when what is measured changes
@@ -344,19 +344,8 @@ def calibrate(
     written (atomically). Returns {"measured": [servers started], "cached": [servers wholly from the cache],
     "profile": the profile}."""
     ddtree.define(job.get("ddtree_builds"))  # the builds its DDTree methods name, in this (a job's) process
-    if job["fingerprint"] != choose.fingerprint(environment, _config_view(job), job["fingerprint"]["tp"]):
-        raise CalibrationError(
-            f"calibration tp{job['fingerprint']['tp']}: the environment record does not give this job's "
-            "fingerprint (it changed since the plan of this run): run snakemake calibrate again"
-        )
     emulated, tp = job["sim_profiles"], job["fingerprint"]["tp"]
-    fixed = {k: v for k, v in emulated["runtime"].items() if k not in FITTED and not k.startswith("eager_")}
-    problems = runtime_problems({**prior(), **fixed})
-    if problems:  # before any server starts: what the fit takes as given from the configured runtime
-        raise CalibrationError(
-            f"calibration tp{tp}: the runtime sim.runtime names cannot price a step ({'; '.join(problems)}); mend "
-            "that profile (sim.profiles.runtimes)"
-        )
+    fixed = _given(job, environment)
     cached = cached_entries(job, log)
     settings = job["settings"]
     missing = [m for m in job["methods"] if measure and missing_shapes(m, settings, cached.get(m["name"]))]
@@ -375,17 +364,12 @@ def calibrate(
     cold_warm = startup(entries)
     table = table_rows(entries, cost, cold_warm)
     deviations = [abs(r["deviation"]) for r in table if r["deviation"] is not None and r["kind"] in SHAPE_KINDS]
-    latest = max(e["measured_at"] for e in entries)
     profile = {
         "fingerprint": job["fingerprint"],
         "digest": job["digest"],
-        "measured_on": {"gpu": job["fingerprint"]["gpu"], "date": latest[:10]},
+        "measured_on": {"gpu": job["fingerprint"]["gpu"], "date": max(e["measured_at"] for e in entries)[:10]},
         "largest_deviation": round(max(deviations), 4),
-        "not_identified": fit.not_identified,
-        "held": fit.held,
-        "identified": fit.identified,
-        "startup": cold_warm,
-        "runtime": {**fit.runtime, "startup_seconds": cold_warm["cold_s"]},
+        **_fitted(fit, cold_warm),
         "simulated": environment["backend"] == "sim",
         "time_bound_s": job["settings"]["max_seconds_per_tp"],
         "shapes": {"measured": len(deviations), "skipped": sum(1 for r in table if r.get("skipped"))},
@@ -405,6 +389,39 @@ def calibrate(
         flush=True,
     )
     return {"measured": started, "cached": sorted(set(cached) - set(started)), "profile": profile}
+
+
+def _given(job: dict, environment: dict) -> dict:
+    """The runtime parameters a calibration takes as given (the configured runtime's, outside FITTED), checked before
+    any server starts: the environment record must give the job's fingerprint, and the given parameters with the
+    prior's must price a step (CalibrationError otherwise, saying what to do)."""
+    tp = job["fingerprint"]["tp"]
+    if job["fingerprint"] != choose.fingerprint(environment, _config_view(job), tp):
+        raise CalibrationError(
+            f"calibration tp{tp}: the environment record does not give this job's "
+            "fingerprint (it changed since the plan of this run): run snakemake calibrate again"
+        )
+    runtime = job["sim_profiles"]["runtime"]
+    fixed = {k: v for k, v in runtime.items() if k not in FITTED and not k.startswith("eager_")}
+    problems = runtime_problems({**prior(), **fixed})
+    if problems:
+        raise CalibrationError(
+            f"calibration tp{tp}: the runtime sim.runtime names cannot price a step ({'; '.join(problems)}); mend "
+            "that profile (sim.profiles.runtimes)"
+        )
+    return fixed
+
+
+def _fitted(fit: Fit, cold_warm: dict) -> dict:
+    """A profile's account of its fit: the parameters not identified, held and identified, the start-ups, and the
+    runtime fitted (its startup_seconds the cold start-up)."""
+    return {
+        "not_identified": fit.not_identified,
+        "held": fit.held,
+        "identified": fit.identified,
+        "startup": cold_warm,
+        "runtime": {**fit.runtime, "startup_seconds": cold_warm["cold_s"]},
+    }
 
 
 def _config_view(job: dict) -> dict:
