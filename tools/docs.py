@@ -1,11 +1,13 @@
-"""config/README.md, generated from config/schema.yaml: every configuration key with its type, default and the
-description the schema gives it.
+"""The docs generated from the code: config/README.md from config/schema.yaml (every configuration key with its
+type, default and the description the schema gives it), and the metric definitions of docs/metrics.md from
+specsweep/metrics.py's docstrings (the text the report prints).
 
-    .venv/bin/python tools/config_docs.py            # writes config/README.md
-    .venv/bin/python tools/config_docs.py --check    # exits 1, saying so, where config/README.md is stale
+    .venv/bin/python tools/docs.py            # writes both
+    .venv/bin/python tools/docs.py --check    # exits 1, naming each stale file, where one is not what the code gives
 
-tests/unit/test_docs.py regenerates the text and compares it with the file, so a schema edit without this command
-fails the tests. A key without a description is an error naming it: describe it in the schema.
+tests/unit/test_docs.py regenerates the text and compares it with the files, so a schema or docstring edit without
+this command fails the tests. A configuration key without a description is an error naming it: describe it in the
+schema.
 """
 
 from __future__ import annotations
@@ -20,7 +22,10 @@ import yaml
 REPO = Path(__file__).resolve().parents[1]
 SCHEMA = REPO / "config" / "schema.yaml"
 README = REPO / "config" / "README.md"
-COMMAND = ".venv/bin/python tools/config_docs.py"
+METRICS_PAGE = REPO / "docs" / "metrics.md"
+COMMAND = ".venv/bin/python tools/docs.py"
+BEGIN = f"<!-- generated from specsweep/metrics.py's docstrings by `{COMMAND}`: edit the docstrings, not this list -->"
+END = "<!-- end of the generated definitions -->"
 
 
 @dataclass(frozen=True)
@@ -252,14 +257,40 @@ def render(root: dict) -> str:
     return "\n".join(out).rstrip("\n") + "\n"
 
 
+def metric_definitions() -> str:
+    """The definitions section of docs/metrics.md: each metric's and each statistic's first docstring paragraph, as
+    the report prints them."""
+    from specsweep import metrics
+
+    def item(name: str, text: str) -> str:
+        return f"- `{name}`: " + text.replace("*", "\\*")
+
+    return "\n".join(
+        [BEGIN, "", "Metrics:", ""]
+        + [item(n, d) for n, d in metrics.definitions()]
+        + ["", "Statistics (how each interval is made):", ""]
+        + [item(n, d) for n, d in metrics.statistics()]
+        + ["", END]
+    )
+
+
+def with_definitions(page: str) -> str:
+    """A metrics page with its generated section (between BEGIN's and END's lines) made again."""
+    start, end = page.find(BEGIN), page.find(END)
+    if start < 0 or end < start:
+        raise ValueError(f"docs/metrics.md: no generated section (the lines {BEGIN!r} ... {END!r})")
+    return page[:start] + metric_definitions() + page[end + len(END) :]
+
+
 def main(argv: list[str]) -> int:
-    text = render(load_schema())
+    wanted = {README: render(load_schema()), METRICS_PAGE: with_definitions(METRICS_PAGE.read_text())}
     if argv[1:] == ["--check"]:
-        if README.exists() and README.read_text() == text:
-            return 0
-        print(f"config/README.md is not what config/schema.yaml gives; run {COMMAND}", file=sys.stderr)
-        return 1
-    README.write_text(text)
+        stale = [str(path.relative_to(REPO)) for path, text in wanted.items() if path.read_text() != text]
+        if stale:
+            print(f"{', '.join(stale)}: not what the code gives; run {COMMAND}", file=sys.stderr)
+        return 1 if stale else 0
+    for path, text in wanted.items():
+        path.write_text(text)
     return 0
 
 
