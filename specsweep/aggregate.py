@@ -309,7 +309,9 @@ def engine_comparison(
 
     With failure ``thresholds``, ``engine_final`` and ``reference_final`` say whether each side is final
     (cells.unfinished); where either is not (kept with failures.keep_going), the row shows no ratio, no ``differs``
-    and no share of equal replies, and ``reason`` says why, as it does where no session completed on both."""
+    and no share of equal replies, and ``reason`` says why, as it does where no session completed on both. Engines of
+    one build and one setting share their cells (one cell key): where one measurement stands for both (the second
+    engine's job found the first's in the cache), their row says so, and that they do not differ."""
     groups: dict[tuple, dict[str, str]] = {}
     for path, cell in cells.items():
         engine = cell["method"].get("engine")
@@ -349,7 +351,7 @@ def engine_comparison(
 def _engine_ratios(other: dict, reference: dict, ref_window) -> dict:
     """One engine's cell against the reference's (see engine_comparison): the ratios with their intervals and
     ``differs``, the pairs, the share of equal replies at temperature 0, and why there is no ratio where no session
-    completed on both."""
+    completed on both, or that one measurement stands for both engines (one cell key: they do not differ)."""
     row: dict = {}
     ratio = speedup(other["requests"], reference["requests"], cell_measures(other)["concurrency"]["window"], ref_window)
     row.update(_ratio_columns("output_throughput", ratio["speedup"], ratio["speedup_ci"]))
@@ -365,6 +367,9 @@ def _engine_ratios(other: dict, reference: dict, ref_window) -> dict:
     row["differs"] = True if True in flags else None if all(f is None for f in flags) else False
     if not ratio["pairs"]:
         row["reason"] = "no session completed on both engines"
+    elif other["requests"] == reference["requests"]:  # one cell key, measured once, shown under both names
+        row["differs"] = False
+        row["reason"] = "one measurement: both engines run the same build with the same settings (one cell key)"
     same = (
         losslessness(other["requests"], reference["requests"])
         if other["sampling"]["temperature"] == 0 and reference["sampling"]["temperature"] == 0

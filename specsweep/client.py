@@ -41,7 +41,7 @@ from .http1 import ConnectFailed, Disconnected, Pool
 from .text import QWEN_CHATML, ChatTemplate
 from .workloads import Session
 
-# Failure categories (metrics.failures; the README's "What a cell measures"): a failed request is recorded,
+# Failure categories (metrics.failures; docs/metrics.md): a failed request is recorded,
 # never dropped.
 CONNECT, HTTP_STATUS, TIMEOUT, TRUNCATED, SERVER_DIED = "connect", "http_status", "timeout", "truncated", "server_died"
 SERVER_ERROR, ABORTED, CLIENT_ERROR = "server_error", "aborted", "client_error"

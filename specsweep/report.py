@@ -516,7 +516,8 @@ def _differs(value) -> str:
 def engines_section(tables_dir: str | Path, data: dict[str, str]) -> dict:
     """Section: each cell on an engine against the same cell on the reference engine (aggregate.engine_comparison),
     where the configuration has two or more engines; a row not compared (a side not final, no session completed
-    on both) is marked with the number of its reason, and the reasons are listed under the table."""
+    on both), or one that is one measurement under two names (engines of one build and settings), is marked with the
+    number of its reason, and the reasons are listed under the table."""
     path = Path(tables_dir) / "engines.csv"
     frame = pd.read_csv(path) if path.exists() and path.stat().st_size else pd.DataFrame()
     if frame.empty:
@@ -551,7 +552,8 @@ def engines_section(tables_dir: str | Path, data: dict[str, str]) -> dict:
     return {
         "has_engines": True,
         "engines_differ": sum(_differs(v) == "yes" for v in frame["differs"]),
-        "engines_not_compared": int(frame["reason"].notna().sum()),
+        "engines_not_compared": int(frame["output_throughput_ratio"].isna().sum()),
+        "engines_one_measurement": int(frame["reason"].str.startswith("one measurement", na=False).sum()),
         "engine_notes": "; ".join(f"({i}) {tex_escape(r)}" for i, r in enumerate(reasons, 1)),
         "has_engine_builds": not builds.empty,
     }

@@ -66,7 +66,7 @@ def test_shell_metacharacters_in_flags_and_env_reach_the_server_unchanged(tmp_pa
 
 
 def test_endurance_at_concurrency_256_is_clean_and_bounded(tmp_path):
-    """A short run of benchmarks/endurance.py (the 60 s figures are in the README)."""
+    """A short run of benchmarks/endurance.py (the 60 s figures are in docs/faults.md, "Endurance")."""
     import importlib.util
 
     from conftest import REPO
