@@ -553,8 +553,7 @@ def engines_section(tables_dir: str | Path, data: dict[str, str]) -> dict:
         "has_engines": True,
         "engines_differ": sum(_differs(v) == "yes" for v in frame["differs"]),
         "engines_not_compared": int(frame["output_throughput_ratio"].isna().sum()),
-        # a column of no reason at all reads back as floats (NaN): counted as text
-        "engines_one_measurement": int(frame["reason"].astype("string").str.startswith("one measurement").sum()),
+        "engines_one_measurement": sum(isinstance(r, str) and r.startswith("one measurement") for r in frame["reason"]),
         "engine_notes": "; ".join(f"({i}) {tex_escape(r)}" for i, r in enumerate(reasons, 1)),
         "has_engine_builds": not builds.empty,
     }

@@ -155,9 +155,11 @@ def _free_limits(names: list[str]) -> tuple[np.ndarray, np.ndarray]:
 def least_squares(residuals, x0, iterations: int = 200, limits: tuple | None = None) -> np.ndarray:
     """Minimise sum(residuals(x)^2) from x0 (Levenberg-Marquardt with Marquardt's scaling; a coordinate the
     residuals do not depend on stays where it starts), each coordinate within ``limits`` (lower, upper; default
-    -40..40). Stops when a step gains less than 1e-12 of the cost."""
+    -40..40). Stops when a step gains less than 1e-12 of the cost; with no coordinate, returns at once."""
     lower, upper = limits if limits is not None else (-40.0, 40.0)
     x = np.clip(np.array(x0, float), lower, upper)
+    if x.size == 0:  # nothing to move (no measured shape depends on any parameter left free)
+        return x
     r = residuals(x)
     cost, damping = float(r @ r), 1e-3
     for _ in range(iterations):

@@ -12,6 +12,7 @@ import sys
 import time
 from dataclasses import asdict
 
+import numpy as np
 import pytest
 
 from conftest import FIXTURES, REPO, load_default_config, start_sim, validated
@@ -113,6 +114,15 @@ def test_with_measurement_noise_every_identified_parameter_is_within_five_percen
             "verify_request_attention_reads",
         } <= set(fit.identified), fit.not_identified
         assert 0.003 <= fit.scatter < 0.008  # the residuals are the noise, nothing the model lacks
+
+
+def test_a_fit_with_no_parameter_left_free_keeps_where_it_is():
+    """The fit's second pass keeps only the parameters some measured shape depends on; where none is left (a busy
+    host had skipped the shapes that did), least squares has nothing to move and returns (it raised a matmul
+    ValueError from inside the calibration job)."""
+    residuals = np.array([0.1, -0.2, 0.05])
+    out = fitting.least_squares(lambda x: residuals, [], limits=(np.array([]), np.array([])))
+    assert out.shape == (0,)
 
 
 def test_parameters_the_rows_cannot_tell_apart_are_not_identified():
