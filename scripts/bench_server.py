@@ -18,14 +18,14 @@ stop_with_workflow()  # Snakemake killed outright (here or on a login node): sto
 job = ServerJob.from_dict(json.loads(snakemake.params.job))
 # every configured method on this job's engine (its build), for the capability check (from the validated config, not
 # a rerun trigger)
-all_methods = [m.as_dict() for m in expand_methods(snakemake.config) if m.engine == job.method.get("engine")]
+all_methods = [m for m in expand_methods(snakemake.config) if m.engine == job.method.engine]
 
 
 def planned(sessions: dict) -> dict | None:
     """The plan's seconds per cell, for the progress lines' time left (from the config, not a rerun trigger)."""
     try:
         config = resolve(snakemake.config, environment if job.backend == "sglang" else None)  # its cost models
-        rows = predict_server(config, job.tp, job.method["name"], job.repetition, sessions)
+        rows = predict_server(config, job.tp, job.method.name, job.repetition, sessions)
     except Exception as exc:  # progress lines then go without a time estimate
         print(f"no time estimate from the plan ({type(exc).__name__}: {exc})", file=sys.stderr)
         return None

@@ -66,9 +66,9 @@ def latency_columns(m: dict) -> dict:
 def method_columns(method: dict) -> dict:
     """The summary's columns of a cell's method: its algorithm, parameters, drafter, tree (build, mode, width), the
     tokens it verifies a round and the size its sweep varies."""
-    algorithm = algorithms.get(method["algorithm"])
-    tree_build, mode, width = algorithms.method_shape(method)
+    algorithm = algorithms.get(method["algorithm"])  # a cell's record: its algorithm read back by name
     params = method["params"]
+    tree_build, mode, width = algorithm.tree(params)
     return {
         "algorithm": method["algorithm"],
         **{
@@ -231,7 +231,7 @@ def verified_cells(
     expected = {
         os.path.normpath(c["path"]): c
         for job in jobs
-        for c in keyed_cells(job, identity[job.method.get("engine")], built=built)[0]
+        for c in keyed_cells(job, identity[job.method.engine], built=built)[0]
     }
     cells, refused = {}, []
     for path in paths:
@@ -273,7 +273,7 @@ def summarise_cells(cells: dict[str, dict], thresholds: dict | None = None) -> p
             c["cell"]["repetition"],
         ): p
         for p, c in cells.items()
-        if c["method"]["algorithm"] == "ar"
+        if c["method"]["algorithm"] == algorithms.BASELINE
     }
     rows = []
     for path, cell in cells.items():
@@ -287,7 +287,7 @@ def summarise_cells(cells: dict[str, dict], thresholds: dict | None = None) -> p
                 measures[path]["concurrency"]["window"],
                 measures[base]["concurrency"]["window"],
             )
-            if cell["method"]["algorithm"] != "ar" and cell["sampling"]["temperature"] == 0:
+            if cell["method"]["algorithm"] != algorithms.BASELINE and cell["sampling"]["temperature"] == 0:
                 lossless = losslessness(cell["requests"], cells[base]["requests"])
         rows.append(cell_row(cell, path, measures[path], thresholds, versus_ar, lossless))
     frame = pd.DataFrame(rows)
@@ -542,7 +542,7 @@ BEST_COLUMNS = [
 def best_budget(summary: pd.DataFrame) -> pd.DataFrame:
     """Per (tp, workload, concurrency) and speculative algorithm: its method (setting) with the highest output
     throughput, and its speedup."""
-    spec = summary[summary["algorithm"] != "ar"].dropna(subset=["output_throughput"])
+    spec = summary[summary["algorithm"] != algorithms.BASELINE].dropna(subset=["output_throughput"])
     if spec.empty:
         return pd.DataFrame(columns=BEST_COLUMNS)
     idx = spec.groupby(["tp", "workload", "concurrency", "algorithm"])["output_throughput"].idxmax()
@@ -552,7 +552,7 @@ def best_budget(summary: pd.DataFrame) -> pd.DataFrame:
 def break_even(summary: pd.DataFrame) -> pd.DataFrame:
     """Break-even concurrency per (tp, method, workload): the lowest concurrency whose speedup CI upper bound is
     <= 1."""
-    spec = summary[(summary["algorithm"] != "ar") & summary["speedup"].notna()]
+    spec = summary[(summary["algorithm"] != algorithms.BASELINE) & summary["speedup"].notna()]
     rows = []
     for (tp, method, workload), g in spec.groupby(["tp", "method", "workload"]):
         g = g.sort_values("concurrency")

@@ -2,8 +2,10 @@
 
 An algorithm declares
 - its parameters: type, default, whether a list sweeps it (and the tag a swept method's name gets);
-- its drafter: none (AR, NGRAM), the shared DFlash drafter (DFlash, DDTree: the method's ``drafter``, else
-  ``model.drafter``) or its own (EAGLE, EAGLE-3, standalone: the method's ``drafter``, required);
+- its drafter (``drafter``): none (AR, NGRAM), the shared DFlash drafter (DFlash, DDTree: the method's ``drafter``,
+  else ``model.drafter``), its own (EAGLE, EAGLE-3, standalone: the method's ``drafter``, required) or the target's
+  own multi-token-prediction head (NEXTN: no drafter to name); a draft model's size (``draft_model``: a head sized
+  from the target, with the target's layers it fuses, or a model of its own profile);
 - how SGLang spells it: flags and environment with ``{placeholders}`` and the attention backend it needs
   (``spelling``; ``algorithms.<name>`` in config overrides each of the three, since forks spell DDTree
   differently). A flag written ``--a|--b`` is the first of the two the running build offers;
@@ -11,9 +13,15 @@ An algorithm declares
   some width), which the plan, the simulator's cost model and the report read;
 - how the simulator drafts (``drafting``, a mechanism of specsweep.modelling.acceptance: none, block, block-tree,
   draft-model, lookup) and verifies (``custom_mask``: a tree verified with a per-request attention mask);
-- how the report groups it: ``title`` and ``size``, the parameter its sweep charts vary.
+- how the report groups it: ``title`` and ``size``, the parameter its sweep charts vary, and whether its methods
+  are the reference line of the others' (``reference``: DFlash); AR, the one algorithm that does not draft, is the
+  baseline every speedup is over (``BASELINE``);
+- what the docs' table says of it (``verifies``, ``drafter_doc``, each parameter's ``doc``).
 
-``get`` refuses an unknown algorithm: no algorithm ever falls through to another's behaviour.
+``get`` refuses an unknown algorithm: no algorithm ever falls through to another's behaviour. Everything else that
+lists the algorithms is made from ``REGISTRY`` (the simulated server's choices) or written from it by
+``tools/docs.py`` and checked by the tests: the configuration schema's algorithm enum and its ``algorithms.<name>``
+and ``defaults.<name>`` keys, the cell schema's enum, the table of docs/configuration.md.
 """
 
 from __future__ import annotations
@@ -44,16 +52,23 @@ class Parameter:
     required: bool = False
     sweep_tag: str | None = None  # a list value sweeps it: one method per value, named <name>-<tag><value>
     spelled: bool = True  # the server learns it from the spelling (tree_build: only specsweep's model of the build)
+    uncapped: bool = False  # a cap that "uncapped" leaves to the server's build (DDTree's topk)
+    flat_default: bool = False  # ``defaults.<name>`` (a flat key of old) sets it for every algorithm that has it
+    doc: str = ""  # what docs/configuration.md's table adds to its name and default
 
 
 # what the sweep tags and placeholders may name
-BLOCK_SIZE = Parameter("block_size", int, 16)
-TOPK_CAP = Parameter("topk", int, 8, sweep_tag="t")
+BLOCK_SIZE = Parameter("block_size", int, 16, flat_default=True)
+TOPK_CAP = Parameter(
+    "topk", int, 8, sweep_tag="t", uncapped=True, flat_default=True, doc="the width cap; `uncapped`: the build's own"
+)
 # SGLang's forced acceptance (SGLANG_SIMULATE_ACC_LEN, 0.5.16 speculative/spec_utils.py): each verify round of an
 # EAGLE-family server commits floor(a) or floor(a) + 1 tokens (weighted so that the mean is a; at most num_steps +
 # 1), whatever the drafter proposed. It measures a real engine's cost at a chosen acceptance (dummy weights
 # included); never a model's acceptance. Unset: the drafter's own.
-FORCED_ACCEPTANCE = Parameter("accept_length", float, None, sweep_tag="a")
+FORCED_ACCEPTANCE = Parameter(
+    "accept_length", float, None, sweep_tag="a", doc="acceptance forced on the server; unset: the drafter's own"
+)
 
 
 @dataclass(frozen=True)
@@ -64,16 +79,33 @@ class Algorithm:
     title: str
     sglang: str | None = None  # the --speculative-algorithm value (None: no speculative flags)
     parameters: tuple[Parameter, ...] = ()
-    drafter: str | None = None  # None, "shared" (method's drafter, else model.drafter) or "own" (method's, required)
+    # None, "shared" (method's drafter, else model.drafter), "own" (method's, required) or "target" (the target's own
+    # multi-token-prediction head: none to name)
+    drafter: str | None = None
     drafting: str = "none"  # the simulator's mechanism (specsweep.modelling.acceptance.DRAFTING)
     size: str | None = None  # the parameter the report's sweep charts vary
     overlap: bool = True  # runs under SGLang's overlap scheduler (DDTree: forced off)
     custom_mask: bool = False  # verified with a per-request tree mask in attention (any shape)
     spelling: dict = field(default_factory=lambda: {"flags": [], "env": {}, "attention_backend": None})
+    reference: bool = False  # the report's sweep charts draw its methods as the reference line of the others'
+    verifies: str = "1 token"  # what one round verifies, as docs/configuration.md's table says it
+    drafter_doc: str = ""  # what its drafter is, for the docs' table (drafter "own" or "target")
 
     @property
     def speculative(self) -> bool:
+        """Whether it drafts (SGLang's speculative flags); the one algorithm that does not is the BASELINE."""
         return self.sglang is not None
+
+    @property
+    def drafter_path(self) -> bool:
+        """Whether a drafter's path reaches its server (the method's own, or model.drafter): drafter own or shared."""
+        return self.drafter in ("own", "shared")
+
+    @property
+    def builds_trees(self) -> bool:
+        """Whether it drafts a tree as a DDTree build does (it has a ``tree_build``): the simulator's build, its
+        corrupted-tree fault and the report's tree build are its."""
+        return any(p.name == "tree_build" for p in self.parameters)
 
     def parameter(self, name: str) -> Parameter:
         """The parameter of this name (KeyError where the algorithm has none)."""
@@ -95,8 +127,20 @@ class Algorithm:
         """("chain", 1) or ("tree", candidates per depth) of what one round verifies; None without drafting."""
         return None
 
+    def tree(self, params: Mapping) -> tuple[str | None, str | None, int | None]:
+        """(tree build, mode, width) of these parameters: the build where it builds trees as a DDTree build does,
+        the shape (chain or tree of some width) where it drafts; Nones without drafting."""
+        shape = self.shape(params)
+        if shape is None:
+            return None, None, None
+        build = ddtree.build(params.get("tree_build")).name if self.builds_trees else None
+        return build, shape[0], shape[1]
+
     def check(self, params: Mapping, flags: list[str], attention_backend: str | None, spelling: dict) -> None:
         """Settings the server refuses for this algorithm (AlgorithmError)."""
+
+    def check_environment(self, params: Mapping, env: Mapping) -> None:
+        """A method's environment that its algorithm cannot read (AlgorithmError, its key ``env``)."""
 
     def server_flags(self, params: Mapping, drafter: str = "") -> list[str]:
         """The speculative flags of the registry's own spelling for these parameters (resolved) and drafter: what a
@@ -224,6 +268,13 @@ class DDTree(Algorithm):
                 f"(algorithms.ddtree.attention_backend); remove attention_backend '{attention_backend}' from the method"
             )
 
+    def check_environment(self, params: Mapping, env: Mapping) -> None:
+        """The build's tuning read from the environment (its depth bonus) must be a number."""
+        try:
+            ddtree.with_environment(ddtree.build(params["tree_build"]), env)
+        except ValueError as exc:
+            raise AlgorithmError(str(exc), key="env") from None
+
     def server_default(self, parameter: Parameter):
         return None if parameter.name == "topk" else parameter.default  # no SGLANG_DDTREE_MAX_TOPK: the build's cap
 
@@ -276,9 +327,11 @@ class DraftModel(Algorithm):
     the target verifies a chain of num_steps + 1 tokens, with topk > 1 a tree of num_draft_tokens nodes (the root
     included): SGLang keeps the topk best paths a step (topk^2 candidates after the first) and verifies the
     num_draft_tokens - 1 most probable candidates. ``draft_model``: "head" (sized from the target) or "model" (its
-    own profile)."""
+    own profile); a head fuses the hidden states of ``fused_layers`` of the target's layers (EAGLE-3: low, middle
+    and high, each hidden x hidden of its input projection; 0: the last layer's alone, as EAGLE's and an MTP head's)."""
 
     draft_model: str = "head"
+    fused_layers: int = 0
 
     def resolve(self, params: dict) -> dict:
         steps, topk, tokens = params["num_steps"], params["topk"], params.get("num_draft_tokens")
@@ -335,28 +388,38 @@ class DraftModel(Algorithm):
         return None if parameter.name == "num_draft_tokens" else parameter.default
 
 
-def _draft_model(name: str, title: str, sglang: str, draft_model: str) -> DraftModel:
+def _draft_model(
+    name: str, title: str, sglang: str, draft_model: str, drafter_doc: str, drafter: str = "own", fused_layers: int = 0
+) -> DraftModel:
+    """A draft-model algorithm of SGLang's EAGLE worker (EAGLE's parameters, spelling and forced acceptance); its
+    drafter's path is passed where the method names one (``drafter`` "own"), else the server finds the target's own
+    head (``drafter`` "target")."""
+    path = ["--speculative-draft-model-path", "{drafter}"] if drafter == "own" else []
     return DraftModel(
         name,
         title,
         sglang,
-        drafter="own",
+        drafter=drafter,
         drafting="draft-model",
         size="num_draft_tokens",
         draft_model=draft_model,
+        fused_layers=fused_layers,
         parameters=(
             Parameter("num_steps", int, 3, sweep_tag="s"),
             Parameter("topk", int, 1, sweep_tag="t"),
-            Parameter("num_draft_tokens", int, None, sweep_tag="d"),
+            Parameter(
+                "num_draft_tokens", int, None, sweep_tag="d", doc="`num_steps` + 1 for a chain; required for a tree"
+            ),
             FORCED_ACCEPTANCE,
         ),
         custom_mask=True,
+        verifies="topk 1: a chain of `num_steps` + 1; topk > 1: a tree of `num_draft_tokens`",
+        drafter_doc=drafter_doc,
         spelling={
             "flags": [
                 "--speculative-algorithm",
                 sglang,
-                "--speculative-draft-model-path",
-                "{drafter}",
+                *path,
                 "--speculative-num-steps",
                 "{num_steps}",
                 "--speculative-eagle-topk",
@@ -379,6 +442,8 @@ DFLASH = DFlash(
     drafter="shared",
     drafting="block",
     size="block_size",
+    reference=True,
+    verifies="a chain of `block_size`",
     spelling={
         "flags": [
             "--speculative-algorithm",
@@ -400,13 +465,14 @@ DDTREE = DDTree(
         BLOCK_SIZE,
         Parameter("budget", int, required=True, sweep_tag="b"),
         TOPK_CAP,
-        Parameter("tree_build", str, ddtree.DEFAULT_BUILD, spelled=False),
+        Parameter("tree_build", str, ddtree.DEFAULT_BUILD, spelled=False, doc="the build whose tree it runs"),
     ),
     drafter="shared",
     drafting="block-tree",
     size="budget",
     overlap=False,
     custom_mask=True,
+    verifies="`budget` + 1 nodes: a chain in spine mode, else a tree of the build's width",
     # sgl-project/sglang pull request 29907: page size 1, triton attention for tree budgets
     spelling={
         "flags": [
@@ -432,11 +498,12 @@ NGRAM = Ngram(
     (
         Parameter("num_draft_tokens", int, 12, sweep_tag="d"),
         Parameter("max_bfs_breadth", int, 10, sweep_tag="w"),
-        Parameter("match_type", str, "BFS", sweep_tag="m"),
+        Parameter("match_type", str, "BFS", sweep_tag="m", doc="or `PROB`: the most frequent first"),
     ),
     drafting="lookup",
     size="num_draft_tokens",
     custom_mask=True,
+    verifies="a tree of `num_draft_tokens` nodes",
     # SGLang 0.5.16's defaults: 12 draft tokens, breadth 1..10, BFS (recency) matching, trie depth 18
     spelling={
         "flags": [
@@ -453,13 +520,26 @@ NGRAM = Ngram(
         "attention_backend": None,
     },
 )
-EAGLE = _draft_model("eagle", "EAGLE", "EAGLE", "head")
-EAGLE3 = _draft_model("eagle3", "EAGLE-3", "EAGLE3", "head")
-STANDALONE = _draft_model("standalone", "standalone drafter", "STANDALONE", "model")
+EAGLE = _draft_model("eagle", "EAGLE", "EAGLE", "head", "an EAGLE head")
+EAGLE3 = _draft_model("eagle3", "EAGLE-3", "EAGLE3", "head", "an EAGLE-3 head", fused_layers=3)
+STANDALONE = _draft_model(
+    "standalone", "standalone drafter", "STANDALONE", "model", "a small model of the target's family"
+)
 
 REGISTRY: dict[str, Algorithm] = {a.name: a for a in (AR, DFLASH, DDTREE, NGRAM, EAGLE, EAGLE3, STANDALONE)}
 # every parameter any algorithm has: a key that means nothing for a method's algorithm is refused by name
 PARAMETER_NAMES = tuple(dict.fromkeys(p.name for a in REGISTRY.values() for p in a.parameters))
+
+
+def _baseline() -> str:
+    """The one algorithm that does not draft (AR): every speedup is over it, a calibration starts its server first."""
+    plain = [a.name for a in REGISTRY.values() if not a.speculative]
+    if len(plain) != 1:
+        raise AlgorithmError(f"the registry needs one algorithm without drafting, the baseline; it has {plain}")
+    return plain[0]
+
+
+BASELINE = _baseline()
 
 
 def get(name: str) -> Algorithm:
@@ -490,12 +570,6 @@ def spelling(name: str, overrides: Mapping | None) -> dict:
     return {key: given[key] if key in given else own[key] for key in ("flags", "env", "attention_backend")}
 
 
-def method_shape(method: Mapping) -> tuple[str | None, str | None, int | None]:
-    """(DDTree build, mode, width) of a method (Method.as_dict()): its build for DDTree, its shape (chain or tree
-    of some width) for every speculative algorithm; Nones for AR."""
-    algorithm = get(method["algorithm"])
-    shape = algorithm.shape(method["params"])
-    if shape is None:
-        return None, None, None
-    build = ddtree.build(method["params"].get("tree_build")).name if algorithm is DDTREE else None
-    return build, shape[0], shape[1]
+def with_parameter(name: str) -> list[str]:
+    """The algorithms that have a parameter of this name, in the registry's order."""
+    return [a.name for a in REGISTRY.values() if any(p.name == name for p in a.parameters)]

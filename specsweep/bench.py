@@ -30,6 +30,7 @@ from .cells import (
     measure_cell,
     unfinished,
 )
+from .modelling.method import Method
 from .server_job import ServerJob
 from .environment import check_methods
 from .gpus import GpuPool, lock_folder, visible_devices, wait_until_released
@@ -91,7 +92,7 @@ def bench_server(
     environment: dict,
     log_dir: str | Path,
     run_record: str | Path | None = None,
-    all_methods: list[dict] | None = None,
+    all_methods: list[Method] | None = None,
     planned=None,
     failures: dict | None = None,
     remeasure: Sequence[str] = (),
@@ -115,7 +116,7 @@ def bench_server(
     check_methods(all_methods or [job.method], environment, job.sglang["extra_flags"])
     server_name = job.name
     run = runs.current()
-    journal = Journal(layout.journal_path(job.cache_dir, job.tp, job.method["name"], job.repetition, run), run)
+    journal = Journal(layout.journal_path(job.cache_dir, job.tp, job.method.name, job.repetition, run), run)
     cache = CellCache(job.cache_dir)
     adaptive = job.adaptive
     cells, sessions = keyed_cells(job, environment["identity_digest"], adaptive["max_requests"] if adaptive else 0)
@@ -203,7 +204,7 @@ def _measure_missing(
                     journal.write("cache_hit", server=server_name, cell=cell["output"], key=cell["key"])
         if not missing:
             return False
-        log_path = log_dir / layout.server_log_name(job.tp, job.method["name"])
+        log_path = log_dir / layout.server_log_name(job.tp, job.method.name)
         previous = signal.signal(signal.SIGTERM, _raise_interrupt)
         stack.callback(signal.signal, signal.SIGTERM, previous)
         key = stack.enter_context(ApiKeyFile(job.server.get("api_key_env")))

@@ -207,7 +207,7 @@ def cell_key(job: ServerJob, cell: dict, prompts_digest: str, identity_digest: s
     relevant_server = {k: v for k, v in job.as_dict().items() if k not in UNKEYED_JOB}
     relevant_server["server"] = {k: v for k, v in job.server.items() if k not in UNKEYED_SERVER}
     relevant_server["sglang"] = {k: v for k, v in job.sglang.items() if k not in UNKEYED_BUILD}
-    method = {k: v for k, v in job.method.items() if k != "engine"}
+    method = {k: v for k, v in job.method.as_dict().items() if k != "engine"}
     method["name"] = engines.split(method["name"])[0]
     relevant_server["method"] = method
     return digest(
@@ -237,7 +237,7 @@ def keyed_cells(
     cells = cells_of_server(
         {"workloads": job.workloads, "concurrency": job.concurrency, "load": job.load},
         job.tp,
-        job.method["name"],
+        job.method.name,
         job.repetition,
     )
     thinking = job.sampling.get("thinking", False)
@@ -396,7 +396,7 @@ def measure_cell(
         simulated=bool(environment["simulated"]),
         key=cell["key"],
         cell={k: cell[k] for k in ("tp", "method", "workload", "concurrency", "repetition")},
-        method=job.method,
+        method=job.method.as_dict(),
         model=job.model,
         workload=_workload_record(job, cell, prompts_digest, measured),
         sampling=dict(job.sampling),
@@ -555,7 +555,7 @@ def _provenance(
         "cost_model": (job.sim or {}).get("cost_model", {}).get("label"),
         "chat_template": "the server's" if load.protocol == "openai-chat" else measured[0].chat_template.source,
         "load_format": job.model.get("load_format", "auto"),
-        "attention_backend": job.method.get("attention_backend"),
+        "attention_backend": job.method.attention_backend,
         "min_free_slots_delay": min_free_slots_delay(job),
         # SGLang's settings that decide a cell, and the build flags the configuration declares (sglang.extra_flags)
         "server_info": {k: info[k] for k in (*SERVER_INFO_KEYS, *_declared_keys(job)) if k in info},

@@ -27,6 +27,7 @@ from pathlib import Path
 
 from . import HARNESS_VERSION, __version__
 from .canon import atomic_write_text, digest
+from .modelling.method import Method
 from .sglang_options import choose_flags
 
 
@@ -281,28 +282,27 @@ def offered_flags(environment: dict, extra_flags: Sequence[dict] = ()) -> set[st
     return offered
 
 
-def check_methods(methods: list[dict], environment: dict, extra_flags: Sequence[dict] = ()) -> None:
+def check_methods(methods: list[Method], environment: dict, extra_flags: Sequence[dict] = ()) -> None:
     """Fail before any server starts if the installed server cannot run a configured method.
 
-    ``methods`` are Method.as_dict() values; the check uses the capability probe
-    (algorithms and flags listed by the launcher's --help; ``offered_flags``).
+    The check uses the capability probe (algorithms and flags listed by the launcher's --help; ``offered_flags``).
     """
     caps = environment["capabilities"]
     backend = environment["backend"]
     offered = offered_flags(environment, extra_flags)
     for method in methods:
-        flags = choose_flags(list(method["flags"]), offered) if offered else method["flags"]
+        flags = choose_flags(list(method.flags), offered) if offered else list(method.flags)
         if "--speculative-algorithm" in flags:
             wanted = flags[flags.index("--speculative-algorithm") + 1]
             if caps["algorithms"] and wanted not in caps["algorithms"]:
                 raise ServerEnvironmentError(
-                    f"method '{method['name']}': the installed {backend} server does not offer "
+                    f"method '{method.name}': the installed {backend} server does not offer "
                     f"--speculative-algorithm {wanted} (it offers {', '.join(caps['algorithms'])}); install a "
                     "build that has it (sglang.install) or remove the method"
                 )
         for flag in flags:
             if flag.startswith("--") and offered and flag.split("=")[0] not in offered:
                 raise ServerEnvironmentError(
-                    f"method '{method['name']}': the installed {backend} server does not accept {flag}; "
+                    f"method '{method.name}': the installed {backend} server does not accept {flag}; "
                     "install a build that has it (sglang.install) or fix the method's flags"
                 )

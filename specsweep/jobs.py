@@ -7,12 +7,15 @@ calibration (`snakemake calibrate`) starts a server of each of ``calibration_met
 from __future__ import annotations
 
 import random
+from typing import cast
 
-from . import engines
+from . import algorithms, engines
 from .calibration.choose import sim_settings
 from .errors import ConfigError
 from .layout import cell_path
 from .methods import expand_methods
+from .modelling.method import Method
+from .sections import LoadSection, SamplingSection, ServerSection, SimSection
 from .server_job import ServerJob
 
 
@@ -55,7 +58,7 @@ def workload_concurrency(config: dict, workload: dict) -> list[int]:
     return workload.get("concurrency") or config["concurrency"]
 
 
-def cell_requests(workload: dict, concurrency: int, load: dict) -> int:
+def cell_requests(workload: dict, concurrency: int, load: LoadSection) -> int:
     """Sessions a cell sends: the workload's ``requests`` when set, else max(load.min_requests, load.waves x
     concurrency), so that the concurrency is held for several waves of requests (a steady state) at every level."""
     if workload.get("requests"):
@@ -98,9 +101,9 @@ def server_job(config: dict, tp: int, method_name: str, repetition: int | None =
         backend=config["backend"],
         model=dict(config["model"]),
         tp=tp,
-        method=method.as_dict(),
-        server=dict(config["server"]),
-        sim=sim,
+        method=method,
+        server=cast(ServerSection, dict(config["server"])),
+        sim=cast("SimSection | None", sim),
         sglang=(
             dict(config["sglang"])
             if config["backend"] == "sglang"
@@ -112,19 +115,18 @@ def server_job(config: dict, tp: int, method_name: str, repetition: int | None =
         warmup=config["warmup"],
         repetition=repetition,
         seed=config["seed"],
-        sampling=dict(config["sampling"]),
-        load=dict(config["load"]),
+        sampling=cast(SamplingSection, dict(config["sampling"])),
+        load=cast(LoadSection, dict(config["load"])),
         adaptive=dict(config["adaptive"]) if config["adaptive"]["enabled"] else None,
         cache_dir=config["cache_dir"],
     )
 
 
-def calibration_methods(config: dict) -> list[dict]:
-    """The methods whose servers a calibration starts, AR first (the configured AR method, else a plain one), then
-    every configured speculative method (Method.as_dict)."""
-    methods = [m.as_dict() for m in expand_methods(config)]
-    ar = next((m for m in methods if m["algorithm"] == "ar"), None)
-    if ar is None:
-        ar = {"name": "ar", "algorithm": "ar", "params": {}, "flags": [], "env": {}, "attention_backend": None}
-        ar["min_free_slots_delay"] = None
-    return [ar] + [m for m in methods if m["algorithm"] != "ar"]
+def calibration_methods(config: dict) -> list[Method]:
+    """The methods whose servers a calibration starts, the baseline (AR) first (the configured one, else a plain one
+    named after it), then every configured speculative method."""
+    methods = expand_methods(config)
+    baseline = next((m for m in methods if not m.spec.speculative), None)
+    if baseline is None:
+        baseline = Method(algorithms.BASELINE, algorithms.BASELINE, {}, (), {})
+    return [baseline] + [m for m in methods if m.spec.speculative]

@@ -31,7 +31,6 @@ from pathlib import Path
 import psutil
 import requests
 
-from . import algorithms
 from .environment import offered_flags
 from .server_job import ServerJob
 from .sglang_options import DECODING_PREFIX, choose_flags, decoding_variable, known_flags
@@ -179,7 +178,7 @@ def server_arguments(job: ServerJob, port: int, max_context: int, offered: set[s
     argv += ["--context-length", str(max_context), "--enable-metrics", "--random-seed", str(job.seed)]
     if model.get("load_format") == "dummy":
         argv += ["--load-format", "dummy"]
-        if algorithms.get(method["algorithm"]).drafter:
+        if method.spec.drafter:
             argv += [_required(offered, "--speculative-draft-load-format", "model.load_format: dummy"), "dummy"]
     protocol = job.load["protocol"]
     if protocol == "native":
@@ -194,12 +193,12 @@ def server_arguments(job: ServerJob, port: int, max_context: int, offered: set[s
             argv += ["--min-free-slots-delay", "0" if delay == "disabled" else str(delay)]
         elif delay != "disabled":  # a build without the delay has nothing to disable
             _required(offered, "--min-free-slots-delay", "server.min_free_slots_delay")
-    return argv + choose_flags(list(method["flags"]) + list(server["flags"]), offered)
+    return argv + choose_flags(list(method.flags) + list(server["flags"]), offered)
 
 
 def min_free_slots_delay(job: ServerJob) -> str | int:
     """The method's min-free-slots delay setting, else the server's (disabled, sglang or a slot count)."""
-    return job.method.get("min_free_slots_delay") or job.server.get("min_free_slots_delay", "disabled")
+    return job.method.min_free_slots_delay or job.server.get("min_free_slots_delay", "disabled")
 
 
 def _required(offered: set[str], flag: str, key: str) -> str:
@@ -245,7 +244,7 @@ def launch_command(
             "--sim-tokenizer",
             sim.get("tokenizer", "model"),
         ]
-        if algorithms.get(job.method["algorithm"]).drafting == "draft-model":
+        if job.method.spec.drafting == "draft-model":
             argv += ["--sim-draft-model-profile", sim.get("draft_model_profile", "qwen3-0.6b")]
         if sim.get("profiles"):
             argv += ["--sim-profiles", json.dumps(sim["profiles"], sort_keys=True)]
@@ -255,15 +254,15 @@ def launch_command(
             argv.append(f"--sim-accept-flag={extra['flag']}:{extra.get('type', 'str')}")
         if sim.get("ddtree_builds"):
             argv += ["--sim-ddtree-builds", json.dumps(sim["ddtree_builds"], sort_keys=True)]
-        if job.method["params"].get("tree_build"):
-            argv += ["--sim-ddtree-build", job.method["params"]["tree_build"]]
+        if job.method.params.get("tree_build"):
+            argv += ["--sim-ddtree-build", job.method.params["tree_build"]]
         for fault, value in sorted((sim.get("faults") or {}).items()):
             flag = f"--sim-{fault.replace('_', '-')}"
             if value is True:
                 argv.append(flag)
             elif value is not False:
                 argv += [flag, str(value)]
-    env = {**job.server["env"], **job.method["env"]}
+    env = {**job.server["env"], **job.method.env}
     return argv, env
 
 

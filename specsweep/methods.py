@@ -1,52 +1,20 @@
 """Methods: the configured methods expanded (sweeps over any listed parameter) into what a server runs.
 
-Each method becomes its algorithm (specsweep.algorithms), parameters, drafter, server flags and environment, with
-the algorithm's spelling (the registry's, with config's ``algorithms`` overrides: DDTree lives in SGLang forks with
-differing flags) and placeholders substituted.
+Each method becomes a Method (specsweep.modelling.method): its algorithm (specsweep.algorithms), parameters,
+drafter, server flags and environment, with the algorithm's spelling (the registry's, with config's ``algorithms``
+overrides: DDTree lives in SGLang forks with differing flags) and placeholders substituted.
 """
 
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 from . import algorithms, ddtree, engines
 from .algorithms import AlgorithmError
 from .canon import canonical_json
 from .errors import ConfigError
-
-
-@dataclass(frozen=True)
-class Method:
-    """One decoding method as a server runs it: algorithm, parameters, drafter, flags, environment."""
-
-    name: str
-    algorithm: str
-    params: dict  # the algorithm's parameters (specsweep.algorithms), resolved as the server runs them
-    flags: tuple  # server flags (argument list), substituted; --attention-backend included when set
-    env: dict  # environment variables, substituted
-    attention_backend: str | None = None  # None: the server's own default (fa3 on Hopper for SGLang)
-    min_free_slots_delay: str | int | None = None  # None: server.min_free_slots_delay
-    drafter: str | None = None  # the method's own drafter (None: none, or model.drafter for DFlash and DDTree)
-    engine: str | None = None  # the engine it runs on (configuration ``engines``; None: the one engine)
-
-    def as_dict(self) -> dict:
-        """The method as plain JSON values; ``drafter`` only where the method names its own (so that methods
-        without one keep the content address they had)."""
-        out = {
-            "name": self.name,
-            "algorithm": self.algorithm,
-            "params": dict(self.params),
-            "flags": list(self.flags),
-            "env": dict(self.env),
-            "attention_backend": self.attention_backend,
-            "min_free_slots_delay": self.min_free_slots_delay,
-        }
-        if self.drafter is not None:
-            out["drafter"] = self.drafter
-        if self.engine is not None:
-            out["engine"] = self.engine
-        return out
+from .modelling.method import Method
 
 
 def _substitute(template: str, values: dict, where: str) -> str:
@@ -111,21 +79,18 @@ def _on_engines(config: dict) -> list[Method]:
 _EXPANDED: dict[str, tuple[Method, ...]] = {}
 
 
-UNCAPPED = "uncapped"  # DDTree's topk: SGLANG_DDTREE_MAX_TOPK not set, the build's own cap (its max_topk)
-
-# what the flat keys of ``defaults`` set, by algorithm (the keys of old: DFlash's and DDTree's block, DDTree's
-# width cap); every parameter of every algorithm can be set under defaults.<algorithm>
-FLAT_DEFAULTS = {"block_size": ("dflash", "ddtree"), "topk": ("ddtree",)}
+UNCAPPED = "uncapped"  # a cap left to the server's build (DDTree's topk: SGLANG_DDTREE_MAX_TOPK not set, its max_topk)
 
 
 def _grid(algorithm: algorithms.Algorithm, entry: dict, defaults: dict, where: str) -> tuple[list[dict], list, set]:
     """(every combination of the method's parameter values, the swept parameters, the parameters the configuration
-    sets): its own value, else ``defaults.<algorithm>``, else a flat ``defaults`` key meant for it, else the
-    registry's; a list sweeps a parameter that has a sweep tag."""
+    sets): its own value, else ``defaults.<algorithm>``, else a flat ``defaults`` key of old where the parameter takes
+    one (``flat_default``: DFlash's and DDTree's block, DDTree's width cap), else the registry's; a list sweeps a
+    parameter that has a sweep tag. Every parameter of every algorithm can be set under defaults.<algorithm>."""
     axes, swept, given = {}, [], set()
     own = defaults.get(algorithm.name) or {}
     for p in algorithm.parameters:
-        flat = defaults.get(p.name) if algorithm.name in FLAT_DEFAULTS.get(p.name, ()) else None
+        flat = defaults.get(p.name) if p.flat_default else None
         for value in (entry.get(p.name), own.get(p.name), flat):
             if value is not None:
                 given.add(p.name)
@@ -165,12 +130,14 @@ def _unspelled(algorithm: algorithms.Algorithm, spelling: dict, given: set, wher
 
 
 def _drafter(algorithm: algorithms.Algorithm, entry: dict, config: dict, where: str) -> tuple[str | None, str]:
-    """(the method's own drafter, the {drafter} placeholder's value): a method of an algorithm without a drafter
-    may not name one; one with its own must; DFlash and DDTree fall back to model.drafter."""
+    """(the method's own drafter, the {drafter} placeholder's value): a method of an algorithm without a drafter, or
+    whose drafter is the target's own head, may not name one; one with its own must; DFlash and DDTree fall back to
+    model.drafter."""
     own, shared = entry.get("drafter"), config["model"].get("drafter") or ""
-    if algorithm.drafter is None:
+    if not algorithm.drafter_path:
         if own:
-            raise ConfigError(f"{where}: algorithm '{algorithm.name}' has no drafter; remove 'drafter' from the method")
+            whose = f"drafts with {algorithm.drafter_doc}" if algorithm.drafter == "target" else "has no drafter"
+            raise ConfigError(f"{where}: algorithm '{algorithm.name}' {whose}; remove 'drafter' from the method")
         return None, ""
     if algorithm.drafter == "own" and not own:
         raise ConfigError(
@@ -215,8 +182,8 @@ def _expand_entry(config: dict, entry: dict, where: str) -> list[Method]:
     for key in algorithms.PARAMETER_NAMES:
         if key in entry and key not in {p.name for p in algorithm.parameters}:
             raise ConfigError(
-                f"{where}: '{key}' has no meaning for algorithm '{algorithm.name}'; remove it"
-                + ("; use algorithm 'ddtree' for a draft tree" if algorithm.name == "dflash" else "")
+                f"{where}: '{key}' has no meaning for algorithm '{algorithm.name}'; remove it (algorithms with it: "
+                f"{', '.join(algorithms.with_parameter(key))})"
             )
     drafter, drafter_value = _drafter(algorithm, entry, config, where)
     spelling = algorithms.spelling(algorithm.name, config.get("algorithms"))
@@ -244,12 +211,16 @@ def _expand_entry(config: dict, entry: dict, where: str) -> list[Method]:
 
 
 def _resolved(algorithm: algorithms.Algorithm, spelling: dict, raw: dict, given, where: str) -> tuple[dict, set]:
-    """(the parameters of one point of a sweep as the server runs them, those it leaves unset): "uncapped" (DDTree's
-    topk: the server's own cap holds) is not passed, its placeholders drop their env."""
+    """(the parameters of one point of a sweep as the server runs them, those it leaves unset): "uncapped" (a cap
+    the server's build then holds, DDTree's topk) is not passed, its placeholders drop their env."""
     unset = {k for k, v in raw.items() if v == UNCAPPED}
-    if unset and algorithm is not algorithms.DDTREE:
+    for name in sorted(k for k in unset if not algorithm.parameter(k).uncapped):
+        owners = [
+            a.title for a in algorithms.REGISTRY.values() if any(p.name == name and p.uncapped for p in a.parameters)
+        ]
         raise ConfigError(
-            f"{where}.topk: '{UNCAPPED}' is DDTree's (its build's own cap); give algorithm '{algorithm.name}' a number"
+            f"{where}.{name}: '{UNCAPPED}' is {' and '.join(owners) or 'no algorithm'}'s (its build's own cap); "
+            f"give algorithm '{algorithm.name}' a number"
         )
     try:
         params = algorithm.resolve(
@@ -302,12 +273,9 @@ def _spelled(
     env.update({k: _substitute(str(v), values, where + ".env") for k, v in entry.get("env", {}).items()})
     try:
         algorithm.check(params, flags + server_flags, backend, spelling)
-        if algorithm is algorithms.DDTREE:
-            ddtree.with_environment(ddtree.build(params["tree_build"]), env)
+        algorithm.check_environment(params, env)  # e.g. a DDTree build's tuning read from the method's environment
     except AlgorithmError as exc:
         raise ConfigError(_located(where, exc)) from None
-    except ValueError as exc:  # the DDTree build's tuning read from the method's environment
-        raise ConfigError(f"{where}.env: {exc}") from None
     return flags, env, backend
 
 
@@ -316,7 +284,7 @@ def _one_drafter_per_algorithm(methods: list[Method], config: dict) -> None:
     DFlash's model.drafter): methods that name different drafters of one algorithm would be simulated alike."""
     drafters: dict[str, set] = {}
     for m in methods:
-        if algorithms.get(m.algorithm).drafter:
+        if m.spec.drafter_path:
             drafters.setdefault(m.algorithm, set()).add(m.drafter or config["model"].get("drafter"))
     for algorithm, names in drafters.items():
         if len(names) > 1:
@@ -350,7 +318,7 @@ def _attention_backend(config: dict, entry: dict, flags: list, where: str) -> st
     backend = (
         entry.get("attention_backend")
         or (
-            algorithms.spelling("ddtree", overrides)["attention_backend"]
+            algorithms.spelling(algorithms.DDTREE.name, overrides)["attention_backend"]
             if config.get("match_ddtree_attention")
             else None
         )

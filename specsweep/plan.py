@@ -43,6 +43,7 @@ from .layout import plan_memo_path, server_name
 from .modelling.acceptance import mean_tau
 from .modelling.cost import CostModel
 from .modelling.decoding import Decoding
+from .modelling.method import Method
 from .modelling.profiles import profiles
 from .text import chat_prompt
 from .workloads import build
@@ -54,15 +55,6 @@ PLAN_BOUND = 10.0
 SGLANG_INIT_SECONDS = 60.0
 JOB_OVERHEAD_SECONDS = 3.0  # a server job's own start: interpreter, imports, server process, readiness polls
 DISK_BYTES_PER_SECOND = 2e9
-
-
-def method_decoding(method) -> Decoding:
-    """How the simulator decodes for a configured method (its algorithm and parameters, flags and env)."""
-    if method.algorithm == "ar":
-        return Decoding("ar")
-    return Decoding.of_params(
-        method.algorithm, method.params, "--disable-overlap-schedule" not in method.flags, method.env
-    )
 
 
 @lru_cache(maxsize=256)
@@ -90,7 +82,7 @@ def _sample_of(workload: dict, sessions: list) -> tuple:
 def _tau(prompts: tuple, decoding: Decoding, sim_json: str, max_new_tokens: int, dummy: bool) -> float:
     """Predicted tokens per round: 1 for AR, and with dummy weights for every drafter model (their proposals are
     never the target's choice); NGRAM with dummy weights drafts from the random model's looping output."""
-    if decoding.algorithm == "ar" or dummy and decoding.spec.drafting != "lookup":
+    if not decoding.spec.speculative or dummy and decoding.spec.drafting != "lookup":
         return 1.0
     sim = json.loads(sim_json)
     return mean_tau(
@@ -140,7 +132,7 @@ def startup_text(config: dict, tp: int) -> str:
 
 
 def cell_seconds(
-    config: dict, tp: int, method, workload: dict, concurrency: int, requests: int, sessions: list | None = None
+    config: dict, tp: int, method: Method, workload: dict, concurrency: int, requests: int, sessions: list | None = None
 ) -> float:
     """Predicted time of ``requests`` sessions of a workload at a concurrency: rounds of (request latency + prefill
     + decode steps), on the servers' clock (a simulated clock run ``sim.time_scale`` times fast takes that many
@@ -157,7 +149,7 @@ def cell_seconds(
         if sessions
         else _workload_sample(json.dumps(workload, sort_keys=True), config["seed"], config["model"].get("path"))
     )
-    decoding = method_decoding(method)
+    decoding = method.decoding
     tau = _tau(
         prompts,
         decoding,

@@ -273,7 +273,7 @@ def single_stream(t: Tables, figs: Figures) -> dict:
             f"Output throughput at concurrency {lowest}, TP {tp}, per workload and method "
             f"(up to {n_req} measured requests per cell; error bars: 95\\% bootstrap CI).",
         )
-        spec = sub[sub["algorithm"] != "ar"]
+        spec = sub[sub["algorithm"] != algorithms.BASELINE]
         figs.bars(
             "single",
             f"single-speedup-tp{tp}",
@@ -297,10 +297,10 @@ def budget_sweep(t: Tables, figs: Figures, data: dict[str, str]) -> dict:
     throughput against that size, each point marked with the shape it verifies (a chain, or a tree of some
     width), DFlash as the reference line of the others; and the table of what every speculative method verifies."""
     summary, low, tps, lowest = t.summary, t.low, t.tps, t.lowest
-    spec = low[low["algorithm"] != "ar"].dropna(subset=["sweep_size"])
+    spec = low[low["algorithm"] != algorithms.BASELINE].dropna(subset=["sweep_size"])
     spec = spec.assign(series=_sweep_series(spec))
     has_modes = _modes_table(spec, data)
-    chain = low[low["algorithm"] == "dflash"]
+    chain = low[low["algorithm"].isin([a.name for a in algorithms.REGISTRY.values() if a.reference])]
     for name in spec["algorithm"].unique():
         algorithm = algorithms.get(name)
         axis = SIZE_LABELS.get(algorithm.size or "", algorithm.size or "")  # one with sweep sizes has a size
@@ -309,7 +309,11 @@ def budget_sweep(t: Tables, figs: Figures, data: dict[str, str]) -> dict:
                 sub = spec[(spec["algorithm"] == name) & (spec["tp"] == tp) & (spec["workload"] == workload)]
                 if sub["sweep_size"].nunique() < 2:
                     continue
-                c = chain[(chain["tp"] == tp) & (chain["workload"] == workload)] if name != "dflash" else chain[0:0]
+                c = (
+                    chain[(chain["tp"] == tp) & (chain["workload"] == workload)]
+                    if not algorithm.reference
+                    else chain[0:0]
+                )
                 refs = {col: _references(c, col) for col in ("acceptance_length", "output_throughput")}
                 where = f"{algorithm.title}, workload {tex_name(workload)}, TP {tp}, concurrency {lowest}"
                 figs.line(
@@ -613,7 +617,7 @@ def setup_tables(t: Tables, environment: dict, view: dict, simulated: bool, data
         .reset_index()
     )
     _table(workloads, data, "workloads.csv", ["workload", "family", "content_mix"])
-    spec = low[low["algorithm"] != "ar"][
+    spec = low[low["algorithm"] != algorithms.BASELINE][
         [
             "tp",
             "method",

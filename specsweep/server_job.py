@@ -8,9 +8,11 @@ so that the launcher below the workflow's jobs can take one.
 from __future__ import annotations
 
 import copy
-from dataclasses import asdict, dataclass, fields
+from dataclasses import dataclass, fields
 
 from .layout import server_name
+from .modelling.method import Method
+from .sections import LoadSection, SamplingSection, ServerSection, SimSection
 
 
 @dataclass(frozen=True)
@@ -18,18 +20,17 @@ class ServerJob:
     """Everything one server's bench job depends on (and nothing else).
 
     It reaches the job as canonical JSON through ``params:`` (``as_dict``), so a change in any of it reruns the
-    job, and nothing outside it does; the job reads it back with ``from_dict``. Nested settings stay the
-    configuration's own dicts (the schema names their keys).
+    job, and nothing outside it does; the job reads it back with ``from_dict``. Its method travels as a Method (JSON
+    only there); the other nested settings stay the configuration's own dicts (the schema names their keys, the
+    sections' types name those the code reads).
     """
 
     backend: str  # "sim" or "sglang"
     model: dict
     tp: int
-    method: dict  # methods.Method.as_dict()
-    server: dict
-    sim: (
-        dict | None
-    )  # the simulator's settings with the TP's cost model (calibration.choose.sim_settings); None on SGLang
+    method: Method
+    server: ServerSection
+    sim: SimSection | None  # the simulator's settings with the TP's cost model (calibration.choose.sim_settings)
     sglang: dict
     gpu_pool: dict
     workloads: list
@@ -37,17 +38,20 @@ class ServerJob:
     warmup: int
     repetition: int | None
     seed: int
-    sampling: dict
-    load: dict
+    sampling: SamplingSection
+    load: LoadSection
     adaptive: dict | None  # None: fixed-size cells
     cache_dir: str
 
     @property
     def name(self) -> str:
-        return server_name(self.tp, self.method["name"], self.repetition)
+        return server_name(self.tp, self.method.name, self.repetition)
 
     def as_dict(self) -> dict:
-        return asdict(self)
+        """Plain JSON values: every field as the configuration gave it, the method as Method.as_dict()."""
+        out = {f.name: copy.deepcopy(getattr(self, f.name)) for f in fields(self)}
+        out["method"] = self.method.as_dict()
+        return out
 
     @classmethod
     def from_dict(cls, values: dict) -> "ServerJob":
@@ -55,7 +59,7 @@ class ServerJob:
         unknown = set(values) - known
         if unknown:
             raise ValueError(f"server job: unknown keys {', '.join(sorted(unknown))}")
-        return cls(**copy.deepcopy(values))
+        return cls(**{**copy.deepcopy(values), "method": Method.from_dict(values["method"])})
 
     def workload(self, name: str) -> dict:
         return next(w for w in self.workloads if w["name"] == name)

@@ -46,6 +46,7 @@ from ..errors import CalibrationError
 from ..http1 import Pool
 from ..modelling.cost import CHUNKED_PREFILL_SIZE
 from ..modelling.decoding import Decoding
+from ..modelling.method import Method
 from ..text import ChatTemplate
 
 
@@ -299,14 +300,7 @@ def _admit_during_stream(probe: Probe, stream_prompt: str, long_prompt: str, new
     return asyncio.run(run())
 
 
-def method_decoding(method: dict) -> Decoding:
-    """How the simulator decodes a method (its algorithm, parameters, scheduler and environment)."""
-    return Decoding.of_params(
-        method["algorithm"], method["params"], "--disable-overlap-schedule" not in method["flags"], method["env"]
-    )
-
-
-def server_shapes(method: dict, settings: dict) -> list[dict]:
+def server_shapes(method: Method, settings: dict) -> list[dict]:
     """The shapes one server measures, cheapest first: prefill and first token (a block drafter's server's prefill
     steps hold its drafter's extend; a draft model's server, whose drafter extend the cost model does not price,
     measures none), then every batch x context."""
@@ -317,7 +311,7 @@ def server_shapes(method: dict, settings: dict) -> list[dict]:
     lone = [
         {"kind": k, "batch": 1, "context": c} for k in ("prefill", "first-token") for c in sorted(settings["contexts"])
     ]
-    priced = method_decoding(method).spec.drafting != "draft-model"
+    priced = method.spec.drafting != "draft-model"
     return (lone if priced else []) + batch_shapes
 
 
@@ -333,7 +327,7 @@ def shape_key(shape: dict) -> tuple:
 
 def measure_shapes(
     probe: Probe,
-    method: dict,
+    method: Method,
     settings: dict,
     deadline: float,
     log=sys.stderr,
@@ -342,16 +336,16 @@ def measure_shapes(
 ) -> list[dict]:
     """Each shape (default: every shape of the server, ``server_shapes``) as a table row, measured or skipped with
     its reason; ``keep`` is given the rows so far after each one (what an interrupted calibration keeps)."""
-    decoding = asdict(method_decoding(method))
+    decoding = asdict(method.decoding)
     rows: list[dict] = []
     longest, warm = 0.0, False
     for shape in server_shapes(method, settings) if shapes is None else shapes:
         if shape["kind"] == "prefill" and not warm:  # the server's first admission during a stream, not timed: on
             warm = True  # SGLang 0.5.16's DFlash server it took 82 ms at 256 tokens where the same shape takes 20
-            rng = random.Random(f"warm-up {method['name']}")
+            rng = random.Random(f"warm-up {method.name}")
             _admit_during_stream(probe, probe.prompt(128, rng), probe.prompt(256, rng), settings["new_tokens"])
-        seed = canonical_json([method["name"], shape])
-        row = {"server": method["name"], **shape, "width": Decoding(**decoding).verify_width(), "decoding": decoding}
+        seed = canonical_json([method.name, shape])
+        row = {"server": method.name, **shape, "width": Decoding(**decoding).verify_width(), "decoding": decoding}
         row["shape_context"] = shape["context"]
         if time.monotonic() + longest > deadline:
             rows.append({**row, "skipped": TIME_BOUND})
@@ -375,7 +369,7 @@ def measure_shapes(
         if keep is not None:
             keep(rows)
         what = f"{1000 * result['seconds']:.2f} ms" if "seconds" in result else f"skipped: {result['skipped']}"
-        print(f"calibration {method['name']} {shape['kind']} b{shape['batch']} c{shape['context']}: {what}", file=log)
+        print(f"calibration {method.name} {shape['kind']} b{shape['batch']} c{shape['context']}: {what}", file=log)
         if not probe.alive():
-            raise CalibrationError(f"server {method['name']} died while it was measured")
+            raise CalibrationError(f"server {method.name} died while it was measured")
     return rows

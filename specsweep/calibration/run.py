@@ -42,6 +42,7 @@ from ..gpus import GpuPool, lock_folder, visible_devices, wait_until_released
 from ..jobs import calibration_methods, server_job
 from ..launcher import ApiKeyFile, Server, start_server
 from ..methods import expand_methods
+from ..modelling.method import Method
 from ..server_job import ServerJob
 from ..modelling.cost import CostModel, runtime_problems
 from . import choose
@@ -82,7 +83,7 @@ def calibration_job(config: dict, environment: dict, tp: int) -> dict:
         "fingerprint": value,
         "digest": choose.fingerprint_digest(value),
         "server_job": job,
-        "methods": calibration_methods(config),
+        "methods": [m.as_dict() for m in calibration_methods(config)],
         "settings": dict(config["calibration"]),
         "ddtree_builds": dict(config.get("ddtree_builds") or {}),  # the configuration's own, which its methods name
         "sim_profiles": choose.emulated_profiles(config),
@@ -90,16 +91,17 @@ def calibration_job(config: dict, environment: dict, tp: int) -> dict:
     }
 
 
-def entry_key(job: dict, method: dict) -> str:
+def entry_key(job: dict, method: Method) -> str:
     """The cache key of one server's measurements: the fingerprint, the method as its server runs it, what the
     servers are started with, how a shape is measured (calibration.new_tokens, prefill_repeats) and
     CALIBRATION_VERSION. Not which shapes (batches, contexts) nor the time bound: an entry holds every shape measured
     under its key, and a calibration with more shapes measures only those it lacks (see missing_shapes)."""
-    return server_key(job, method, {k: job["settings"][k] for k in ("new_tokens", "prefill_repeats")})
+    return server_key(job, method.as_dict(), {k: job["settings"][k] for k in ("new_tokens", "prefill_repeats")})
 
 
 def server_key(job: dict, method: dict, settings: dict, version: int = CALIBRATION_VERSION) -> str:
-    """The digest entry_key takes of one server's measurements with these settings and this CALIBRATION_VERSION
+    """The digest entry_key takes of one server's measurements (its method as its cache entry holds it: JSON) with
+    these settings and this CALIBRATION_VERSION
     (another version's key: benchmarks/gpu/rekey_calibration.py). Names are not part of it: neither the method's
     nor its engine's (the fingerprint holds the engine's build by its content), as a cell's key holds neither."""
     server_job = job["server_job"]
@@ -135,23 +137,30 @@ def _cache(job: dict) -> CellCache:
     return CellCache(Path(job["server_job"]["cache_dir"]) / "calibration")
 
 
-def cached_entries(job: dict, log=sys.stderr) -> dict[str, dict]:
-    """{method name: its verified cache entry} for the methods of ``job`` that have one; an entry that fails a
+def job_methods(job: dict) -> list[Method]:
+    """A calibration job's methods (its params hold them as JSON), read back once where the job starts; the
+    configuration's DDTree builds, which they may name, made known to this process first."""
+    ddtree.define(job.get("ddtree_builds"))
+    return [Method.from_dict(m) for m in job["methods"]]
+
+
+def cached_entries(job: dict, methods: list[Method], log=sys.stderr) -> dict[str, dict]:
+    """{method name: its verified cache entry} for the ``methods`` of ``job`` that have one; an entry that fails a
     check is named with the reason, and its server measured again."""
     cache, out = _cache(job), {}
-    for method in job["methods"]:
+    for method in methods:
         key = entry_key(job, method)
         entry, why = cache.read(key)
         if entry is not None:
             why = entry_problem(entry, key, job["fingerprint"])
         if why is None and entry is not None:
-            out[method["name"]] = entry
+            out[method.name] = entry
         elif why is not None:
             print(f"calibration: cache entry {cache.path(key)} not used: {why}; measuring again", file=log)
     return out
 
 
-def missing_shapes(method: dict, settings: dict, entry: dict | None) -> list[dict]:
+def missing_shapes(method: Method, settings: dict, entry: dict | None) -> list[dict]:
     """The shapes of a server (server_shapes) its cache entry has no measurement for: a skipped shape counts as
     missing (the time bound, a batch never in flight together, a refusal may not recur) unless it was skipped for
     what the server and model are (``lasting``: its KV cache, the context length)."""
@@ -160,7 +169,7 @@ def missing_shapes(method: dict, settings: dict, entry: dict | None) -> list[dic
 
 
 def measure_servers(
-    job: dict, environment: dict, missing: list[dict], log_dir: Path, log=sys.stderr, cached: dict | None = None
+    job: dict, environment: dict, missing: list[Method], log_dir: Path, log=sys.stderr, cached: dict | None = None
 ) -> list[dict]:
     """Start each missing method's server in turn (the job's GPUs held from the pool throughout), measure the
     shapes its cache entry (``cached``, by method name) lacks within the time bound, always stop it; each server's
@@ -185,8 +194,8 @@ def measure_servers(
         stack.callback(signal.signal, signal.SIGTERM, previous)
         for index, method in enumerate(missing):
             share_end = time.monotonic() + (budget_end - time.monotonic()) / (len(missing) - index)
-            print(f"calibration tp{base.tp}: starting the {method['name']} server", file=log, flush=True)
-            before = cached.get(method["name"])
+            print(f"calibration tp{base.tp}: starting the {method.name} server", file=log, flush=True)
+            before = cached.get(method.name)
 
             def keep(startup_s: float, rows: list[dict], method=method, before=before, first=index == 0) -> dict:
                 """Cache the server's entry: its earlier rows of the shapes not measured again, then ``rows``."""
@@ -195,7 +204,7 @@ def measure_servers(
                 entry = {
                     "key": entry_key(job, method),
                     "fingerprint": job["fingerprint"],
-                    "method": method,
+                    "method": method.as_dict(),
                     "startup_s": startup_s,
                     "first_on_host": first,
                     "startups": startups(before) + [{"seconds": startup_s, "first_on_host": first, "at": now}],
@@ -228,7 +237,7 @@ def _measure_server(
     """(start-up seconds, the table rows) of one method's server, started as the workflow starts it and always
     stopped; ``keep`` is given the start-up and the rows so far after each shape."""
 
-    log_path = log_dir / f"server-calibration-tp{job.tp}-{job.method['name']}.log"
+    log_path = log_dir / f"server-calibration-tp{job.tp}-{job.method.name}.log"
     server: Server | None = None
     with ApiKeyFile(job.server.get("api_key_env")) as key:
         try:
@@ -343,20 +352,20 @@ def calibrate(
     of the cost model, away from the GPUs), the runtime fitted to every measured shape, the profile and its table
     written (atomically). Returns {"measured": [servers started], "cached": [servers wholly from the cache],
     "profile": the profile}."""
-    ddtree.define(job.get("ddtree_builds"))  # the builds its DDTree methods name, in this (a job's) process
     emulated, tp = job["sim_profiles"], job["fingerprint"]["tp"]
     fixed = _given(job, environment)
-    cached = cached_entries(job, log)
+    methods = job_methods(job)
+    cached = cached_entries(job, methods, log)
     settings = job["settings"]
-    missing = [m for m in job["methods"] if measure and missing_shapes(m, settings, cached.get(m["name"]))]
-    if not measure and len(cached) < len(job["methods"]):
+    missing = [m for m in methods if measure and missing_shapes(m, settings, cached.get(m.name))]
+    if not measure and len(cached) < len(methods):
         raise CalibrationError(f"calibration tp{job['fingerprint']['tp']}: a refit needs every server's cache entry")
     measured = measure_servers(job, environment, missing, log_dir, log, cached) if missing else []
     by_name = {**cached, **{e["method"]["name"]: e for e in measured}}
     started = [e["method"]["name"] for e in measured]
-    entries = [by_name[m["name"]] for m in job["methods"]]
-    for entry in entries:  # the configured shapes only (an entry may hold more, from an earlier calibration)
-        wanted = {shape_key(s) for s in server_shapes(entry["method"], settings)}
+    entries = [by_name[m.name] for m in methods]
+    for method, entry in zip(methods, entries):  # the configured shapes only (it may hold more, from an earlier one)
+        wanted = {shape_key(s) for s in server_shapes(method, settings)}
         entry["rows"] = [r for r in entry["rows"] if shape_of(r) in wanted]
     rows = [row for e in entries for row in e["rows"]]
     fit = fit_runtime(rows, emulated["gpu"], emulated["model"], emulated["draft_model"], tp, fixed)

@@ -169,13 +169,14 @@ class CostModel:
             p["models"][draft_model] if draft_model else None,
         )
 
-    def draft_head(self, algorithm: str) -> dict:
-        """An EAGLE head's model profile from the target's: one decoder layer (its weights and KV per token, the
-        target's per layer) and an LM head of vocab x hidden (hidden: q_dim) in bf16; EAGLE-3's also fuses three
-        of the target's layers' hidden states (3 x hidden x hidden)."""
+    def draft_head(self, fused_layers: int = 0) -> dict:
+        """A draft head's model profile from the target's (an EAGLE head, an MTP head): one decoder layer (its
+        weights and KV per token, the target's per layer) and an LM head of vocab x hidden (hidden: q_dim) in bf16;
+        a head that fuses the hidden states of ``fused_layers`` of the target's layers (the algorithm's declared
+        DraftModel.fused_layers: EAGLE-3's three) adds fused_layers x hidden x hidden to its input projection."""
         m = self.model
         hidden = m.get("q_dim", 4096)
-        head = m.get("vocab", 151936) * hidden * 2 + (3 * hidden * hidden * 2 if algorithm == "eagle3" else 0)
+        head = m.get("vocab", 151936) * hidden * 2 + fused_layers * hidden * hidden * 2
         layer = (
             m["weight_bytes"]
             - m.get("expert_bytes", 0.0) * (1 - m.get("experts_per_token", 0) / max(m.get("experts", 1), 1))
@@ -207,8 +208,10 @@ class CostModel:
         if kind != "draft-model":
             return 0.0
         spec = decoding.spec
-        head = isinstance(spec, algorithms.DraftModel) and spec.draft_model == "head"
-        profile = self.draft_head(decoding.algorithm) if head else self.draft_model
+        if isinstance(spec, algorithms.DraftModel) and spec.draft_model == "head":  # sized from the target
+            profile: dict | None = self.draft_head(spec.fused_layers)
+        else:
+            profile = self.draft_model
         if profile is None:
             raise ValueError(f"{decoding.algorithm}: no draft model profile (sim.draft_model_profile)")
         own = {k: r[f"draft_{k}"] for k in ("layer_overhead", "attention_reads") if f"draft_{k}" in r}
@@ -375,7 +378,7 @@ class CostModel:
         seconds = r.get("cpu_step", r.get("no_overlap_penalty", 0.0))
         if decoding.probes_ranks():  # the rank probe's per-request walk in Python
             seconds += r.get("rank_probe_cpu_per_request", 0.0) * batch
-        return seconds + (r.get("spec_cpu_per_request", 0.0) * batch if decoding.algorithm != "ar" else 0.0)
+        return seconds + (r.get("spec_cpu_per_request", 0.0) * batch if decoding.spec.speculative else 0.0)
 
     def decode_step(self, decoding: Decoding, contexts: list[int], shared: float = 0.0) -> float:
         """Seconds for one decode/verify step of a batch with these context lengths (``shared`` of their tokens read
@@ -398,7 +401,7 @@ class CostModel:
         r, spec = self.runtime, decoding.spec
         width = decoding.verify_width()
         gpu = self.verify_seconds(width * len(contexts), contexts, shared)
-        if decoding.algorithm != "ar":
+        if spec.speculative:
             gpu += self.draft_seconds(decoding, contexts) + r.get("verify_per_request", 0.0) * len(contexts)
             masked = spec.custom_mask and (spec.drafting != "draft-model" or decoding.verifies_tree())
             if masked:

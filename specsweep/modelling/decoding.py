@@ -17,7 +17,7 @@ class Decoding:
     scheduler as the server runs it: off where the algorithm forces it off (DDTree), whatever the flags say.
     """
 
-    algorithm: str = "ar"  # a name of specsweep.algorithms.REGISTRY
+    algorithm: str = algorithms.BASELINE  # a name of specsweep.algorithms.REGISTRY
     block_size: int = 16
     budget: int = 0
     topk: int | None = None  # DDTree width cap (SGLANG_DDTREE_MAX_TOPK; None: the build's default); draft models' topk
@@ -136,8 +136,9 @@ class Decoding:
         return self.rank_probe and self.builds_tree()
 
     def tree_shape(self) -> tuple[str, int] | None:
-        """DDTree: ("chain", 1) or ("tree", width) as its build runs this budget; None otherwise."""
-        if self.algorithm != "ddtree":
+        """DDTree (an algorithm that builds trees as a DDTree build does): ("chain", 1) or ("tree", width) as its build
+        runs this budget; None otherwise."""
+        if not self.spec.builds_trees:
             return None
         return ddtree.shape(ddtree.build(self.tree_build), self.block_size, self.budget, self.topk)
 

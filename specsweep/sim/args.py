@@ -201,7 +201,7 @@ def _check_speculative(p: argparse.ArgumentParser, args: argparse.Namespace) -> 
     """Refuse (``p.error``) a speculative decoding SGLang refuses at start-up: a drafter missing or given where the
     algorithm takes none, a block size and draft-token count that disagree, parameters the algorithm rejects."""
     spec = algorithms.by_sglang_name(args.speculative_algorithm)
-    if spec.drafter and not args.speculative_draft_model_path:
+    if spec.drafter_path and not args.speculative_draft_model_path:
         p.error(f"--speculative-draft-model-path is required with --speculative-algorithm {spec.sglang}")
     if spec.drafter is None and args.speculative_draft_model_path:
         p.error(f"--speculative-algorithm {spec.sglang} takes no draft model")
@@ -237,9 +237,9 @@ def decoding_from_args(args: argparse.Namespace, env=None) -> Decoding:
     (specsweep.algorithms: each algorithm's own flags, SGLang's defaults where one is absent)."""
     env = os.environ if env is None else env
     if not args.speculative_algorithm:
-        return Decoding()
+        return Decoding.of_params(algorithms.BASELINE, {}, not args.disable_overlap_schedule, env)
     spec = algorithms.by_sglang_name(args.speculative_algorithm)
     params = spec.from_server(vars(args), env)
-    if spec is algorithms.DDTREE:
+    if spec.builds_trees:
         params = spec.resolve(dict(params, tree_build=args.sim_ddtree_build))
     return Decoding.of_params(spec.name, params, not args.disable_overlap_schedule, env)

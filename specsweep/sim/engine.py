@@ -313,7 +313,7 @@ class Engine:
     def _emit(self, req: Request, n: int) -> None:
         n = min(n, len(req.reply) - req.produced)
         k = self.args.sim_corrupt_tree_from
-        if k and self.decoding.algorithm == "ddtree" and req.verify_ct and n > k and not req.corrupted:
+        if k and self.decoding.spec.builds_trees and req.verify_ct and n > k and not req.corrupted:
             req.corrupted = True  # the accepted path went past depth k: the rest of the reply diverges
             start = req.produced + k
             req.reply[start:] = [tok.upper() if tok.upper() != tok else tok + "x" for tok in req.reply[start:]]
@@ -353,7 +353,7 @@ class Engine:
         }
         if step is not None:  # the engine step that sent this chunk (all chunks of one step share it)
             info["sim_step"] = step.index
-        if self.decoding.algorithm != "ar":
+        if self.decoding.spec.speculative:
             info["spec_verify_ct"] = verify_ct
             # SGLang's definition: completion tokens (the prefill token included) per verify round
             info["spec_accept_length"] = produced / verify_ct if verify_ct else 0.0

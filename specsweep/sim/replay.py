@@ -19,7 +19,7 @@ from .engine import Engine
 
 
 def engine(
-    algorithm: str = "ar",
+    algorithm: str = algorithms.BASELINE,
     block_size: int = 16,
     budget: int = 0,
     tp: int = 1,

@@ -389,8 +389,8 @@ def test_a_build_defined_in_configuration_runs_in_the_plan_and_on_the_simulated_
     assert set(methods) == {"ar", "ddtree-t8", "ddtree-tuncapped"}
     assert methods["ddtree-t8"].env == {"SGLANG_DDTREE_MAX_TOPK": "8"} and methods["ddtree-tuncapped"].env == {}
     assert "topk" not in methods["ddtree-tuncapped"].params
-    assert algorithms.method_shape(methods["ddtree-tuncapped"].as_dict())[1:] == ("tree", 16)  # its max_topk
-    assert algorithms.method_shape(methods["ddtree-t8"].as_dict())[1:] == ("tree", 8)
+    assert methods["ddtree-tuncapped"].tree()[1:] == ("tree", 16)  # its max_topk
+    assert methods["ddtree-t8"].tree()[1:] == ("tree", 8)
     job = server_job(config, 1, "ddtree-tuncapped")
     argv, env = launch_command(job, 30000, 8192, sys.executable)
     args = parse_args(argv[3:])  # the simulated server reads the build from its command line
@@ -435,8 +435,8 @@ def test_plan_seed_is_the_seeds_plan_and_runs_on_the_simulated_backend():
     methods = {m.name: m for m in expand_methods(config)}
     assert {"ar", "dflash", "ddtree-b15", "ddtree-uncapped"} <= set(methods)
     assert methods["ddtree-b15"].env == {"SGLANG_DDTREE_MAX_TOPK": "8"} and methods["ddtree-uncapped"].env == {}
-    assert algorithms.method_shape(methods["ddtree-b15"].as_dict())[1:] == ("tree", 8)
-    assert algorithms.method_shape(methods["ddtree-uncapped"].as_dict())[1:] == ("tree", 32)
+    assert methods["ddtree-b15"].tree()[1:] == ("tree", 8)
+    assert methods["ddtree-uncapped"].tree()[1:] == ("tree", 32)
     assert config["tp"] == [1, 4, 8] and config["gpu_pool"]["devices"] == 8
     assert {w["family"] for w in config["workloads"]} == {"short", "long", "very_long", "agentic_1", "agentic_2"}
     assert config["sim"]["gpu"] == "RTX-PRO-6000" and config["sim"]["model_profile"] == "hybrid-27b"

@@ -26,6 +26,7 @@ from specsweep.environment import probe
 from specsweep.errors import CalibrationError
 from specsweep.modelling.cost import RUNTIME_BOUNDS, CostModel, runtime_problems
 from specsweep.modelling.decoding import Decoding
+from specsweep.modelling.method import Method
 from specsweep.modelling.profiles import profiles
 
 # the measured H200 runtime with the request latency and DFlash prefill `snakemake calibrate` fitted there
@@ -264,7 +265,7 @@ def test_the_sglang_path_calibrates_a_server_that_speaks_sglang_and_reuses_its_c
     assert calibration.read_profile(out[0])["runtime"] == profile["runtime"]
     # an entry edited in the cache is named, not used, and its server measured again
     cache = CellCache(tmp_path / "cache" / "calibration")
-    key = calibration.entry_key(job, job["methods"][1])
+    key = calibration.entry_key(job, calibration.job_methods(job)[1])
     entry = cache.get(key)
     entry["rows"][0]["seconds"] *= 2
     cache.put(key, entry)
@@ -275,7 +276,7 @@ def test_the_sglang_path_calibrates_a_server_that_speaks_sglang_and_reuses_its_c
     # one more context: each server starts again for the shapes its entry lacks, and only those are measured
     config["calibration"]["contexts"] = [512, 1024, 4096]
     more = calibration.calibration_job(config, environment, 1)
-    assert calibration.entry_key(more, more["methods"][1]) == key  # the shapes are not part of the key
+    assert calibration.entry_key(more, calibration.job_methods(more)[1]) == key  # the shapes are not part of the key
     with open(out[1]) as handle:  # a shape the last calibration skipped for a reason that passes is measured again
         retried = {
             f"calibration {r['server']} {r['kind']} b{r['batch']} c{r['context']}"
@@ -307,7 +308,7 @@ def test_the_sglang_path_calibrates_a_server_that_speaks_sglang_and_reuses_its_c
 def test_shapes_beyond_the_time_bound_are_skipped_and_listed(truth_server):
     probe = probing.open_probe(truth_server.url, {}, truth_server.alive, 60, 40960)
     settings = {"batches": [1], "contexts": [512, 1024, 2048, 4096], "new_tokens": 24, "prefill_repeats": 1}
-    method = {"name": "ar", "algorithm": "ar", "params": {}, "flags": [], "env": {}}
+    method = Method("ar", "ar", {}, (), {})
     rows = probing.measure_shapes(probe, method, settings, time.monotonic() + 0.3, log=io.StringIO())
     assert len(rows) == 4 + 4 + 4 and "seconds" in rows[0]  # prefills, first tokens, steps; the first always runs
     skipped = [r for r in rows if r.get("skipped")]

@@ -99,20 +99,21 @@ def test_the_package_has_no_import_cycle():
 LAYERS = {
     # what every stage shares: versions, errors, canonical JSON and digests, the results' paths, the configuration's
     # types, logs, a job's progress and run records, text and chat templates
-    "foundation": ("", "errors", "canon", "layout", "coerce", "logs", "progress", "runs", "text"),
+    "foundation": ("", "errors", "canon", "layout", "coerce", "sections", "logs", "progress", "runs", "text"),
     # what to send and how to send it, time it and read the server's counters; what the records mean
     "measuring": ("http1", "client", "counters", "metrics", "workloads"),
     # SGLang's interface: its launch flags per release, a flag's spellings, the variables that change decoding.
     # Below the model, apart from the rest of SGLang's layer: the model (a DDTree build's decoding variables), the
     # simulated server (which accepts SGLang's flags) and the launcher all speak it
     "sglang interface": ("sglang_options",),
-    # what speculative decoding would do: the algorithm registry and DDTree's builds, how a server decodes, the
-    # acceptance model, the cost model, its profiles, published figures
+    # what speculative decoding would do: the algorithm registry and DDTree's builds, how a server decodes, a
+    # configured method as a server runs it, the acceptance model, the cost model, its profiles, published figures
     "modelling": (
         "algorithms",
         "ddtree",
         "modelling",
         "modelling.decoding",
+        "modelling.method",
         "modelling.acceptance",
         "modelling.cost",
         "modelling.profiles",

@@ -253,7 +253,7 @@ def test_min_free_slots_delay_is_a_setting_per_server_and_method():
     schema = yaml.safe_load((REPO / "config" / "schema.yaml").read_text())
     default = schema["properties"]["server"]["properties"]["min_free_slots_delay"]["default"]
     unset = server_job(c, 1, "dflash")
-    unset = replace(unset, server={}, method={**unset.method, "min_free_slots_delay": None})
+    unset = replace(unset, server={}, method=replace(unset.method, min_free_slots_delay=None))
     assert min_free_slots_delay(unset) == default
 
 

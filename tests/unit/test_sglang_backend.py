@@ -92,7 +92,7 @@ def test_capability_probe_without_ddtree_fails_the_ddtree_method():
     assert "DFLASH" in environment["capabilities"]["algorithms"]
     assert "DDTREE" not in environment["capabilities"]["algorithms"]
     config = plan_full()
-    methods = {m.name: m.as_dict() for m in expand_methods(config)}
+    methods = {m.name: m for m in expand_methods(config)}
     check_methods([methods["ar"], methods["dflash"]], environment)
     with pytest.raises(ServerEnvironmentError, match="method 'ddtree-b4'.*--speculative-algorithm DDTREE"):
         check_methods([methods["ddtree-b4"]], environment)

@@ -531,11 +531,10 @@ def test_the_builds_depth_bonus_variable_reaches_the_tree_the_server_and_the_pla
     # and the plan from the method's env in config
     from conftest import fast_config, validated
     from specsweep.methods import expand_methods
-    from specsweep.plan import method_decoding
 
     config = fast_config()
     config["methods"] = [{"name": "t", "algorithm": "ddtree", "budget": 64, "env": {"SGLANG_DDTREE_DEPTH_BONUS": "-3"}}]
-    assert method_decoding(expand_methods(validated(config))[0]).depth_bonus == -3.0
+    assert expand_methods(validated(config))[0].decoding.depth_bonus == -3.0
 
 
 def test_a_prompt_in_flight_twice_is_read_once_at_the_measured_share():
