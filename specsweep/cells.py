@@ -397,7 +397,7 @@ def measure_cell(
         key=cell["key"],
         cell={k: cell[k] for k in ("tp", "method", "workload", "concurrency", "repetition")},
         method=job.method.as_dict(),
-        model=job.model,
+        model=dict(job.model),
         workload=_workload_record(job, cell, prompts_digest, measured),
         sampling=dict(job.sampling),
         load={**job.load, "stream": stream},

@@ -15,7 +15,7 @@ from .errors import ConfigError
 from .layout import cell_path
 from .methods import expand_methods
 from .modelling.method import Method
-from .sections import LoadSection, SamplingSection, ServerSection, SimSection
+from .sections import LoadSection, ModelSection, SamplingSection, ServerSection, SimSection
 from .server_job import ServerJob
 
 
@@ -99,7 +99,7 @@ def server_job(config: dict, tp: int, method_name: str, repetition: int | None =
         sim["ddtree_builds"] = {method.params["tree_build"]: defined[method.params["tree_build"]]}
     return ServerJob(
         backend=config["backend"],
-        model=dict(config["model"]),
+        model=cast(ModelSection, dict(config["model"])),
         tp=tp,
         method=method,
         server=cast(ServerSection, dict(config["server"])),

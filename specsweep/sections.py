@@ -11,6 +11,16 @@ from __future__ import annotations
 from typing import TypedDict
 
 
+class ModelSection(TypedDict, total=False):
+    """``model``: the target model the servers serve, and the DFlash drafter."""
+
+    name: str
+    path: str
+    drafter: str
+    context_length: int
+    load_format: str  # auto or dummy
+
+
 class ServerSection(TypedDict, total=False):
     """``server``: how every server is started, waited for and stopped."""
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass, fields
 
 from .layout import server_name
 from .modelling.method import Method
-from .sections import LoadSection, SamplingSection, ServerSection, SimSection
+from .sections import LoadSection, ModelSection, SamplingSection, ServerSection, SimSection
 
 
 @dataclass(frozen=True)
@@ -26,7 +26,7 @@ class ServerJob:
     """
 
     backend: str  # "sim" or "sglang"
-    model: dict
+    model: ModelSection
     tp: int
     method: Method
     server: ServerSection

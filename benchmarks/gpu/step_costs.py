@@ -451,13 +451,10 @@ def cell_step(cell: dict) -> dict:
     """One workflow cell as a measured shape (see measured_steps)."""
     import numpy as np
 
-    from specsweep.modelling.decoding import Decoding
+    from specsweep.modelling.method import Method
 
     method = cell["method"]
-    flags = method["flags"]
-    decoding = Decoding.of_params(
-        method["algorithm"], method["params"], "--disable-overlap-schedule" not in flags, method["env"]
-    )
+    decoding = Method.from_dict(method).decoding
     start, end = cell["metrics"]["concurrency"]["window"]
     gaps, contexts = [], []
     for r in cell["requests"]:
