@@ -14,7 +14,9 @@ from . import algorithms, ddtree, engines
 from .algorithms import AlgorithmError
 from .canon import canonical_json
 from .errors import ConfigError
+from .modelling.acceptance import missing_acceptance
 from .modelling.method import Method
+from .modelling.profiles import profiles
 
 
 def _substitute(template: str, values: dict, where: str) -> str:
@@ -179,6 +181,9 @@ def _expand_entry(config: dict, entry: dict, where: str) -> list[Method]:
         algorithm = algorithms.get(entry["algorithm"])
     except AlgorithmError as exc:
         raise ConfigError(f"{where}.algorithm: {exc}") from None
+    why = missing_acceptance(algorithm, profiles((config.get("sim") or {}).get("profiles")))
+    if why:  # the plan prices every method with the acceptance model, on either backend
+        raise ConfigError(f"{where}.algorithm: '{algorithm.name}': {why}")
     for key in algorithms.PARAMETER_NAMES:
         if key in entry and key not in {p.name for p in algorithm.parameters}:
             raise ConfigError(

@@ -37,6 +37,7 @@ from dataclasses import dataclass, replace
 from functools import lru_cache
 
 from .. import ddtree
+from ..algorithms import Algorithm
 from ..text import split_tokens
 from .decoding import Decoding
 from .profiles import profiles
@@ -456,6 +457,24 @@ DRAFTING = {
     "draft-model": RankedDrafter,
     "lookup": LookupDrafter,
 }
+
+
+def missing_acceptance(algorithm: Algorithm, profile_set: dict) -> str | None:
+    """Why this model cannot draw an algorithm's rounds (the simulated server's and the plan's), or None: a drafting
+    mechanism it lacks (DRAFTING), or a draft model whose drafter has no acceptance profile (``drafters`` of the
+    profiles, by the algorithm's name; block drafters draw DFlash's, ACCEPTANCE, and lookup none)."""
+    if algorithm.drafting not in DRAFTING:
+        return (
+            f"the simulator has no drafting mechanism {algorithm.drafting!r} (add it to "
+            "specsweep.modelling.acceptance.DRAFTING)"
+        )
+    if algorithm.drafting == "draft-model" and algorithm.name not in profile_set.get("drafters", {}):
+        return (
+            "its drafter has no acceptance profile, which the plan and the simulated backend draw its rounds from; add "
+            f"drafters.{algorithm.name} to specsweep/data/sim_profiles.yaml, or define sim.profiles.drafters."
+            f"{algorithm.name} (keys: {', '.join(ACCEPTANCE)})"
+        )
+    return None
 
 
 def _mechanism(decoding: Decoding) -> str:

@@ -3,6 +3,7 @@ config mistakes are refused naming the method; an unknown algorithm never runs a
 
 from __future__ import annotations
 
+import copy
 import json
 import sys
 
@@ -218,6 +219,25 @@ def test_the_simulated_backend_refuses_drafters_it_would_simulate_alike():
         validated(config)
     config["backend"], config["model"]["path"] = "sglang", "m"  # a real server runs each head it is given
     assert len(expand_methods(validated(config))) == 2
+
+
+@pytest.mark.parametrize("backend", ["sim", "sglang"])
+def test_a_draft_model_without_its_acceptance_profile_is_a_config_error_naming_the_method(monkeypatch, backend):
+    """The plan prices every method with the acceptance model (on either backend), the simulated server draws from
+    it: a draft model whose drafter has no profile is refused before any job, naming the method, never a KeyError
+    when a server starts."""
+    from specsweep.modelling import profiles as shipped
+
+    without = copy.deepcopy(shipped.default_profiles())
+    eagle3 = without["drafters"].pop("eagle3")
+    monkeypatch.setattr(shipped, "default_profiles", lambda: without)
+    config = load_default_config()
+    config["backend"], config["model"]["path"] = backend, "m"
+    config["methods"] = [{"name": "ar", "algorithm": "ar"}, dict(EAGLE3_TREE)]
+    with pytest.raises(cfg.ConfigError, match=r"methods\[1\] \(e3\)\.algorithm: 'eagle3': its drafter has no acc"):
+        validated(config)
+    config["sim"] = {"profiles": {"drafters": {"eagle3": eagle3}}}  # the profile given in the configuration serves
+    assert [m.name for m in expand_methods(validated(config))] == ["ar", "e3"]
 
 
 def test_sweeps_of_any_parameter_name_each_method_by_its_tags():
