@@ -1,28 +1,42 @@
-"""The docs generated from the code: config/README.md from config/schema.yaml (every configuration key with its
-type, default and the description the schema gives it), and the metric definitions of docs/metrics.md from
-specsweep/metrics.py's docstrings (the text the report prints).
+"""The docs generated from the code: what lists the algorithms of the registry (specsweep/algorithms.py), config/
+README.md from config/schema.yaml (every configuration key with its type, default and the description the schema
+gives it), and the metric definitions of docs/metrics.md from specsweep/metrics.py's docstrings (the text the report
+prints).
 
-    .venv/bin/python tools/docs.py            # writes both
+The registry is the one list of algorithms. What else names them is written from it here, between marker lines:
+config/schema.yaml's ``methods[].algorithm`` (its enum, with each algorithm's SGLang name), ``methods[].drafter``
+(which algorithms take which drafter), one ``algorithms.<name>`` spelling key and one ``defaults.<name>`` object per
+algorithm (each parameter's single value as ``methods[].<parameter>`` takes it); the enum of specsweep/cell.schema.json;
+the algorithm table of docs/configuration.md. The schema stays a file users read and Snakemake validates with, so it
+holds the lists itself; this command keeps them the registry's.
+
+    .venv/bin/python tools/docs.py            # writes every generated file
     .venv/bin/python tools/docs.py --check    # exits 1, naming each stale file, where one is not what the code gives
 
-tests/unit/test_docs.py regenerates the text and compares it with the files, so a schema or docstring edit without
-this command fails the tests. A configuration key without a description is an error naming it: describe it in the
-schema.
+tests/unit/test_docs.py regenerates the text and compares it with the files, so a registry, schema or docstring edit
+without this command fails the tests. A configuration key without a description is an error naming it: describe it
+in the schema.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import sys
+import textwrap
 from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
 
+from specsweep import algorithms
+
 REPO = Path(__file__).resolve().parents[1]
 SCHEMA = REPO / "config" / "schema.yaml"
 README = REPO / "config" / "README.md"
 METRICS_PAGE = REPO / "docs" / "metrics.md"
+CELL_SCHEMA = REPO / "specsweep" / "cell.schema.json"
+CONFIG_PAGE = REPO / "docs" / "configuration.md"
 COMMAND = ".venv/bin/python tools/docs.py"
 BEGIN = f"<!-- generated from specsweep/metrics.py's docstrings by `{COMMAND}`: edit the docstrings, not this list -->"
 END = "<!-- end of the generated definitions -->"
@@ -282,8 +296,178 @@ def with_definitions(page: str) -> str:
     return page[:start] + metric_definitions() + page[end + len(END) :]
 
 
+# ---------------------------------------------------------------------------------------------------------------
+# what lists the registry's algorithms
+
+GENERATED = re.compile(r"^( *)# generated: (\w+).*\n(?:.*\n)*?\1# end generated: \2\n", re.M)
+TABLE_BEGIN = f"<!-- generated from specsweep/algorithms.py by `{COMMAND}`: edit the registry, not this table -->"
+TABLE_END = "<!-- end of the generated table -->"
+
+
+def _flow(value) -> str:
+    """A value in YAML's flow style, as the schema writes its one-line keys (``{type: integer, minimum: 1}``)."""
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{k}: {_flow(v)}" for k, v in value.items()) + "}"
+    if isinstance(value, list):
+        return "[" + ", ".join(_flow(v) for v in value) + "]"
+    if isinstance(value, str) and not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_.-]*", value):
+        return json.dumps(value)
+    return json.dumps(value) if isinstance(value, (bool, type(None))) else str(value)
+
+
+def _folded(key: str, text: str, indent: int) -> list[str]:
+    """``key: >`` and the text folded under it, each line within 120 columns."""
+    body = textwrap.wrap(text, 120 - indent - 2, break_on_hyphens=False)
+    return [" " * indent + f"{key}: >"] + [" " * (indent + 2) + line for line in body]
+
+
+def _listed(names: list[str]) -> str:
+    return ", ".join(names[:-1]) + " and " + names[-1] if len(names) > 1 else "".join(names)
+
+
+def _algorithm_block(indent: int) -> list[str]:
+    """methods[].algorithm: the registry's names, each with its SGLang name."""
+    named = [f"{a.name} ({a.sglang or 'no speculative flags'})" for a in algorithms.REGISTRY.values()]
+    text = (
+        "The method's algorithm, one of the registry (specsweep/algorithms.py; docs/configuration.md's table says "
+        "what each drafts and verifies), with SGLang's --speculative-algorithm for it: " + ", ".join(named) + "."
+    )
+    return _folded("description", text, indent) + [" " * indent + f"enum: {_flow(list(algorithms.REGISTRY))}"]
+
+
+def _drafter_block(indent: int) -> list[str]:
+    """methods[].drafter: which algorithms take which drafter (Algorithm.drafter)."""
+    by_kind: dict = {}
+    for a in algorithms.REGISTRY.values():
+        by_kind.setdefault(a.drafter, []).append(a)
+    parts = [
+        "required for " + ", ".join(f"{a.name} ({a.drafter_doc})" for a in by_kind.get("own", [])),
+        _listed([a.name for a in by_kind.get("shared", [])]) + " default to model.drafter",
+        *(f"{a.name} drafts with {a.drafter_doc} (none to name)" for a in by_kind.get("target", [])),
+        _listed([a.name for a in by_kind.get(None, [])]) + " have none",
+    ]
+    return _folded("description", "The method's own draft model (path or hub id): " + "; ".join(parts) + ".", indent)
+
+
+def _single_value(node: dict, parameter: algorithms.Parameter) -> dict:
+    """A parameter's schema for one value (a defaults.<algorithm> key): methods[].<parameter>'s, less its list, and
+    less "uncapped" where the algorithm's parameter is no cap a build holds (Parameter.uncapped)."""
+    node = {k: v for k, v in node.items() if k != "description"}
+    if "oneOf" in node:
+        single = [
+            branch
+            for branch in node["oneOf"]
+            if branch.get("type") != "array" and (parameter.uncapped or branch.get("const") != "uncapped")
+        ]
+        node = single[0] if len(single) == 1 else {"oneOf": single}
+    return node
+
+
+def _defaults_block(indent: int, schema: dict) -> list[str]:
+    """defaults.<algorithm>: one object per algorithm with parameters, each key as methods[].<parameter> takes one
+    value."""
+    method = schema["properties"]["methods"]["items"]["properties"]
+    pad, lines = " " * indent, []
+    for a in algorithms.REGISTRY.values():
+        if not a.parameters:
+            continue
+        lines += [
+            f"{pad}{a.name}:",
+            f'{pad}  description: "Defaults of {a.title} methods."',
+            f"{pad}  type: object",
+            f"{pad}  additionalProperties: false",
+            f"{pad}  properties:",
+        ]
+        for p in a.parameters:
+            value = {**_single_value(method[p.name], p), "description": f"As methods[].{p.name}."}
+            lines.append(f"{pad}    {p.name}: {_flow(value)}")
+    return lines
+
+
+def _block(name: str, indent: int, schema: dict) -> list[str]:
+    if name == "algorithm":
+        return _algorithm_block(indent)
+    if name == "drafter":
+        return _drafter_block(indent)
+    if name == "spellings":
+        return [" " * indent + f'{a}: {{$ref: "#/$defs/spelling"}}' for a in algorithms.REGISTRY]
+    if name == "defaults":
+        return _defaults_block(indent, schema)
+    raise ValueError(f"config/schema.yaml: no generated block is called {name!r}")
+
+
+def with_registry(schema_text: str) -> str:
+    """config/schema.yaml with every block between its marker lines (``# generated: <name>`` ... ``# end generated:
+    <name>``) written again from the registry."""
+
+    def block(match: re.Match) -> str:
+        indent, name = match.group(1), match.group(2)
+        lines = _block(name, len(indent), yaml.safe_load(schema_text))
+        begin = f"{indent}# generated: {name} (from specsweep/algorithms.py by {COMMAND}; edit the registry)"
+        return "\n".join([begin, *lines, f"{indent}# end generated: {name}"]) + "\n"
+
+    return GENERATED.sub(block, schema_text)
+
+
+def with_cell_enum(cell_schema_text: str) -> str:
+    """specsweep/cell.schema.json with the registry's names as the enum of a cell's method's algorithm."""
+    enum = json.dumps(list(algorithms.REGISTRY))
+    text, found = re.subn(r'("algorithm": \{"enum": )\[[^\]]*\]', lambda m: m.group(1) + enum, cell_schema_text)
+    if found != 1:
+        raise ValueError('specsweep/cell.schema.json: no method "algorithm": {"enum": [...]} to write the names in')
+    return text
+
+
+def _parameters(a: algorithms.Algorithm) -> str:
+    def one(p: algorithms.Parameter) -> str:
+        default = "required" if p.required else (f"`{p.default}`" if isinstance(p.default, str) else p.default)
+        notes = [str(default)] if default is not None else []
+        return f"`{p.name}`" + (f" ({', '.join(notes + ([p.doc] if p.doc else []))})" if notes or p.doc else "")
+
+    return ", ".join(one(p) for p in a.parameters)
+
+
+def _drafter_cell(a: algorithms.Algorithm) -> str:
+    if a.drafter == "shared":
+        return "`model.drafter` (or the method's `drafter`)"
+    if a.drafter == "own":
+        return f"the method's `drafter` ({a.drafter_doc})"
+    return a.drafter_doc or "none"
+
+
+def algorithm_table() -> str:
+    """docs/configuration.md's table of the algorithms, one row per entry of the registry."""
+    rows = [
+        f"| `{a.name}` | {f'`{a.sglang}`' if a.sglang else 'no speculative flags'} | {_parameters(a)} | "
+        f"{_drafter_cell(a)} | {a.verifies} |"
+        for a in algorithms.REGISTRY.values()
+    ]
+    header = ["| algorithm | SGLang | parameters (default) | drafter | verifies a round |", "|---|---|---|---|---|"]
+    return "\n".join([TABLE_BEGIN, "", *header, *rows, "", TABLE_END])
+
+
+def with_table(page: str) -> str:
+    """docs/configuration.md with its algorithm table (between TABLE_BEGIN's and TABLE_END's lines) made again."""
+    start, end = page.find(TABLE_BEGIN), page.find(TABLE_END)
+    if start < 0 or end < start:
+        raise ValueError(f"docs/configuration.md: no generated table (the lines {TABLE_BEGIN!r} ... {TABLE_END!r})")
+    return page[:start] + algorithm_table() + page[end + len(TABLE_END) :]
+
+
+def generated() -> dict[Path, str]:
+    """Every generated file's text, as the code gives it (the schema's first: config/README.md is made from it)."""
+    schema = with_registry(SCHEMA.read_text())
+    return {
+        SCHEMA: schema,
+        CELL_SCHEMA: with_cell_enum(CELL_SCHEMA.read_text()),
+        CONFIG_PAGE: with_table(CONFIG_PAGE.read_text()),
+        README: render(yaml.safe_load(schema)),
+        METRICS_PAGE: with_definitions(METRICS_PAGE.read_text()),
+    }
+
+
 def main(argv: list[str]) -> int:
-    wanted = {README: render(load_schema()), METRICS_PAGE: with_definitions(METRICS_PAGE.read_text())}
+    wanted = generated()
     if argv[1:] == ["--check"]:
         stale = [str(path.relative_to(REPO)) for path, text in wanted.items() if path.read_text() != text]
         if stale:

@@ -6,14 +6,17 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import json
 import re
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
+import yaml
 
 from conftest import REPO
-from specsweep import metrics, workloads
+from specsweep import algorithms, metrics, workloads
 
 TEXT = ["README.md", "Snakefile", "benchmarks", "config", "docs", "rules", "scripts", "specsweep", "tests", "tools"]
 SUFFIXES = {".md", ".py", ".smk", ".yaml", ".rst", ".j2", ".sh", ".toml", ""}
@@ -236,6 +239,37 @@ def test_config_readme_is_what_the_schema_gives():
     assert (REPO / "config" / "README.md").read_text() == expected, (
         f"config/README.md is stale (config/schema.yaml changed): run {docs_tool.COMMAND}"
     )
+
+
+def test_every_list_of_the_algorithms_is_the_registrys():
+    """config/schema.yaml's algorithm enum, drafter description, spelling and defaults keys, the cell schema's enum
+    and docs/configuration.md's table are what tools/docs.py writes from the registry."""
+    wanted = docs_tool.generated()
+    for path in (docs_tool.SCHEMA, docs_tool.CELL_SCHEMA, docs_tool.CONFIG_PAGE):
+        assert path.read_text() == wanted[path], (
+            f"{path.relative_to(REPO)} is stale (the registry changed): run {docs_tool.COMMAND}"
+        )
+
+
+def test_an_algorithm_added_to_the_registry_reaches_every_list(monkeypatch):
+    """A new entry is all a new algorithm needs: the generated lists take it, with its parameters' defaults keys as
+    methods[] takes one value of each (less "uncapped", which is DDTree's), its drafter and its SGLang name."""
+    medusa = replace(algorithms.EAGLE3, name="medusa", title="Medusa", sglang="MEDUSA", drafter_doc="Medusa heads")
+    monkeypatch.setitem(algorithms.REGISTRY, "medusa", medusa)
+    schema = yaml.safe_load(docs_tool.with_registry(docs_tool.SCHEMA.read_text()))
+    method = schema["properties"]["methods"]["items"]["properties"]
+    assert method["algorithm"]["enum"][-1] == "medusa" and "medusa (MEDUSA)" in method["algorithm"]["description"]
+    assert "medusa (Medusa heads)" in method["drafter"]["description"]
+    assert schema["properties"]["algorithms"]["properties"]["medusa"] == {"$ref": "#/$defs/spelling"}
+    defaults = schema["properties"]["defaults"]["properties"]["medusa"]["properties"]
+    assert list(defaults) == ["num_steps", "topk", "num_draft_tokens", "accept_length"]
+    assert defaults["topk"] == {"type": "integer", "minimum": 1, "maximum": 32, "description": "As methods[].topk."}
+    ddtree_topk = schema["properties"]["defaults"]["properties"]["ddtree"]["properties"]["topk"]
+    assert {"const": "uncapped"} in ddtree_topk["oneOf"]
+    cell = json.loads(docs_tool.with_cell_enum(docs_tool.CELL_SCHEMA.read_text()))
+    assert cell["properties"]["method"]["properties"]["algorithm"]["enum"] == list(algorithms.REGISTRY)
+    row = docs_tool.algorithm_table().splitlines()[-3]
+    assert row.startswith("| `medusa` | `MEDUSA` | `num_steps` (3), `topk` (1), ") and "(Medusa heads)" in row
 
 
 def test_the_metric_definitions_are_the_docstrings_the_report_prints():
