@@ -525,8 +525,11 @@ EAGLE3 = _draft_model("eagle3", "EAGLE-3", "EAGLE3", "head", "an EAGLE-3 head", 
 STANDALONE = _draft_model(
     "standalone", "standalone drafter", "STANDALONE", "model", "a small model of the target's family"
 )
+# SGLang's multi-token-prediction heads: NEXTN is EAGLE run with the head the target ships (DeepSeek-V3's MTP module,
+# and its kin): server_args rewrites it to EAGLE and reads the draft model from the target's own checkpoint
+NEXTN = _draft_model("nextn", "NEXTN", "NEXTN", "head", "the target's own multi-token-prediction head", "target")
 
-REGISTRY: dict[str, Algorithm] = {a.name: a for a in (AR, DFLASH, DDTREE, NGRAM, EAGLE, EAGLE3, STANDALONE)}
+REGISTRY: dict[str, Algorithm] = {a.name: a for a in (AR, DFLASH, DDTREE, NGRAM, EAGLE, EAGLE3, STANDALONE, NEXTN)}
 # every parameter any algorithm has: a key that means nothing for a method's algorithm is refused by name
 PARAMETER_NAMES = tuple(dict.fromkeys(p.name for a in REGISTRY.values() for p in a.parameters))
 
