@@ -16,7 +16,10 @@ from specsweep import config as cfg
 from specsweep.environment import capabilities_from_help
 from specsweep.jobs import server_job
 from specsweep.launcher import launch_command, server_arguments
+from specsweep.canon import canonical_json
 from specsweep.methods import expand_methods
+from specsweep.modelling.method import Method
+from specsweep.server_job import ServerJob
 from specsweep.sglang_options import check_argv, choose_flags
 from specsweep.modelling.acceptance import ACCEPTANCE, accepted_tokens, request_drafter
 from specsweep.modelling.decoding import Decoding
@@ -468,3 +471,23 @@ def test_plan_seed_is_the_seeds_plan_and_runs_on_the_simulated_backend():
     args = parse_args(argv[3:])
     assert decoding_from_args(args, env).tree_shape() == ("tree", 32) and args.tp_size == 4
     assert args.sim_unmodelled_flags == ["--speculative-ddtree-allow-hybrid-unsafe"]
+
+
+def test_a_server_job_carries_its_method_and_makes_it_json_once():
+    """The server job holds a Method (what each job asks of it); its JSON, and so every cell key, holds the method as
+    it always did: drafter and engine only where the method has them."""
+    config = configured(
+        {"name": "ar", "algorithm": "ar"},
+        {"name": "e3", "algorithm": "eagle3", "drafter": "heads/e3"},
+        engines=[{"name": "h200"}],
+    )
+    for name, extra in (("ar@h200", {"engine"}), ("e3@h200", {"engine", "drafter"})):
+        job = server_job(config, 1, name)
+        assert isinstance(job.method, Method) and job.method.spec is algorithms.get(job.method.algorithm)
+        values = json.loads(canonical_json(job.as_dict()))
+        plain = {"name", "algorithm", "params", "flags", "env", "attention_backend", "min_free_slots_delay"}
+        assert set(values["method"]) == plain | extra and values["method"]["flags"] == list(job.method.flags)
+        again = ServerJob.from_dict(values)
+        assert again == job and canonical_json(again.as_dict()) == canonical_json(job.as_dict())
+    with pytest.raises(ValueError, match="method: unknown keys colour"):
+        Method.from_dict(dict(job.method.as_dict(), colour="red"))
