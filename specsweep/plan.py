@@ -445,8 +445,11 @@ PREDICTION_COLUMNS = [
 ]
 
 
-def write_plan(config: dict, environment: dict | None, gpus: int, out_md: str, out_csv: str) -> dict:
-    """plan.csv (one row per cell) and plan.md (totals, packing, per-server table, assumptions)."""
+def write_plan(
+    config: dict, environment: dict | None, gpus: int, out_md: str, out_csv: str, gpus_from: str = ""
+) -> dict:
+    """plan.csv (one row per cell) and plan.md (totals, packing, per-server table, assumptions); ``gpus_from``: where
+    the number of GPUs comes from (gpus.plan_gpus), said beside it."""
     import pandas as pd
 
     rows = predict(config, config["cache_dir"])
@@ -471,6 +474,7 @@ def write_plan(config: dict, environment: dict | None, gpus: int, out_md: str, o
         ),
         f"- GPU-hours: {hours:.2f} (sum over servers of TP x predicted duration)",
         f"- GPUs: {gpus}"
+        + (f" ({gpus_from})" if gpus_from else "")
         + (" (all servers serialised: gpu_pool.exclusive)" if config["gpu_pool"]["exclusive"] else "")
         + (f", on hosts of {gpus_per_host(config, gpus)}" if gpus_per_host(config, gpus) < gpus else ""),
         calibrate.plan_line(config),

@@ -624,3 +624,123 @@ def test_an_engines_sim_block_is_merged_over_the_top_level_one_at_every_depth():
     base, _ = launch_command(server_job(c, 1, "dflash@base"), port=30000, max_context=8192)
     assert json.loads(base[base.index("--sim-acceptance") + 1]) == {"base": 0.7}
     assert base[base.index("--sim-runtime") + 1] == "sglang"
+
+
+# ------------------------------------------------------------------ did you mean, the concurrency advice, warnings
+
+
+@pytest.mark.parametrize(
+    "mutate,message,meant",
+    [
+        (
+            lambda c: c.update(concurency=[1]),
+            "concurency: not a key of the configuration; known: adaptive,",
+            "concurrency",
+        ),
+        (
+            lambda c: (c["methods"][0].update(algoritm="ar"), c["methods"][0].pop("algorithm")),
+            "methods[0].algoritm: not a key of methods[0]; known: accept_length, algorithm,",
+            "algorithm",
+        ),
+        (
+            lambda c: c["methods"][2].update(budgett=[8]),
+            "methods[2].budgett: not a key of methods[2]; known:",
+            "budget",
+        ),
+        (
+            lambda c: c["workloads"][1].update(max_new_token=64),
+            "workloads[1].max_new_token: not a key of workloads[1]",
+            "max_new_tokens",
+        ),
+        (lambda c: c["sampling"].update(temprature=0.5), "sampling.temprature: not a key of sampling;", "temperature"),
+        (lambda c: c["sim"].update(acceptance={"bsae": 0.5}), "sim.acceptance.bsae: not a parameter of the", "base"),
+        (lambda c: c["sim"].update(gpu="H20O"), "sim.gpu: unknown profile 'H20O'; known:", "H200"),
+    ],
+    ids=["top-level", "method", "method-sweep", "workload", "sampling", "acceptance", "profile"],
+)
+def test_a_misspelt_key_is_answered_with_the_closest_known_one(mutate, message, meant):
+    config = load_default_config()
+    mutate(config)
+    with pytest.raises(cfg.ConfigError) as info:
+        checked(config)
+    assert str(info.value).startswith(message), str(info.value)
+    assert str(info.value).endswith(f"; did you mean {meant}?"), str(info.value)
+
+
+def test_a_key_close_to_no_known_one_gets_no_guess():
+    config = load_default_config()
+    config["sampling"]["zzzz"] = 1
+    with pytest.raises(cfg.ConfigError) as info:
+        checked(config)
+    assert str(info.value) == "sampling.zzzz: not a key of sampling; known: ignore_eos, temperature, thinking, top_p"
+
+
+def refusal(config: dict) -> str:
+    with pytest.raises(cfg.ConfigError) as info:
+        validated(config)
+    return str(info.value)
+
+
+def test_concurrency_above_what_a_source_holds_is_refused_with_advice_that_works():
+    """Concurrency 256 on the short workload (256 distinct sessions) used to get "set workloads[0].requests to at
+    most 256 (and at least 512)", blaming workloads[0].concurrency, which the user had not set: no request count
+    holds 256 requests in flight on 256 sessions, and the level came from the top-level concurrency."""
+    config = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
+    config["concurrency"] = [1, 4, 16, 256]
+    message = refusal(config)
+    assert message.startswith(
+        "cell short at concurrency 256 (workloads[0]): needs 1024 sessions but its source has 256"
+    )
+    assert "(the 1024: load.waves 4 x concurrency 256)" in message
+    assert "holds a concurrency of at most 128" in message
+    assert "leave 256 out of concurrency, or give workloads[0] a concurrency list of its own, e.g. " in message
+    assert "requests" not in message.split("Fix:")[1]  # no request count holds it: none is offered
+    assert "at least 512" not in message
+    config["workloads"][0]["concurrency"] = [1, 4, 16]  # the fix it gives: the next workload is refused, not this
+    assert "(workloads[0])" not in refusal(config)
+
+
+@pytest.mark.parametrize("level,count,requests", [(100, "between 200 and 256", [200, 256]), (128, "256", [256])])
+def test_a_request_count_is_offered_only_where_one_holds_the_concurrency(level, count, requests):
+    config = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
+    config["concurrency"] = [1, level]
+    config["workloads"] = config["workloads"][:1]
+    message = refusal(config)
+    assert f"Fix: set workloads[0].requests to {count}, or leave {level} out of concurrency" in message, message
+    assert message.endswith(", or lower load.waves to 2, or use a source with more sessions")  # 2 x level sessions
+    for n in requests:  # each count it offers holds every level
+        config["workloads"][0]["requests"] = n
+        validated(config)
+    config["workloads"][0]["requests"] = requests[0] - 1
+    assert "cannot hold" in refusal(config)
+    del config["workloads"][0]["requests"]
+    config["load"] = {"waves": 2}  # the other fix it gives
+    validated(config)
+
+
+def test_a_workloads_own_request_count_is_the_fix_where_it_is_the_cause():
+    config = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
+    config["workloads"][2].update(concurrency=[1, 4, 16], requests=40)  # agent: 24 recorded sessions fit
+    message = refusal(config)
+    assert "needs 40 sessions but its source has 24 distinct ones" in message and "(the 40: workloads[2].requests)" in (
+        message
+    )
+    assert "Fix: lower workloads[2].requests to between 8 and 24 and leave 16 out of workloads[2].concurrency" in (
+        message
+    )
+    config["workloads"][2].update(concurrency=[1, 4], requests=8)
+    validated(config)
+
+
+def test_a_configuration_without_ar_is_warned_that_it_gets_no_speedups():
+    config = load_default_config()
+    assert cfg.warnings(validated(config)) == []
+    config["methods"] = [m for m in config["methods"] if m["algorithm"] != "ar"]
+    [warning] = cfg.warnings(validated(config))
+    assert warning.startswith("no method runs AR (algorithm: ar), the baseline every speedup is measured against")
+    assert "speedup columns of results/summary.csv" in warning and "break-even" in warning
+    config = load_default_config()  # engines: each needs its own AR (speedups are taken on the same engine)
+    config["engines"] = [{"name": "base"}, {"name": "other"}]
+    config["methods"][0]["engines"] = ["base"]
+    [warning] = cfg.warnings(validated(config))
+    assert warning.startswith("on engine other, no method runs AR")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import pandas as pd
 
 from conftest import (
@@ -13,6 +15,8 @@ from conftest import (
     snakemake,
     write_config,
 )
+from specsweep.environment import gpu_inventory
+from specsweep.gpus import plan_gpus
 
 
 def test_full_plan_is_priced_without_starting_anything(workflow):
@@ -20,6 +24,11 @@ def test_full_plan_is_priced_without_starting_anything(workflow):
     md = (workflow / "results" / "plan" / "plan.md").read_text()
     assert "# Plan: 36 servers, 1080 cells" in md
     assert "GPU-hours:" in md and "predicted makespan:" in md and "lower bound" in md
+    # plan-full sets no gpu_pool.devices: the GPUs it packs onto are those visible here, else 8, said so
+    gpus, source = plan_gpus(None)
+    assert f"- GPUs: {gpus} ({source})" in md and f"- GPUs: {gpus} ({source})" in proc.stdout
+    if not os.environ.get("CUDA_VISIBLE_DEVICES") and not gpu_inventory():  # this host: no GPU
+        assert "- GPUs: 8 (assumed: no GPU is visible here" in md
     plan = pd.read_csv(workflow / "results" / "plan" / "plan.csv")
     assert len(plan) == 1080 and plan["server"].nunique() == 36
     assert (plan["measure_s"] > 0).all() and not plan["cached"].any()
