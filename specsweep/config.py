@@ -480,11 +480,11 @@ def check_cells_reach_label(config: dict) -> None:
         fixes = [_requests_fix(w, index, "lower" if given else "set", levels, least, cap)] if given or rescued else []
         fixes += [] if given else [by_level]
         if not given and any(needed[c] > cap for c in levels):  # sized by load.waves x concurrency, or at least
-            most = cap // max(levels)  # load.min_requests: lowering those holds every level it can
+            waves = cap // max(levels)  # load.min_requests: lowering those holds every level it can
             if load["min_requests"] > cap:
                 fixes.append(f"lower load.min_requests to at most {cap}")
-            elif most >= MIN_WAVES:
-                fixes.append(f"lower load.waves to {_between(MIN_WAVES, most)}")
+            elif waves >= MIN_WAVES:
+                fixes.append(f"lower load.waves to {_between(MIN_WAVES, waves)}")
         for c in dropped[:1]:
             n, origin = needed[c], _sessions_origin(w, index, c, load)
             where = f"cell {w['name']} at concurrency {c} (workloads[{index}])"
