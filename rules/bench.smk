@@ -66,6 +66,7 @@ rule bench_server:
         failures=canonical_json(CONFIG["failures"]),
         # cells whose output is there though they were not final (failures.keep_going): measured again next run
         unfinished=lambda wildcards: canonical_json(bench.unfinished_outputs(server_cell_outputs(wildcards))),
+    threads: server_threads
     resources:
         gpu=server_gpus,
     priority: server_job_priority

@@ -49,6 +49,13 @@ except launcher.ServerError as _error:
 
 SERVERS = jobs.servers(CONFIG)
 
+# A simulated host of sim.gpus GPUs: its server jobs count against its GPUs, not against --cores (server_threads),
+# and Snakemake starts them in the plan's packing order as GPUs free: its `gpu` resource is the simulated host's
+# GPU count, unless --resources gives one
+SIMULATED_GPUS = jobs.simulated_gpus(CONFIG)
+if SIMULATED_GPUS and workflow.is_main_process and "gpu" not in workflow.global_resources:
+    workflow.register_resource("gpu", SIMULATED_GPUS)
+
 # What a valid configuration will not give (specsweep.config.warnings: no AR method, so no speedups), said once
 if workflow.is_main_process:
     for _warning in ss_config.warnings(CONFIG):
@@ -132,8 +139,10 @@ def server_job_summary(wildcards):
 
 
 def plan_gpus():
-    """(GPUs the plan packs servers onto, where that number comes from): gpu_pool.devices, else those visible here,
-    else an 8-GPU host, said to be assumed (specsweep.gpus.plan_gpus)."""
+    """(GPUs the plan packs servers onto, where that number comes from): the simulated host's (sim.gpus), else
+    gpu_pool.devices, else those visible here, else an 8-GPU host, said to be assumed (specsweep.gpus.plan_gpus)."""
+    if SIMULATED_GPUS:
+        return SIMULATED_GPUS, "from sim.gpus, the simulated host"
     return ss_gpus.plan_gpus(CONFIG["gpu_pool"]["devices"])
 
 
@@ -222,10 +231,18 @@ def server_job_priority(wildcards):
 
 
 def server_gpus(wildcards):
-    """GPUs a server job holds: its TP size on GPU hosts and on a simulated GPU host (gpu_pool.devices)."""
-    if CONFIG["backend"] == "sglang" or CONFIG["gpu_pool"]["devices"]:
-        return CONFIG["gpu_pool"]["devices"] if CONFIG["gpu_pool"]["exclusive"] else int(wildcards.tp)
+    """GPUs a server job holds: its TP size on GPU hosts and on a simulated GPU host (gpu_pool.devices, sim.gpus)."""
+    pool = jobs.gpu_pool(CONFIG)
+    if CONFIG["backend"] == "sglang" or pool["devices"]:
+        return pool["devices"] if pool["exclusive"] else int(wildcards.tp)
     return 0
+
+
+def server_threads(wildcards):
+    """Cores a server job counts against --cores: none on the simulated host (sim.gpus), whose GPUs bound how many
+    run at once (a simulated server mostly waits out its modelled steps: four of them and their clients used about
+    a tenth of a core each on the default plan), one elsewhere."""
+    return 0 if SIMULATED_GPUS else 1
 
 
 # A job's settings reach it twice (specsweep.rerun). `settings`, tracked: a summary and their digest, which Snakemake

@@ -28,7 +28,7 @@ from .engines import view as engine_view
 from .algorithms import AR
 from .errors import ConfigError, DuplicateKey, did_you_mean, unique_pairs
 from .layout import MAX_EXPANDED_NAME
-from .jobs import MIN_WAVES, cell_requests, server_job, servers, workload_concurrency
+from .jobs import MIN_WAVES, cell_requests, gpu_pool, server_job, servers, simulated_gpus, workload_concurrency
 from .launcher import ServerError, server_arguments
 from .methods import expand_methods
 from .sglang_options import FlagError, check_argv, decoding_variable
@@ -238,10 +238,11 @@ def normalise(config: dict) -> dict:
     for key in ("startup_timeout", "request_timeout", "orphan_timeout"):
         config["server"][key] = float(config["server"][key])
     config["server"]["env"] = {k: str(v) for k, v in config["server"]["env"].items()}
-    devices = config["gpu_pool"]["devices"]
+    devices = gpu_pool(config)["devices"]
     if devices and max(config["tp"]) > devices:
+        key = "sim.gpus, the simulated host's" if simulated_gpus(config) else "gpu_pool.devices"
         raise ConfigError(
-            f"tp: {max(config['tp'])} is larger than the {devices} GPUs available (gpu_pool.devices); "
+            f"tp: {max(config['tp'])} is larger than the {devices} GPUs available ({key}); "
             "lower tp or use a larger host"
         )
     for w in config["workloads"]:
@@ -338,6 +339,11 @@ def check_engines(config: dict) -> None:
             raise ConfigError(f"engines[{index}]: duplicated engine name '{name}'; give each engine a unique name")
         seen = engine_view(config, name)
         check_acceptance(seen, f"engines[{index}].sim")
+        if seen["sim"].get("gpus") != config["sim"].get("gpus"):
+            raise ConfigError(
+                f"engines[{index}].sim.gpus: {seen['sim'].get('gpus')} (engine {name}) differs from sim.gpus "
+                f"{config['sim'].get('gpus')}; the simulated host is one for every engine: set it once, as sim.gpus"
+            )
         if config["backend"] == "sim":
             check_sim_profiles(seen, f"engines[{index}].sim")
             clocks.append((index, name, float(seen["sim"]["time_scale"])))

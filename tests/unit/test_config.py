@@ -130,7 +130,8 @@ def test_default_sizing_scales_with_concurrency():
     config = validated(yaml.safe_load((REPO / "config" / "config.yaml").read_text()))
     sizes = {(c["workload"], c["concurrency"]): c["requests"] for c in all_cells(config)}
     assert sizes[("short", 1)] == 32 and sizes[("short", 4)] == 32 and sizes[("short", 16)] == 64
-    assert sizes[("agent", 1)] == 16 and ("agent", 16) not in sizes  # its own levels: too few recorded sessions
+    assert sizes[("agent", 1)] == 8 and ("agent", 16) not in sizes  # its own levels: too few recorded sessions
+    assert sizes[("long", 1)] == sizes[("long", 4)] == 16 and ("long", 16) not in sizes  # its own count and levels
 
 
 @pytest.mark.parametrize(
@@ -294,7 +295,7 @@ ENDLESS = [
     ("requests", lambda c: c["workloads"][0].update(requests=10**7), "workloads[0].requests: 10000000 is greater"),
     (
         "waves",
-        lambda c: c.update(load={"waves": 999}, workloads=[dict(c["workloads"][1], concurrency=[16])]),
+        lambda c: c.update(load={"waves": 999}, workloads=[{"name": "long", "family": "long", "concurrency": [16]}]),
         "cell long at concurrency 16 (workloads[0]): 15984 sessions is more than the 10000 a cell may send",
     ),
     (
@@ -364,11 +365,11 @@ def test_whole_numbers_written_as_floats_are_the_integers_they_mean():
     '4.0' (blamed on a method's flags) or a cell's loop as a float."""
     config = load_default_config()
     config.update(concurrency=[1, 4.0], seed=1e3)  # what YAML's 4.0 and `--config seed=1e3` deliver
-    config["workloads"][2]["requests"] = 16.0
+    config["workloads"][2]["requests"] = 8.0
     checked_config = checked(config)
     assert checked_config["concurrency"] == [1, 4] and all(type(c) is int for c in checked_config["concurrency"])
     assert checked_config["seed"] == 1000 and type(checked_config["seed"]) is int
-    assert checked_config["workloads"][2]["requests"] == 16
+    assert checked_config["workloads"][2]["requests"] == 8
     job = server_job(checked_config, 1, "ar")
     assert job == server_job(validated(dict(load_default_config(), concurrency=[1, 4], seed=1000)), 1, "ar")
     config["concurrency"] = [1, 4.5]
@@ -696,8 +697,8 @@ def test_concurrency_above_what_a_source_holds_is_refused_with_advice_that_works
     assert "leave 256 out of concurrency, or give workloads[0] a concurrency list of its own, e.g. " in message
     assert "requests" not in message.split("Fix:")[1]  # no request count holds it: none is offered
     assert "at least 512" not in message
-    config["workloads"][0]["concurrency"] = [1, 4, 16]  # the fix it gives: the next workload is refused, not this
-    assert "(workloads[0])" not in refusal(config)
+    config["workloads"][0]["concurrency"] = [1, 4, 16]  # the fix it gives
+    validated(config)
 
 
 @pytest.mark.parametrize("level,count,requests", [(100, "between 200 and 256", [200, 256]), (128, "256", [256])])
@@ -744,3 +745,36 @@ def test_a_configuration_without_ar_is_warned_that_it_gets_no_speedups():
     config["methods"][0]["engines"] = ["base"]
     [warning] = cfg.warnings(validated(config))
     assert warning.startswith("on engine other, no method runs AR")
+
+
+def test_the_simulated_hosts_gpus_are_a_pool_of_the_runs_own_and_reach_no_gpu_configuration():
+    """sim.gpus (config/config.yaml: 4) makes a simulated 4-GPU host: server jobs take GPUs from a pool whose locks
+    live in the run's cache (another workflow on the machine never waits for them); gpu_pool.devices, where set,
+    wins; on the sglang backend, where config/config.yaml lies under every --configfile, it is ignored; a cell's key
+    does not hold it (what a server measures does not depend on how many GPUs its host has)."""
+    from specsweep.cells import cell_key
+
+    config = validated(load_default_config())
+    job = server_job(config, 1, "ar")
+    assert config["sim"]["gpus"] == 4
+    assert job.gpu_pool["devices"] == 4 and job.gpu_pool["lock_dir"] == "results/cache/gpu-locks"
+    assert "gpus" not in job.sim
+    unsimulated = load_default_config()
+    unsimulated["sim"]["gpus"] = None
+    other = server_job(validated(unsimulated), 1, "ar")
+    assert other.gpu_pool["devices"] is None and other.sim == job.sim
+    cell = {"workload": "short", "concurrency": 1, "repetition": 0, "requests": 32}
+    assert cell_key(job, cell, "p", "e") == cell_key(other, cell, "p", "e")
+    given = load_default_config()
+    given["gpu_pool"] = {"devices": 2, "lock_dir": "/tmp/locks"}
+    assert server_job(validated(given), 1, "ar").gpu_pool["devices"] == 2
+    gpu_host = load_default_config()  # a GPU configuration over config/config.yaml keeps its sim block
+    gpu_host.update(backend="sglang")
+    assert server_job(validated(gpu_host), 1, "ar").gpu_pool["devices"] is None
+    wide = load_default_config()
+    wide["tp"] = [1, 8]
+    assert refusal(wide).startswith("tp: 8 is larger than the 4 GPUs available (sim.gpus, the simulated host's)")
+    engines = load_default_config()
+    engines["engines"] = [{"name": "a"}, {"name": "b", "sim": {"gpus": 8}}]
+    with pytest.raises(cfg.ConfigError, match=r"^engines\[1\].sim.gpus: 8 \(engine b\) differs from sim.gpus 4"):
+        checked(engines)
