@@ -276,7 +276,7 @@ def say_what_changed(label, value, outputs, by=None):
     """Once per job of this invocation: keep its settings (not in a dry run) and, where Snakemake reruns it because
     they changed (its outputs recorded with another digest), print what changed (rerun.change_line), the settings
     its outputs were made with read back by their digest."""
-    if label in _SAID:
+    if label in _SAID or workflow.persistence is None:  # None: no DAG of jobs is built (--lint, --list-rules)
         return
     _SAID.add(label)
     if not workflow.dryrun:
