@@ -474,9 +474,9 @@ def write_plan(
         ),
         f"- GPU-hours: {hours:.2f} (sum over servers of TP x predicted duration)",
         f"- GPUs: {gpus}"
-        + (f" ({gpus_from})" if gpus_from else "")
         + (" (all servers serialised: gpu_pool.exclusive)" if config["gpu_pool"]["exclusive"] else "")
-        + (f", on hosts of {gpus_per_host(config, gpus)}" if gpus_per_host(config, gpus) < gpus else ""),
+        + (f", on hosts of {gpus_per_host(config, gpus)}" if gpus_per_host(config, gpus) < gpus else "")
+        + (f" ({gpus_from})" if gpus_from else ""),
         calibrate.plan_line(config),
         f"- predicted makespan: {packing['makespan_s'] / 3600:.2f} h ({packing['makespan_s']:.0f} s), order: "
         f"{packing['heuristic']}; "
