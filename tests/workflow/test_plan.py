@@ -72,3 +72,14 @@ def test_servers_on_a_simulated_gpu_host_take_disjoint_gpus_from_the_pool(workfl
     for t in sorted(s["start"] for s in spans.values()):
         holding = [s["gpu"] for s in spans.values() if s["start"] <= t < s["stop"]]
         assert len(holding) == len(set(holding)) <= 8
+
+
+def test_the_default_plan_packs_onto_the_simulated_hosts_gpus_and_says_so(workflow):
+    proc = snakemake(workflow, "plan")
+    md = (workflow / "results" / "plan" / "plan.md").read_text()
+    assert (
+        "- GPUs: 4 (from sim.gpus, the simulated host)" in md and "(from sim.gpus, the simulated host)" in proc.stdout
+    )
+    assert "# Plan: 4 servers, 28 cells" in md
+    starts = [line.split("|")[5].strip() for line in md.splitlines() if line.startswith("| ") and "tp1/" in line]
+    assert starts == ["0"] * 4  # one GPU each: every server starts at once
