@@ -14,7 +14,9 @@ set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 bash "$root/tools/setup.sh"
 work="$(mktemp -d)"
-trap 'kill "$sampler" 2>/dev/null || true; rm -rf "$work"' EXIT
+sampler="" run=""
+# on any exit: the load sampler and a run still going (Snakemake stops its jobs and their servers) end first
+trap 'kill $sampler $run 2>/dev/null || true; wait 2>/dev/null || true; rm -rf "$work"' EXIT
 cp -r "$root/Snakefile" "$root/rules" "$root/config" "$root/scripts" "$work/"
 cd "$work"
 (while true; do cut -d' ' -f1 /proc/loadavg >>load.txt; sleep 2; done) &
@@ -23,10 +25,13 @@ start=$(date +%s.%N)
 "$root/.venv/bin/snakemake" --cores 2 >run.log 2>&1 &
 run=$!
 sleep 30
-ps -eo pcpu,etimes,args --sort=-pcpu | grep -v -e "$work" -e "ps -eo" | head -8 | cut -c1-150 >others.txt
+ps -eo pcpu,etimes,args --sort=-pcpu >ps.txt
+{ grep -v -e "$work" -e "ps -eo" ps.txt || true; } | head -8 | cut -c1-150 >others.txt
 wait "$run"
+run=""
 end=$(date +%s.%N)
 kill "$sampler"
+sampler=""
 echo "default workflow: $(echo "$end - $start" | bc) s wall"
 "$root/.venv/bin/python" - "$work" "$start" <<'PY'
 import datetime, glob, json, re, subprocess, sys

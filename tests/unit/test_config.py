@@ -748,7 +748,7 @@ def test_a_configuration_without_ar_is_warned_that_it_gets_no_speedups():
 
 
 def test_the_simulated_hosts_gpus_are_a_pool_of_the_runs_own_and_reach_no_gpu_configuration():
-    """sim.gpus (config/config.yaml: 4) makes a simulated 4-GPU host: server jobs take GPUs from a pool whose locks
+    """sim.gpus (config/config.yaml: 3) makes a simulated 3-GPU host: server jobs take GPUs from a pool whose locks
     live in the run's cache (another workflow on the machine never waits for them); gpu_pool.devices, where set,
     wins; on the sglang backend, where config/config.yaml lies under every --configfile, it is ignored; a cell's key
     does not hold it (what a server measures does not depend on how many GPUs its host has)."""
@@ -756,8 +756,8 @@ def test_the_simulated_hosts_gpus_are_a_pool_of_the_runs_own_and_reach_no_gpu_co
 
     config = validated(load_default_config())
     job = server_job(config, 1, "ar")
-    assert config["sim"]["gpus"] == 4
-    assert job.gpu_pool["devices"] == 4 and job.gpu_pool["lock_dir"] == "results/cache/gpu-locks"
+    assert config["sim"]["gpus"] == 3
+    assert job.gpu_pool["devices"] == 3 and job.gpu_pool["lock_dir"] == "results/cache/gpu-locks"
     assert "gpus" not in job.sim
     unsimulated = load_default_config()
     unsimulated["sim"]["gpus"] = None
@@ -773,8 +773,8 @@ def test_the_simulated_hosts_gpus_are_a_pool_of_the_runs_own_and_reach_no_gpu_co
     assert server_job(validated(gpu_host), 1, "ar").gpu_pool["devices"] is None
     wide = load_default_config()
     wide["tp"] = [1, 8]
-    assert refusal(wide).startswith("tp: 8 is larger than the 4 GPUs available (sim.gpus, the simulated host's)")
+    assert refusal(wide).startswith("tp: 8 is larger than the 3 GPUs available (sim.gpus, the simulated host's)")
     engines = load_default_config()
     engines["engines"] = [{"name": "a"}, {"name": "b", "sim": {"gpus": 8}}]
-    with pytest.raises(cfg.ConfigError, match=r"^engines\[1\].sim.gpus: 8 \(engine b\) differs from sim.gpus 4"):
+    with pytest.raises(cfg.ConfigError, match=r"^engines\[1\].sim.gpus: 8 \(engine b\) differs from sim.gpus 3"):
         checked(engines)
