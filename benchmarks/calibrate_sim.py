@@ -8,7 +8,7 @@ DFlash and DDTree: specsweep.sim.calibration on the published Qwen3-8B rows of
 the DDTree paper (HF transformers on H200: runtime profile hf-eager), predicted
 and published DFlash/AR, DDTree/AR and DDTree/DFlash, with the acceptance-model
 parameters in use (config: sim.acceptance; fitted defaults in
-specsweep/sim/model.py ACCEPTANCE).
+specsweep/modelling/acceptance.py ACCEPTANCE).
 
 Draft models: every row of PUBLISHED_DRAFT_MODELS (chains and trees of SGLang
 and vLLM at batch 1), predicted with the drafter profiles of
@@ -24,19 +24,21 @@ import math
 import sys
 from pathlib import Path
 
-from specsweep.sim.calibration import (
+from specsweep.modelling.acceptance import ACCEPTANCE, mean_tau
+from specsweep.modelling.cost import CostModel
+from specsweep.modelling.decoding import Decoding
+from specsweep.modelling.profiles import default_profiles
+from specsweep.modelling.published import (
     PAPER_ROW_KIND,
     PUBLISHED_DFLASH_BY_CONTENT,
     PUBLISHED_DRAFT_MODELS,
     PUBLISHED_QWEN3_8B,
     calibration_prompts,
     content_prompts,
-    mean_tau,
     predict,
     predict_content,
     predict_draft_models,
 )
-from specsweep.sim.model import ACCEPTANCE, CostModel, Decoding, default_profiles
 
 
 def nelder_mead(loss, start: list[float], steps: int = 300, scale: float = 0.1) -> list[float]:

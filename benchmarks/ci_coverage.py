@@ -30,7 +30,7 @@ import sys
 import numpy as np
 
 from specsweep import metrics
-from specsweep.sim.model import profiles
+from specsweep.modelling.profiles import profiles
 from specsweep.sim.replay import closed_loop, engine
 from specsweep.workloads import build
 

@@ -19,7 +19,8 @@
 import sys
 from pathlib import Path
 
-from specsweep.sim.model import CostModel, Decoding
+from specsweep.modelling.cost import CostModel
+from specsweep.modelling.decoding import Decoding
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE / "gpu"))

@@ -11,7 +11,7 @@ dated by the client when its bytes arrive.
 
 A decode step k is one in which no request was admitted. Its batch is the requests with a chunk of step k; the
 context of each = its prompt tokens + its tokens after step k - 1 (its previous chunk). Modelled step =
-CostModel.decode_step of those contexts (specsweep/sim/model.py, no shared pages). Client-seen step = the mean over
+CostModel.decode_step of those contexts (specsweep/modelling/cost.py, no shared pages). Client-seen step = the mean over
 its batch of (arrival of the chunk of step k - arrival of the chunk of step k - 1). Per method and concurrency:
 deviation = sum of client-seen steps / sum of modelled steps - 1, the per-step ratio's p50 and p99, and the server's
 own account of its schedule over the wave (steps late and seconds late: the specsweep_sim counters of /metrics,
@@ -34,7 +34,8 @@ from pathlib import Path
 from specsweep.client import LoadModel, measure
 from specsweep.counters import scrape
 from specsweep.launcher import Server, free_port
-from specsweep.sim.server import Engine, parse_args
+from specsweep.sim.args import parse_args
+from specsweep.sim.engine import Engine
 from specsweep.workloads import Session
 
 METHODS = {

@@ -1,5 +1,5 @@
 # `snakemake calibrate`: per configured TP (and engine, configuration engines), measure the engine through its HTTP API and fit the simulator's runtime
-# profile (specsweep/calibrate.py). The files are named by a digest of what was measured (GPU model and count,
+# profile (specsweep/calibration/). The files are named by a digest of what was measured (GPU model and count,
 # driver, engine version and commit, model, TP), which the environment record gives: a checkpoint reads it and
 # names them. Each server's measurements are cached in cache_dir/calibration/, so a rerun with the same
 # fingerprint starts no server. A profile there that cannot be read (cut short, edited: its content digest; a
@@ -8,8 +8,9 @@
 import json
 from types import SimpleNamespace
 
-from specsweep import calibrate as ss_calibrate
-from specsweep import cost_model as ss_cost_model
+from specsweep.calibration import choose as ss_choose
+from specsweep.calibration import run as ss_calibration
+from specsweep.errors import CalibrationError
 
 
 localrules:
@@ -27,7 +28,7 @@ checkpoint calibration_fingerprints:
             [layout.environment_path(CONFIG["backend"], engine) for engine in CALIBRATED_ENGINES]
         ),
     output:
-        ss_calibrate.FINGERPRINTS,
+        ss_choose.FINGERPRINTS,
     params:
         **settings_params(
             "config",
@@ -47,7 +48,7 @@ def _calibration(digest):
     with open(checkpoints.calibration_fingerprints.get().output[0]) as handle:
         entries = {e["digest"]: e for e in json.load(handle)}
     if digest not in entries:
-        raise WorkflowError(f"{ss_calibrate.profile_path(digest)}: no configured TP has this fingerprint digest")
+        raise WorkflowError(f"{ss_choose.profile_path(digest)}: no configured TP has this fingerprint digest")
     return entries[digest]
 
 
@@ -58,10 +59,10 @@ def _digests():
 
 
 def _unreadable(path):
-    """Why a calibration profile cannot be used (cost_model.read_calibration), or None."""
+    """Why a calibration profile cannot be used (calibration.choose.read_calibration), or None."""
     try:
-        ss_cost_model.read_calibration(path)
-    except ss_cost_model.CalibrationError as exc:
+        ss_choose.read_calibration(path)
+    except CalibrationError as exc:
         return f"{exc.path}: {exc.reason}"
     return None
 
@@ -69,9 +70,9 @@ def _unreadable(path):
 def calibration_outputs(wildcards):
     """Every configured TP's profile and table (after the checkpoint named them); a profile that is there but
     cannot be read is made again."""
-    profiles = [ss_calibrate.profile_path(name) for name in _digests()]
+    profiles = [ss_choose.profile_path(name) for name in _digests()]
     rebuilt_when_missing(profiles, _unreadable)(wildcards)
-    return [path for name in _digests() for path in (ss_calibrate.profile_path(name), ss_calibrate.table_path(name))]
+    return [path for name in _digests() for path in (ss_choose.profile_path(name), ss_choose.table_path(name))]
 
 
 def calibrations_written():
@@ -93,7 +94,7 @@ def calibration_job_settings(wildcards):
     with open(layout.environment_path(CONFIG["backend"], entry.get("engine"))) as handle:
         environment = json.load(handle)
     view = engines.view(CONFIG, entry.get("engine"))
-    return ss_calibrate.calibration_job(view, environment, entry["tp"])
+    return ss_calibration.calibration_job(view, environment, entry["tp"])
 
 
 def calibration_label(wildcards):
@@ -112,10 +113,10 @@ def calibration_gpus(wildcards):
 checkpoint calibration:
     input:
         environment=calibration_environment,
-        fingerprints=ss_calibrate.FINGERPRINTS,
+        fingerprints=ss_choose.FINGERPRINTS,
     output:
-        profile=ss_calibrate.profile_path("{digest}"),
-        table=ss_calibrate.table_path("{digest}"),
+        profile=ss_choose.profile_path("{digest}"),
+        table=ss_choose.table_path("{digest}"),
     params:
         **settings_params("job", calibration_job_settings, calibration_label, calibration_label),
     resources:

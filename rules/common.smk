@@ -11,8 +11,9 @@ from snakemake.utils import validate
 import yaml
 
 from specsweep import config as ss_config
-from specsweep import cost_model, engines, jobs, launcher, layout, rerun, runs
+from specsweep import engines, jobs, launcher, layout, rerun, runs
 from specsweep import gpus as ss_gpus
+from specsweep.calibration import choose as ss_choose
 from specsweep.coerce import coerce_to_schema
 from specsweep.methods import expand_methods
 from specsweep.canon import canonical_json, package_digest
@@ -36,7 +37,7 @@ try:
             raise
         raise ss_config.ConfigError(ss_config.schema_error(_invalid.__context__)) from None
     # the cost model of each TP size: a matching calibration (results/calibration/) or the configured runtime
-    CONFIG = cost_model.resolve(ss_config.normalise(config), cost_model.recorded_environment(config["backend"]))
+    CONFIG = ss_choose.resolve(ss_config.normalise(config), ss_choose.recorded_environment(config["backend"]))
     ss_config.check_engine_calibrations(CONFIG)  # each engine's, in its own view
 except ss_config.ConfigError as _error:
     raise WorkflowError(f"Invalid configuration: {_error}") from None
@@ -174,14 +175,14 @@ def settled_cost_model(wildcards):
     predictions, the report's data). With calibration.in_default_target they wait for the configuration's
     calibrations (calibrations_written: Snakemake makes these jobs once the calibrations this run makes or mends are
     written) and the cost model is chosen again from them, so that each cell is measured once, under the
-    calibration it is reported with. Refuses while a calibration file found is broken (cost_model.broken), naming
-    it: its TP size would otherwise be priced by the roofline, every cell measured again under it. Returns the
+    calibration it is reported with. Refuses while a calibration file found is broken (calibration.choose.broken),
+    naming it: its TP size would otherwise be priced by the roofline, every cell measured again under it. Returns the
     calibration files waited for."""
     waited = []
     if CONFIG["calibration"]["in_default_target"]:
         waited = calibrations_written()  # rules/calibrate.smk
         if "chosen" not in _SETTLED:
-            CONFIG["cost_model"] = cost_model.choose(CONFIG, cost_model.recorded_environment(CONFIG["backend"]))
+            CONFIG["cost_model"] = ss_choose.choose(CONFIG, ss_choose.recorded_environment(CONFIG["backend"]))
             _SETTLED["chosen"] = True
     sound_calibrations(wildcards)
     return waited
@@ -192,7 +193,7 @@ def sound_calibrations(wildcards):
     WorkflowError naming each calibration file found that cannot be read and what to do."""
     key = "broken, chosen again" if "chosen" in _SETTLED else "broken"
     if key not in _SETTLED:
-        _SETTLED[key] = cost_model.broken(engines.views(CONFIG))
+        _SETTLED[key] = ss_choose.broken(engines.views(CONFIG))
     if _SETTLED[key]:
         raise WorkflowError("a calibration file is broken: " + "; ".join(_SETTLED[key]))
     return []
@@ -339,7 +340,7 @@ def sim_profile_text():
 
 def plan_profile_text():
     """The runtime profiles the plan priced with (a calibrated one is calibrated-tp<TP>), on which model and GPU."""
-    settings = [cost_model.sim_settings(CONFIG, tp) for tp in CONFIG["tp"]]
+    settings = [ss_choose.sim_settings(CONFIG, tp) for tp in CONFIG["tp"]]
     runtimes = ", ".join(dict.fromkeys(s["runtime"] for s in settings))
     gpus = ", ".join(dict.fromkeys(s["gpu"] for s in settings))
     return f"{runtimes} ({CONFIG['sim']['model_profile']} on {gpus})"
@@ -359,7 +360,7 @@ def report_view():
         f"protocol {CONFIG['load']['protocol']}",
         "sim_profile": sim_profile_text() if CONFIG["backend"] == "sim" else "",
         "plan_profile": plan_profile_text(),
-        "cost_model": cost_model.labels(CONFIG),
+        "cost_model": ss_choose.labels(CONFIG),
     }
     return view
 

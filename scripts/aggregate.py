@@ -8,7 +8,7 @@ from pathlib import Path
 
 from specsweep import ddtree
 from specsweep.aggregate import AggregateError, verified_cells, write_tables
-from specsweep.jobs import ServerJob
+from specsweep.server_job import ServerJob
 
 ddtree.define(snakemake.config.get("ddtree_builds"))  # the configuration's own DDTree builds, by name
 

@@ -7,8 +7,8 @@ import sys
 from pathlib import Path
 
 from specsweep.bench import bench_server, remeasured_outputs
-from specsweep.cost_model import resolve
-from specsweep.jobs import ServerJob
+from specsweep.calibration.choose import resolve
+from specsweep.server_job import ServerJob
 from specsweep.methods import expand_methods
 from specsweep.plan import predict_server
 from specsweep.runs import stop_with_workflow

@@ -5,7 +5,7 @@ to_log(snakemake.log[0])
 import json
 from pathlib import Path
 
-from specsweep.calibrate import calibrate
+from specsweep.calibration.run import calibrate
 from specsweep.runs import stop_with_workflow
 
 stop_with_workflow()  # Snakemake killed outright: stop the server, leave no orphan

@@ -5,7 +5,7 @@ to_log(snakemake.log[0])
 import json
 from pathlib import Path
 
-from specsweep.calibrate import fingerprints
+from specsweep.calibration.run import fingerprints
 from specsweep.canon import atomic_write_json
 
 # each calibrated engine's environment record (None: the one build of a configuration without engines)

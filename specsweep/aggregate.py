@@ -16,7 +16,7 @@ import pandas as pd
 
 from . import algorithms, engines
 from .cells import cell_problem, keyed_cells, unfinished
-from .jobs import ServerJob
+from .server_job import ServerJob
 from .canon import atomic_write_text
 from .metrics import (
     cell_measures,
@@ -41,32 +41,35 @@ def _ci(metrics: dict, name: str, stat: str, side: int):
     return ci[side] if ci else None
 
 
-def cell_row(
-    cell: dict,
-    path: str,
-    m: dict,
-    thresholds: dict | None = None,
-    versus_ar: dict | None = None,
-    lossless: dict | None = None,
-) -> dict:
-    """A cell's row of the summary from its measures (cell_measures), its keys the summary's columns in order;
-    ``final`` judged by the failure thresholds where given; ``versus_ar`` its speedup over AR's cell (metrics.speedup)
-    and ``lossless`` its replies against AR's (metrics.losslessness) where they were compared."""
-    c, method = cell["cell"], cell["method"]
-    algorithm = algorithms.get(method["algorithm"])  # a cell of an algorithm this code does not know is refused
+# the latency columns of the summary, by measure: each statistic, "<stat>_lo" and "<stat>_hi" its 95% interval
+LATENCY_COLUMNS = {
+    "ttft": ("n", "p50", "p50_lo", "p50_hi", "p99", "p99_lo", "p99_hi"),
+    "queue_delay": ("p50", "p99"),
+    "user_ttft": ("p50", "p99"),
+    "tpot": ("n", "mean", "p50", "p50_lo", "p50_hi", "p99"),
+    "itl": ("n", "p50", "p99"),
+    "e2e": ("n", "p50", "p99"),
+}
+
+
+def latency_columns(m: dict) -> dict:
+    """The summary's latency columns of a cell's measures (LATENCY_COLUMNS, in order): "<measure>_<stat>"."""
+    out = {}
+    for name, stats in LATENCY_COLUMNS.items():
+        for stat in stats:
+            base, _, side = stat.partition("_")
+            value = _ci(m, name, base, ["lo", "hi"].index(side)) if side in ("lo", "hi") else _get(m, name, stat)
+            out[f"{name}_{stat}"] = value
+    return out
+
+
+def method_columns(method: dict) -> dict:
+    """The summary's columns of a cell's method: its algorithm, parameters, drafter, tree (build, mode, width), the
+    tokens it verifies a round and the size its sweep varies."""
+    algorithm = algorithms.get(method["algorithm"])
     tree_build, mode, width = algorithms.method_shape(method)
     params = method["params"]
-    ci = m.get("output_throughput_ci") or [None, None]
-    held = m.get("concurrency") or {}
-    window = held.get("window")
-    versus_ar = versus_ar or {"speedup": None, "speedup_ci": None, "pairs": 0}
-    speedup_ci = versus_ar["speedup_ci"] or [None, None]
-    lossless = lossless or {}  # not compared: NaN in its columns
     return {
-        "simulated": cell["simulated"],
-        "tp": c["tp"],
-        "method": c["method"],
-        "engine": method.get("engine") or "",
         "algorithm": method["algorithm"],
         **{
             k: params.get(k)
@@ -78,6 +81,35 @@ def cell_row(
         "tree_width": width,
         "verify_width": algorithm.verify_width(params),
         "sweep_size": params.get(algorithm.size),
+    }
+
+
+def cell_row(
+    cell: dict,
+    path: str,
+    m: dict,
+    thresholds: dict | None = None,
+    versus_ar: dict | None = None,
+    lossless: dict | None = None,
+) -> dict:
+    """A cell's row of the summary from its measures (cell_measures), its keys the summary's columns in order;
+    ``final`` judged by the failure thresholds where given; ``versus_ar`` its speedup over AR's cell (metrics.speedup)
+    and ``lossless`` its replies against AR's (metrics.losslessness) where they were compared. Long because it lists
+    the summary's columns one a line, in order (method_columns and latency_columns hold its regular runs)."""
+    c, method = cell["cell"], cell["method"]
+    algorithms.get(method["algorithm"])  # a cell of an algorithm this code does not know is refused, first
+    ci = m.get("output_throughput_ci") or [None, None]
+    held = m.get("concurrency") or {}
+    window = held.get("window")
+    versus_ar = versus_ar or {"speedup": None, "speedup_ci": None, "pairs": 0}
+    speedup_ci = versus_ar["speedup_ci"] or [None, None]
+    lossless = lossless or {}  # not compared: NaN in its columns
+    return {
+        "simulated": cell["simulated"],
+        "tp": c["tp"],
+        "method": c["method"],
+        "engine": method.get("engine") or "",
+        **method_columns(method),
         "workload": c["workload"],
         "family": cell["workload"]["family"],
         "concurrency": c["concurrency"],
@@ -102,29 +134,7 @@ def cell_row(
         "speedup_lo": speedup_ci[0],
         "speedup_hi": speedup_ci[1],
         "speedup_pairs": versus_ar["pairs"],
-        "ttft_n": _get(m, "ttft", "n"),
-        "ttft_p50": _get(m, "ttft", "p50"),
-        "ttft_p50_lo": _ci(m, "ttft", "p50", 0),
-        "ttft_p50_hi": _ci(m, "ttft", "p50", 1),
-        "ttft_p99": _get(m, "ttft", "p99"),
-        "ttft_p99_lo": _ci(m, "ttft", "p99", 0),
-        "ttft_p99_hi": _ci(m, "ttft", "p99", 1),
-        "queue_delay_p50": _get(m, "queue_delay", "p50"),
-        "queue_delay_p99": _get(m, "queue_delay", "p99"),
-        "user_ttft_p50": _get(m, "user_ttft", "p50"),
-        "user_ttft_p99": _get(m, "user_ttft", "p99"),
-        "tpot_n": _get(m, "tpot", "n"),
-        "tpot_mean": _get(m, "tpot", "mean"),
-        "tpot_p50": _get(m, "tpot", "p50"),
-        "tpot_p50_lo": _ci(m, "tpot", "p50", 0),
-        "tpot_p50_hi": _ci(m, "tpot", "p50", 1),
-        "tpot_p99": _get(m, "tpot", "p99"),
-        "itl_n": _get(m, "itl", "n"),
-        "itl_p50": _get(m, "itl", "p50"),
-        "itl_p99": _get(m, "itl", "p99"),
-        "e2e_n": _get(m, "e2e", "n"),
-        "e2e_p50": _get(m, "e2e", "p50"),
-        "e2e_p99": _get(m, "e2e", "p99"),
+        **latency_columns(m),
         "acceptance_length": m.get("acceptance_length"),
         "acceptance_length_server": m.get("acceptance_length_server"),
         "acceptance_length_sglang": m.get("acceptance_length_sglang"),
@@ -299,7 +309,9 @@ def engine_comparison(
 
     With failure ``thresholds``, ``engine_final`` and ``reference_final`` say whether each side is final
     (cells.unfinished); where either is not (kept with failures.keep_going), the row shows no ratio, no ``differs``
-    and no share of equal replies, and ``reason`` says why, as it does where no session completed on both."""
+    and no share of equal replies, and ``reason`` says why, as it does where no session completed on both. Engines of
+    one build and one setting share their cells (one cell key): where one measurement stands for both (the second
+    engine's job found the first's in the cache), their row says so, and that they do not differ."""
     groups: dict[tuple, dict[str, str]] = {}
     for path, cell in cells.items():
         engine = cell["method"].get("engine")
@@ -332,30 +344,39 @@ def engine_comparison(
                 if problems:
                     rows.append({**row, "reason": " and ".join(problems)})
                     continue
-            ratio = speedup(
-                other["requests"], reference["requests"], cell_measures(other)["concurrency"]["window"], ref_window
-            )
-            row.update(_ratio_columns("output_throughput", ratio["speedup"], ratio["speedup_ci"]))
-            row["pairs"] = ratio["pairs"]
-            for metric, value in ENGINE_METRICS.items():
-                sides = [
-                    [(value(r), r["session"], r.get("kind")) for r in cell["requests"] if r["error"] is None]
-                    for cell in (reference, other)
-                ]
-                median = median_ratio(sides[0], sides[1])
-                row.update(_ratio_columns(f"{metric}_p50", median["ratio"], median["ratio_ci"]))
-            flags = [row[f"{m}_differs"] for m in ("output_throughput", "tpot_p50", "ttft_p50")]
-            row["differs"] = True if True in flags else None if all(f is None for f in flags) else False
-            if not ratio["pairs"]:
-                row["reason"] = "no session completed on both engines"
-            same = (
-                losslessness(other["requests"], reference["requests"])
-                if other["sampling"]["temperature"] == 0 and reference["sampling"]["temperature"] == 0
-                else {}
-            )
-            row["exact_match_rate"] = same.get("exact_match_rate")
-            rows.append(row)
+            rows.append({**row, **_engine_ratios(other, reference, ref_window)})
     return pd.DataFrame(rows, columns=ENGINE_COLUMNS)
+
+
+def _engine_ratios(other: dict, reference: dict, ref_window) -> dict:
+    """One engine's cell against the reference's (see engine_comparison): the ratios with their intervals and
+    ``differs``, the pairs, the share of equal replies at temperature 0, and why there is no ratio where no session
+    completed on both, or that one measurement stands for both engines (one cell key: they do not differ)."""
+    row: dict = {}
+    ratio = speedup(other["requests"], reference["requests"], cell_measures(other)["concurrency"]["window"], ref_window)
+    row.update(_ratio_columns("output_throughput", ratio["speedup"], ratio["speedup_ci"]))
+    row["pairs"] = ratio["pairs"]
+    for metric, value in ENGINE_METRICS.items():
+        sides = [
+            [(value(r), r["session"], r.get("kind")) for r in cell["requests"] if r["error"] is None]
+            for cell in (reference, other)
+        ]
+        median = median_ratio(sides[0], sides[1])
+        row.update(_ratio_columns(f"{metric}_p50", median["ratio"], median["ratio_ci"]))
+    flags = [row[f"{m}_differs"] for m in ("output_throughput", "tpot_p50", "ttft_p50")]
+    row["differs"] = True if True in flags else None if all(f is None for f in flags) else False
+    if not ratio["pairs"]:
+        row["reason"] = "no session completed on both engines"
+    elif other["requests"] == reference["requests"]:  # one cell key, measured once, shown under both names
+        row["differs"] = False
+        row["reason"] = "one measurement: both engines run the same build with the same settings (one cell key)"
+    same = (
+        losslessness(other["requests"], reference["requests"])
+        if other["sampling"]["temperature"] == 0 and reference["sampling"]["temperature"] == 0
+        else {}
+    )
+    row["exact_match_rate"] = same.get("exact_match_rate")
+    return row
 
 
 BUILD_SOFTWARE = (

@@ -9,7 +9,7 @@ An algorithm declares
   differently). A flag written ``--a|--b`` is the first of the two the running build offers;
 - what one round verifies per request (``verify_width``) and in which shape (``shape``: a chain, or a tree of
   some width), which the plan, the simulator's cost model and the report read;
-- how the simulator drafts (``drafting``, a mechanism of specsweep.sim.model: none, block, block-tree,
+- how the simulator drafts (``drafting``, a mechanism of specsweep.modelling.acceptance: none, block, block-tree,
   draft-model, lookup) and verifies (``custom_mask``: a tree verified with a per-request attention mask);
 - how the report groups it: ``title`` and ``size``, the parameter its sweep charts vary.
 
@@ -18,6 +18,7 @@ An algorithm declares
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Mapping
 
@@ -64,7 +65,7 @@ class Algorithm:
     sglang: str | None = None  # the --speculative-algorithm value (None: no speculative flags)
     parameters: tuple[Parameter, ...] = ()
     drafter: str | None = None  # None, "shared" (method's drafter, else model.drafter) or "own" (method's, required)
-    drafting: str = "none"  # the simulator's mechanism (specsweep.sim.model.DRAFTING)
+    drafting: str = "none"  # the simulator's mechanism (specsweep.modelling.acceptance.DRAFTING)
     size: str | None = None  # the parameter the report's sweep charts vary
     overlap: bool = True  # runs under SGLang's overlap scheduler (DDTree: forced off)
     custom_mask: bool = False  # verified with a per-request tree mask in attention (any shape)
@@ -166,8 +167,6 @@ def _page_size(flags: list[str]) -> int:
 
 
 def _placeholders(text: str) -> list[str]:
-    import re
-
     return re.findall(r"\{([a-z_]+)\}", text)
 
 

@@ -30,27 +30,13 @@ from .cells import (
     measure_cell,
     unfinished,
 )
-from .jobs import ServerJob
-from .environment import check_methods, offered_flags
+from .server_job import ServerJob
+from .environment import check_methods
 from .gpus import GpuPool, lock_folder, visible_devices, wait_until_released
 from . import layout, runs
 from .layout import failure_path
-from .launcher import ApiKeyFile, Server, ServerError, check_host_environment, free_port, launch_command
+from .launcher import ApiKeyFile, ServerError, check_host_environment, start_server
 from .progress import Progress
-from .text import approximate_tokens, chat_prompt
-
-
-def _max_context(job: ServerJob, sessions_by_workload: dict) -> int:
-    """--context-length: the model's (every workload was checked to fit); the simulator, whose tokenizer is
-    approximate, gets room for its own count of the longest session."""
-    if job.backend == "sglang":
-        return job.model["context_length"]
-    longest = 0
-    for name, sessions in sessions_by_workload.items():
-        for s in sessions:
-            text = chat_prompt(s.messages + s.followups)
-            longest = max(longest, approximate_tokens(text) + s.max_new_tokens * (1 + len(s.followups)))
-    return max(job.model["context_length"], int(longest * 1.25))
 
 
 def _match_outputs(server_name: str, cells: list[dict], outputs: list[str]) -> None:
@@ -122,7 +108,7 @@ def bench_server(
     ``failures.keep_going``, writes it to its output and records it as failed, so that the next run measures it
     again. What the job does goes to the server's journal (layout.journal_path, in the cache); ``run_record`` (the
     job's declared output) gets its run record. Returns {"hits": n, "measured": n, "server_started": bool,
-    "not_final": [outputs]}.
+    "not_final": [outputs]}. Long because this docstring is the bench job's contract, in one place.
     """
     failures = failures or DEFAULT_FAILURES
     check_host_environment()
@@ -153,12 +139,7 @@ def bench_server(
         not_final,
     )
     if not_final and not failures["keep_going"]:
-        raise CellError(
-            f"server {server_name}: {len(not_final)} cell(s) not final, so not cached:\n  "
-            + "\n  ".join(f"{output}: {why}" for output, why in not_final)
-            + "\nThe other cells are cached; the next run measures these again (set "
-            "failures.keep_going: true to go on with them, or change the thresholds under failures)"
-        )
+        raise _not_final_error(server_name, not_final)
     for cell in cells:  # verified cache entries and final measurements, as the cache holds them
         atomic_write_json(cell["output"], results[cell["output"]])
     done = {
@@ -170,6 +151,16 @@ def bench_server(
     if run_record is not None:
         write_run_record(run_record, server_name, journal, {c["key"] for c in cells})
     return done
+
+
+def _not_final_error(server_name: str, not_final: list[tuple[str, str]]) -> CellError:
+    """The error of a job whose measured cells are not all final: each output and why, and what to do."""
+    return CellError(
+        f"server {server_name}: {len(not_final)} cell(s) not final, so not cached:\n  "
+        + "\n  ".join(f"{output}: {why}" for output, why in not_final)
+        + "\nThe other cells are cached; the next run measures these again (set "
+        "failures.keep_going: true to go on with them, or change the thresholds under failures)"
+    )
 
 
 def _measure_missing(
@@ -189,7 +180,8 @@ def _measure_missing(
     """Measure the ``missing`` cells on one server of the job: take its GPUs from the pool (and the cells another
     run measured meanwhile from the cache), start the server, measure each cell into ``results`` (a final one also
     into the cache; one that is not final into ``not_final``), and always stop the server. Returns whether a
-    server started."""
+    server started. Long because the server's whole life (its GPUs, SIGTERM, its API key's file, its start, every
+    cell, its stop) is one with-block, which must end in one place."""
     cache, journal = store
     server_name = job.name
     _check_writable(cache.root, "cache_dir")
@@ -365,47 +357,6 @@ def _check_writable(folder: Path, key: str) -> None:
             f"cannot write to {folder} ({key}): {exc.strerror or exc}; fix the folder or point {key} "
             "elsewhere, then rerun"
         ) from exc
-
-
-def start_server(
-    job: ServerJob,
-    sessions: dict,
-    environment: dict,
-    log_path: Path,
-    gpus,
-    extra_args: list[str],
-    headers: dict,
-    attempts: int = 3,
-    first_port: int | None = None,
-):
-    """Start the server on a free port; if the port was taken meanwhile, try another (up to ``attempts``)."""
-    host = job.server["host"]
-    context = _max_context(job, sessions)
-    # the probed build's flags, else (no probe) the recorded table
-    offered = offered_flags(environment, job.sglang["extra_flags"])
-    for attempt in range(attempts):
-        port = first_port if (first_port and attempt == 0) else free_port(host)
-        argv, env = launch_command(job, port, context, environment.get("python"), offered)
-        if offered:
-            unknown = [a for a in argv if a.startswith("--") and a.split("=")[0] not in offered]
-            if unknown:
-                raise ServerError(
-                    f"the installed {environment['backend']} build does not offer {', '.join(unknown)} "
-                    f"(checked against its --help); fix the flags (server.flags, the method's flags or "
-                    "the algorithms spelling) or install a build that has them"
-                )
-        argv += extra_args
-        server = Server(argv, env, host, port, log_path, gpus, headers, job.server.get("pass_env", ()))
-        try:
-            server.start(job.server["startup_timeout"])
-            return server, argv, env
-        except ServerError as exc:
-            server.stop()
-            taken = "address already in use" in str(exc).lower() or "errno 98" in str(exc).lower()
-            if not taken or attempt == attempts - 1:
-                raise
-            print(f"port {port} was taken; retrying on another port", file=sys.stderr, flush=True)
-    raise AssertionError("unreachable")
 
 
 def record_failure(

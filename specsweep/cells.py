@@ -25,10 +25,11 @@ from .canon import canonical_json, digest
 from .client import LoadModel, measure
 from .counters import SERVER_INFO_KEYS, LoadSampler, counter_deltas, scrape, server_cumulative_acceptance, server_info
 from .gpus import gpu_memory_used
-from .jobs import ServerJob, cells_of_server
+from .jobs import cells_of_server
 from .launcher import Server, min_free_slots_delay, redact, stream_mode
 from .metrics import cell_metrics, failures, precision_of, relative_precision
 from .progress import Progress
+from .server_job import ServerJob
 from .workloads import build, content_mix, warmup_sessions, workload_digest
 
 IDENTITY = ("tp", "method", "workload", "concurrency", "repetition")  # what names a cell
@@ -368,10 +369,7 @@ def measure_cell(
     the cell's load between two scrapes of its counters, sampling its load gauges meanwhile."""
     where = f"cell {cell['output']}"
     server.check_alive(f"before {where}")
-    try:
-        requests.post(server.url + "/flush_cache", timeout=30, headers=server.headers)
-    except requests.RequestException:
-        pass
+    _flush_prefix_cache(server)
     began = datetime.now(timezone.utc)
     stream = stream_mode(argv, job.load["protocol"])
     load = _load_model(job, cell, server, stream)
@@ -392,7 +390,6 @@ def measure_cell(
     # The server's own average is cumulative since launch (warm-up and earlier cells included):
     # kept for reference only, never used as the cell's value.
     metrics["server_cumulative_accept_length_not_used"] = server_cumulative_acceptance(info)
-    workload = job.workload(cell["workload"])
     return CellResult(
         schema_version=CELL_SCHEMA_VERSION,
         harness_version=HARNESS_VERSION,
@@ -401,15 +398,7 @@ def measure_cell(
         cell={k: cell[k] for k in ("tp", "method", "workload", "concurrency", "repetition")},
         method=job.method,
         model=job.model,
-        workload={
-            "name": workload["name"],
-            "family": workload["family"],
-            "digest": prompts_digest,
-            "sessions": cell["requests"],
-            "warmup": job.warmup,
-            "content_mix": content_mix(measured),
-            "max_new_tokens": workload["max_new_tokens"],
-        },
+        workload=_workload_record(job, cell, prompts_digest, measured),
         sampling=dict(job.sampling),
         load={**job.load, "stream": stream},
         seed=job.seed,
@@ -425,6 +414,30 @@ def measure_cell(
         },
         requests=rows,
     )
+
+
+def _flush_prefix_cache(server: Server) -> None:
+    """Empty the server's prefix cache, so that a cell finds none of an earlier cell's prompts there (a server
+    without the endpoint keeps its cache)."""
+    try:
+        requests.post(server.url + "/flush_cache", timeout=30, headers=server.headers)
+    except requests.RequestException:
+        pass
+
+
+def _workload_record(job: ServerJob, cell: dict, prompts_digest: str, measured: list) -> dict:
+    """A cell's account of its workload: name, family, the prompts' digest, sessions measured and warm-up, the content
+    mix of the sessions measured, max_new_tokens."""
+    workload = job.workload(cell["workload"])
+    return {
+        "name": workload["name"],
+        "family": workload["family"],
+        "digest": prompts_digest,
+        "sessions": cell["requests"],
+        "warmup": job.warmup,
+        "content_mix": content_mix(measured),
+        "max_new_tokens": workload["max_new_tokens"],
+    }
 
 
 def _sampling(job: ServerJob) -> dict:
@@ -538,7 +551,7 @@ def _provenance(
         "started_at": span[0].isoformat(),
         "finished_at": span[1].isoformat(),
         "sim_profile": job.sim,
-        # which cost model the simulated server ran (cost_model.label); None on a real server
+        # which cost model the simulated server ran (calibration.choose.label); None on a real server
         "cost_model": (job.sim or {}).get("cost_model", {}).get("label"),
         "chat_template": "the server's" if load.protocol == "openai-chat" else measured[0].chat_template.source,
         "load_format": job.model.get("load_format", "auto"),

@@ -41,7 +41,7 @@ from .http1 import ConnectFailed, Disconnected, Pool
 from .text import QWEN_CHATML, ChatTemplate
 from .workloads import Session
 
-# Failure categories (metrics.failures; the README's "What a cell measures"): a failed request is recorded,
+# Failure categories (metrics.failures; docs/metrics.md): a failed request is recorded,
 # never dropped.
 CONNECT, HTTP_STATUS, TIMEOUT, TRUNCATED, SERVER_DIED = "connect", "http_status", "timeout", "truncated", "server_died"
 SERVER_ERROR, ABORTED, CLIENT_ERROR = "server_error", "aborted", "client_error"
@@ -218,21 +218,49 @@ async def send(
     """
     if sampling.get("ignore_eos"):
         record.expected_tokens = int(sampling["max_new_tokens"])
-    done = False  # the stream's [DONE] arrived; record.output_tokens holds the tokens so far
+    stream = _Stream(record, protocol, incremental, on_chunk)
 
     def on_sent(now: float, opened: float | None) -> None:
         record.t0 = opened if setup_in_ttft and opened is not None else now
 
-    def on_event(now: float, data: bytes) -> bool:
-        nonlocal done
+    record.t0 = time.monotonic()
+    try:
+        path, payload = _payload(protocol, messages, thinking, sampling, template)  # a template may refuse a turn
+        async with asyncio.timeout(timeout):
+            answer = await pool.post(path, orjson.dumps(payload), stream.event, on_sent)
+        if answer.status != 200:
+            record.error = HTTP_STATUS
+            record.error_detail = f"HTTP {answer.status}: {answer.body.decode('utf-8', 'replace')[:300]}"
+        elif record.finish_reason == "abort":
+            record.error = ABORTED
+            record.error_detail = f"the server aborted the request after {record.output_tokens} tokens"
+        elif not stream.done:
+            record.error, record.error_detail = TRUNCATED, "stream ended without [DONE]"
+    except Exception as exc:  # whatever happens while reading this stream fails this request only
+        record.error, record.error_detail = _failure(exc, record.output_tokens, timeout)
+    record.t_end = time.monotonic()
+    if record.error in (CONNECT, TRUNCATED, TIMEOUT) and alive is not None and await _died(alive):
+        record.error = SERVER_DIED
+
+
+class _Stream:
+    """One request's stream as its events arrive: each chunk that carries content dated and counted in the record,
+    the text so far kept; ``done`` once [DONE] arrived (the record's output_tokens then hold every token)."""
+
+    def __init__(self, record: RequestRecord, protocol: str, incremental: bool, on_chunk):
+        self.record, self.protocol, self.incremental, self.on_chunk = record, protocol, incremental, on_chunk
+        self.done = False
+
+    def event(self, now: float, data: bytes) -> bool:
+        """Take one event's data that arrived at ``now``; True at the end of the stream."""
         if data == b"[DONE]":
-            done = True
+            self.done = True
             return True
         chunk = orjson.loads(data)
-        if on_chunk is not None:
-            on_chunk(now, chunk)
-        last = record.output_tokens
-        tokens, text = _parse_chunk(protocol, chunk, record, last, incremental)
+        if self.on_chunk is not None:
+            self.on_chunk(now, chunk)
+        record, last = self.record, self.record.output_tokens
+        tokens, text = _parse_chunk(self.protocol, chunk, record, last, self.incremental)
         if tokens > last:  # a chunk carrying content (role-only and empty chunks are not)
             record.chunk_times.append(now)
             record.chunk_tokens.append(tokens - last)
@@ -240,34 +268,22 @@ async def send(
         record.output_text = text
         return False
 
-    record.t0 = time.monotonic()
-    try:
-        path, payload = _payload(protocol, messages, thinking, sampling, template)  # a template may refuse a turn
-        async with asyncio.timeout(timeout):
-            answer = await pool.post(path, orjson.dumps(payload), on_event, on_sent)
-        if answer.status != 200:
-            record.error = HTTP_STATUS
-            record.error_detail = f"HTTP {answer.status}: {answer.body.decode('utf-8', 'replace')[:300]}"
-        elif record.finish_reason == "abort":
-            record.error = ABORTED
-            record.error_detail = f"the server aborted the request after {record.output_tokens} tokens"
-        elif not done:
-            record.error, record.error_detail = TRUNCATED, "stream ended without [DONE]"
-    except StreamError as exc:
-        record.error, record.error_detail = SERVER_ERROR, f"{exc} (after {record.output_tokens} tokens)"
-    except TimeoutError:
-        record.error, record.error_detail = TIMEOUT, f"no complete answer within {timeout:g} s"
-    except ConnectFailed as exc:
-        record.error, record.error_detail = CONNECT, str(exc)
-    except (Disconnected, OSError) as exc:
-        record.error, record.error_detail = TRUNCATED, f"{type(exc).__name__}: {exc}"
-    except json.JSONDecodeError as exc:
-        record.error, record.error_detail = TRUNCATED, f"malformed stream chunk: {exc}"
-    except Exception as exc:  # anything else while reading this stream fails this request only
-        record.error, record.error_detail = CLIENT_ERROR, f"{type(exc).__name__}: {exc}"[:500]
-    record.t_end = time.monotonic()
-    if record.error in (CONNECT, TRUNCATED, TIMEOUT) and alive is not None and await _died(alive):
-        record.error = SERVER_DIED
+
+def _failure(exc: Exception, tokens: int, timeout: float) -> tuple[str, str]:
+    """(category, detail) of what ended a request's stream after ``tokens`` tokens: the server's error in the stream,
+    the request's timeout, a connection refused, a connection lost or a chunk cut short (truncated), else the
+    client's own error."""
+    if isinstance(exc, StreamError):
+        return SERVER_ERROR, f"{exc} (after {tokens} tokens)"
+    if isinstance(exc, TimeoutError):
+        return TIMEOUT, f"no complete answer within {timeout:g} s"
+    if isinstance(exc, ConnectFailed):
+        return CONNECT, str(exc)
+    if isinstance(exc, (Disconnected, OSError)):
+        return TRUNCATED, f"{type(exc).__name__}: {exc}"
+    if isinstance(exc, json.JSONDecodeError):
+        return TRUNCATED, f"malformed stream chunk: {exc}"
+    return CLIENT_ERROR, f"{type(exc).__name__}: {exc}"[:500]
 
 
 async def _died(alive, grace: float = 0.3) -> bool:
@@ -376,12 +392,17 @@ async def run_sessions(
             await asyncio.gather(*(run.slot(turn) for _ in range(max(1, min(concurrency, len(sessions))))))
         finally:
             pool.close()
-    for r in run.records:  # times relative to the start of the run
-        r.t_sched -= run.start
-        r.t0 -= run.start
-        r.t_end = r.t_end - run.start if r.t_end is not None else None
-        r.chunk_times = [t - run.start for t in r.chunk_times]
+    _relative_to(run.start, run.records)
     return run.records
+
+
+def _relative_to(start: float, records: list[RequestRecord]) -> None:
+    """Every time of the records (scheduled, sent, ended, each chunk's) as seconds after ``start``, the run's."""
+    for r in records:
+        r.t_sched -= start
+        r.t0 -= start
+        r.t_end = r.t_end - start if r.t_end is not None else None
+        r.chunk_times = [t - start for t in r.chunk_times]
 
 
 class _SessionRun:

@@ -32,7 +32,8 @@ from .jobs import MIN_WAVES, cell_requests, gpu_pool, server_job, servers, simul
 from .launcher import ServerError, server_arguments
 from .methods import expand_methods
 from .sglang_options import FlagError, check_argv, decoding_variable
-from .sim.model import ACCEPTANCE, profiles
+from .modelling.acceptance import ACCEPTANCE
+from .modelling.profiles import profiles
 from .workloads import WorkloadError, build, distinct_sessions
 
 MAX_VALUES = 100_000  # values in one configuration; a YAML anchor can make millions of a few lines
@@ -189,23 +190,7 @@ def normalise(config: dict) -> dict:
     the key.
     """
     config = copy.deepcopy(config)
-    names = [w["name"] for w in config["workloads"]]
-    for index, w in enumerate(config["workloads"]):
-        if w.get("source") == "file" and not w.get("path"):
-            raise ConfigError(f"workloads[{index}] ({w['name']}): source 'file' needs 'path' (a prompt file)")
-        if w.get("path") and w.get("source", "file") != "file":
-            raise ConfigError(f"workloads[{index}] ({w['name']}): 'path' is only read with source: file")
-        if w.get("path"):
-            w["source"] = "file"
-        if w["max_new_tokens"] >= config["model"]["context_length"]:
-            raise ConfigError(
-                f"workloads[{index}] ({w['name']}).max_new_tokens: {w['max_new_tokens']} leaves no room "
-                f"for a prompt in model.context_length {config['model']['context_length']}; lower it "
-                "(or raise model.context_length to the model's)"
-            )
-    for name in names:
-        if names.count(name) > 1:
-            raise ConfigError(f"workloads: duplicated workload name '{name}'; give each workload a unique name")
+    check_workloads(config)
     check_folders(config)
     if config["backend"] == "sglang" and not config["model"].get("path"):
         raise ConfigError("model.path: required on the sglang backend (the target model's path or hub id)")
@@ -252,6 +237,28 @@ def normalise(config: dict) -> dict:
     check_workload_files(config)
     check_cells_reach_label(config)
     return config
+
+
+def check_workloads(config: dict) -> None:
+    """Each workload's source and path agree (a path makes it a file's), its max_new_tokens leaves room for a prompt
+    in the model's context, and its name is its own; a workload with a path gets ``source: file``."""
+    names = [w["name"] for w in config["workloads"]]
+    for index, w in enumerate(config["workloads"]):
+        if w.get("source") == "file" and not w.get("path"):
+            raise ConfigError(f"workloads[{index}] ({w['name']}): source 'file' needs 'path' (a prompt file)")
+        if w.get("path") and w.get("source", "file") != "file":
+            raise ConfigError(f"workloads[{index}] ({w['name']}): 'path' is only read with source: file")
+        if w.get("path"):
+            w["source"] = "file"
+        if w["max_new_tokens"] >= config["model"]["context_length"]:
+            raise ConfigError(
+                f"workloads[{index}] ({w['name']}).max_new_tokens: {w['max_new_tokens']} leaves no room "
+                f"for a prompt in model.context_length {config['model']['context_length']}; lower it "
+                "(or raise model.context_length to the model's)"
+            )
+    for name in names:
+        if names.count(name) > 1:
+            raise ConfigError(f"workloads: duplicated workload name '{name}'; give each workload a unique name")
 
 
 def check_folders(config: dict) -> None:
@@ -323,7 +330,8 @@ def check_acceptance(config: dict, where: str = "sim") -> None:
     if unknown:
         raise ConfigError(
             f"{where}.acceptance.{unknown[0]}: not a parameter of the acceptance model; known: "
-            f"{', '.join(sorted(ACCEPTANCE))} (specsweep/sim/model.py ACCEPTANCE){did_you_mean(unknown[0], ACCEPTANCE)}"
+            f"{', '.join(sorted(ACCEPTANCE))} (specsweep/modelling/acceptance.py ACCEPTANCE)"
+            + did_you_mean(unknown[0], ACCEPTANCE)
         )
 
 
@@ -359,9 +367,9 @@ def check_engines(config: dict) -> None:
 
 
 def check_engine_calibrations(config: dict) -> None:
-    """Each engine's cost model chosen now, in its view of a configuration whose own is resolved (cost_model.resolve,
-    engines.view), so that a calibration an engine names (its sim.calibration) that is not there, or not of a
-    configured TP size, stops the workflow before any job, naming engines[i].sim.calibration."""
+    """Each engine's cost model chosen now, in its view of a configuration whose own is resolved
+    (calibration.choose.resolve, engines.view), so that a calibration an engine names (its sim.calibration) that is
+    not there, or not of a configured TP size, stops the workflow before any job, naming engines[i].sim.calibration."""
     for index, name in enumerate(engine_names(config)):
         try:
             engine_view(config, name)

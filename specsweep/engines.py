@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import copy
 
+from .calibration import choose
+
 SEPARATOR = "@"  # between a method's name and its engine's (neither name may hold it)
 
 
@@ -67,7 +69,5 @@ def view(config: dict, engine: str | None) -> dict:
     out["sglang"] = copy.deepcopy(build.get("sglang") or config["sglang"])
     out["sim"] = merged(config["sim"], build.get("sim") or {})
     if "cost_model" in config:  # a resolved configuration: this engine's own cost models (its build, its sim)
-        from . import cost_model
-
-        out = cost_model.resolve(out, cost_model.recorded_environment(out["backend"], engine))
+        out = choose.resolve(out, choose.recorded_environment(out["backend"], engine))
     return out

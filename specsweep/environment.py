@@ -15,6 +15,7 @@ cached cells stale while timestamps do not.
 from __future__ import annotations
 
 import importlib.metadata
+import json
 import os
 import platform
 import re
@@ -26,7 +27,7 @@ from pathlib import Path
 
 from . import HARNESS_VERSION, __version__
 from .canon import atomic_write_text, digest
-from .launcher import choose_flags
+from .sglang_options import choose_flags
 
 
 class ServerEnvironmentError(RuntimeError):
@@ -167,8 +168,6 @@ def probe(
     commits git requirements were built at) and ``build`` (the configured label) are recorded with the server;
     its identity holds the build's content (``build_identity``): the pins' commits, not the label.
     """
-    import json
-
     python = python or sys.executable
     software = {
         "specsweep": __version__,
@@ -185,27 +184,7 @@ def probe(
             help_text = command_output([python, "-m", "specsweep.sim", "--help"]) or ""
         server = {"name": "specsweep-sim", "version": __version__, "simulated": True, "python": python}
     else:
-        versions = command_output([python, "-c", _VERSIONS_SCRIPT], timeout=300)
-        server_versions = json.loads(versions) if versions else {}
-        if help_text is None:
-            if not server_versions.get("sglang"):
-                raise ServerEnvironmentError(
-                    f"SGLang is not installed for {python}; set sglang.install (e.g. "
-                    "'sglang==0.5.23' or a git URL of a DDTree branch) or sglang.python"
-                )
-            help_text = command_output([python, "-m", "sglang.launch_server", "--help"], timeout=600) or ""
-        software["server_python"] = server_versions.pop("python", None)
-        software.update({k: v for k, v in server_versions.items()})
-        server = {
-            "name": "sglang",
-            "version": server_versions.get("sglang"),
-            "source": server_versions.get("sglang_source"),
-            "commit": _source_commit(server_versions, pins),
-            "pins": list(pins),
-            "build": build,
-            "simulated": False,
-            "python": python,
-        }
+        server, help_text = _sglang_server(python, help_text, pins, build, software)
     caps = capabilities_from_help(help_text)
     identity = {
         "backend": backend,
@@ -231,6 +210,36 @@ def probe(
         "identity": identity,
         "identity_digest": digest(identity),
     }
+
+
+def _sglang_server(
+    python: str, help_text: str | None, pins: Sequence[dict], build: str | None, software: dict
+) -> tuple[dict, str]:
+    """(the SGLang server's record, its launcher's ``--help``) for the interpreter ``python``: its versions (added to
+    ``software``, the interpreter's as server_python), source and commit; refused (ServerEnvironmentError) where
+    SGLang is not installed and no recorded help text stands in."""
+    versions = command_output([python, "-c", _VERSIONS_SCRIPT], timeout=300)
+    server_versions = json.loads(versions) if versions else {}
+    if help_text is None:
+        if not server_versions.get("sglang"):
+            raise ServerEnvironmentError(
+                f"SGLang is not installed for {python}; set sglang.install (e.g. "
+                "'sglang==0.5.23' or a git URL of a DDTree branch) or sglang.python"
+            )
+        help_text = command_output([python, "-m", "sglang.launch_server", "--help"], timeout=600) or ""
+    software["server_python"] = server_versions.pop("python", None)
+    software.update({k: v for k, v in server_versions.items()})
+    server = {
+        "name": "sglang",
+        "version": server_versions.get("sglang"),
+        "source": server_versions.get("sglang_source"),
+        "commit": _source_commit(server_versions, pins),
+        "pins": list(pins),
+        "build": build,
+        "simulated": False,
+        "python": python,
+    }
+    return server, help_text
 
 
 def build_identity(server: dict) -> dict:

@@ -1,6 +1,7 @@
-"""The configuration's errors, raised by every module that checks part of it (config, methods, jobs, workloads).
+"""specsweep's own errors that several modules raise: the configuration's (config, methods, jobs, workloads) and a
+calibration's (choosing, probing, fitting and making one).
 
-Kept apart from config.py, which runs the checks that need those modules, so that each imports them from here.
+Kept apart from the modules that run the checks, so that each imports them from here.
 """
 
 from __future__ import annotations
@@ -11,6 +12,15 @@ from collections.abc import Iterable
 
 class ConfigError(ValueError):
     """A configuration mistake; the message names the key and what to do."""
+
+
+class CalibrationError(RuntimeError):
+    """A calibration that cannot be made or read; the message names the TP, the server or the file, and what to do.
+    A calibration file at fault is ``path``, and what is wrong in it (its key) ``reason``; both None otherwise."""
+
+    def __init__(self, message: str, path: str | None = None, reason: str | None = None):
+        super().__init__(message)
+        self.path, self.reason = path, reason
 
 
 class DuplicateKey(ValueError):

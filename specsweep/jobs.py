@@ -1,65 +1,20 @@
 """Jobs: the server jobs and cells a configuration asks for, and what each server job depends on.
 
-One server job per (tp, method[, repetition]); its cells are every (workload, concurrency) it measures.
+One server job per (tp, method[, repetition]); its cells are every (workload, concurrency) it measures. A
+calibration (`snakemake calibrate`) starts a server of each of ``calibration_methods`` per TP.
 """
 
 from __future__ import annotations
 
-import copy
 import os
-from dataclasses import asdict, dataclass, fields
+import random
 
 from . import engines
-from .cost_model import sim_settings
+from .calibration.choose import sim_settings
 from .errors import ConfigError
-from .layout import cell_path, server_name
+from .layout import cell_path
 from .methods import expand_methods
-
-
-@dataclass(frozen=True)
-class ServerJob:
-    """Everything one server's bench job depends on (and nothing else).
-
-    It reaches the job as canonical JSON through ``params:`` (``as_dict``), so a change in any of it reruns the
-    job, and nothing outside it does; the job reads it back with ``from_dict``. Nested settings stay the
-    configuration's own dicts (the schema names their keys).
-    """
-
-    backend: str  # "sim" or "sglang"
-    model: dict
-    tp: int
-    method: dict  # methods.Method.as_dict()
-    server: dict
-    sim: dict | None  # the simulator's settings with the TP's cost model (cost_model.sim_settings); None on SGLang
-    sglang: dict
-    gpu_pool: dict
-    workloads: list
-    concurrency: list
-    warmup: int
-    repetition: int | None
-    seed: int
-    sampling: dict
-    load: dict
-    adaptive: dict | None  # None: fixed-size cells
-    cache_dir: str
-
-    @property
-    def name(self) -> str:
-        return server_name(self.tp, self.method["name"], self.repetition)
-
-    def as_dict(self) -> dict:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, values: dict) -> "ServerJob":
-        known = {f.name for f in fields(cls)}
-        unknown = set(values) - known
-        if unknown:
-            raise ValueError(f"server job: unknown keys {', '.join(sorted(unknown))}")
-        return cls(**copy.deepcopy(values))
-
-    def workload(self, name: str) -> dict:
-        return next(w for w in self.workloads if w["name"] == name)
+from .server_job import ServerJob
 
 
 def servers(config: dict) -> list[dict]:
@@ -79,8 +34,6 @@ def servers(config: dict) -> list[dict]:
 
 def method_order(config: dict, tp: int, repetition: int) -> list[str]:
     """Order in which the methods of one (tp, repetition) run: shuffled by the seed, the same on every run."""
-    import random
-
     names = [m.name for m in expand_methods(config)]
     random.Random(f"order:{config['seed']}:{tp}:{repetition}").shuffle(names)
     return names
@@ -185,3 +138,14 @@ def server_job(config: dict, tp: int, method_name: str, repetition: int | None =
         adaptive=dict(config["adaptive"]) if config["adaptive"]["enabled"] else None,
         cache_dir=config["cache_dir"],
     )
+
+
+def calibration_methods(config: dict) -> list[dict]:
+    """The methods whose servers a calibration starts, AR first (the configured AR method, else a plain one), then
+    every configured speculative method (Method.as_dict)."""
+    methods = [m.as_dict() for m in expand_methods(config)]
+    ar = next((m for m in methods if m["algorithm"] == "ar"), None)
+    if ar is None:
+        ar = {"name": "ar", "algorithm": "ar", "params": {}, "flags": [], "env": {}, "attention_backend": None}
+        ar["min_free_slots_delay"] = None
+    return [ar] + [m for m in methods if m["algorithm"] != "ar"]

@@ -7,11 +7,13 @@ serves both: only the module differs (``sglang.launch_server`` or
 
 Lifecycle: start in a new process group with output to a log file; wait for
 ``/health_generate`` while checking the process is alive; stop with SIGTERM to
-the group, then SIGKILL, always.
+the group, then SIGKILL, always. ``start_server`` starts a server job's server
+(server_job.ServerJob) on a free port, as the bench jobs and a calibration do.
 """
 
 from __future__ import annotations
 
+import ctypes
 import json
 import os
 import random
@@ -30,8 +32,10 @@ import psutil
 import requests
 
 from . import algorithms
-from .jobs import ServerJob
-from .sglang_options import DECODING_PREFIX, decoding_variable, known_flags
+from .environment import offered_flags
+from .server_job import ServerJob
+from .sglang_options import DECODING_PREFIX, choose_flags, decoding_variable, known_flags
+from .text import approximate_tokens, chat_prompt
 
 SECRET_MARKERS = ("KEY", "TOKEN", "SECRET", "PASSWORD")
 
@@ -193,17 +197,6 @@ def server_arguments(job: ServerJob, port: int, max_context: int, offered: set[s
     return argv + choose_flags(list(method["flags"]) + list(server["flags"]), offered)
 
 
-def choose_flags(flags: list[str], offered: set[str]) -> list[str]:
-    """Flags with each ``--a|--b`` replaced by the first of its spellings the build offers (the first written
-    where it offers none, so that the check against the build names it)."""
-    return [
-        next((f for f in flag.split("|") if f in offered), flag.split("|")[0])
-        if flag.startswith("--") and "|" in flag
-        else flag
-        for flag in flags
-    ]
-
-
 def min_free_slots_delay(job: ServerJob) -> str | int:
     """The method's min-free-slots delay setting, else the server's (disabled, sglang or a slot count)."""
     return job.method.get("min_free_slots_delay") or job.server.get("min_free_slots_delay", "disabled")
@@ -272,6 +265,60 @@ def launch_command(
                 argv += [flag, str(value)]
     env = {**job.server["env"], **job.method["env"]}
     return argv, env
+
+
+def _max_context(job: ServerJob, sessions_by_workload: dict) -> int:
+    """--context-length: the model's (every workload was checked to fit); the simulator, whose tokenizer is
+    approximate, gets room for its own count of the longest session."""
+    if job.backend == "sglang":
+        return job.model["context_length"]
+    longest = 0
+    for name, sessions in sessions_by_workload.items():
+        for s in sessions:
+            text = chat_prompt(s.messages + s.followups)
+            longest = max(longest, approximate_tokens(text) + s.max_new_tokens * (1 + len(s.followups)))
+    return max(job.model["context_length"], int(longest * 1.25))
+
+
+def start_server(
+    job: ServerJob,
+    sessions: dict,
+    environment: dict,
+    log_path: Path,
+    gpus,
+    extra_args: list[str],
+    headers: dict,
+    attempts: int = 3,
+    first_port: int | None = None,
+):
+    """Start the server on a free port; if the port was taken meanwhile, try another (up to ``attempts``)."""
+    host = job.server["host"]
+    context = _max_context(job, sessions)
+    # the probed build's flags, else (no probe) the recorded table
+    offered = offered_flags(environment, job.sglang["extra_flags"])
+    for attempt in range(attempts):
+        port = first_port if (first_port and attempt == 0) else free_port(host)
+        argv, env = launch_command(job, port, context, environment.get("python"), offered)
+        if offered:
+            unknown = [a for a in argv if a.startswith("--") and a.split("=")[0] not in offered]
+            if unknown:
+                raise ServerError(
+                    f"the installed {environment['backend']} build does not offer {', '.join(unknown)} "
+                    f"(checked against its --help); fix the flags (server.flags, the method's flags or "
+                    "the algorithms spelling) or install a build that has them"
+                )
+        argv += extra_args
+        server = Server(argv, env, host, port, log_path, gpus, headers, job.server.get("pass_env", ()))
+        try:
+            server.start(job.server["startup_timeout"])
+            return server, argv, env
+        except ServerError as exc:
+            server.stop()
+            taken = "address already in use" in str(exc).lower() or "errno 98" in str(exc).lower()
+            if not taken or attempt == attempts - 1:
+                raise
+            print(f"port {port} was taken; retrying on another port", file=sys.stderr, flush=True)
+    raise AssertionError("unreachable")
 
 
 class ApiKeyFile:
@@ -479,8 +526,6 @@ class Server:
 def _terminate_with_parent() -> None:
     """In the child: ask the kernel for SIGTERM when the job process that started the server dies."""
     try:
-        import ctypes
-
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
     except OSError:
         pass

@@ -186,90 +186,11 @@ def _drafter(algorithm: algorithms.Algorithm, entry: dict, config: dict, where: 
 
 
 def _expand(config: dict) -> list[Method]:
-    defaults = config.get("defaults", {})
+    """Every configured method's concrete methods (``_expand_entry``), in order, their names unique; on the simulated
+    backend one drafter per algorithm (``_one_drafter_per_algorithm``)."""
     methods: list[Method] = []
     for index, entry in enumerate(config["methods"]):
-        where = f"methods[{index}] ({entry['name']})"
-        try:
-            algorithm = algorithms.get(entry["algorithm"])
-        except AlgorithmError as exc:
-            raise ConfigError(f"{where}.algorithm: {exc}") from None
-        for key in algorithms.PARAMETER_NAMES:
-            if key in entry and key not in {p.name for p in algorithm.parameters}:
-                raise ConfigError(
-                    f"{where}: '{key}' has no meaning for algorithm '{algorithm.name}'; remove it"
-                    + ("; use algorithm 'ddtree' for a draft tree" if algorithm.name == "dflash" else "")
-                )
-        drafter, drafter_value = _drafter(algorithm, entry, config, where)
-        spelling = algorithms.spelling(algorithm.name, config.get("algorithms"))
-        grid, swept, given = _grid(algorithm, entry, defaults, where)
-        server_flags = list(config.get("server", {}).get("flags", []))
-        taken = algorithm.flags_set(spelling) & {f.split("=")[0] for f in list(entry.get("flags", [])) + server_flags}
-        if taken:
-            raise ConfigError(
-                f"{where}: {', '.join(sorted(taken))} in flags (the method's or server.flags) is set "
-                f"by the spelling of algorithm '{algorithm.name}' from its parameters; set the "
-                "parameter instead, or change the spelling (algorithms)"
-            )
-        for raw in grid:
-            # "uncapped": the parameter is not passed (the server's own cap holds), its placeholders drop their env
-            unset = {k for k, v in raw.items() if v == UNCAPPED}
-            if unset and algorithm is not algorithms.DDTREE:
-                raise ConfigError(
-                    f"{where}.topk: '{UNCAPPED}' is DDTree's (its build's own cap); give algorithm "
-                    f"'{algorithm.name}' a number"
-                )
-            try:
-                params = algorithm.resolve(
-                    {
-                        **{k: v for k, v in raw.items() if k not in unset},
-                        **_unspelled(algorithm, spelling, given, where),
-                    }
-                )
-            except AlgorithmError as exc:
-                raise ConfigError(_located(where, exc)) from None
-            name = entry["name"] + "".join(
-                f"-{p.sweep_tag}{raw[p.name]:g}" if isinstance(raw[p.name], float) else f"-{p.sweep_tag}{raw[p.name]}"
-                for p in swept
-            )
-            values = {"drafter": drafter_value, **{k: str(v) for k, v in params.items() if v is not None}}
-            if "block_size" in params:
-                values["draft_tokens"] = str(params["block_size"] - 1)
-            mwhere = f"{where} algorithms.{algorithm.name}"
-            flags = [_substitute(f, values, mwhere + ".flags") for f in spelling["flags"]]
-            flags += [_substitute(str(f), values, where + ".flags") for f in entry.get("flags", [])]
-            if (
-                config.get("match_ddtree_scheduling")
-                and algorithm.speculative
-                and algorithm.overlap
-                and "--disable-overlap-schedule" not in flags
-            ):
-                flags.append("--disable-overlap-schedule")
-            backend = _attention_backend(config, entry, flags, where)
-            # the server's flags come last on the command line: what they set is what runs
-            backend = algorithms.flag_value(flags + server_flags, "--attention-backend") or backend
-            # a variable of a parameter the method leaves unset ("uncapped", or an optional one such as
-            # accept_length) is not set at all: the server's own choice holds
-            absent = unset | {p.name for p in algorithm.parameters if params.get(p.name) is None}
-            env = {
-                k: _substitute(str(v), values, mwhere + ".env")
-                for k, v in spelling["env"].items()
-                if not any("{" + u + "}" in str(v) for u in absent)
-            }
-            env.update({k: _substitute(str(v), values, where + ".env") for k, v in entry.get("env", {}).items()})
-            try:
-                algorithm.check(params, flags + server_flags, backend, spelling)
-                if algorithm is algorithms.DDTREE:
-                    ddtree.with_environment(ddtree.build(params["tree_build"]), env)
-            except AlgorithmError as exc:
-                raise ConfigError(_located(where, exc)) from None
-            except ValueError as exc:  # the DDTree build's tuning read from the method's environment
-                raise ConfigError(f"{where}.env: {exc}") from None
-            methods.append(
-                Method(
-                    name, algorithm.name, params, tuple(flags), env, backend, entry.get("min_free_slots_delay"), drafter
-                )
-            )
+        methods += _expand_entry(config, entry, f"methods[{index}] ({entry['name']})")
     if config.get("backend") == "sim":
         _one_drafter_per_algorithm(methods, config)
     seen: dict[str, int] = {}
@@ -281,6 +202,113 @@ def _expand(config: dict) -> list[Method]:
             )
         seen[method.name] = 1
     return methods
+
+
+def _expand_entry(config: dict, entry: dict, where: str) -> list[Method]:
+    """One configured method (``where`` names it) as the methods of its sweep's grid, each named after the values
+    it sweeps. Refuses (ConfigError naming the key) an unknown algorithm, a parameter the algorithm does not have, a
+    flag the algorithm's spelling sets from a parameter."""
+    try:
+        algorithm = algorithms.get(entry["algorithm"])
+    except AlgorithmError as exc:
+        raise ConfigError(f"{where}.algorithm: {exc}") from None
+    for key in algorithms.PARAMETER_NAMES:
+        if key in entry and key not in {p.name for p in algorithm.parameters}:
+            raise ConfigError(
+                f"{where}: '{key}' has no meaning for algorithm '{algorithm.name}'; remove it"
+                + ("; use algorithm 'ddtree' for a draft tree" if algorithm.name == "dflash" else "")
+            )
+    drafter, drafter_value = _drafter(algorithm, entry, config, where)
+    spelling = algorithms.spelling(algorithm.name, config.get("algorithms"))
+    grid, swept, given = _grid(algorithm, entry, config.get("defaults", {}), where)
+    server_flags = list(config.get("server", {}).get("flags", []))
+    taken = algorithm.flags_set(spelling) & {f.split("=")[0] for f in list(entry.get("flags", [])) + server_flags}
+    if taken:
+        raise ConfigError(
+            f"{where}: {', '.join(sorted(taken))} in flags (the method's or server.flags) is set "
+            f"by the spelling of algorithm '{algorithm.name}' from its parameters; set the "
+            "parameter instead, or change the spelling (algorithms)"
+        )
+    out = []
+    for raw in grid:
+        params, unset = _resolved(algorithm, spelling, raw, given, where)
+        name = entry["name"] + "".join(
+            f"-{p.sweep_tag}{raw[p.name]:g}" if isinstance(raw[p.name], float) else f"-{p.sweep_tag}{raw[p.name]}"
+            for p in swept
+        )
+        flags, env, backend = _spelled(config, entry, where, algorithm, spelling, params, unset, drafter_value)
+        out.append(
+            Method(name, algorithm.name, params, tuple(flags), env, backend, entry.get("min_free_slots_delay"), drafter)
+        )
+    return out
+
+
+def _resolved(algorithm: algorithms.Algorithm, spelling: dict, raw: dict, given, where: str) -> tuple[dict, set]:
+    """(the parameters of one point of a sweep as the server runs them, those it leaves unset): "uncapped" (DDTree's
+    topk: the server's own cap holds) is not passed, its placeholders drop their env."""
+    unset = {k for k, v in raw.items() if v == UNCAPPED}
+    if unset and algorithm is not algorithms.DDTREE:
+        raise ConfigError(
+            f"{where}.topk: '{UNCAPPED}' is DDTree's (its build's own cap); give algorithm '{algorithm.name}' a number"
+        )
+    try:
+        params = algorithm.resolve(
+            {**{k: v for k, v in raw.items() if k not in unset}, **_unspelled(algorithm, spelling, given, where)}
+        )
+    except AlgorithmError as exc:
+        raise ConfigError(_located(where, exc)) from None
+    return params, unset
+
+
+def _spelled(
+    config: dict,
+    entry: dict,
+    where: str,
+    algorithm: algorithms.Algorithm,
+    spelling: dict,
+    params: dict,
+    unset: set,
+    drafter_value: str,
+) -> tuple[list[str], dict, str | None]:
+    """(flags, environment, attention backend) of a method with these parameters: the algorithm's spelling and the
+    method's own flags and env, placeholders substituted; the overlap scheduler off where DDTree's scheduling is
+    matched; the attention backend as the server's flags (last on the command line) leave it. Refuses (ConfigError)
+    what the algorithm's check or its DDTree build's environment refuses."""
+    values = {"drafter": drafter_value, **{k: str(v) for k, v in params.items() if v is not None}}
+    if "block_size" in params:
+        values["draft_tokens"] = str(params["block_size"] - 1)
+    server_flags = list(config.get("server", {}).get("flags", []))
+    mwhere = f"{where} algorithms.{algorithm.name}"
+    flags = [_substitute(f, values, mwhere + ".flags") for f in spelling["flags"]]
+    flags += [_substitute(str(f), values, where + ".flags") for f in entry.get("flags", [])]
+    if (
+        config.get("match_ddtree_scheduling")
+        and algorithm.speculative
+        and algorithm.overlap
+        and "--disable-overlap-schedule" not in flags
+    ):
+        flags.append("--disable-overlap-schedule")
+    backend = _attention_backend(config, entry, flags, where)
+    # the server's flags come last on the command line: what they set is what runs
+    backend = algorithms.flag_value(flags + server_flags, "--attention-backend") or backend
+    # a variable of a parameter the method leaves unset ("uncapped", or an optional one such as accept_length) is not
+    # set at all: the server's own choice holds
+    absent = unset | {p.name for p in algorithm.parameters if params.get(p.name) is None}
+    env = {
+        k: _substitute(str(v), values, mwhere + ".env")
+        for k, v in spelling["env"].items()
+        if not any("{" + u + "}" in str(v) for u in absent)
+    }
+    env.update({k: _substitute(str(v), values, where + ".env") for k, v in entry.get("env", {}).items()})
+    try:
+        algorithm.check(params, flags + server_flags, backend, spelling)
+        if algorithm is algorithms.DDTREE:
+            ddtree.with_environment(ddtree.build(params["tree_build"]), env)
+    except AlgorithmError as exc:
+        raise ConfigError(_located(where, exc)) from None
+    except ValueError as exc:  # the DDTree build's tuning read from the method's environment
+        raise ConfigError(f"{where}.env: {exc}") from None
+    return flags, env, backend
 
 
 def _one_drafter_per_algorithm(methods: list[Method], config: dict) -> None:

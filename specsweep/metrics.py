@@ -11,6 +11,8 @@ import math
 
 import numpy as np
 
+from .text import split_tokens
+
 PERCENTILES = (50, 90, 95, 99)
 BOOTSTRAP_RESAMPLES = 1000
 MIN_SESSIONS = 10  # independent units (sessions) below which no interval is claimed
@@ -747,8 +749,6 @@ def first_divergence(tokens: list[str], reference: list[str]) -> int | None:
 def losslessness(method_records: list[dict], ar_records: list[dict]) -> dict:
     """Losslessness = share of requests whose output equals AR's for the same prompt (greedy), and first divergence
     positions."""
-    from .text import split_tokens
-
     reference = {(r["session"], r["turn"]): r for r in ar_records if r["error"] is None}
     positions, compared, equal = [], 0, 0
     for r in method_records:

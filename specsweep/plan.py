@@ -32,15 +32,18 @@ from functools import lru_cache
 from pathlib import Path
 from typing import NamedTuple
 
-from . import calibrate, cost_model, engines
+from . import engines
 from .cache import CellCache
+from .calibration import choose
 from .canon import atomic_write_json, atomic_write_text, digest, package_digest
 from .cells import cell_digest, cell_key, cell_sessions
-from .jobs import cells_of_server, server_job, servers
+from .jobs import calibration_methods, cells_of_server, server_job, servers
 from .methods import expand_methods
 from .layout import plan_memo_path, server_name
-from .sim.calibration import mean_tau
-from .sim.model import CostModel, Decoding, profiles
+from .modelling.acceptance import mean_tau
+from .modelling.cost import CostModel
+from .modelling.decoding import Decoding
+from .modelling.profiles import profiles
 from .text import chat_prompt
 from .workloads import build
 
@@ -114,10 +117,10 @@ def startup_seconds(config: dict, tp: int) -> tuple[float, float]:
     if config["backend"] == "sim":
         seconds = config["sim"]["startup_seconds"] / clock_scale(config) + JOB_OVERHEAD_SECONDS
         return seconds, seconds
-    measured = cost_model.of(config, tp)["startup"]
+    measured = choose.of(config, tp)["startup"]
     if measured:
         return measured["cold_s"] + JOB_OVERHEAD_SECONDS, measured["warm_s"] + JOB_OVERHEAD_SECONDS
-    sim = cost_model.sim_settings(config, tp)
+    sim = choose.sim_settings(config, tp)
     p = profiles(sim["profiles"])
     model, runtime = p["models"][sim["model_profile"]], p["runtimes"][sim["runtime"]]
     weights = 0.0 if config["model"].get("load_format") == "dummy" else model["weight_bytes"] / DISK_BYTES_PER_SECOND
@@ -131,7 +134,7 @@ def startup_text(config: dict, tp: int) -> str:
     job = f"{JOB_OVERHEAD_SECONDS:g} s of job start included"
     if config["backend"] == "sim":
         return f"simulated: {cold:.1f} s for every server (sim.startup_seconds on the servers' clock; {job})"
-    if cost_model.of(config, tp)["startup"]:
+    if choose.of(config, tp)["startup"]:
         return f"measured: cold {cold:.0f} s (the first server on each host), warm {warm:.0f} s (later ones; {job})"
     return f"not measured: {cold:.0f} s for every server, cold or warm (weights, initialisation; {job})"
 
@@ -145,7 +148,7 @@ def cell_seconds(
 
     ``sessions``, the workload's sessions where they are built already (a server job), spare building a sample.
     """
-    sim = cost_model.sim_settings(config, tp)
+    sim = choose.sim_settings(config, tp)
     cost = CostModel.named(
         sim["gpu"], sim["model_profile"], sim["runtime"], tp, sim["profiles"], sim.get("draft_model_profile")
     )
@@ -286,7 +289,7 @@ def server_durations(rows: list[dict]) -> dict[str, ServerCost]:
 def gpus_per_host(config: dict, gpus: int) -> int:
     """GPUs per host the plan packs onto: on SGLang as many as the calibrations' host had (their fingerprints'
     gpu_count), else all of them on one host."""
-    counts = [cost_model.of(config, tp)["gpu_count"] for tp in config["tp"]]
+    counts = [choose.of(config, tp)["gpu_count"] for tp in config["tp"]]
     known = [c for c in counts if isinstance(c, int) and c > 0]
     return min(max(known), gpus) if config["backend"] == "sglang" and known and gpus else gpus
 
@@ -420,7 +423,8 @@ def packed(config: dict, rows: list[dict], gpus: int) -> tuple[list[dict], dict]
 
 def write_predictions(config: dict, out_csv: str, gpus: int) -> None:
     """The predicted rows of every cell (see predict), each server's start-up as the packing on ``gpus`` GPUs
-    starts it (cold or warm), as CSV: what the report compares each server's run with."""
+    starts it (cold or warm), as CSV: what the report compares each server's run with. Imported here: pandas (a
+    second and more to load, and every Snakemake process of a run imports this module for its prices)."""
     import pandas as pd
 
     rows, _ = packed(config, predict(config, config["cache_dir"]), gpus)
@@ -449,7 +453,7 @@ def write_plan(
     config: dict, environment: dict | None, gpus: int, out_md: str, out_csv: str, gpus_from: str = ""
 ) -> dict:
     """plan.csv (one row per cell) and plan.md (totals, packing, per-server table, assumptions); ``gpus_from``: where
-    the number of GPUs comes from (gpus.plan_gpus), said beside it."""
+    the number of GPUs comes from (gpus.plan_gpus), said beside it. Imported here: pandas (see write_predictions)."""
     import pandas as pd
 
     rows = predict(config, config["cache_dir"])
@@ -477,7 +481,7 @@ def write_plan(
         + (" (all servers serialised: gpu_pool.exclusive)" if config["gpu_pool"]["exclusive"] else "")
         + (f", on hosts of {gpus_per_host(config, gpus)}" if gpus_per_host(config, gpus) < gpus else "")
         + (f" ({gpus_from})" if gpus_from else ""),
-        calibrate.plan_line(config),
+        calibration_line(config),
         f"- predicted makespan: {packing['makespan_s'] / 3600:.2f} h ({packing['makespan_s']:.0f} s), order: "
         f"{packing['heuristic']}; "
         f"lower bound {packing['lower_bound_s'] / 3600:.2f} h "
@@ -514,16 +518,16 @@ def cold_hours(rows: list[dict]) -> dict[tuple, float]:
 
 
 def plan_bound(config: dict, memo_dir: str | None = None) -> dict | None:
-    """The plan against the same plan with no calibration (cost_model.uncalibrated), in cold_hours: {"hours",
+    """The plan against the same plan with no calibration (choose.uncalibrated), in cold_hours: {"hours",
     "uncalibrated_hours", "ratio", "over": [{tp, engine, calibration, hours, uncalibrated_hours}, ...] (the TP sizes
     and engines whose calibration makes them more than PLAN_BOUND times dearer), "allowed" (the ratio within
     PLAN_BOUND, or confirm_plan_hours at least the plan's hours), "problem" (why a run is refused, naming the
     calibration files and the key; None when allowed)}; None when no calibration prices the plan."""
     views = {None: config} | {e: engines.view(config, e) for e in engines.names(config)}
-    files = {(tp, e): cost_model.of(v, tp)["calibration"] for e, v in views.items() for tp in config["tp"]}
+    files = {(tp, e): choose.of(v, tp)["calibration"] for e, v in views.items() for tp in config["tp"]}
     if not any(files.values()):
         return None
-    calibrated, uncalibrated = (cold_hours(predict(c, memo_dir)) for c in (config, cost_model.uncalibrated(config)))
+    calibrated, uncalibrated = (cold_hours(predict(c, memo_dir)) for c in (config, choose.uncalibrated(config)))
     hours, base = sum(calibrated.values()), sum(uncalibrated.values())
     ratio = hours / base if base else 1.0
     over = [
@@ -574,12 +578,26 @@ def bound_line(bound: dict | None) -> list[str]:
     return [line]
 
 
+def calibration_line(config: dict) -> str:
+    """The line plan.md gives calibration: its time bound and whether the default target runs it."""
+    settings = config["calibration"]
+    where = (
+        "part of the default target (calibration.in_default_target)"
+        if settings["in_default_target"]
+        else "not part of the default target"
+    )
+    return (
+        f"- calibration (`snakemake calibrate`, {where}): at most {settings['max_seconds_per_tp']:g} s per TP "
+        f"(calibration.max_seconds_per_tp) for {len(calibration_methods(config))} server(s) each, start-ups included"
+    )
+
+
 def cost_model_lines(config: dict) -> list[str]:
-    """plan.md's account of its cost models: per TP size what prices its steps (cost_model.label, the file and the
+    """plan.md's account of its cost models: per TP size what prices its steps (choose.label, the file and the
     profiles) and its start-ups, then every calibration found and not used, and why."""
     lines = []
     for tp in config["tp"]:
-        chosen, sim = cost_model.of(config, tp), cost_model.sim_settings(config, tp)
+        chosen, sim = choose.of(config, tp), choose.sim_settings(config, tp)
         where = f"{chosen['calibration']}; " if chosen["calibration"] else ""
         lines.append(
             f"- cost model, TP {tp}: {chosen['label']} ({where}{sim['model_profile']} on {sim['gpu']}, "

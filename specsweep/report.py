@@ -299,14 +299,7 @@ def budget_sweep(t: Tables, figs: Figures, data: dict[str, str]) -> dict:
     summary, low, tps, lowest = t.summary, t.low, t.tps, t.lowest
     spec = low[low["algorithm"] != "ar"].dropna(subset=["sweep_size"])
     spec = spec.assign(series=_sweep_series(spec))
-    modes = spec.drop_duplicates("method")[
-        ["method", "algorithm", "tree_build", "sweep_size", "topk", "tree_mode", "tree_width", "verify_width"]
-    ].sort_values(["algorithm", "sweep_size"])
-    modes = modes.assign(
-        tree_build=modes["tree_build"].fillna("--"),
-        **{c: modes[c].astype("Int64") for c in ("sweep_size", "topk", "tree_width", "verify_width")},
-    )
-    has_modes = _table(modes, data, "modes.csv", ["method", "algorithm", "tree_build", "tree_mode"])
+    has_modes = _modes_table(spec, data)
     chain = low[low["algorithm"] == "dflash"]
     for name in spec["algorithm"].unique():
         algorithm = algorithms.get(name)
@@ -317,14 +310,7 @@ def budget_sweep(t: Tables, figs: Figures, data: dict[str, str]) -> dict:
                 if sub["sweep_size"].nunique() < 2:
                     continue
                 c = chain[(chain["tp"] == tp) & (chain["workload"] == workload)] if name != "dflash" else chain[0:0]
-                refs = {
-                    col: [
-                        {"label": f"DFlash {tex_escape(m)}", "text": f"DFlash {m}", "value": float(v)}
-                        for m, v in zip(c["method"], c[col])
-                        if pd.notna(v)
-                    ]
-                    for col in ("acceptance_length", "output_throughput")
-                }
+                refs = {col: _references(c, col) for col in ("acceptance_length", "output_throughput")}
                 where = f"{algorithm.title}, workload {tex_name(workload)}, TP {tp}, concurrency {lowest}"
                 figs.line(
                     "budget",
@@ -361,6 +347,28 @@ def budget_sweep(t: Tables, figs: Figures, data: dict[str, str]) -> dict:
                     reference=refs["output_throughput"],
                 )
     return {"has_modes": has_modes}
+
+
+def _modes_table(spec: pd.DataFrame, data: dict[str, str]) -> bool:
+    """The table of what every speculative method verifies (its build, size, width cap, mode, width, tokens a
+    round); whether it has any row."""
+    modes = spec.drop_duplicates("method")[
+        ["method", "algorithm", "tree_build", "sweep_size", "topk", "tree_mode", "tree_width", "verify_width"]
+    ].sort_values(["algorithm", "sweep_size"])
+    modes = modes.assign(
+        tree_build=modes["tree_build"].fillna("--"),
+        **{c: modes[c].astype("Int64") for c in ("sweep_size", "topk", "tree_width", "verify_width")},
+    )
+    return _table(modes, data, "modes.csv", ["method", "algorithm", "tree_build", "tree_mode"])
+
+
+def _references(chain: pd.DataFrame, column: str) -> list[dict]:
+    """A sweep chart's horizontal lines: each DFlash method's value of ``column`` in these rows."""
+    return [
+        {"label": f"DFlash {tex_escape(m)}", "text": f"DFlash {m}", "value": float(v)}
+        for m, v in zip(chain["method"], chain[column])
+        if pd.notna(v)
+    ]
 
 
 def _sweep_series(spec: pd.DataFrame) -> list[str]:
@@ -428,46 +436,7 @@ def concurrency(t: Tables, figs: Figures, data: dict[str, str]) -> dict:
     for tp in tps:
         for workload in summary["workload"].unique():
             sub = summary[(summary["tp"] == tp) & (summary["workload"] == workload)]
-            label = f"workload {tex_name(workload)}, TP {tp}"
-            figs.line(
-                "concurrency",
-                f"conc-throughput-{workload}-tp{tp}",
-                sub,
-                "concurrency",
-                "output_throughput",
-                "output_throughput_lo",
-                "output_throughput_hi",
-                "Concurrency (requests in flight)",
-                "Output throughput (tokens/s)",
-                f"Output throughput against concurrency, {label} (error bars: 95\\% CI).",
-                logx=True,
-            )
-            figs.line(
-                "concurrency",
-                f"conc-ttft-{workload}-tp{tp}",
-                sub.assign(v=sub["ttft_p99"] * 1000, lo=sub["ttft_p99_lo"] * 1000, hi=sub["ttft_p99_hi"] * 1000),
-                "concurrency",
-                "v",
-                "lo",
-                "hi",
-                "Concurrency",
-                "TTFT p99 (ms)",
-                f"Time to first token, 99th percentile, {label} (error bars: 95\\% CI).",
-                logx=True,
-            )
-            figs.line(
-                "concurrency",
-                f"conc-tpot-{workload}-tp{tp}",
-                sub.assign(v=sub["tpot_p50"] * 1000, lo=sub["tpot_p50_lo"] * 1000, hi=sub["tpot_p50_hi"] * 1000),
-                "concurrency",
-                "v",
-                "lo",
-                "hi",
-                "Concurrency",
-                "TPOT p50 (ms)",
-                f"Time per output token, median, {label} (error bars: 95\\% CI).",
-                logx=True,
-            )
+            _concurrency_charts(figs, sub, workload, tp)
     for workload in pareto["workload"].unique():
         figs.scatter(
             "concurrency",
@@ -483,6 +452,51 @@ def concurrency(t: Tables, figs: Figures, data: dict[str, str]) -> dict:
     has_break_even = _table(t.breakeven, data, "break_even.csv", ["method", "workload"])
     has_best = _table(t.best, data, "best_budget.csv", ["method", "workload", "algorithm"])
     return {"has_break_even": has_break_even, "has_best": has_best}
+
+
+def _concurrency_charts(figs: Figures, sub: pd.DataFrame, workload: str, tp: int) -> None:
+    """One workload's and TP size's charts against concurrency: output throughput, TTFT p99 and TPOT p50, each with
+    its 95% interval."""
+    label = f"workload {tex_name(workload)}, TP {tp}"
+    figs.line(
+        "concurrency",
+        f"conc-throughput-{workload}-tp{tp}",
+        sub,
+        "concurrency",
+        "output_throughput",
+        "output_throughput_lo",
+        "output_throughput_hi",
+        "Concurrency (requests in flight)",
+        "Output throughput (tokens/s)",
+        f"Output throughput against concurrency, {label} (error bars: 95\\% CI).",
+        logx=True,
+    )
+    figs.line(
+        "concurrency",
+        f"conc-ttft-{workload}-tp{tp}",
+        sub.assign(v=sub["ttft_p99"] * 1000, lo=sub["ttft_p99_lo"] * 1000, hi=sub["ttft_p99_hi"] * 1000),
+        "concurrency",
+        "v",
+        "lo",
+        "hi",
+        "Concurrency",
+        "TTFT p99 (ms)",
+        f"Time to first token, 99th percentile, {label} (error bars: 95\\% CI).",
+        logx=True,
+    )
+    figs.line(
+        "concurrency",
+        f"conc-tpot-{workload}-tp{tp}",
+        sub.assign(v=sub["tpot_p50"] * 1000, lo=sub["tpot_p50_lo"] * 1000, hi=sub["tpot_p50_hi"] * 1000),
+        "concurrency",
+        "v",
+        "lo",
+        "hi",
+        "Concurrency",
+        "TPOT p50 (ms)",
+        f"Time per output token, median, {label} (error bars: 95\\% CI).",
+        logx=True,
+    )
 
 
 def _with_interval(ratio, lo, hi) -> str:
@@ -502,7 +516,8 @@ def _differs(value) -> str:
 def engines_section(tables_dir: str | Path, data: dict[str, str]) -> dict:
     """Section: each cell on an engine against the same cell on the reference engine (aggregate.engine_comparison),
     where the configuration has two or more engines; a row not compared (a side not final, no session completed
-    on both) is marked with the number of its reason, and the reasons are listed under the table."""
+    on both), or one that is one measurement under two names (engines of one build and settings), is marked with the
+    number of its reason, and the reasons are listed under the table."""
     path = Path(tables_dir) / "engines.csv"
     frame = pd.read_csv(path) if path.exists() and path.stat().st_size else pd.DataFrame()
     if frame.empty:
@@ -537,7 +552,8 @@ def engines_section(tables_dir: str | Path, data: dict[str, str]) -> dict:
     return {
         "has_engines": True,
         "engines_differ": sum(_differs(v) == "yes" for v in frame["differs"]),
-        "engines_not_compared": int(frame["reason"].notna().sum()),
+        "engines_not_compared": int(frame["output_throughput_ratio"].isna().sum()),
+        "engines_one_measurement": sum(isinstance(r, str) and r.startswith("one measurement") for r in frame["reason"]),
         "engine_notes": "; ".join(f"({i}) {tex_escape(r)}" for i, r in enumerate(reasons, 1)),
         "has_engine_builds": not builds.empty,
     }
@@ -585,6 +601,78 @@ def setup_tables(t: Tables, environment: dict, view: dict, simulated: bool, data
     """Section 1 and the appendix: provenance, workloads, acceptance, all cells, cells below their label,
     queueing, losslessness, failures."""
     summary, low = t.summary, t.low
+    _table(
+        pd.DataFrame(provenance(summary, environment, view, simulated), columns=["item", "value"]),
+        data,
+        "provenance.csv",
+        ["item", "value"],
+    )
+    workloads = (
+        summary.groupby("workload", sort=False)
+        .agg(family=("family", "first"), sessions=("sessions", "max"), content_mix=("content_mix", "first"))
+        .reset_index()
+    )
+    _table(workloads, data, "workloads.csv", ["workload", "family", "content_mix"])
+    spec = low[low["algorithm"] != "ar"][
+        [
+            "tp",
+            "method",
+            "workload",
+            "acceptance_length",
+            "acceptance_length_server",
+            "tokens_per_chunk",
+            "acceptance_length_sglang",
+        ]
+    ]
+    has_spec = _table(spec, data, "acceptance.csv", ["method", "workload"])
+    _cells_table(summary, data)
+    return {"has_spec": has_spec, **_check_tables(summary, view, data)}
+
+
+def _check_tables(summary: pd.DataFrame, view: dict, data: dict[str, str]) -> dict:
+    """The appendix's checks, each a table of the cells it concerns and whether it has any: cells below their
+    concurrency label, cells whose requests queued for a slot (open-loop load), losslessness against AR, failures."""
+    below = summary[summary["concurrency_steady_mean"].isna() | (summary["concurrency_peak"] < summary["concurrency"])][
+        ["tp", "method", "workload", "concurrency", "concurrency_mean", "concurrency_peak"]
+    ]
+    has_below = _table(below, data, "below_label.csv", ["method", "workload"])
+    # waiting for a slot is open-loop load's: under closed loop a late client (host jitter) is no wait
+    open_loop = view["load_model"] != "closed"
+    queued = summary[open_loop & (summary["queue_delay_p99"].fillna(0) > 0.001)][
+        ["tp", "method", "workload", "concurrency", "ttft_p50", "queue_delay_p50", "user_ttft_p50", "user_ttft_p99"]
+    ]
+    queued = queued.assign(
+        **{c: queued[c] * 1000 for c in ("ttft_p50", "queue_delay_p50", "user_ttft_p50", "user_ttft_p99")}
+    )
+    has_queue = _table(queued, data, "queue.csv", ["method", "workload"])
+    lossless = summary.dropna(subset=["lossless_compared"])[
+        [
+            "tp",
+            "method",
+            "workload",
+            "concurrency",
+            "lossless_compared",
+            "lossless_exact_rate",
+            "lossless_first_divergence_min",
+        ]
+    ]
+    has_lossless = _table(lossless, data, "lossless.csv", ["method", "workload"])
+    failed = summary[summary["requests_failed"] > 0][
+        ["tp", "method", "workload", "concurrency", "requests_sent", "requests_failed", "failures"]
+    ]
+    has_failures = _table(failed, data, "failures.csv", ["method", "workload", "failures"])
+    return {
+        "has_below": has_below,
+        "has_queue": has_queue,
+        "has_lossless": has_lossless,
+        "has_failures": has_failures,
+    }
+
+
+def provenance(summary: pd.DataFrame, environment: dict, view: dict, simulated: bool) -> list[tuple[str, str]]:
+    """The provenance table's rows (item, value): backend, server and build, software, GPUs, model, sampling, the
+    cost model, the settings that differ per method (attention backend, weights, stream, min-free-slots delay: one
+    value, or each method's), and the simulated profile."""
     prov = [
         ("Backend", environment["backend"] + (" (simulated)" if simulated else "")),
         ("Server", f"{environment['server']['name']} {environment['server'].get('version')}"),
@@ -613,25 +701,12 @@ def setup_tables(t: Tables, environment: dict, view: dict, simulated: bool, data
             prov.append((label, text))
     if simulated:
         prov.append(("Simulated profile", view.get("sim_profile", "")))
-    _table(pd.DataFrame(prov, columns=["item", "value"]), data, "provenance.csv", ["item", "value"])
-    workloads = (
-        summary.groupby("workload", sort=False)
-        .agg(family=("family", "first"), sessions=("sessions", "max"), content_mix=("content_mix", "first"))
-        .reset_index()
-    )
-    _table(workloads, data, "workloads.csv", ["workload", "family", "content_mix"])
-    spec = low[low["algorithm"] != "ar"][
-        [
-            "tp",
-            "method",
-            "workload",
-            "acceptance_length",
-            "acceptance_length_server",
-            "tokens_per_chunk",
-            "acceptance_length_sglang",
-        ]
-    ]
-    has_spec = _table(spec, data, "acceptance.csv", ["method", "workload"])
+    return prov
+
+
+def _cells_table(summary: pd.DataFrame, data: dict[str, str]) -> None:
+    """The appendix's table of every cell: its load (concurrency held and peak, launches), requests, throughput and
+    its precision (half the 95% interval, % of the value), speedup and latencies in ms."""
     half = (summary["output_throughput_hi"] - summary["output_throughput_lo"]) / 2 / summary["output_throughput"]
     cells = summary.assign(
         ttft_p50_ms=summary["ttft_p50"] * 1000,
@@ -664,42 +739,6 @@ def setup_tables(t: Tables, environment: dict, view: dict, simulated: bool, data
         "cells.csv",
         ["method", "workload"],
     )
-    below = summary[summary["concurrency_steady_mean"].isna() | (summary["concurrency_peak"] < summary["concurrency"])][
-        ["tp", "method", "workload", "concurrency", "concurrency_mean", "concurrency_peak"]
-    ]
-    has_below = _table(below, data, "below_label.csv", ["method", "workload"])
-    # waiting for a slot is open-loop load's: under closed loop a late client (host jitter) is no wait
-    open_loop = view["load_model"] != "closed"
-    queued = summary[open_loop & (summary["queue_delay_p99"].fillna(0) > 0.001)][
-        ["tp", "method", "workload", "concurrency", "ttft_p50", "queue_delay_p50", "user_ttft_p50", "user_ttft_p99"]
-    ]
-    queued = queued.assign(
-        **{c: queued[c] * 1000 for c in ("ttft_p50", "queue_delay_p50", "user_ttft_p50", "user_ttft_p99")}
-    )
-    has_queue = _table(queued, data, "queue.csv", ["method", "workload"])
-    lossless = summary.dropna(subset=["lossless_compared"])[
-        [
-            "tp",
-            "method",
-            "workload",
-            "concurrency",
-            "lossless_compared",
-            "lossless_exact_rate",
-            "lossless_first_divergence_min",
-        ]
-    ]
-    has_lossless = _table(lossless, data, "lossless.csv", ["method", "workload"])
-    failed = summary[summary["requests_failed"] > 0][
-        ["tp", "method", "workload", "concurrency", "requests_sent", "requests_failed", "failures"]
-    ]
-    has_failures = _table(failed, data, "failures.csv", ["method", "workload", "failures"])
-    return {
-        "has_spec": has_spec,
-        "has_below": has_below,
-        "has_queue": has_queue,
-        "has_lossless": has_lossless,
-        "has_failures": has_failures,
-    }
 
 
 def plan_against_runs(
@@ -779,6 +818,20 @@ def prepare(
         "backend": tex_escape(environment["backend"]),
         "sim_profile": tex_escape(view.get("sim_profile", "")),
         "sim_runtime": tex_escape(view.get("plan_profile", "")),
+        **_run_context(summary, methods, tps, lowest),
+        "warmup": view["warmup"],
+        "resamples": BOOTSTRAP_RESAMPLES,
+        "definitions": [(tex_escape(n), tex_escape(d)) for n, d in definitions()],
+        "statistics": [(tex_escape(n), tex_escape(d)) for n, d in statistics()],
+        "min_sessions": MIN_SESSIONS,
+    }
+    return context, dict(sorted(data.items()))
+
+
+def _run_context(summary: pd.DataFrame, methods: list[str], tps: list, lowest) -> dict:
+    """What the report's text says of the run, from the summary: its servers and cells, TP sizes, methods,
+    workloads and concurrency levels, launches per cell, whether weights were random and an AR method measured."""
+    return {
         "n_servers": summary[["tp", "method"]].drop_duplicates().shape[0],
         "n_cells": len(summary),
         "tps": ", ".join(str(tp) for tp in tps),
@@ -787,16 +840,10 @@ def prepare(
         "concurrency_list": ", ".join(str(c) for c in sorted(summary["concurrency"].unique())),
         "lowest_concurrency": lowest,
         "n_concurrency": int(summary["concurrency"].nunique()),
-        "warmup": view["warmup"],
-        "resamples": BOOTSTRAP_RESAMPLES,
-        "definitions": [(tex_escape(n), tex_escape(d)) for n, d in definitions()],
-        "statistics": [(tex_escape(n), tex_escape(d)) for n, d in statistics()],
-        "min_sessions": MIN_SESSIONS,
         "launches": int(summary["launches"].max()) if len(summary) else 1,
         "dummy_weights": bool(len(summary)) and bool((summary["load_format"] == "dummy").any()),
         "has_ar": bool(summary["speedup"].notna().any()),
     }
-    return context, dict(sorted(data.items()))
 
 
 def write_report_data(
@@ -875,7 +922,8 @@ def build_report(data_json: str, out_pdf: str, log_path: str | None = None) -> N
 
 
 def plot_figures(data_json: str, out_dirs: dict[str, str]) -> None:
-    """Every chart of the PDF as a matplotlib PNG, one folder per report section (for Snakemake's report)."""
+    """Every chart of the PDF as a matplotlib PNG, one folder per report section (for Snakemake's report). Imported
+    here: matplotlib (heavy, needed by this job alone, and its backend must be chosen before pyplot is imported)."""
     import matplotlib
 
     matplotlib.use("Agg")

@@ -1,4 +1,5 @@
-"""SGLang's launch_server option table, recorded from a pinned release, and checks against it.
+"""SGLang's launch_server option table, recorded from a pinned release, and checks against it; a flag's spellings
+across releases (``--new|--old``, choose_flags) and the environment variables that change decoding.
 
 The table (specsweep/data/sglang-<version>-options.json) is recorded with
 tools/record_sglang_options.py from an installed SGLang. Builds that add
@@ -91,6 +92,17 @@ def add_option(parser, flags, nargs, kind, choices):
 def known_flags(version: str, extra_flags: Sequence[dict] = ()) -> set[str]:
     flags = {f for option in load_table(version)["options"] for f in option["flags"]}
     return flags | {e["flag"] for e in extra_flags}
+
+
+def choose_flags(flags: list[str], offered: set[str]) -> list[str]:
+    """Flags with each ``--a|--b`` replaced by the first of its spellings the build offers (the first written
+    where it offers none, so that the check against the build names it)."""
+    return [
+        next((f for f in flag.split("|") if f in offered), flag.split("|")[0])
+        if flag.startswith("--") and "|" in flag
+        else flag
+        for flag in flags
+    ]
 
 
 def check_argv(argv: list[str], version: str, extra_flags: Sequence[dict] = ()) -> None:

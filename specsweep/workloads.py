@@ -159,7 +159,8 @@ def tokenizer_file(model_path: str | None = None) -> Path:
 
 @lru_cache(maxsize=4)
 def tokenizer(model_path: str | None = None):
-    """The workload tokenizer (see tokenizer_file)."""
+    """The workload tokenizer (see tokenizer_file). Imported here: tokenizers (an optional dependency where only the
+    simulated server runs: it decodes token ids without it, catching the ImportError)."""
     from tokenizers import Tokenizer
 
     return Tokenizer.from_file(str(tokenizer_file(model_path)))
@@ -476,70 +477,82 @@ def read_user_file(path: str, fmt: str) -> list[tuple[int, str, list[dict], list
         raise WorkloadError(f"{path}: the file is empty; it needs one prompt or conversation per line")
     if fmt not in FORMATS:
         raise WorkloadError(f"{path}: unknown format '{fmt}'; use one of {', '.join(FORMATS)}")
-    if fmt == "sharegpt" and text.lstrip().startswith("["):
-        try:
-            entries = [(i + 1, e) for i, e in enumerate(_json(text, path))]
-        except json.JSONDecodeError as exc:
-            raise WorkloadError(f"{path}: line {exc.lineno}: not valid JSON ({exc.msg})") from None
-    else:
-        entries = []
-        for number, line in enumerate(text.splitlines(), start=1):
-            if not line.strip():
-                continue
-            try:
-                entries.append((number, _json(line, f"{path}: line {number}")))
-            except json.JSONDecodeError as exc:
-                raise WorkloadError(
-                    f"{path}: line {number}: not valid JSON ({exc.msg}); each line must be one JSON object"
-                ) from None
     out: list[tuple[int, str, list, list]] = []  # (line, kind, first turn's messages, later turns)
-    for number, entry in entries:
+    for number, entry in _entries(text, path, fmt):
         where = f"{path}: line {number}"
         if not isinstance(entry, dict):
             raise WorkloadError(f"{where}: expected a JSON object, got {type(entry).__name__}")
-        if fmt == "jsonl":
-            if isinstance(entry.get("prompt"), str):
-                if not entry["prompt"].strip():
-                    raise WorkloadError(f"{where}: the prompt is empty")
-                out.append(
-                    (number, entry.get("kind", "chat"), [SYSTEM, {"role": "user", "content": entry["prompt"]}], [])
-                )
-                continue
-            messages = entry.get("messages") or entry.get("conversation")
-            if not isinstance(messages, list):
-                raise WorkloadError(
-                    f'{where}: unknown line format: expected "prompt" (a string) or "messages" '
-                    "(a list of {role, content}); for other formats set workloads[].format"
-                )
-            first, rest = _conversation(messages, where)
-            out.append((number, entry.get("kind", "chat"), first, rest))
-        elif fmt == "sharegpt":
-            turns = entry.get("conversations") or entry.get("conversation")
-            if not isinstance(turns, list):
-                raise WorkloadError(
-                    f'{where}: not a ShareGPT entry (expected "conversations": '
-                    '[{"from": "human", "value": ...}, ...])'
-                )
-            roles = {
-                "human": "user",
-                "user": "user",
-                "gpt": "assistant",
-                "assistant": "assistant",
-                "system": "system",
-                "tool": "tool",
-            }
-            messages = [{"role": roles.get(t.get("from"), t.get("from")), "content": t.get("value")} for t in turns]
-            first, rest = _conversation(messages, where)
-            out.append((number, "chat", first if first[0]["role"] == "system" else [SYSTEM] + first, rest))
-        else:  # mt-bench and spec-bench: {"question_id", "category", "turns": [...]}
-            turns = entry.get("turns")
-            if not isinstance(turns, list) or not turns:
-                raise WorkloadError(f'{where}: the conversation has no user turn (expected "turns": ["..."])')
-            if not all(isinstance(t, str) and t.strip() for t in turns):
-                raise WorkloadError(f'{where}: every entry of "turns" must be a non-empty string')
-            users = [{"role": "user", "content": t} for t in turns]
-            out.append((number, _kind_of(entry.get("category")), [SYSTEM, users[0]], users[1:]))
+        out.append((number, *_user_entry(entry, fmt, where)))
     return _first_occurrences(path, out)
+
+
+def _entries(text: str, path: str, fmt: str) -> list[tuple[int, object]]:
+    """(line, JSON value) of each entry of a user prompt file: each non-empty line's, or a ShareGPT file's one JSON
+    list's items (numbered from 1); a WorkloadError names the line that is not valid JSON."""
+    if fmt == "sharegpt" and text.lstrip().startswith("["):
+        try:
+            return [(i + 1, e) for i, e in enumerate(_json(text, path))]
+        except json.JSONDecodeError as exc:
+            raise WorkloadError(f"{path}: line {exc.lineno}: not valid JSON ({exc.msg})") from None
+    entries = []
+    for number, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            entries.append((number, _json(line, f"{path}: line {number}")))
+        except json.JSONDecodeError as exc:
+            raise WorkloadError(
+                f"{path}: line {number}: not valid JSON ({exc.msg}); each line must be one JSON object"
+            ) from None
+    return entries
+
+
+SHAREGPT_ROLES = {
+    "human": "user",
+    "user": "user",
+    "gpt": "assistant",
+    "assistant": "assistant",
+    "system": "system",
+    "tool": "tool",
+}
+
+
+def _user_entry(entry: dict, fmt: str, where: str) -> tuple[str, list, list]:
+    """(kind, first turn's messages, later turns) of one entry of a user prompt file in its format: jsonl (a
+    "prompt", or "messages"), sharegpt ("conversations"), mt-bench and spec-bench ("turns"); a WorkloadError says
+    what the entry lacks."""
+    if fmt == "jsonl":
+        if isinstance(entry.get("prompt"), str):
+            if not entry["prompt"].strip():
+                raise WorkloadError(f"{where}: the prompt is empty")
+            return entry.get("kind", "chat"), [SYSTEM, {"role": "user", "content": entry["prompt"]}], []
+        messages = entry.get("messages") or entry.get("conversation")
+        if not isinstance(messages, list):
+            raise WorkloadError(
+                f'{where}: unknown line format: expected "prompt" (a string) or "messages" '
+                "(a list of {role, content}); for other formats set workloads[].format"
+            )
+        first, rest = _conversation(messages, where)
+        return entry.get("kind", "chat"), first, rest
+    if fmt == "sharegpt":
+        turns = entry.get("conversations") or entry.get("conversation")
+        if not isinstance(turns, list):
+            raise WorkloadError(
+                f'{where}: not a ShareGPT entry (expected "conversations": [{{"from": "human", "value": ...}}, ...])'
+            )
+        messages = [
+            {"role": SHAREGPT_ROLES.get(t.get("from"), t.get("from")), "content": t.get("value")} for t in turns
+        ]
+        first, rest = _conversation(messages, where)
+        return "chat", first if first[0]["role"] == "system" else [SYSTEM] + first, rest
+    # mt-bench and spec-bench: {"question_id", "category", "turns": [...]}
+    turns = entry.get("turns")
+    if not isinstance(turns, list) or not turns:
+        raise WorkloadError(f'{where}: the conversation has no user turn (expected "turns": ["..."])')
+    if not all(isinstance(t, str) and t.strip() for t in turns):
+        raise WorkloadError(f'{where}: every entry of "turns" must be a non-empty string')
+    users = [{"role": "user", "content": t} for t in turns]
+    return _kind_of(entry.get("category")), [SYSTEM, users[0]], users[1:]
 
 
 # ------------------------------------------------------------------ building

@@ -1,4 +1,4 @@
-"""Calibration files as `snakemake calibrate` writes them (the format specsweep/cost_model.py reads), and the
+"""Calibration files as `snakemake calibrate` writes them (the format specsweep/calibration/choose.py reads), and the
 environment record of the host they fit, for the tests of which cost model a configuration uses."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ from pathlib import Path
 
 import yaml
 
-from specsweep.cost_model import calibration_text, host_fingerprint
-from specsweep.sim.model import profiles
+from specsweep.calibration.choose import calibration_text, host_fingerprint
+from specsweep.modelling.profiles import profiles
 
 # a runtime measured on a slower engine than the generic roofline: every step costs more
 MEASURED_RUNTIME = {

@@ -6,7 +6,7 @@ RECORD holds what benchmarks/gpu/device.sh `calibrate` brought back: environment
 cache/calibration/ (each server's cache entry) and calibration/ (the profile and table, written again here).
 CONFIG: the configuration files the calibration ran (config/config.yaml first, in order). `snakemake calibrate`
 does the same fit, and measures the shapes the entries lack (those the time bound skipped): this fits what was
-measured and starts no server (specsweep.calibrate.calibrate with measure=False).
+measured and starts no server (specsweep.calibration.run.calibrate with measure=False).
 """
 
 from __future__ import annotations
@@ -23,7 +23,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from conftest import validated  # noqa: E402  (the schema's defaults, as the workflow fills them)
 from rekey_calibration import merge  # noqa: E402
 
-from specsweep import calibrate, cost_model  # noqa: E402
+from specsweep.calibration import choose  # noqa: E402
+from specsweep.calibration import run as calibration  # noqa: E402
 
 
 def main() -> None:
@@ -34,10 +35,10 @@ def main() -> None:
         merge(merged, yaml.safe_load(Path(path).read_text()))
     config = validated({**merged, "cache_dir": str(folder / "cache")})
     environment = json.loads((folder / "environment.json").read_text())
-    job = calibrate.calibration_job(cost_model.resolve(config, environment), environment, config["tp"][0])
+    job = calibration.calibration_job(choose.resolve(config, environment), environment, config["tp"][0])
     out = folder / "calibration"
     profile, table = (str(out / f"{job['digest']}.{suffix}") for suffix in ("yaml", "csv"))
-    calibrate.calibrate(job, environment, profile, table, out, measure=False)
+    calibration.calibrate(job, environment, profile, table, out, measure=False)
 
 
 if __name__ == "__main__":

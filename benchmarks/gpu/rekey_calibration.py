@@ -25,7 +25,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests"))
 
 from conftest import validated  # noqa: E402  (the schema's defaults, as the workflow fills them)
 
-from specsweep import calibrate, cost_model  # noqa: E402
+from specsweep.calibration import choose  # noqa: E402
+from specsweep.calibration import run as calibration  # noqa: E402
 from specsweep.cache import CellCache  # noqa: E402
 from specsweep.canon import digest  # noqa: E402
 
@@ -33,7 +34,7 @@ from specsweep.canon import digest  # noqa: E402
 def version_1_key(job: dict, method: dict) -> str:
     """Version 1's key: every calibration setting but in_default_target, shapes included."""
     settings = {k: v for k, v in job["settings"].items() if k != "in_default_target"}
-    return calibrate.server_key(job, method, settings, version=1)
+    return calibration.server_key(job, method, settings, version=1)
 
 
 def merge(base: dict, over: dict) -> None:
@@ -52,7 +53,7 @@ def main() -> None:
         merge(merged, yaml.safe_load(Path(path).read_text()))
     config = validated(merged)
     environment = json.loads(Path(environment_path).read_text())
-    job = calibrate.calibration_job(cost_model.resolve(config, environment), environment, config["tp"][0])
+    job = calibration.calibration_job(choose.resolve(config, environment), environment, config["tp"][0])
     methods = {m["name"]: m for m in job["methods"]}
     contexts = job["settings"]["contexts"]
     target = CellCache(Path(new))
@@ -65,7 +66,7 @@ def main() -> None:
             row["shape_context"] = min(contexts, key=lambda c: abs(c - row["context"]))
             if "model.context_length" in row.get("skipped", "") or "tokens of KV cache" in row.get("skipped", ""):
                 row["lasting"] = True  # skipped for what the server and model are (version 2 says so)
-        entry["key"] = calibrate.entry_key(job, method)
+        entry["key"] = calibration.entry_key(job, method)
         entry["digest"] = digest({k: v for k, v in entry.items() if k != "digest"})
         target.put(entry["key"], entry)
         print(f"{path.name[:12]} ({method['name']}, {len(entry['rows'])} rows) -> {entry['key'][:12]}")

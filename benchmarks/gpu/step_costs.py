@@ -32,9 +32,9 @@ from which token (bf16 kernels reduce in an order that depends on the batch).
 --model / --drafter: the target's (the drafter's) config.json, staged as a model
 folder under /tmp beside the recipe's tokenizer, dummy weights as for the rest.
 
-fit: specsweep.calibrate's fit (what `snakemake calibrate` runs): least squares on
+fit: specsweep.calibration's fit (what `snakemake calibrate` runs): least squares on
 log(simulated / measured) over every measured shape, over the simulator's runtime
-parameters that the shapes identify (specsweep.calibrate.FITTED), from the generic
+parameters that the shapes identify (specsweep.calibration.fit.FITTED), from the generic
 prior; weights stream at the device copy's measured bandwidth. Prints simulated
 against measured for every shape, the parameters not identified, and writes the
 runtime profile. (The records here came before the workflow's own calibration,
@@ -358,7 +358,7 @@ def round_gaps(streams: list[list[float]]) -> list[float]:
 def measured_steps(*records: Path) -> list[dict]:
     """Every measured shape of these record folders: kind (decode, prefill, dflash, ar-server, or an algorithm of
     the registry), batch, width (tokens verified per request), context, seconds, and for the registry's algorithms
-    the decoding (specsweep.sim.model.Decoding's fields).
+    the decoding (specsweep.modelling.decoding.Decoding's fields).
 
     one_batch.jsonl: bench_one_batch's decode and prefill steps; dflash.jsonl: DFlash (and AR-server) rounds;
     trees/trees.jsonl: NGRAM and EAGLE-3 tree rounds; cells/: the workflow's own cells, each a shape: its batch the
@@ -451,7 +451,7 @@ def cell_step(cell: dict) -> dict:
     """One workflow cell as a measured shape (see measured_steps)."""
     import numpy as np
 
-    from specsweep.sim.model import Decoding
+    from specsweep.modelling.decoding import Decoding
 
     method = cell["method"]
     flags = method["flags"]
@@ -493,12 +493,12 @@ def cell_step(cell: dict) -> dict:
 
 
 def package_row(row: dict) -> dict:
-    """A measured shape as specsweep.calibrate's fit reads it: a step of a decoding (bench_one_batch's decode steps
+    """A measured shape as specsweep.calibration's fit reads it: a step of a decoding (bench_one_batch's decode steps
     one batch at a time, so no scheduler overlaps its CPU work; an AR server's steps and DFlash rounds run behind
     SGLang 0.5.16's overlap scheduler), or bench_one_batch's prefill of the whole batch."""
     from dataclasses import asdict
 
-    from specsweep.sim.model import Decoding
+    from specsweep.modelling.decoding import Decoding
 
     if "decoding" in row:  # a registry algorithm's round, as the simulated server decodes it
         decoding = Decoding(**row["decoding"])
@@ -513,20 +513,21 @@ def package_row(row: dict) -> dict:
 
 
 def simulated(cost, row: dict) -> float:
-    """The simulator's seconds for a measured shape (specsweep.calibrate.modelled_seconds of its package_row)."""
-    from specsweep.calibrate import modelled_seconds
+    """The simulator's seconds for a measured shape (specsweep.calibration.fit.modelled_seconds of its package_row)."""
+    from specsweep.calibration.fit import modelled_seconds
 
     return modelled_seconds(cost, package_row(row))
 
 
 def fit(records: list[Path], write: Path | None) -> None:
-    """Fit the runtime profile to every shape of the records with specsweep.calibrate's fit (weights streaming at
+    """Fit the runtime profile to every shape of the records with specsweep.calibration's fit (weights streaming at
     the bandwidth a device copy measured on the H200, 4.3 of 4.8 TB/s: one model at one TP cannot tell a faster
     read from a larger fixed cost per layer); print modelled against measured per shape and the profile."""
     import yaml
 
-    from specsweep.calibrate import fit_runtime, modelled_seconds
-    from specsweep.sim.model import CostModel, profiles
+    from specsweep.calibration.fit import fit_runtime, modelled_seconds
+    from specsweep.modelling.cost import CostModel
+    from specsweep.modelling.profiles import profiles
 
     rows = [package_row(r) for r in measured_steps(*records)]
     others = sorted({r.get("model", RECIPE_MODEL) for r in rows} - {RECIPE_MODEL})

@@ -14,7 +14,8 @@ from collections import deque
 from .. import algorithms
 from ..client import RequestRecord
 from ..text import chat_prompt
-from .server import Engine, parse_args
+from .args import parse_args
+from .engine import Engine
 
 
 def engine(

@@ -13,11 +13,12 @@ from conftest import REPO, SCHEMA, load_default_config, validated
 from specsweep import algorithms
 from specsweep import config as cfg
 from specsweep.jobs import server_job
-from specsweep.launcher import choose_flags, launch_command, server_arguments
+from specsweep.launcher import launch_command, server_arguments
 from specsweep.methods import expand_methods
-from specsweep.sglang_options import check_argv
-from specsweep.sim import model as sim
-from specsweep.sim.server import decoding_from_args, parse_args
+from specsweep.sglang_options import check_argv, choose_flags
+from specsweep.modelling.acceptance import ACCEPTANCE, accepted_tokens, request_drafter
+from specsweep.modelling.decoding import Decoding
+from specsweep.sim.args import decoding_from_args, parse_args
 
 EAGLE3_TREE = {
     "name": "e3",
@@ -52,7 +53,7 @@ def test_an_unknown_algorithm_is_refused_everywhere(monkeypatch):
     with pytest.raises(algorithms.AlgorithmError, match="unknown algorithm 'medusa'.*known: ar, dflash, ddtree"):
         algorithms.get("medusa")
     with pytest.raises(algorithms.AlgorithmError):
-        sim.Decoding("medusa")
+        Decoding("medusa")
     with pytest.raises(SystemExit):  # the simulated server, like SGLang, refuses an algorithm it does not have
         parse_args(["--model-path", "m", "--speculative-algorithm", "MEDUSA"])
     # an algorithm registered with a mechanism the simulator lacks is refused, never run as another's
@@ -66,11 +67,11 @@ def test_an_unknown_algorithm_is_refused_everywhere(monkeypatch):
         size="num_draft_tokens",
     )
     monkeypatch.setitem(algorithms.REGISTRY, "medusa", fake)
-    decoding = sim.Decoding("medusa", topk=1, num_steps=3, num_draft_tokens=4)
+    decoding = Decoding("medusa", topk=1, num_steps=3, num_draft_tokens=4)
     with pytest.raises(ValueError, match="no drafting mechanism 'heads'"):
-        sim.request_drafter(decoding, 0.8, None, sim.ACCEPTANCE, ["a"], ["b"])
+        request_drafter(decoding, 0.8, None, ACCEPTANCE, ["a"], ["b"])
     with pytest.raises(ValueError, match="no drafting mechanism 'heads'"):
-        sim.accepted_tokens(decoding, 0.8, None)
+        accepted_tokens(decoding, 0.8, None)
     # a cell of an algorithm this code does not know stops aggregation
     from specsweep.aggregate import cell_row
 

@@ -562,14 +562,14 @@ def test_an_engines_sim_block_is_checked_as_the_top_level_one_naming_its_key(nam
 def test_a_calibration_an_engine_names_that_is_not_there_is_named_as_its_key(tmp_path):
     """Chosen when the workflow starts (the Snakefile resolves the cost models, then each engine's): it used to fail
     while Snakemake built the DAG, with a traceback naming sim.calibration."""
-    from specsweep import cost_model
+    from specsweep.calibration import choose
 
     missing = tmp_path / "gone.yaml"
-    config = cost_model.resolve(checked(two_engines({"calibration": str(missing)})))
+    config = choose.resolve(checked(two_engines({"calibration": str(missing)})))
     with pytest.raises(cfg.ConfigError) as info:
         cfg.check_engine_calibrations(config)
     assert str(info.value).startswith(f"engines[1].sim.calibration: '{missing}' is neither auto, none, nor a")
-    cfg.check_engine_calibrations(cost_model.resolve(checked(two_engines({"calibration": "none"}))))
+    cfg.check_engine_calibrations(choose.resolve(checked(two_engines({"calibration": "none"}))))
 
 
 def test_a_mistake_in_the_top_level_sim_block_is_named_there_with_engines_configured():
@@ -598,7 +598,7 @@ def test_an_engines_sim_block_is_merged_over_the_top_level_one_at_every_depth():
     """A top-level acceptance parameter and profile reach an engine that sets its own (they used to be dropped, the
     profile then called unknown), and a default never replaces a top-level key the engine does not set."""
     from specsweep.launcher import launch_command
-    from specsweep.sim.model import profiles
+    from specsweep.modelling.profiles import profiles
 
     config = load_default_config()
     config["methods"] = [{"name": "ar", "algorithm": "ar"}, {"name": "dflash", "algorithm": "dflash"}]

@@ -13,13 +13,18 @@ import pytest
 import requests
 from calibrations import HOST, LABEL, MEASURED_RUNTIME, edit_calibration, environment_of, write_calibration
 from conftest import REPO, fast_config, validated
-from specsweep import calibrate, cost_model, plan
+from specsweep import plan
+from specsweep.calibration import choose
+from specsweep.calibration import fit as fitting
 from specsweep.cells import cell_key
-from specsweep.errors import ConfigError
+from specsweep.errors import CalibrationError, ConfigError
 from specsweep.jobs import server_job
 from specsweep.launcher import Server, free_port, launch_command
-from specsweep.sim.model import CostModel, Decoding, profiles, runtime_problems
-from specsweep.sim.server import Engine, parse_args
+from specsweep.modelling.cost import CostModel, runtime_problems
+from specsweep.modelling.decoding import Decoding
+from specsweep.modelling.profiles import profiles
+from specsweep.sim.args import parse_args
+from specsweep.sim.engine import Engine
 
 
 def sglang_config(**changes) -> dict:
@@ -34,7 +39,7 @@ def test_a_matching_calibration_prices_the_plans_steps_and_start_ups(tmp_path):
     runtime profile given by hand, other than the roofline's; its start-ups are the measured ones."""
     write_calibration(tmp_path / "calibration")
     config = sglang_config()
-    calibrated = cost_model.resolve(config, environment_of(HOST), str(tmp_path / "calibration"))
+    calibrated = choose.resolve(config, environment_of(HOST), str(tmp_path / "calibration"))
     by_hand = copy.deepcopy(config)
     by_hand["sim"].update(runtime="mine", profiles={"runtimes": {"mine": MEASURED_RUNTIME}})
     generic, measured, expected = plan.predict(config), plan.predict(calibrated), plan.predict(by_hand)
@@ -45,8 +50,8 @@ def test_a_matching_calibration_prices_the_plans_steps_and_start_ups(tmp_path):
     assert {(r["cold_startup_s"], r["warm_startup_s"]) for r in generic if r["cold_startup_s"]} == {
         (plan.startup_seconds(config, 1)[0],) * 2
     }
-    assert cost_model.of(calibrated, 1)["label"] == LABEL
-    assert cost_model.of(config, 1)["label"] == "not calibrated: generic roofline (runtime profile sglang)"
+    assert choose.of(calibrated, 1)["label"] == LABEL
+    assert choose.of(config, 1)["label"] == "not calibrated: generic roofline (runtime profile sglang)"
 
 
 def test_the_plan_starts_the_first_server_of_each_host_cold_and_later_ones_warm(tmp_path):
@@ -54,7 +59,7 @@ def test_the_plan_starts_the_first_server_of_each_host_cold_and_later_ones_warm(
     first server of each host cold, the third warm. plan.md and the predictions say which."""
     write_calibration(tmp_path / "calibration")
     config = sglang_config(methods=[{"name": m, "algorithm": "ar"} for m in ("a", "b", "c")])
-    config = cost_model.resolve(config, environment_of(HOST), str(tmp_path / "calibration"))
+    config = choose.resolve(config, environment_of(HOST), str(tmp_path / "calibration"))
     rows = plan.predict(config)
     for gpus, colds in ((1, 1), (2, 2)):
         md, csv = tmp_path / f"plan-{gpus}.md", tmp_path / f"plan-{gpus}.csv"
@@ -108,8 +113,8 @@ def test_packing_starts_cold_what_starts_before_its_host_is_warm():
 )
 def test_a_calibration_of_another_host_model_or_tp_is_ignored_and_the_plan_says_why(tmp_path, change, reason):
     path = write_calibration(tmp_path / "calibration", **change)
-    config = cost_model.resolve(sglang_config(), environment_of(HOST), str(tmp_path / "calibration"))
-    assert cost_model.of(config, 1)["label"].startswith("not calibrated: generic roofline")
+    config = choose.resolve(sglang_config(), environment_of(HOST), str(tmp_path / "calibration"))
+    assert choose.of(config, 1)["label"].startswith("not calibrated: generic roofline")
     assert config["cost_model"]["ignored"] == [f"{path}: {reason}"]
     assert plan.predict(config) == plan.predict(sglang_config())
     lines = plan.cost_model_lines(config)
@@ -119,8 +124,8 @@ def test_a_calibration_of_another_host_model_or_tp_is_ignored_and_the_plan_says_
 
 def test_without_the_hosts_environment_record_no_calibration_matches_on_sglang(tmp_path):
     write_calibration(tmp_path / "calibration")
-    config = cost_model.resolve(sglang_config(), None, str(tmp_path / "calibration"))
-    assert cost_model.of(config, 1)["calibration"] is None
+    config = choose.resolve(sglang_config(), None, str(tmp_path / "calibration"))
+    assert choose.of(config, 1)["calibration"] is None
     assert "environment is not probed yet" in config["cost_model"]["ignored"][0]
 
 
@@ -131,10 +136,10 @@ def test_the_simulated_server_runs_the_calibrated_profile(tmp_path):
     folder = tmp_path / "calibration"
     path = write_calibration(folder)
     config = validated(fast_config())
-    calibrated = cost_model.resolve(config, None, str(folder))
+    calibrated = choose.resolve(config, None, str(folder))
     job, generic_job = server_job(calibrated, 1, "dflash"), server_job(config, 1, "dflash")
     assert job.sim["runtime"] == "calibrated-tp1" and job.sim["profiles"]["runtimes"]["calibrated-tp1"]
-    assert job.sim["cost_model"] == {"label": cost_model.of(calibrated, 1)["label"], "calibration": path.name}
+    assert job.sim["cost_model"] == {"label": choose.of(calibrated, 1)["label"], "calibration": path.name}
     cell = {"workload": "short", "concurrency": 1, "repetition": 0, "requests": 4}
     assert cell_key(job, cell, "prompts", "env") != cell_key(generic_job, cell, "prompts", "env")
 
@@ -157,9 +162,9 @@ def test_the_simulated_server_runs_the_calibrated_profile(tmp_path):
 
     forced_off = fast_config()
     forced_off["sim"]["calibration"] = "none"
-    off = cost_model.resolve(validated(forced_off), None, str(folder))
+    off = choose.resolve(validated(forced_off), None, str(folder))
     assert server_job(off, 1, "dflash").sim["runtime"] == "sglang"
-    assert cost_model.of(off, 1)["label"] == "not calibrated: generic roofline (runtime profile sglang)"
+    assert choose.of(off, 1)["label"] == "not calibrated: generic roofline (runtime profile sglang)"
     assert plan.predict(off) == plan.predict(config)
 
 
@@ -169,8 +174,8 @@ def test_the_simulated_backend_matches_the_gpu_by_name_the_model_and_the_tp(tmp_
     other_tp = write_calibration(folder, "tp4.yaml", tp=4)
     older = write_calibration(folder, "older.yaml", date="2026-11-20", driver="1")
     newest = write_calibration(folder, "newest.yaml", date="2026-12-02", driver="2")
-    config = cost_model.resolve(validated(fast_config()), None, str(folder))
-    assert cost_model.of(config, 1)["calibration"] == str(newest)  # the host's driver is no matter here
+    config = choose.resolve(validated(fast_config()), None, str(folder))
+    assert choose.of(config, 1)["calibration"] == str(newest)  # the host's driver is no matter here
     assert sorted(config["cost_model"]["ignored"]) == sorted(
         [
             f"{other_gpu}: measured on NVIDIA B200, not the simulated H200 (sim.gpu)",
@@ -180,18 +185,18 @@ def test_the_simulated_backend_matches_the_gpu_by_name_the_model_and_the_tp(tmp_
     )
     b200 = fast_config()
     b200["sim"]["gpu"] = "B200"
-    assert cost_model.of(cost_model.resolve(validated(b200), None, str(folder)), 1)["calibration"] == str(other_gpu)
+    assert choose.of(choose.resolve(validated(b200), None, str(folder)), 1)["calibration"] == str(other_gpu)
 
 
 def test_gpu_names_are_matched_to_profiles_by_their_first_words():
-    assert cost_model.normalise_gpu("NVIDIA H100 80GB HBM3") == "H100-80GB-HBM3"
+    assert choose.normalise_gpu("NVIDIA H100 80GB HBM3") == "H100-80GB-HBM3"
     known = profiles()["gpus"]
-    assert cost_model.gpu_profile("NVIDIA H200", known) == "H200"
-    assert cost_model.gpu_profile("NVIDIA H100 80GB HBM3", known) == "H100"
-    assert cost_model.gpu_profile("NVIDIA RTX PRO 6000 Blackwell Server Edition", known) == "RTX-PRO-6000"
-    assert cost_model.gpu_profile("NVIDIA B200", known) == "B200"
-    assert cost_model.gpu_profile("NVIDIA A100-SXM4-80GB", known) is None
-    assert not cost_model.gpu_matches("H20", "NVIDIA H200") and not cost_model.gpu_matches("H200", "NVIDIA H20")
+    assert choose.gpu_profile("NVIDIA H200", known) == "H200"
+    assert choose.gpu_profile("NVIDIA H100 80GB HBM3", known) == "H100"
+    assert choose.gpu_profile("NVIDIA RTX PRO 6000 Blackwell Server Edition", known) == "RTX-PRO-6000"
+    assert choose.gpu_profile("NVIDIA B200", known) == "B200"
+    assert choose.gpu_profile("NVIDIA A100-SXM4-80GB", known) is None
+    assert not choose.gpu_matches("H20", "NVIDIA H200") and not choose.gpu_matches("H200", "NVIDIA H20")
 
 
 def test_sim_calibration_names_one_file_or_a_folder(tmp_path):
@@ -200,27 +205,25 @@ def test_sim_calibration_names_one_file_or_a_folder(tmp_path):
     other_model = write_calibration(tmp_path / "mine", "x.yaml", model="someone/else", gpu="NVIDIA B200")
     config = fast_config()
     config["sim"]["calibration"] = str(other_model)
-    forced = cost_model.resolve(validated(config), None, str(tmp_path / "nothing-here"))
-    assert cost_model.of(forced, 1)["label"] == "measured on NVIDIA B200 on 2026-12-01, largest deviation 4.2%"
+    forced = choose.resolve(validated(config), None, str(tmp_path / "nothing-here"))
+    assert choose.of(forced, 1)["label"] == "measured on NVIDIA B200 on 2026-12-01, largest deviation 4.2%"
     assert server_job(forced, 1, "ar").sim["gpu"] == "B200"  # the GPU it was measured on
     matching = write_calibration(tmp_path / "folder")
     config["sim"]["calibration"] = str(tmp_path / "folder")
-    assert cost_model.of(cost_model.resolve(validated(config)), 1)["calibration"] == str(matching)
+    assert choose.of(choose.resolve(validated(config)), 1)["calibration"] == str(matching)
     for value, match in (
         (str(tmp_path / "absent.yaml"), "sim.calibration: '.*absent.yaml' is neither auto, none, nor a calibration"),
         (str(write_calibration(tmp_path / "t", tp=2)), r"sim.calibration: .* was measured at TP 2, which tp \(\[1\]\)"),
     ):
         config["sim"]["calibration"] = value
         with pytest.raises(ConfigError, match=match):
-            cost_model.resolve(validated(config))
+            choose.resolve(validated(config))
     broken = tmp_path / "broken.yaml"
     fingerprint = {"tp": 1, "model": "Qwen/Qwen3-8B"}
-    broken.write_text(
-        cost_model.calibration_text({"fingerprint": fingerprint, "measured_on": {"gpu": "H200", "date": 1}})
-    )
+    broken.write_text(choose.calibration_text({"fingerprint": fingerprint, "measured_on": {"gpu": "H200", "date": 1}}))
     config["sim"]["calibration"] = str(broken)
     with pytest.raises(ConfigError, match=r"sim.calibration: .*broken.yaml: runtime: missing or not a mapping"):
-        cost_model.resolve(validated(config))
+        choose.resolve(validated(config))
 
 
 def _cut_short(path):  # a write that stopped halfway (a full disk): its first lines
@@ -263,21 +266,21 @@ def test_a_broken_calibration_is_named_with_its_key_and_prices_nothing(tmp_path,
     it is refused."""
     folder = tmp_path / "calibration"
     path = write_calibration(folder, "tp1.yaml", runtime={**MEASURED_RUNTIME, "request_latency": 0.025})
-    assert cost_model.read_calibration(path)["runtime"]["request_latency"] == 0.025
+    assert choose.read_calibration(path)["runtime"]["request_latency"] == 0.025
     damage(path)
-    with pytest.raises(cost_model.CalibrationError) as raised:
-        cost_model.read_calibration(path)
+    with pytest.raises(CalibrationError) as raised:
+        choose.read_calibration(path)
     assert str(raised.value).startswith(f"{path}: {reason}") and "`snakemake calibrate` writes it again" in str(
         raised.value
     )
-    config = cost_model.resolve(validated(fast_config()), None, str(folder))
-    assert cost_model.of(config, 1)["calibration"] is None and cost_model.broken([config]) == [str(raised.value)]
+    config = choose.resolve(validated(fast_config()), None, str(folder))
+    assert choose.of(config, 1)["calibration"] is None and choose.broken([config]) == [str(raised.value)]
     assert f"warning: calibration ignored: {raised.value}" in capsys.readouterr().err
     assert plan.predict(config) == plan.predict(validated(fast_config()))
     named = fast_config()
     named["sim"]["calibration"] = str(path)
     with pytest.raises(ConfigError, match=re.escape(f"sim.calibration: {path}: {reason}")):
-        cost_model.resolve(validated(named))
+        choose.resolve(validated(named))
 
 
 def test_every_shipped_runtime_and_committed_calibration_is_within_the_bounds():
@@ -286,20 +289,20 @@ def test_every_shipped_runtime_and_committed_calibration_is_within_the_bounds():
     for name, runtime in profiles()["runtimes"].items():
         assert runtime_problems(runtime) == [], name
     (path,) = (REPO / "benchmarks" / "gpu" / "calibrate-2026-12-01" / "calibration").glob("*.yaml")
-    assert cost_model.read_calibration(path)["runtime"]["bandwidth_efficiency"] == 0.8958
-    assert runtime_problems(calibrate.prior()) == []
+    assert choose.read_calibration(path)["runtime"]["bandwidth_efficiency"] == 0.8958
+    assert runtime_problems(fitting.prior()) == []
 
 
 def test_labels_name_every_tp_size_when_they_differ(tmp_path):
     write_calibration(tmp_path / "calibration")
     config = fast_config()
     config["tp"] = [1, 2]
-    resolved = cost_model.resolve(validated(config), None, str(tmp_path / "calibration"))
-    assert cost_model.labels(resolved) == (
+    resolved = choose.resolve(validated(config), None, str(tmp_path / "calibration"))
+    assert choose.labels(resolved) == (
         "TP 1: measured on NVIDIA H200 on 2026-12-01, largest deviation 4.2%; "
         "TP 2: not calibrated: generic roofline (runtime profile sglang)"
     )
-    assert cost_model.labels(validated(config)) == "not calibrated: generic roofline (runtime profile sglang)"
+    assert choose.labels(validated(config)) == "not calibrated: generic roofline (runtime profile sglang)"
 
 
 def test_a_plan_past_its_bound_is_refused_naming_the_calibration_and_the_key(tmp_path):
@@ -310,7 +313,7 @@ def test_a_plan_past_its_bound_is_refused_naming_the_calibration_and_the_key(tmp
     slow = {**MEASURED_RUNTIME, "bandwidth_efficiency": 5e-4, "compute_efficiency": 5e-4, "request_latency": 0.9}
     path = write_calibration(tmp_path / "slow", runtime=slow)
     config = sglang_config()
-    resolved = cost_model.resolve(config, environment_of(HOST), str(tmp_path / "slow"))
+    resolved = choose.resolve(config, environment_of(HOST), str(tmp_path / "slow"))
     bound = plan.plan_bound(resolved)
     assert bound["ratio"] > plan.PLAN_BOUND and not bound["allowed"]
     assert [(o["tp"], o["calibration"]) for o in bound["over"]] == [(1, str(path))]
@@ -321,6 +324,6 @@ def test_a_plan_past_its_bound_is_refused_naming_the_calibration_and_the_key(tmp
         judged = plan.plan_bound({**resolved, "confirm_plan_hours": confirmed})
         assert judged["allowed"] is allowed and (judged["problem"] is None) is allowed
     write_calibration(tmp_path / "measured")
-    near = plan.plan_bound(cost_model.resolve(config, environment_of(HOST), str(tmp_path / "measured")))
+    near = plan.plan_bound(choose.resolve(config, environment_of(HOST), str(tmp_path / "measured")))
     assert 1 < near["ratio"] < plan.PLAN_BOUND and near["allowed"] and near["problem"] is None
     assert plan.plan_bound(config) is None

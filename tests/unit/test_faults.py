@@ -12,8 +12,8 @@ import psutil
 import pytest
 
 from conftest import fast_config, server_processes_under, validated
-from specsweep.bench import start_server
 from specsweep.jobs import server_job
+from specsweep.launcher import start_server
 
 
 def test_port_taken_is_retried_on_another_port(tmp_path):
@@ -66,7 +66,7 @@ def test_shell_metacharacters_in_flags_and_env_reach_the_server_unchanged(tmp_pa
 
 
 def test_endurance_at_concurrency_256_is_clean_and_bounded(tmp_path):
-    """A short run of benchmarks/endurance.py (the 60 s figures are in the README)."""
+    """A short run of benchmarks/endurance.py (the 60 s figures are in docs/faults.md, "Endurance")."""
     import importlib.util
 
     from conftest import REPO
@@ -84,7 +84,8 @@ def test_bench_outputs_that_do_not_name_the_servers_cells_are_refused_before_any
     from conftest import load_default_config
     from specsweep.bench import bench_server
     from specsweep.cells import CellError
-    from specsweep.jobs import ServerJob, cells_of_server
+    from specsweep.jobs import cells_of_server
+    from specsweep.server_job import ServerJob
 
     config = validated(load_default_config())
     job = replace(

@@ -23,11 +23,18 @@ from specsweep import config as cfg
 from specsweep.jobs import server_job, servers
 from specsweep.methods import expand_methods
 from specsweep import metrics as m
-from specsweep.bench import Progress, bench_server, start_server
+from specsweep.bench import Progress, bench_server
 from specsweep.cells import keyed_cells
 from specsweep.client import LoadModel, measure
 from specsweep.environment import ServerEnvironmentError, probe, resolve_git_refs
-from specsweep.launcher import ServerError, launch_command, min_free_slots_delay, server_arguments, stream_mode
+from specsweep.launcher import (
+    ServerError,
+    launch_command,
+    min_free_slots_delay,
+    server_arguments,
+    start_server,
+    stream_mode,
+)
 
 
 SCHEDULE = "0.01:1,0.01:1,0.01:1,0.01:1,0.01:1,0.01:1"  # six chunks of one token

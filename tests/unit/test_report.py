@@ -38,3 +38,17 @@ def test_waiting_for_a_slot_lists_open_loop_cells_only():
     assert report.setup_tables(tables, environment, {**view, "load_model": "poisson"}, False, data)["has_queue"]
     shown = pd.read_csv(io.StringIO(data["queue.csv"]))
     assert len(shown) == len(late)
+
+
+def test_the_engines_section_reads_a_table_where_no_row_has_a_reason(tmp_path):
+    """Every row compared (two engines measured apart, none sharing a cell): the reason column reads back empty, as
+    floats, and the section counts no row as one measurement (it raised AttributeError: no .str on floats)."""
+    from specsweep.aggregate import ENGINE_COLUMNS
+    from specsweep.report import engines_section
+
+    row = {c: None for c in ENGINE_COLUMNS}
+    row.update(method="ar", workload="short", concurrency=1, tp=1, repetition=0, engine="slow", reference="base")
+    row.update({f"{m}_ratio": 0.5 for m in ("output_throughput", "tpot_p50", "ttft_p50")}, differs=True, pairs=12)
+    pd.DataFrame([row], columns=ENGINE_COLUMNS).to_csv(tmp_path / "engines.csv", index=False)
+    flags = engines_section(tmp_path, {})
+    assert flags["has_engines"] and flags["engines_one_measurement"] == 0 and flags["engines_not_compared"] == 0

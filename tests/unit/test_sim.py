@@ -16,8 +16,11 @@ from conftest import DDTREE, DFLASH, patience, start_sim
 from specsweep.client import measure
 from specsweep.metrics import acceptance_by_depth
 from specsweep.launcher import Server, ServerError, free_port
-from specsweep.sim import model as sim
-from specsweep.sim.server import Engine, parse_args
+from specsweep.modelling.acceptance import accepted_tokens, build_tree, request_skill
+from specsweep.modelling.decoding import Decoding
+from specsweep.modelling.profiles import profiles
+from specsweep.sim.args import parse_args
+from specsweep.sim.engine import Engine
 from specsweep.workloads import build
 
 
@@ -25,7 +28,7 @@ SHORT = {"name": "short", "family": "short", "requests": 6, "max_new_tokens": 64
 
 
 def test_pull_request_build_runs_a_chain_up_to_block_minus_one_and_a_widening_tree_above():
-    shapes = {b: sim.Decoding("ddtree", 16, b, 8).tree_shape() for b in (4, 8, 15, 16, 32, 64, 128)}
+    shapes = {b: Decoding("ddtree", 16, b, 8).tree_shape() for b in (4, 8, 15, 16, 32, 64, 128)}
     assert shapes == {
         4: ("chain", 1),
         8: ("chain", 1),
@@ -35,54 +38,54 @@ def test_pull_request_build_runs_a_chain_up_to_block_minus_one_and_a_widening_tr
         64: ("tree", 5),
         128: ("tree", 8),
     }  # min(budget // 15 + 1, topk): the cap binds at 128
-    assert sim.Decoding("ddtree", 16, 128, None).tree_shape() == ("tree", 6)  # the build's own cap when unset
-    assert sim.Decoding("ddtree", 16, 8, 8, tree_build="paper").tree_shape() == ("tree", 8)
-    assert sim.Decoding("dflash", 16).tree_shape() is None
+    assert Decoding("ddtree", 16, 128, None).tree_shape() == ("tree", 6)  # the build's own cap when unset
+    assert Decoding("ddtree", 16, 8, 8, tree_build="paper").tree_shape() == ("tree", 8)
+    assert Decoding("dflash", 16).tree_shape() is None
     # spine mode verifies the top-1 chain of `budget` tokens, where the paper's tree already branches
-    assert sim.build_tree(0.8, 15, 8, 8) == {tuple([0] * d) for d in range(1, 9)}
-    assert max(max(p) for p in sim.build_tree(0.5, 15, 8, 8, "paper")) > 0
+    assert build_tree(0.8, 15, 8, 8) == {tuple([0] * d) for d in range(1, 9)}
+    assert max(max(p) for p in build_tree(0.5, 15, 8, 8, "paper")) > 0
     for a in (0.5, 0.8):
-        tree = sim.build_tree(a, 15, 32, 8)
+        tree = build_tree(a, 15, 32, 8)
         assert len(tree) == 32 and max(max(p) for p in tree) < 3  # width 3 at budget 32
         assert all(prefix[:-1] in tree or len(prefix) == 1 for prefix in tree)  # closed under parents
         # the depth bonus grows it deeper than the paper's tree of the same width and size
-        paper = sim.build_tree(a, 15, 32, 3, "paper")
+        paper = build_tree(a, 15, 32, 3, "paper")
         assert max(map(len, tree)) >= max(map(len, paper))
-    assert max(map(len, sim.build_tree(0.3, 15, 32, 8))) > max(map(len, sim.build_tree(0.3, 15, 32, 3, "paper")))
+    assert max(map(len, build_tree(0.3, 15, 32, 8))) > max(map(len, build_tree(0.3, 15, 32, 3, "paper")))
     # early stop: for a weak drafter, unlikely branches are skipped and the tree stays below its budget;
     # the rank-0 spine still reaches the last depth
-    weak = sim.build_tree(0.3, 15, 128, 8)
+    weak = build_tree(0.3, 15, 128, 8)
     assert len(weak) < 128 and tuple([0] * 15) in weak
 
 
 def test_spine_mode_accepts_no_more_than_its_chain():
     def tau(decoding):
         rng = random.Random(0)
-        return sum(sim.accepted_tokens(decoding, 0.8, rng) for _ in range(3000)) / 3000
+        return sum(accepted_tokens(decoding, 0.8, rng) for _ in range(3000)) / 3000
 
-    chain15 = tau(sim.Decoding("dflash", 16))
-    assert tau(sim.Decoding("ddtree", 16, 15, 8)) == pytest.approx(chain15, rel=0.03)  # the same chain
+    chain15 = tau(Decoding("dflash", 16))
+    assert tau(Decoding("ddtree", 16, 15, 8)) == pytest.approx(chain15, rel=0.03)  # the same chain
     rng = random.Random(1)
-    assert max(sim.accepted_tokens(sim.Decoding("ddtree", 16, 8, 8), 0.95, rng) for _ in range(500)) == 9  # 8 + bonus
+    assert max(accepted_tokens(Decoding("ddtree", 16, 8, 8), 0.95, rng) for _ in range(500)) == 9  # 8 + bonus
 
 
 def test_tree_has_budget_nodes_and_contains_the_chain():
     """The paper's build: the budget most probable prefixes at every budget."""
-    tree = sim.build_tree(0.8, 15, 32, 8, "paper")
+    tree = build_tree(0.8, 15, 32, 8, "paper")
     assert len(tree) == 32
     assert all(prefix[:-1] in tree or len(prefix) == 1 for prefix in tree)  # closed under parents
     assert max(max(p) for p in tree) < 8  # top-k cap
-    chain = sim.build_tree(0.8, 15, 15, 1, "paper")
+    chain = build_tree(0.8, 15, 15, 1, "paper")
     assert chain == {tuple([0] * d) for d in range(1, 16)}
 
 
 def test_tree_acceptance_rises_with_budget_and_saturates():
     def tau(decoding):
         rng = random.Random(0)
-        return sum(sim.accepted_tokens(decoding, 0.8, rng) for _ in range(3000)) / 3000
+        return sum(accepted_tokens(decoding, 0.8, rng) for _ in range(3000)) / 3000
 
-    chain = tau(sim.Decoding("dflash", 16))
-    values = [tau(sim.Decoding("ddtree", 16, b, 8, tree_build="paper")) for b in (4, 16, 64, 256)]
+    chain = tau(Decoding("dflash", 16))
+    values = [tau(Decoding("ddtree", 16, b, 8, tree_build="paper")) for b in (4, 16, 64, 256)]
     assert values == sorted(values)
     assert values[1] >= chain * 0.97  # a budget-16 tree roughly matches a 15-token chain...
     assert values[3] > chain * 1.15  # ...larger trees accept more
@@ -94,9 +97,9 @@ def test_tree_acceptance_rises_with_budget_and_saturates():
 def test_predictable_text_is_drafted_better():
     code = "def f(x):\n    return {'a': [x, x + 1], 'b': (x, x)}\n" * 5
     chat = "I wonder whether the weather will be nice for our walk in the hills tomorrow afternoon."
-    assert sim.request_skill(code, 0.0, False).per_depth() > sim.request_skill(chat, 0.0, False).per_depth()
-    assert sim.request_skill(chat, 1.0, False).per_depth() < sim.request_skill(chat, 0.0, False).per_depth()
-    assert sim.request_skill(chat, 0.0, True).per_depth() < sim.request_skill(chat, 0.0, False).per_depth()
+    assert request_skill(code, 0.0, False).per_depth() > request_skill(chat, 0.0, False).per_depth()
+    assert request_skill(chat, 1.0, False).per_depth() < request_skill(chat, 0.0, False).per_depth()
+    assert request_skill(chat, 0.0, True).per_depth() < request_skill(chat, 0.0, False).per_depth()
 
 
 def test_server_info_names_the_ddtree_mode_its_build_runs(tmp_path):
@@ -370,7 +373,7 @@ def test_a_request_waits_its_request_latency_before_the_queue_in_arrival_order()
     """In real time a request reaches the queue request_latency + request_latency_per_token x prompt tokens after it
     arrived, and not before one that arrived earlier; its queue_time counts from there; stepped in virtual time it
     is queued at once."""
-    runtime = {**sim.profiles()["runtimes"]["sglang"], "request_latency": 0.02, "request_latency_per_token": 2e-5}
+    runtime = {**profiles()["runtimes"]["sglang"], "request_latency": 0.02, "request_latency_per_token": 2e-5}
     args = ["--model-path", "m", "--sim-runtime", "slow", "--sim-profiles", json.dumps({"runtimes": {"slow": runtime}})]
 
     async def arrivals():

@@ -9,17 +9,19 @@ import pytest
 import requests
 
 from conftest import patience, start_sim
-from specsweep.sim import model as sim
-from specsweep.sim.calibration import mean_tau
+from specsweep.modelling.acceptance import ACCEPTANCE, LookupDrafter, accepted_tokens, beam_tree, mean_tau
+from specsweep.modelling.cost import CostModel
+from specsweep.modelling.decoding import Decoding
+from specsweep.modelling.profiles import default_profiles
 
 
 def ngram(tokens=16, breadth=8, match="BFS"):
-    return sim.Decoding("ngram", num_draft_tokens=tokens, max_bfs_breadth=breadth, match_type=match)
+    return Decoding("ngram", num_draft_tokens=tokens, max_bfs_breadth=breadth, match_type=match)
 
 
 def rounds(decoding, prompt, reply):
     """Tokens per round over a whole reply (the first token from the prefill), and the drafter."""
-    drafter = sim.LookupDrafter(decoding, prompt, reply)
+    drafter = LookupDrafter(decoding, prompt, reply)
     produced, count = 1, 0
     while produced < len(reply):
         produced += drafter.round(produced)[0]
@@ -36,12 +38,12 @@ def test_ngram_acceptance_follows_the_repetition_of_the_output():
     assert tau_distinct == 1.0  # nothing ever recurs: every round commits its bonus token only
     assert tau_loop > 8
     # once the loop is established, a round commits the whole tree's depth: 15 drafted nodes and the bonus
-    assert sim.LookupDrafter(ngram(16), prompt, loop).round(60)[0] == 16
+    assert LookupDrafter(ngram(16), prompt, loop).round(60)[0] == 16
     assert rounds(ngram(32), prompt, loop)[0] >= tau_loop  # a larger tree reaches no less far
     # a phrase the output repeats from earlier in itself is drafted when it recurs
     phrase = [f"w{i}" for i in range(12)]
     repeat = [f"x{i}" for i in range(20)] + phrase + [f"y{i}" for i in range(20)] + phrase
-    drafter = sim.LookupDrafter(ngram(16), prompt, repeat)
+    drafter = LookupDrafter(ngram(16), prompt, repeat)
     start = 20 + 12 + 20 + 1  # the repeat's first token is known: its continuation comes from the first occurrence
     assert drafter.round(start)[0] >= 8
     assert drafter.round(5)[0] == 1
@@ -54,7 +56,7 @@ def test_ngram_indexes_the_output_and_the_prompts_last_tokens_as_sglang_0_5_16_i
     tau, _ = rounds(ngram(16), prompt, ["start"] + copy_of_body)
     assert tau == 1.0  # SGLang never inserts a prompt's body into its trie
     tail_copy = ["x"] + prompt[-12:]  # the prompt's last tokens are in it
-    drafter = sim.LookupDrafter(ngram(16), prompt, tail_copy)
+    drafter = LookupDrafter(ngram(16), prompt, tail_copy)
     assert drafter.round(2)[0] > 1
 
 
@@ -63,7 +65,7 @@ def test_ngram_tree_keeps_its_node_budget_and_breadth():
     # many different continuations of the same token: a bushy tree
     reply = [tok for i in range(30) for tok in ("k", f"v{i % 13}", f"u{i % 7}")]
     for tokens, breadth in ((8, 8), (32, 4), (64, 2), (128, 8)):
-        drafter = sim.LookupDrafter(ngram(tokens, breadth), prompt, reply)
+        drafter = LookupDrafter(ngram(tokens, breadth), prompt, reply)
         drafter._catch_up(len(reply) - 1)
         children = drafter.draft()
         assert len(children) - 1 <= tokens - 1  # the root (the last token) and num_draft_tokens - 1 nodes
@@ -76,23 +78,23 @@ def test_ngram_bfs_drafts_the_latest_continuation_prob_the_most_frequent():
     reply = ["k", "often", "z1", "k", "often", "z2", "k", "often", "z3", "k", "late", "z4", "k"]
     latest, frequent = ngram(4, 1, "BFS"), ngram(4, 1, "PROB")
     for decoding, expected in ((latest, "late"), (frequent, "often")):
-        drafter = sim.LookupDrafter(decoding, prompt, reply + [expected, "end"])
+        drafter = LookupDrafter(decoding, prompt, reply + [expected, "end"])
         assert drafter.round(len(reply))[0] >= 2, decoding  # the drafted child is the one the reply takes
 
 
 def eagle(topk=1, steps=3, tokens=None):
-    return sim.Decoding("eagle3", topk=topk, num_steps=steps, num_draft_tokens=tokens or steps + 1)
+    return Decoding("eagle3", topk=topk, num_steps=steps, num_draft_tokens=tokens or steps + 1)
 
 
 def draws(decoding, a, acceptance, n=4000):
     rng = random.Random(3)
-    return sum(sim.accepted_tokens(decoding, a, rng, acceptance=acceptance) for _ in range(n)) / n
+    return sum(accepted_tokens(decoding, a, rng, acceptance=acceptance) for _ in range(n)) / n
 
 
 def test_a_draft_models_tree_holds_only_candidates_of_its_beams():
     """SGLang keeps the topk best paths a step: a node's parent is among them, never a path the beam dropped."""
     for steps, topk, nodes in ((3, 2, 10), (4, 4, 15), (8, 8, 63), (5, 3, 5)):
-        tree = sim.beam_tree(0.3, steps, nodes, topk)
+        tree = beam_tree(0.3, steps, nodes, topk)
         assert len(tree) == min(nodes, topk + (steps - 1) * topk * topk)
         assert all(len(p) == 1 or p[:-1] in tree for p in tree)  # a tree
         for depth in range(2, steps + 1):  # at most topk parents a depth
@@ -100,10 +102,10 @@ def test_a_draft_models_tree_holds_only_candidates_of_its_beams():
 
 
 def test_draft_model_chains_and_trees_accept_as_their_shape_allows():
-    profile = {**sim.ACCEPTANCE, **sim.default_profiles()["drafters"]["eagle3"]}
+    profile = {**ACCEPTANCE, **default_profiles()["drafters"]["eagle3"]}
     taus = [draws(eagle(1, k), 0.8, profile) for k in (1, 3, 5, 7)]
     assert taus == sorted(taus) and all(t <= k + 1 for t, k in zip(taus, (1, 3, 5, 7)))
-    assert max(sim.accepted_tokens(eagle(1, 3), 0.95, random.Random(1), acceptance=profile) for _ in range(300)) == 4
+    assert max(accepted_tokens(eagle(1, 3), 0.95, random.Random(1), acceptance=profile) for _ in range(300)) == 4
     # a tree of many nodes catches what the chain misses
     assert draws(eagle(4, 5, 40), 0.6, profile) > draws(eagle(1, 5), 0.6, profile) + 0.2
     # a drafter less sure of itself than it is right branches early: at a few nodes its tree accepts less than
@@ -115,18 +117,16 @@ def test_draft_model_chains_and_trees_accept_as_their_shape_allows():
 
 
 def test_a_drafters_cost_comes_from_its_size_and_its_steps():
-    cost = sim.CostModel.named("H200", "qwen3-8b", "sglang-0.5.16-h200")
+    cost = CostModel.named("H200", "qwen3-8b", "sglang-0.5.16-h200")
     contexts = [1000] * 4
     head = cost.draft_seconds(eagle(1, 4), contexts)
-    small_model = cost.draft_seconds(sim.Decoding("standalone", topk=1, num_steps=4, num_draft_tokens=5), contexts)
+    small_model = cost.draft_seconds(Decoding("standalone", topk=1, num_steps=4, num_draft_tokens=5), contexts)
     assert small_model > 2 * head > 0  # 28 layers against one
     steps = [cost.draft_seconds(eagle(1, k), contexts) for k in (1, 3, 6)]
     assert steps == sorted(steps) and steps[2] - steps[1] > 0
     # NGRAM drafts on the CPU: no drafter pass, a lookup that grows with the batch, a verify with the tree's nodes
     assert cost.draft_seconds(ngram(16), contexts) == 0
-    lookup = [
-        cost.decode_step(ngram(16), [1000] * b) - cost.decode_step(sim.Decoding("ar"), [1000] * b) for b in (1, 16)
-    ]
+    lookup = [cost.decode_step(ngram(16), [1000] * b) - cost.decode_step(Decoding("ar"), [1000] * b) for b in (1, 16)]
     assert lookup[1] > lookup[0] > 0
     widths = [cost.decode_step(ngram(n), [1000] * 16) for n in (8, 32, 128)]
     assert widths == sorted(widths) and widths[2] > widths[0] * 1.5
@@ -197,7 +197,7 @@ def test_the_simulated_server_speaks_sglangs_ngram_and_eagle3_flags(tmp_path):
 
 def test_draft_model_acceptance_within_12_percent_of_every_published_engine_figure():
     """The shipped drafter profiles against PUBLISHED_DRAFT_MODELS (benchmarks/README.md has the whole table)."""
-    from specsweep.sim.calibration import predict_draft_models
+    from specsweep.modelling.published import predict_draft_models
 
     rows = predict_draft_models(count=20, rounds=150)
     assert {r["algorithm"] for r in rows} == {"eagle", "eagle3", "standalone"}

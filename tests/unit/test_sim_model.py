@@ -13,14 +13,17 @@ from specsweep.client import measure
 from specsweep.launcher import ServerError
 from specsweep.metrics import output_throughput
 from specsweep.sim import replay
-from specsweep.sim.calibration import (
+from specsweep.modelling.acceptance import ACCEPTANCE, RankedDrafter, build_tree
+from specsweep.modelling.cost import CostModel
+from specsweep.modelling.decoding import Decoding
+from specsweep.modelling.profiles import profiles
+from specsweep.modelling.published import (
     PUBLISHED_DFLASH_BY_CONTENT,
     PUBLISHED_QWEN3_8B,
     calibration_prompts,
     predict,
     predict_content,
 )
-from specsweep.sim.model import ACCEPTANCE, CostModel, Decoding, RankedDrafter, build_tree, profiles
 from specsweep.workloads import Session, build
 
 
@@ -251,7 +254,7 @@ def test_approximate_token_count_follows_qwens_tokenizer_in_every_script(languag
 
 
 def test_reply_to_a_chinese_prompt_has_the_size_of_its_tokens():
-    from specsweep.sim.model import reply_tokens
+    from specsweep.modelling.acceptance import reply_tokens
 
     reply, _ = reply_tokens(UNSPACED_TEXTS["zh"] * 20, 256, ignore_eos=True)
     assert len(reply) == 256
@@ -482,7 +485,7 @@ def test_rank_probe_costs_its_logits_read_and_walk_only_in_tree_mode():
 
 
 def test_every_shipped_profile_value_is_a_number():
-    from specsweep.sim.model import default_profiles
+    from specsweep.modelling.profiles import default_profiles
 
     # YAML 1.1 reads 2e-06 (no dot) as a string: a profile copied by hand must still be numbers throughout
     for kind, entries in default_profiles().items():
@@ -517,7 +520,7 @@ def test_the_builds_depth_bonus_variable_reaches_the_tree_the_server_and_the_pla
     assert branches(shallow) < branches(deep) and depth(shallow) == depth(deep) == 15
     assert all(tuple([0] * n) in shallow for n in range(1, 16))
     # the server takes it from its environment, as SGLang's build does
-    from specsweep.sim.server import decoding_from_args, parse_args
+    from specsweep.sim.args import decoding_from_args, parse_args
 
     args = parse_args(["--model-path", "m", *DDTREE])
     os.environ["SGLANG_DDTREE_DEPTH_BONUS"] = "-3"
@@ -540,7 +543,7 @@ def test_a_prompt_in_flight_twice_is_read_once_at_the_measured_share():
     the copy's pages again at shared_kv_reads of their cost, as the workflow's long cells on the H200 measured;
     distinct prompts share nothing, and a runtime that never measured it charges every copy in full."""
     from specsweep.sim.replay import engine
-    from specsweep.sim.server import PAGE
+    from specsweep.sim.engine import PAGE
 
     sim = engine("ar")
     prompt = " ".join(f"word{i}" for i in range(2000))

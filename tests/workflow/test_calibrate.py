@@ -16,8 +16,10 @@ import yaml
 
 from calibrations import MEASURED_RUNTIME, edit_calibration, write_calibration
 from conftest import Journal, fast_config, load_default_config, server_processes_under, snakemake, write_config
-from specsweep import calibrate, cost_model
-from specsweep.sim.model import profiles
+from specsweep.calibration import choose
+from specsweep.calibration import probe as probing
+from specsweep.calibration import run as calibration
+from specsweep.modelling.profiles import profiles
 
 # the engine to recover: the measured H200 runtime with a soft roofline, a drafter's prefill, a prefill's fixed cost
 # of 30 ms and a request latency of 150 ms (every parameter the fit moves has a true value; the simulated server's
@@ -79,13 +81,13 @@ def test_calibrate_recovers_the_simulated_profile_and_measures_again_only_for_a_
     assert {"cpu_step", "ngram_step_overhead", "draft_step_overhead"} <= set(profile["held"])
     assert profile["startup"]["cold_s"] >= 0.2 and profile["startup"]["warm_s"] >= 0.2
     table = (workflow / "results" / "calibration" / f"{name}.csv").read_text().splitlines()
-    assert table[0].split(",")[:8] == list(calibrate.TABLE_COLUMNS)[:8]
+    assert table[0].split(",")[:8] == list(calibration.TABLE_COLUMNS)[:8]
     assert sum(",step," in line for line in table) == 18 and sum(",prefill," in line for line in table) == 6
     assert sum(",first-token," in line for line in table) == 6  # three contexts on each server
     # the largest deviation is that of the table's steps and prefills (its size is the host's load: 14% was seen
     # beside the whole suite and a default run, so no bound in a test)
     rows = list(csv.DictReader(table))
-    measured = [abs(float(r["deviation"])) for r in rows if r["kind"] in calibrate.SHAPE_KINDS and r["deviation"]]
+    measured = [abs(float(r["deviation"])) for r in rows if r["kind"] in probing.SHAPE_KINDS and r["deviation"]]
     assert profile["largest_deviation"] == pytest.approx(max(measured), abs=1e-4)
     logs = _server_logs(workflow)
     assert sorted(logs) == ["server-calibration-tp1-ar.log", "server-calibration-tp1-dflash.log"]
@@ -136,7 +138,7 @@ def test_each_engine_is_calibrated_on_its_own_build_and_its_servers_use_its_prof
     ]
     write_config(workflow, config)
     snakemake(workflow, "calibrate", timeout=120)
-    entries = json.loads((workflow / calibrate.FINGERPRINTS).read_text())
+    entries = json.loads((workflow / choose.FINGERPRINTS).read_text())
     assert [(e["engine"], e["tp"]) for e in entries] == [("base", 1), ("slow", 1)]
     assert set(_profiles(workflow)) == {e["digest"] for e in entries}
 
@@ -203,7 +205,7 @@ def test_a_broken_calibration_stops_the_run_naming_it_and_calibrate_makes_it_aga
     proc = snakemake(workflow, "calibrate")
     assert "Nothing to be done" not in proc.stdout and "0 server(s) started, 1 wholly cached" in proc.stdout
     assert f"results/calibration/{name}.yaml: content_digest: missing (the file was cut short" in proc.stdout
-    assert cost_model.read_calibration(path)["runtime"] == profile["runtime"]
+    assert choose.read_calibration(path)["runtime"] == profile["runtime"]
     assert "Nothing to be done" in snakemake(workflow, "results/summary.csv").stdout
     assert cell_path.read_text() == cell
 

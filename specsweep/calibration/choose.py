@@ -1,4 +1,4 @@
-"""Which cost model a configuration uses for each TP size, and what it is called.
+"""Which cost model a configuration uses for each TP size, what it is called, and what names a calibration.
 
 ``snakemake calibrate`` measures the engine on the user's own GPUs and writes one calibration per fingerprint
 under results/calibration/ (``<digest of the fingerprint>.yaml``, its measured table beside it)::
@@ -13,7 +13,7 @@ under results/calibration/ (``<digest of the fingerprint>.yaml``, its measured t
 
 (a file without ``runtime:`` holds the runtime profile's keys at its top level instead). A file is read only when
 its content matches its digest (a truncated file has lost it: it is the last key) and its runtime is one the cost
-model can price (sim.model.runtime_problems: every parameter known and within its bounds, none its kind of runtime
+model can price (modelling.cost.runtime_problems: every parameter known and within its bounds, none its kind of runtime
 needs missing); ``read_calibration`` names the file and the key otherwise. ``sim.calibration`` picks, for every
 configured TP size:
 
@@ -33,6 +33,9 @@ A calibration matching no configured TP size is ignored (``snakemake plan`` list
 uses the configured runtime profile (``sim.runtime``: the generic roofline, its parameters not measured on these
 GPUs). The choice is made once, when the workflow reads its configuration (``resolve``); the simulated servers,
 ``snakemake plan``, every simulated cell and the report's setup table then say which one they used (``label``).
+
+A calibration's files are named by 12 hex digits of its fingerprint (``fingerprint``, ``fingerprint_digest``):
+``profile_path`` and ``table_path``, listed per TP and engine in FINGERPRINTS.
 """
 
 from __future__ import annotations
@@ -46,25 +49,25 @@ from pathlib import Path
 
 import yaml
 
-from .canon import digest, package_digest, yaml_data
-from .errors import ConfigError
-from .layout import RESULTS, environment_path
-from .sim.model import RUNTIME_BOUNDS, profiles, runtime_problems
+from .. import __version__
+from ..canon import digest, package_digest, yaml_data
+from ..errors import CalibrationError, ConfigError
+from ..layout import RESULTS, environment_path
+from ..modelling.cost import RUNTIME_BOUNDS, runtime_problems
+from ..modelling.profiles import profiles
 
 CALIBRATIONS = f"{RESULTS}/calibration"
+FINGERPRINTS = f"{CALIBRATIONS}/fingerprints.json"  # every configured TP's fingerprint and digest, per engine
 FINGERPRINT = ("gpu", "gpu_count", "driver", "engine_version", "engine_commit", "model", "tp")
 HOST_KEYS = ("gpu", "gpu_count", "driver", "engine_version", "engine_commit")  # what the environment record gives
 DIGEST_KEY = "content_digest"  # a calibration file's last key: the digest of everything before it
 HEADER = ("fingerprint", "measured_on", "largest_deviation", "startup", "runtime", "table", DIGEST_KEY)
 
 
-class CalibrationError(ValueError):
-    """A calibration file that cannot be read: ``path``, ``reason`` (the key and what is wrong with it); the message
-    adds what to do."""
-
-    def __init__(self, path, reason: str):
-        self.path, self.reason = str(path), reason
-        super().__init__(f"{path}: {reason}; {_REDO}")
+def _unreadable(path, reason: str) -> CalibrationError:
+    """The error of a calibration file that cannot be read: its ``path``, the ``reason`` (the key and what is wrong
+    with it), and what to do."""
+    return CalibrationError(f"{path}: {reason}; {_REDO}", path=str(path), reason=reason)
 
 
 def normalise_gpu(name: str) -> str:
@@ -90,7 +93,7 @@ def gpu_profile(gpu: str, known: dict) -> str | None:
 
 def _number(value, where: str, path) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
-        raise CalibrationError(path, f"{where}: {value!r} is not a finite number >= 0")
+        raise _unreadable(path, f"{where}: {value!r} is not a finite number >= 0")
     return float(value)
 
 
@@ -116,47 +119,47 @@ def read_calibration(path: str | Path) -> dict:
     try:
         data = yaml_data(Path(path).read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
-        raise CalibrationError(path, f"cannot be read ({type(exc).__name__}: {exc})") from None
+        raise _unreadable(path, f"cannot be read ({type(exc).__name__}: {exc})") from None
     if not isinstance(data, dict):
-        raise CalibrationError(path, "not a mapping of a calibration")
+        raise _unreadable(path, "not a mapping of a calibration")
     if DIGEST_KEY not in data:
-        raise CalibrationError(
+        raise _unreadable(
             path,
             f"{DIGEST_KEY}: missing (the file was cut short, or not written by `snakemake calibrate`: a runtime "
             "profile of your own goes in sim.profiles.runtimes)",
         )
     if data[DIGEST_KEY] != digest({k: v for k, v in data.items() if k != DIGEST_KEY}):
-        raise CalibrationError(
+        raise _unreadable(
             path,
             f"its content does not match its {DIGEST_KEY} (edited or damaged since `snakemake calibrate` wrote it)",
         )
     for key in ("fingerprint", "measured_on"):
         if not isinstance(data.get(key), dict):
-            raise CalibrationError(path, f"{key}: missing or not a mapping")
+            raise _unreadable(path, f"{key}: missing or not a mapping")
     fingerprint = data["fingerprint"]
     missing = [k for k in ("model", "tp") if fingerprint.get(k) in (None, "")]
     if missing:
-        raise CalibrationError(path, f"fingerprint.{missing[0]}: missing")
+        raise _unreadable(path, f"fingerprint.{missing[0]}: missing")
     if isinstance(fingerprint["tp"], bool) or not isinstance(fingerprint["tp"], int) or fingerprint["tp"] < 1:
-        raise CalibrationError(path, f"fingerprint.tp: {fingerprint['tp']!r} is not a TP size")
+        raise _unreadable(path, f"fingerprint.tp: {fingerprint['tp']!r} is not a TP size")
     gpu = data["measured_on"].get("gpu") or fingerprint.get("gpu")
     date = data["measured_on"].get("date")
     if not gpu or not date:
-        raise CalibrationError(path, "measured_on: needs gpu and date")
+        raise _unreadable(path, "measured_on: needs gpu and date")
     runtime = data["runtime"] if "runtime" in data else {k: v for k, v in data.items() if k not in HEADER}
     if not isinstance(runtime, dict) or not runtime:
-        raise CalibrationError(path, "runtime: missing or not a mapping of a runtime profile")
+        raise _unreadable(path, "runtime: missing or not a mapping of a runtime profile")
     problems = runtime_problems(runtime)
     if problems:
-        raise CalibrationError(path, "; ".join(f"runtime.{p}" for p in problems))
+        raise _unreadable(path, "; ".join(f"runtime.{p}" for p in problems))
     startup = data.get("startup")
     if startup is not None:
         if not isinstance(startup, dict) or set(startup) != {"cold_s", "warm_s"}:
-            raise CalibrationError(path, "startup: needs exactly cold_s and warm_s (seconds)")
+            raise _unreadable(path, "startup: needs exactly cold_s and warm_s (seconds)")
         for key, value in startup.items():
             why = RUNTIME_BOUNDS["startup_seconds"].problem(value)
             if why is not None:
-                raise CalibrationError(path, f"startup.{key}: {why}")
+                raise _unreadable(path, f"startup.{key}: {why}")
         startup = {k: float(v) for k, v in startup.items()}
     return {
         "path": str(path),
@@ -210,8 +213,43 @@ def emulated_profiles(config: dict) -> dict:
 
 def sim_engine_commit(config: dict) -> str:
     """The simulated engine's "commit" in a calibration's fingerprint: 12 hex digits of the profiles it emulates and
-    of its cost model's code, so that a calibration of the simulator is of one simulated build."""
-    return digest([emulated_profiles(config), package_digest("sim/model.py")])[:12]
+    of its cost model's code (the cost model and the decodings it prices), so that a calibration of the simulator is
+    of one simulated build."""
+    return digest([emulated_profiles(config), package_digest("modelling/cost.py", "modelling/decoding.py")])[:12]
+
+
+def fingerprint(environment: dict, config: dict, tp: int) -> dict:
+    """What a calibration measured: {gpu, gpu_count, driver, engine_version, engine_commit, model, tp}, from the
+    environment record (results/env/<backend>.json) and the configuration. On SGLang the engine commit is the
+    build's source commit, else the digest of the wheel it was installed from, else the configured build label.
+    On the simulated backend the GPU is the simulated one (``sim.gpu``, "(simulated)"), tp of them, and the
+    engine commit a digest of the profiles it emulates and of its cost model's code."""
+    model = config["model"]["name"]
+    if environment["backend"] == "sim":
+        sim = config["sim"]
+        return {
+            "gpu": f"{sim['gpu']} (simulated)",
+            "gpu_count": tp,
+            "driver": None,
+            "engine_version": f"specsweep-sim {environment['server'].get('version', __version__)}",
+            "engine_commit": sim_engine_commit(config),
+            "model": model,
+            "tp": tp,
+        }
+    return {**host_fingerprint(environment), "model": model, "tp": tp}
+
+
+def fingerprint_digest(value: dict) -> str:
+    """The short digest that names a calibration's files: 12 hex digits of the fingerprint's canonical JSON."""
+    return digest({k: value[k] for k in FINGERPRINT})[:12]
+
+
+def profile_path(name: str) -> str:
+    return f"{CALIBRATIONS}/{name}.yaml"
+
+
+def table_path(name: str) -> str:
+    return f"{CALIBRATIONS}/{name}.csv"
 
 
 def _same(a, b) -> bool:

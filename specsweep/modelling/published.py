@@ -1,29 +1,19 @@
-"""Calibration of the simulated backend against published results (batch 1, temperature 0).
+"""Published figures (acceptance lengths and speedups at batch 1, temperature 0) and the model's predictions of them.
 
 The prediction runs the simulator's own mechanisms on real prompts: each
 prompt's drafter acceptance from its text, the DFlash chain and the DDTree
 best-first tree on those distributions (many verify rounds), and the step
-cost of the runtime profile. Nothing is looked up per dataset.
+cost of the runtime profile. Nothing is looked up per dataset. The acceptance
+model's parameters are fitted to these figures (benchmarks/calibrate_sim.py).
 """
 
 from __future__ import annotations
 
-import random
-import statistics
-
-from ..text import chat_prompt, split_tokens
+from ..text import chat_prompt
 from ..workloads import SYSTEM, short_pools
-from .model import (
-    CostModel,
-    Decoding,
-    LookupDrafter,
-    accepted_tokens,
-    drafter_acceptance,
-    profiles,
-    random_weights_reply,
-    reply_tokens,
-    request_skill,
-)
+from .acceptance import mean_tau
+from .cost import CostModel
+from .decoding import Decoding
 
 # DDTree paper, Table 1: Qwen3-8B, HF transformers on H200, temperature 0, batch 1, best budget per row.
 PUBLISHED_QWEN3_8B = {
@@ -34,41 +24,6 @@ PUBLISHED_QWEN3_8B = {
     "alpaca": {"dflash": 2.07, "ddtree": 3.12},
 }
 BUDGETS = (16, 32, 64, 128, 256, 512, 1024)
-
-
-def mean_tau(
-    prompts: list[str],
-    decoding: Decoding,
-    rounds: int = 400,
-    acceptance: dict | None = None,
-    max_new_tokens: int = 256,
-    profile_set: dict | None = None,
-    looping: bool = False,
-) -> float:
-    """Mean tokens per verify round over prompts (the prefill token excluded).
-
-    Drafter models: ``rounds`` draws per prompt, the drafter's acceptance from the prompt's text (DFlash's with
-    ``acceptance`` overrides, a draft model's from its profile). NGRAM: every round of each prompt's greedy reply
-    of ``max_new_tokens`` tokens, drafted from the reply itself; with ``looping``, the reply of a randomly
-    initialised model, whose greedy output repeats its first three tokens."""
-    params = drafter_acceptance(decoding, profile_set or profiles(), acceptance)
-    taus = []
-    for i, prompt in enumerate(prompts):
-        if decoding.spec.drafting == "lookup":
-            reply = reply_tokens(prompt, max_new_tokens, ignore_eos=True)[0]
-            if looping:
-                reply = random_weights_reply(reply)
-            drafter = LookupDrafter(decoding, split_tokens(prompt), reply)
-            produced, steps = 1, 0  # the first token comes from the prefill
-            while produced < len(reply):
-                produced += drafter.round(produced)[0]
-                steps += 1
-            taus.append((len(reply) - 1) / max(steps, 1))
-            continue
-        a = request_skill(prompt, 0.0, False, params)
-        rng = random.Random(f"calibration:{i}:{decoding}")
-        taus.append(sum(accepted_tokens(decoding, a, rng, acceptance=params) for _ in range(rounds)) / rounds)
-    return statistics.mean(taus)
 
 
 def predict(

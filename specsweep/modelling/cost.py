@@ -1,0 +1,463 @@
+"""The cost model: the time of one engine step (decode, verify, draft, prefill) for a GPU, model and runtime
+profile under tensor parallelism, and the bounds of every runtime parameter.
+
+Numbers produced with it are modelled, and labelled so everywhere.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from .. import algorithms
+from .decoding import Decoding
+from .profiles import profiles
+
+
+CHUNKED_PREFILL_SIZE = 8192  # new prompt tokens a prefill step takes at most, as SGLang 0.5.16 picks on an H200
+
+
+@dataclass(frozen=True)
+class Bound:
+    """The physically sensible range of one runtime parameter: low <= value <= high, in ``unit``; ``positive``:
+    above 0 too (a rate or share the cost model divides by)."""
+
+    low: float
+    high: float
+    unit: str
+    positive: bool = False
+
+    def problem(self, value) -> str | None:
+        """Why ``value`` is not a value of this parameter, or None."""
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+            return f"{value!r} is not a finite number"
+        if self.positive and value <= 0:
+            return f"{value!r} must be above 0 (the cost model divides by it)"
+        if not self.low <= value <= self.high:
+            return f"{value!r} is outside {self.low:g}..{self.high:g} {self.unit}"
+        return None
+
+
+_SHARE = Bound(0.0, 1.0, "(a share of the GPU's datasheet rate)", positive=True)
+
+
+# Every parameter a runtime profile may hold (the CostModel methods below say what each prices), with the range a
+# real engine's value lies in: the measured ones (sim_profiles.yaml) sit one or two orders of magnitude inside, so
+# that a bound is met only by a value no engine has (a request latency of seconds, a step cost of 1e9 s, a rate of 0).
+RUNTIME_BOUNDS = {
+    "bandwidth_efficiency": _SHARE,
+    "compute_efficiency": _SHARE,
+    "attention_bandwidth_efficiency": _SHARE,
+    "attention_compute_efficiency": Bound(0.0, 1.0, "(a share of the GPU's flops; 0: no attention term)"),
+    "attention_request_bandwidth": Bound(0.0, 1e14, "bytes/s a GPU (0: no per-request bound)"),
+    "moe_compute_efficiency": Bound(0.0, 1.0, "(a share of the dense rate)", positive=True),
+    "eager_bandwidth_efficiency": _SHARE,
+    "eager_compute_efficiency": _SHARE,
+    "roofline_exponent": Bound(0.0, 100.0, "(0: max(read, compute))"),
+    "layer_overhead": Bound(0.0, 1e-3, "seconds a layer"),
+    "moe_layer_overhead": Bound(0.0, 1e-3, "seconds a MoE layer"),
+    "allreduce_latency": Bound(0.0, 1e-3, "seconds an all-reduce step"),
+    "eager_layer_launch": Bound(0.0, 1e-2, "seconds a layer"),
+    "eager_kv_passes": Bound(0.0, 1000.0, "reads of the KV cache a step"),
+    "eager_score_bytes": Bound(0.0, 1e5, "bytes a query-key pair a layer"),
+    "drafter_fraction": Bound(0.0, 2.0, "of a target step"),
+    "drafter_prefill_fraction": Bound(0.0, 2.0, "of the target's prefill"),
+    "drafter_prefill_fixed": Bound(0.0, 1.0, "seconds a prefill step"),
+    "prefill_fixed": Bound(0.0, 1.0, "seconds a prefill step"),
+    "verify_attention_reads": Bound(0.0, 100.0, "extra KV reads a verify step"),
+    "verify_request_attention_reads": Bound(0.0, 100.0, "extra KV reads a verify step"),
+    "draft_attention_reads": Bound(0.0, 100.0, "extra KV reads a drafter forward"),
+    "shared_kv_reads": Bound(0.0, 1.0, "(a share of a KV page's read)"),
+    "cpu_step": Bound(0.0, 0.1, "seconds a step"),
+    "no_overlap_penalty": Bound(0.0, 0.1, "seconds a step"),
+    "spec_cpu_per_request": Bound(0.0, 1e-2, "seconds a request a round"),
+    "rank_probe_cpu_per_request": Bound(0.0, 1e-2, "seconds a request a round"),
+    "verify_per_request": Bound(0.0, 1e-2, "seconds a request a round"),
+    "tree_build_per_node": Bound(0.0, 1e-3, "seconds a tree node"),
+    "hybrid_tree_per_node": Bound(0.0, 1e-2, "seconds a tree node"),
+    "draft_step_overhead": Bound(0.0, 0.1, "seconds a drafter forward"),
+    "draft_layer_overhead": Bound(0.0, 1e-3, "seconds a drafter layer"),
+    "draft_per_request": Bound(0.0, 1e-2, "seconds a request a round"),
+    "draft_tree_per_node": Bound(0.0, 1e-3, "seconds a tree node"),
+    "ngram_step_overhead": Bound(0.0, 0.1, "seconds a round"),
+    "ngram_cpu_per_request": Bound(0.0, 1e-2, "seconds a request a round"),
+    "ngram_cpu_per_node": Bound(0.0, 1e-3, "seconds a tree node"),
+    "request_latency": Bound(0.0, 1.0, "seconds a request"),
+    "request_latency_per_token": Bound(0.0, 1e-3, "seconds a prompt token"),
+    "startup_seconds": Bound(0.0, 3600.0, "seconds from launch to ready"),
+}
+
+
+RUNTIME_FLAGS = ("drafter_per_token",)  # true or false
+
+
+# the parameters each kind of runtime reads unconditionally: the roofline's (SGLang's) and the eager one's (hf-eager,
+# a runtime with eager_layer_launch); every other parameter counts as 0 (or off) where a runtime does not set it
+REQUIRED_RUNTIME = {
+    "roofline": (
+        "bandwidth_efficiency",
+        "compute_efficiency",
+        "layer_overhead",
+        "allreduce_latency",
+        "drafter_fraction",
+        "tree_build_per_node",
+    ),
+    "eager": (
+        "eager_layer_launch",
+        "eager_bandwidth_efficiency",
+        "eager_compute_efficiency",
+        "eager_kv_passes",
+        "eager_score_bytes",
+        "drafter_fraction",
+        "tree_build_per_node",
+    ),
+}
+
+
+def runtime_problems(runtime) -> list[str]:
+    """Why a runtime profile cannot price a step, one "<parameter>: why" each (empty when it can): a parameter the
+    cost model does not know, a value outside its RUNTIME_BOUNDS (or a flag not true or false), a parameter its
+    kind of runtime (REQUIRED_RUNTIME: eager where it sets eager_layer_launch, else roofline) needs and lacks."""
+    if not isinstance(runtime, dict) or not runtime:
+        return ["missing or not a mapping of a runtime profile"]
+    out = []
+    for key, value in runtime.items():
+        if key in RUNTIME_FLAGS:
+            if not isinstance(value, bool):
+                out.append(f"{key}: {value!r} is not true or false")
+        elif key not in RUNTIME_BOUNDS:
+            out.append(f"{key}: not a runtime parameter of the cost model (specsweep/modelling/cost.py RUNTIME_BOUNDS)")
+        elif (why := RUNTIME_BOUNDS[key].problem(value)) is not None:
+            out.append(f"{key}: {why}")
+    kind = "eager" if "eager_layer_launch" in runtime else "roofline"
+    missing = [key for key in REQUIRED_RUNTIME[kind] if key not in runtime]
+    if missing:
+        others = f", as are {', '.join(missing[1:])}" if missing[1:] else ""
+        out.append(f"{missing[0]}: missing{others} (a {kind} runtime needs {', '.join(REQUIRED_RUNTIME[kind])})")
+    return out
+
+
+@dataclass(frozen=True)
+class CostModel:
+    """Time of one engine step for a hardware, model and runtime profile under tensor parallelism.
+
+    ``draft_model``: the model profile of a standalone drafter (sim.draft_model_profile); EAGLE heads are sized
+    from the target's profile (``draft_head``)."""
+
+    gpu: dict
+    model: dict
+    runtime: dict
+    tp: int = 1
+    draft_model: dict | None = None
+
+    @classmethod
+    def named(
+        cls,
+        gpu: str,
+        model: str,
+        runtime: str = "sglang",
+        tp: int = 1,
+        overrides: dict | None = None,
+        draft_model: str | None = "qwen3-0.6b",
+    ):
+        p = profiles(overrides)
+        return cls(
+            p["gpus"][gpu],
+            p["models"][model],
+            p["runtimes"][runtime],
+            tp,
+            p["models"][draft_model] if draft_model else None,
+        )
+
+    def draft_head(self, algorithm: str) -> dict:
+        """An EAGLE head's model profile from the target's: one decoder layer (its weights and KV per token, the
+        target's per layer) and an LM head of vocab x hidden (hidden: q_dim) in bf16; EAGLE-3's also fuses three
+        of the target's layers' hidden states (3 x hidden x hidden)."""
+        m = self.model
+        hidden = m.get("q_dim", 4096)
+        head = m.get("vocab", 151936) * hidden * 2 + (3 * hidden * hidden * 2 if algorithm == "eagle3" else 0)
+        layer = (
+            m["weight_bytes"]
+            - m.get("expert_bytes", 0.0) * (1 - m.get("experts_per_token", 0) / max(m.get("experts", 1), 1))
+        ) / m["layers"]
+        return {
+            "weight_bytes": layer + head,
+            "active_params": (layer + head) / 2,
+            "layers": 1,
+            "kv_bytes_per_token": m["kv_bytes_per_token"] / m["layers"],
+            "q_dim": hidden,
+            "hybrid": False,
+        }
+
+    def draft_seconds(self, decoding: Decoding, contexts: list[int]) -> float:
+        """GPU time of one round's drafting.
+
+        Block drafters (DFlash, DDTree): drafter_fraction x a pass of the target as a dense model of its active size
+        (dense_equivalent: the drafter reads no experts) over the drafted tokens (the block per request where
+        drafter_per_token, else one; a DDTree tree is built from that one pass, whatever its budget).
+        Draft models (SGLang's EAGLE worker): one forward over the num_steps + 1 tokens a round can accept (the
+        draft extend, whose output is the first step's candidates), then num_steps - 1 forwards over topk tokens a
+        request; each forward the drafter's own cost on this GPU (with
+        the runtime's draft_layer_overhead and draft_attention_reads where it sets them) plus draft_step_overhead.
+        NGRAM: none (its lookup runs on the CPU, see decode_step)."""
+        r, batch, kind = self.runtime, len(contexts), decoding.spec.drafting
+        if kind in ("block", "block-tree"):
+            drafted = decoding.block_size * batch if r.get("drafter_per_token") else batch
+            return r["drafter_fraction"] * self.dense_equivalent().verify_seconds(drafted, [0] * batch)
+        if kind != "draft-model":
+            return 0.0
+        spec = decoding.spec
+        head = isinstance(spec, algorithms.DraftModel) and spec.draft_model == "head"
+        profile = self.draft_head(decoding.algorithm) if head else self.draft_model
+        if profile is None:
+            raise ValueError(f"{decoding.algorithm}: no draft model profile (sim.draft_model_profile)")
+        own = {k: r[f"draft_{k}"] for k in ("layer_overhead", "attention_reads") if f"draft_{k}" in r}
+        if "attention_reads" in own:  # a drafter forward's extra KV reads over several tokens a request
+            own["verify_attention_reads"] = own["verify_request_attention_reads"] = own.pop("attention_reads")
+        drafter = CostModel(self.gpu, profile, {**r, **own}, self.tp)
+        overhead = r.get("draft_step_overhead", 0.0)
+        topk = decoding.topk or 1
+        extend = drafter.verify_seconds(batch * (decoding.num_steps + 1), contexts) + overhead
+        return extend + (decoding.num_steps - 1) * (drafter.verify_seconds(batch * topk, contexts) + overhead)
+
+    def dense_equivalent(self) -> CostModel:
+        """This model as a dense one of its active size (itself where it is dense): what a block drafter's pass
+        costs is a share of. A DFlash drafter is a few dense layers at the target's hidden size whatever the
+        target's experts, so its pass reads no routed experts: weight_bytes becomes the bytes one token reads
+        (_bytes_read(1)), the experts go."""
+        if not self.model.get("experts"):
+            return self
+        dense = {k: v for k, v in self.model.items() if k not in ("experts", "experts_per_token", "expert_bytes")}
+        return CostModel(self.gpu, {**dense, "weight_bytes": self._bytes_read(1)}, self.runtime, self.tp)
+
+    def routed_active_params(self) -> float:
+        """Parameters of the routed experts one token runs through: active_params x the routed share of the bytes
+        one token reads (expert_bytes x k / E of weight_bytes - expert_bytes + expert_bytes x k / E); 0 if dense."""
+        m = self.model
+        if not m.get("experts"):
+            return 0.0
+        routed = m["expert_bytes"] * m["experts_per_token"] / m["experts"]
+        return m["active_params"] * routed / (m["weight_bytes"] - m["expert_bytes"] + routed)
+
+    def weights_compute(self, tokens: float, efficiency: float) -> float:
+        """Seconds of the weights' arithmetic over ``tokens`` tokens at ``efficiency`` of the GPU's flops (x TP):
+        2 x tokens x ((active_params - routed) / F + routed / (F x moe_compute_efficiency)), F = flops x efficiency
+        x tp and routed = routed_active_params (0 for a dense model). A routed expert's GEMM runs over the few
+        tokens routed to it: moe_compute_efficiency (the runtime's, 1 where it does not set it) of the dense rate."""
+        m, r = self.model, self.runtime
+        flops = self.gpu["flops"] * efficiency * self.tp
+        routed = self.routed_active_params()
+        seconds = 2 * (m["active_params"] - routed) * tokens / flops
+        if routed:
+            share = r.get("moe_compute_efficiency", 1.0)
+            if share <= 0:
+                raise ValueError(f"runtime profile: moe_compute_efficiency must be above 0, not {share}")
+            seconds += 2 * tokens * routed / (flops * share)
+        return seconds
+
+    def experts_touched(self, tokens: float, requests: int = 1) -> float:
+        """Expected routed experts per MoE layer that a step's ``tokens`` touch, spread evenly over ``requests``
+        sequences (n = tokens / requests each); k for one token, never more than E. 0 for a dense model.
+
+        Tokens of one sequence share experts more than chance (routing locality): they route within a working set
+        of m = max(k, E / f) of the E experts, each token to k of them, so n tokens of one sequence touch
+        D1(n) = m x (1 - (1 - k/m)^n). f is the model's expert_repeat_factor, how many times more often than
+        chance two consecutive tokens pick the same first-choice expert (in this model 1/m against 1/E, so
+        m = E / f); 1 (uniform routing) where the profile does not set it. Requests are independent sequences,
+        each with its own working set, so their tokens share an expert only by chance:
+        D = E x (1 - (1 - D1(n)/E)^requests). With f = 1 both reduce to uniform routing, E x (1 - (1 - k/E)^tokens),
+        and a batch of one token per request is uniform whatever f. A working set rather than a chain from token to
+        token: a step verifies one segment of a sequence, and a segment's tokens share experts throughout (segment
+        routing consistency, arXiv 2505.16056); f itself is Mixtral's measured repeat (arXiv 2401.04088 Table 5,
+        in sim_profiles.yaml)."""
+        m = self.model
+        experts, per_token = m.get("experts", 0), m.get("experts_per_token", 0)
+        if not experts:
+            return 0.0
+        requests = max(1, requests)
+        each = max(1.0, tokens / requests)
+        working = min(float(experts), max(float(per_token), experts / max(1.0, m.get("expert_repeat_factor", 1.0))))
+        one = working * (1.0 - (1.0 - per_token / working) ** each)
+        return experts * (1.0 - (1.0 - one / experts) ** requests)
+
+    def _bytes_read(self, tokens: int, requests: int = 1) -> float:
+        """Weight bytes one step reads: all of them for a dense model; for MoE the shared weights (attention,
+        embeddings, router) plus the routed experts the tokens of ``requests`` sequences touch:
+        weight_bytes - expert_bytes + expert_bytes x experts_touched(tokens, requests) / E."""
+        m = self.model
+        if not m.get("experts"):
+            return m["weight_bytes"]
+        shared = m["weight_bytes"] - m["expert_bytes"]
+        return shared + m["expert_bytes"] * self.experts_touched(tokens, requests) / m["experts"]
+
+    def _eager_seconds(self, tokens: int, contexts: list[int]) -> float:
+        """Target forward in HF transformers without CUDA graphs (runtime hf-eager, the DDTree paper's):
+        launch + roofline + attention.
+
+        launch = layers x eager_layer_launch (each layer's kernels launched one by one from Python: the step is
+        launch-bound, whatever the GPU); roofline = max(weights read (_bytes_read) / (bandwidth x e),
+        weights_compute(tokens, eager_compute_efficiency)), e = eager_bandwidth_efficiency;
+        attention = sum over requests of (c x kv_bytes_per_token x eager_kv_passes + layers x n x (c + n) x
+        eager_score_bytes) / (bandwidth x e), a request of context c verifying n = tokens / requests nodes: the
+        eager path copies and re-reads its KV cache several times a step (the cache concatenated, K and V repeated
+        for grouped-query attention) and materialises every query-key score with its dense mask (n x (c + n)
+        pairs a layer). Bandwidth and flops scale with TP, the launches do not."""
+        r, m, g = self.runtime, self.model, self.gpu
+        bw = g["bandwidth"] * r["eager_bandwidth_efficiency"] * self.tp
+        launch = m["layers"] * r["eager_layer_launch"]
+        roofline = max(
+            self._bytes_read(tokens, len(contexts)) / bw, self.weights_compute(tokens, r["eager_compute_efficiency"])
+        )
+        nodes = tokens / len(contexts) if contexts else float(tokens)
+        attention_bytes = sum(
+            c * m["kv_bytes_per_token"] * r["eager_kv_passes"]
+            + m["layers"] * nodes * (c + nodes) * r["eager_score_bytes"]
+            for c in contexts
+        )
+        return launch + roofline + attention_bytes / bw
+
+    def verify_seconds(self, tokens: int, contexts: list[int], shared: float = 0.0) -> float:
+        """Target forward over ``tokens`` tokens of a batch with these context lengths (no drafter).
+
+        roofline(weights read, compute; where the runtime sets roofline_exponent p, (read^p + compute^p)^(1/p):
+        the two overlap less than fully where they are close, as a verify of a few hundred tokens shows) +
+        attention + layers x per-layer overhead (+ layers x moe_layer_overhead for a MoE model, 0 where the runtime
+        does not set it) + TP all-reduces; read = weights read (_bytes_read) / (bandwidth x bandwidth_efficiency x
+        tp), compute = weights_compute(tokens, compute_efficiency) (MoE: the routed experts at
+        moe_compute_efficiency of the dense rate); attention
+        reads every request's KV cache at the runtime's attention bandwidth (attention_bandwidth_efficiency, else
+        bandwidth_efficiency, of the GPU's), and no faster for one request than
+        ``attention_request_bandwidth`` (a lone long request leaves most of the GPU idle), where the runtime sets it;
+        verification may read it more than once (verify_attention_reads). ``shared`` context tokens are KV pages
+        that another request of the batch also reads (one copy in the radix cache: the same prompt in flight twice);
+        the kernel reads them again at shared_kv_reads of their cost (the rest hits the GPU's L2), so attention reads
+        sum(contexts) - (1 - shared_kv_reads) x shared tokens (1, no saving, where the runtime does not set it).
+        The eager runtime (hf-eager) has its own model: _eager_seconds.
+        """
+        r, m, g = self.runtime, self.model, self.gpu
+        if "eager_layer_launch" in r:
+            return self._eager_seconds(tokens, contexts)
+        bw = g["bandwidth"] * r["bandwidth_efficiency"] * self.tp
+        read = self._bytes_read(tokens, len(contexts)) / bw
+        compute = self.weights_compute(tokens, r["compute_efficiency"])
+        if r.get("roofline_exponent"):  # a soft roofline: (read^p + compute^p)^(1/p), max(read, compute) as p grows
+            p = max(1.0, r["roofline_exponent"])
+            top = max(read, compute)
+            roofline = top * ((read / top) ** p + (compute / top) ** p) ** (1 / p) if top > 0 else 0.0
+        else:
+            roofline = max(read, compute)
+        # a verify step (several tokens per request) reads each request's KV cache 1 + verify_attention_reads
+        # times, whatever its width (measured: SGLang's DFlash rounds grow with the context alike at widths 8-32)
+        width = tokens / len(contexts) if contexts else 1.0
+        reads = 1.0 + (r.get("verify_attention_reads", 0.0) if width > 1 else 0.0)
+        kv_bw = g["bandwidth"] * r.get("attention_bandwidth_efficiency", r["bandwidth_efficiency"]) * self.tp
+        read_tokens = sum(contexts) - (1.0 - min(1.0, r.get("shared_kv_reads", 1.0))) * shared
+        attention = reads * read_tokens * m["kv_bytes_per_token"] / kv_bw
+        if r.get("attention_request_bandwidth") and contexts:
+            # one request's reads are parallel over its verified tokens too, so they may cost less than the
+            # batch's (verify_request_attention_reads, where the runtime sets it)
+            request_reads = 1.0 + (r.get("verify_request_attention_reads", reads - 1.0) if width > 1 else 0.0)
+            attention = max(
+                attention,
+                request_reads * max(contexts) * m["kv_bytes_per_token"] / (r["attention_request_bandwidth"] * self.tp),
+            )
+        fixed = m["layers"] * r["layer_overhead"]
+        if m.get("experts"):  # routing, top-k, sorting tokens by expert, the grouped GEMMs' launches: every MoE layer
+            fixed += m["layers"] * r.get("moe_layer_overhead", 0.0)
+        comm = 2 * m["layers"] * r["allreduce_latency"] * math.log2(self.tp) if self.tp > 1 else 0.0
+        return roofline + attention + fixed + comm
+
+    def cpu_seconds(self, decoding: Decoding, batch: int) -> float:
+        """CPU work of one step: scheduling and sampling (cpu_step), plus, for a speculative round, its
+        per-request bookkeeping (spec_cpu_per_request x batch), plus with the DDTree rank probe its walk
+        (rank_probe_cpu_per_request x batch)."""
+        r = self.runtime
+        seconds = r.get("cpu_step", r.get("no_overlap_penalty", 0.0))
+        if decoding.probes_ranks():  # the rank probe's per-request walk in Python
+            seconds += r.get("rank_probe_cpu_per_request", 0.0) * batch
+        return seconds + (r.get("spec_cpu_per_request", 0.0) * batch if decoding.algorithm != "ar" else 0.0)
+
+    def decode_step(self, decoding: Decoding, contexts: list[int], shared: float = 0.0) -> float:
+        """Seconds for one decode/verify step of a batch with these context lengths (``shared`` of their tokens read
+        by two or more of its requests: see verify_seconds).
+
+        step = GPU + exposed CPU. GPU = verify(width x batch tokens) + drafting (draft_seconds) + for a tree
+        verified with a custom mask (DDTree at every budget, NGRAM, a draft model's tree) the mask read per layer
+        (nodes x (context + nodes) bytes) and on hybrid models the recurrent state of nodes beyond the 8 a fused
+        kernel takes + for DDTree in tree mode its construction (per node) and with the rank probe its top-32 over
+        the drafter's logits (batch x (block - 1) x vocab x 4 bytes). The overlap scheduler prepares the next step
+        on the CPU while the GPU runs this one, so only CPU work longer than the GPU's shows; without it (and for
+        DDTree, which runs without it) all of it adds. NGRAM's lookup (ngram_step_overhead + (ngram_cpu_per_request +
+        ngram_cpu_per_node x nodes) x batch) runs between two steps whatever the scheduler: it needs the last round's
+        tokens. Every speculative round adds verify_per_request x batch on the GPU (each request's acceptance walk
+        and sampling over its drafted tokens); a draft model adds draft_per_request x batch (its per-request work
+        beside its forwards), and for a tree draft_tree_per_node x nodes x batch (choosing the nodes).
+        """
+        if not contexts:
+            return 0.0
+        r, spec = self.runtime, decoding.spec
+        width = decoding.verify_width()
+        gpu = self.verify_seconds(width * len(contexts), contexts, shared)
+        if decoding.algorithm != "ar":
+            gpu += self.draft_seconds(decoding, contexts) + r.get("verify_per_request", 0.0) * len(contexts)
+            masked = spec.custom_mask and (spec.drafting != "draft-model" or decoding.verifies_tree())
+            if masked:
+                # the triton kernel reads the request's custom tree mask in every layer (one byte per node and
+                # key: nodes x (context + nodes)); DDTree's heap that builds a tree costs per node (a chain has none)
+                if "bandwidth_efficiency" in r:  # a roofline runtime (SGLang's), not the paper's eager one
+                    mask_bytes = sum(width * (c + width) for c in contexts) * self.model["layers"]
+                    gpu += mask_bytes / (self.gpu["bandwidth"] * r["bandwidth_efficiency"] * self.tp)
+                if decoding.builds_tree():
+                    gpu += r["tree_build_per_node"] * decoding.budget * len(contexts)
+                if decoding.probes_ranks():  # top-32 over the drafter's float32 logits at every depth
+                    logits = len(contexts) * (decoding.block_size - 1) * self.model.get("vocab", 151936) * 4
+                    gpu += logits / (self.gpu["bandwidth"] * r.get("bandwidth_efficiency", 1.0) * self.tp)
+                if self.model["hybrid"]:
+                    gpu += r.get("hybrid_tree_per_node", 0.0) * max(0, width - 8) * len(contexts)
+            if spec.drafting == "lookup":  # SGLang's n-gram match and tree mask, built for each request
+                per_request = r.get("ngram_cpu_per_request", 0.0) + r.get("ngram_cpu_per_node", 0.0) * width
+                gpu += r.get("ngram_step_overhead", 0.0) + per_request * len(contexts)
+            elif spec.drafting == "draft-model":  # a draft model's per-request work a round (its tree, its sampling)
+                gpu += r.get("draft_per_request", 0.0) * len(contexts)
+                if decoding.verifies_tree():  # choosing the tree's nodes from topk^2 candidates a step
+                    gpu += r.get("draft_tree_per_node", 0.0) * width * len(contexts)
+        cpu = self.cpu_seconds(decoding, len(contexts))
+        if decoding.overlap and spec.overlap:
+            return max(gpu, cpu) if "cpu_step" in r else gpu
+        return gpu + cpu
+
+    def prefill(self, new_tokens: int, attention_pairs: float = 0.0, decoding: Decoding | None = None) -> float:
+        """Seconds to prefill ``new_tokens`` prompt tokens (compute-bound): the weights' work,
+        weights_compute(tokens, e) (2 x params x tokens / (flops x e) for a dense model), plus causal attention where
+        the runtime sets attention_compute_efficiency: 4 x layers x q_dim x pairs / (flops x e_attention), pairs =
+        sum over requests of new x cached + new^2 / 2 (query-key pairs), plus the runtime's prefill_fixed per
+        prefill step (kernel launches without CUDA graphs). On a server decoding with a block drafter (DFlash,
+        DDTree: ``decoding``) the drafter extends its own cache over the same tokens: drafter_prefill_fraction x
+        the weights' work of the target as a dense model of its active size (dense_equivalent) +
+        drafter_prefill_fixed a step (the runtime's; 0 where it does not set them: a drafter of a few layers adds
+        little attention, so a share of the weights' work and not of the whole)."""
+        if new_tokens <= 0:
+            return 0.0
+        r, m, g = self.runtime, self.model, self.gpu
+        weights = self.weights_compute(new_tokens, r.get("compute_efficiency", 0.4))
+        seconds = weights + r.get("prefill_fixed", 0.0)
+        if attention_pairs and r.get("attention_compute_efficiency") and m.get("q_dim"):
+            seconds += (
+                4
+                * m["layers"]
+                * m["q_dim"]
+                * attention_pairs
+                / (g["flops"] * r["attention_compute_efficiency"] * self.tp)
+            )
+        if decoding is not None and decoding.spec.drafting in ("block", "block-tree"):
+            dense = self.dense_equivalent().weights_compute(new_tokens, r.get("compute_efficiency", 0.4))
+            seconds += r.get("drafter_prefill_fraction", 0.0) * dense + r.get("drafter_prefill_fixed", 0.0)
+        return seconds
+
+    def request_latency(self, prompt_tokens: int) -> float:
+        """Seconds a request spends in the server outside the engine's steps (the HTTP server, tokenization, the
+        hand-offs to the scheduler and from the detokenizer): request_latency + request_latency_per_token x prompt
+        tokens, the runtime's (0 where it does not set them). The simulated server holds each request that long
+        before its queue; a request's first token comes that much later than the steps that produce it."""
+        r = self.runtime
+        return r.get("request_latency", 0.0) + r.get("request_latency_per_token", 0.0) * prompt_tokens
