@@ -21,11 +21,11 @@ from pathlib import Path
 
 import yaml
 
+from .algorithms import AR
 from .engines import merged
 from .engines import names as engine_names
 from .engines import split as engine_split
 from .engines import view as engine_view
-from .algorithms import AR
 from .errors import ConfigError, DuplicateKey, did_you_mean, unique_pairs
 from .layout import MAX_EXPANDED_NAME
 from .jobs import MIN_WAVES, cell_requests, gpu_pool, server_job, servers, simulated_gpus, workload_concurrency
