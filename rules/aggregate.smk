@@ -13,8 +13,18 @@ rule aggregate:
             if (name, ext) != ("summary", "csv")
         ],
     params:
-        jobs=lambda wildcards: canonical_json(
-            [jobs.server_job(CONFIG, s["tp"], s["method"], s["repetition"]).as_dict() for s in SERVERS]
+        # every server job's settings by name: tracked by their digest (`settings`), read whole as `jobs`
+        **settings_params(
+            "jobs",
+            lambda wildcards: {
+                layout.server_name(s["tp"], s["method"], s["repetition"]): jobs.server_job(
+                    CONFIG, s["tp"], s["method"], s["repetition"]
+                ).as_dict()
+                for s in SERVERS
+            },
+            lambda wildcards: f"{len(SERVERS)} server jobs",
+            lambda wildcards: "aggregate",
+            by="server job",
         ),
         failures=canonical_json(CONFIG["failures"]),
         engines=canonical_json(engines.names(CONFIG)),

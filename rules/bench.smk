@@ -61,10 +61,12 @@ rule bench_server:
         ],
         run=layout.run_record_path("{tp}", "{method}", REP),
     params:
-        job=server_job_json,
+        # the job's ServerJob: tracked by its digest (`settings`), read whole as `job` (common.smk)
+        **settings_params("job", server_job_settings, server_job_summary, server_label),
         failures=canonical_json(CONFIG["failures"]),
         # cells whose output is there though they were not final (failures.keep_going): measured again next run
         unfinished=lambda wildcards: canonical_json(bench.unfinished_outputs(server_cell_outputs(wildcards))),
+    threads: server_threads
     resources:
         gpu=server_gpus,
     priority: server_job_priority

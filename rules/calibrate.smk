@@ -30,8 +30,11 @@ checkpoint calibration_fingerprints:
     output:
         ss_choose.FINGERPRINTS,
     params:
-        config=lambda wildcards: canonical_json(
-            {k: CONFIG[k] for k in ("backend", "model", "tp", "sim", "engines", "methods", "sglang")}
+        **settings_params(
+            "config",
+            lambda wildcards: {k: CONFIG[k] for k in ("backend", "model", "tp", "sim", "engines", "methods", "sglang")},
+            lambda wildcards: "what the calibrations are named by",
+            lambda wildcards: "calibration_fingerprints",
         ),
         engines=json.dumps(CALIBRATED_ENGINES),
     log:
@@ -84,14 +87,21 @@ def calibration_environment(wildcards):
     return rebuilt_when_missing(layout.environment_path(CONFIG["backend"], engine))(wildcards)
 
 
-def calibration_job_json(wildcards):
-    """Canonical JSON of everything one TP's calibration depends on (the rerun trigger): its engine's view of the
-    configuration and environment record."""
+def calibration_job_settings(wildcards):
+    """Everything one TP's calibration depends on (its rerun trigger): its engine's view of the configuration and
+    environment record."""
     entry = _calibration(wildcards.digest)
     with open(layout.environment_path(CONFIG["backend"], entry.get("engine"))) as handle:
         environment = json.load(handle)
     view = engines.view(CONFIG, entry.get("engine"))
-    return canonical_json(ss_calibration.calibration_job(view, environment, entry["tp"]))
+    return ss_calibration.calibration_job(view, environment, entry["tp"])
+
+
+def calibration_label(wildcards):
+    """A calibration job's name: calibration tp1 (engine e), its digest."""
+    entry = _calibration(wildcards.digest)
+    engine = f", engine {entry['engine']}" if entry.get("engine") else ""
+    return f"calibration tp{entry['tp']}{engine} ({wildcards.digest})"
 
 
 def calibration_gpus(wildcards):
@@ -108,7 +118,7 @@ checkpoint calibration:
         profile=ss_choose.profile_path("{digest}"),
         table=ss_choose.table_path("{digest}"),
     params:
-        job=calibration_job_json,
+        **settings_params("job", calibration_job_settings, calibration_label, calibration_label),
     resources:
         gpu=calibration_gpus,
     wildcard_constraints:

@@ -4,12 +4,15 @@ import re
 import sys
 
 from jsonschema import ValidationError
+from snakemake.io import IOFile
 from snakemake.scheduling.job_scheduler import JobScheduler
+from snakemake.settings.enums import RerunTrigger
 from snakemake.utils import validate
 import yaml
 
 from specsweep import config as ss_config
-from specsweep import engines, jobs, launcher, layout, runs
+from specsweep import engines, jobs, launcher, layout, rerun, runs
+from specsweep import gpus as ss_gpus
 from specsweep.calibration import choose as ss_choose
 from specsweep.coerce import coerce_to_schema
 from specsweep.methods import expand_methods
@@ -46,6 +49,18 @@ except launcher.ServerError as _error:
     raise WorkflowError(f"Invalid environment: {_error}") from None
 
 SERVERS = jobs.servers(CONFIG)
+
+# A simulated host of sim.gpus GPUs: its server jobs count against its GPUs, not against --cores (server_threads),
+# and Snakemake starts them in the plan's packing order as GPUs free: its `gpu` resource is the simulated host's
+# GPU count, unless --resources gives one
+SIMULATED_GPUS = jobs.simulated_gpus(CONFIG)
+if SIMULATED_GPUS and workflow.is_main_process and "gpu" not in workflow.global_resources:
+    workflow.register_resource("gpu", SIMULATED_GPUS)
+
+# What a valid configuration will not give (specsweep.config.warnings: no AR method, so no speedups), said once
+if workflow.is_main_process:
+    for _warning in ss_config.warnings(CONFIG):
+        print(f"Warning: {_warning}", file=sys.stderr)
 
 # One id per invocation, inherited by its jobs (here and on cluster nodes): journals are kept per run; a heartbeat
 # file beside the cache tells cluster jobs the workflow is alive (runs.py).
@@ -108,17 +123,28 @@ def _repetition(wildcards):
     return int(wildcards.rep) if "rep" in wildcards.keys() else None
 
 
-def server_job_json(wildcards):
-    """Canonical JSON of everything one server's job depends on (the rerun trigger)."""
+def server_job_settings(wildcards):
+    """Everything one server's job depends on: its ServerJob, as plain values."""
+    return jobs.server_job(CONFIG, int(wildcards.tp), wildcards.method, _repetition(wildcards)).as_dict()
+
+
+def server_label(wildcards):
+    """A server job's name: tp1/ar (tp1/ar/rep0 with repetitions)."""
+    return layout.server_name(int(wildcards.tp), wildcards.method, _repetition(wildcards))
+
+
+def server_job_summary(wildcards):
+    """A server job at a glance, for its tracked param: tp1/ar (sim, Qwen3-8B, ar)."""
     job = jobs.server_job(CONFIG, int(wildcards.tp), wildcards.method, _repetition(wildcards))
-    return canonical_json(job.as_dict())
+    return f"{job.name} ({job.backend}, {job.model['name']}, {job.method['algorithm']})"
 
 
 def plan_gpus():
-    """GPUs the plan packs servers onto: gpu_pool.devices, else those visible here, else an 8-GPU host."""
-    from specsweep.gpus import visible_devices
-
-    return CONFIG["gpu_pool"]["devices"] or len(visible_devices()) or 8
+    """(GPUs the plan packs servers onto, where that number comes from): the simulated host's (sim.gpus), else
+    gpu_pool.devices, else those visible here, else an 8-GPU host, said to be assumed (specsweep.gpus.plan_gpus)."""
+    if SIMULATED_GPUS:
+        return SIMULATED_GPUS, "from sim.gpus, the simulated host"
+    return ss_gpus.plan_gpus(CONFIG["gpu_pool"]["devices"])
 
 
 _PLAN_ROWS = []
@@ -198,7 +224,7 @@ def server_job_priority(wildcards):
     if not _PACKING:
         from specsweep.plan import gpus_per_host, priorities
 
-        gpus = plan_gpus()
+        gpus = plan_gpus()[0]
         _PACKING.update(
             priorities(predicted_durations(), gpus, CONFIG["gpu_pool"]["exclusive"], gpus_per_host(CONFIG, gpus))
         )
@@ -206,10 +232,77 @@ def server_job_priority(wildcards):
 
 
 def server_gpus(wildcards):
-    """GPUs a server job holds: its TP size on GPU hosts and on a simulated GPU host (gpu_pool.devices)."""
-    if CONFIG["backend"] == "sglang" or CONFIG["gpu_pool"]["devices"]:
-        return CONFIG["gpu_pool"]["devices"] if CONFIG["gpu_pool"]["exclusive"] else int(wildcards.tp)
+    """GPUs a server job holds: its TP size on GPU hosts and on a simulated GPU host (gpu_pool.devices, sim.gpus)."""
+    pool = jobs.gpu_pool(CONFIG)
+    if CONFIG["backend"] == "sglang" or pool["devices"]:
+        return pool["devices"] if pool["exclusive"] else int(wildcards.tp)
     return 0
+
+
+def server_threads(wildcards):
+    """Cores a server job counts against --cores: none on the simulated host (sim.gpus), whose GPUs bound how many
+    run at once (a simulated server mostly waits out its modelled steps: four of them and their clients used about
+    a tenth of a core each on the default plan), one elsewhere."""
+    return 0 if SIMULATED_GPUS else 1
+
+
+# A job's settings reach it twice (specsweep.rerun). `settings`, tracked: a summary and their digest, which Snakemake
+# compares with the one its outputs were made with (and prints, short, when it differs). The whole value under the
+# rule's own name, from a function of `output`: Snakemake counts such a param as derived from the output files and
+# neither tracks nor prints it. The main process keeps each value under its digest in SETTINGS_KEPT, beside
+# Snakemake's own records, and says in one line per job what changed since its outputs were made.
+SETTINGS_KEPT = os.path.join(".snakemake", "specsweep-settings")
+_SAID = set()
+
+
+def settings_params(name, settings_of, summary_of, label_of, by=None):
+    """A rule's params for settings it depends on: {"settings": tracked, name: the whole value as canonical JSON}.
+    ``settings_of``, ``summary_of`` and ``label_of`` take the wildcards (``summary_of`` a short text, ``label_of``
+    the job's name in the line that says what changed); ``by``: the settings are {job: settings} of several jobs
+    of that kind (rerun.change_line)."""
+
+    def settings(wildcards):
+        return rerun.tracked(summary_of(wildcards), settings_of(wildcards))
+
+    def whole(wildcards, output):
+        value = settings_of(wildcards)
+        if workflow.is_main_process:
+            say_what_changed(label_of(wildcards), value, list(output), by)
+        return params_text(value)
+
+    return {"settings": settings, name: whole}
+
+
+def say_what_changed(label, value, outputs, by=None):
+    """Once per job of this invocation: keep its settings (not in a dry run) and, where Snakemake reruns it because
+    they changed (its outputs recorded with another digest), print what changed (rerun.change_line), the settings
+    its outputs were made with read back by their digest."""
+    if label in _SAID or workflow.persistence is None:  # None: no DAG of jobs is built (--lint, --list-rules)
+        return
+    _SAID.add(label)
+    if not workflow.dryrun:
+        rerun.keep(SETTINGS_KEPT, value)
+    if RerunTrigger.PARAMS not in workflow.rerun_triggers:
+        return
+    files = [IOFile(path) for path in outputs]
+    recorded = [
+        workflow.persistence.params(file)
+        for file in files
+        if (workflow.persistence.record_format_version(file) or 0) >= 6  # as Snakemake reads them
+    ]
+    digests = {rerun.digest_in(params) for params in recorded if params is not None}
+    now = rerun.settings_digest(value)
+    if not digests or digests == {now}:
+        return
+    before = next((d for d in digests if d not in (now, None)), None)
+    old = rerun.kept(SETTINGS_KEPT, before) if before else None
+    if old is not None:
+        line = rerun.change_line(label, old, value, by)
+    elif before is None:
+        line = f"{label}: settings recorded before they carried a digest: it runs once more"
+    else:
+        line = f"{label}: settings changed (those its outputs were made with are not kept here, in {SETTINGS_KEPT})"
+    print(line, file=sys.stderr)
 
 
 def params_text(value):
@@ -253,7 +346,7 @@ def plan_profile_text():
     return f"{runtimes} ({CONFIG['sim']['model_profile']} on {gpus})"
 
 
-def report_params_json():
+def report_view():
     """What the report's data depends on besides its input files."""
     view = {
         "title": CONFIG["report"]["title"],
@@ -269,7 +362,7 @@ def report_params_json():
         "plan_profile": plan_profile_text(),
         "cost_model": ss_choose.labels(CONFIG),
     }
-    return params_text(view)
+    return view
 
 
 wildcard_constraints:

@@ -11,8 +11,10 @@ rule plan:
         md="results/plan/plan.md",
         csv="results/plan/plan.csv",
     params:
-        config=lambda wildcards: canonical_json(CONFIG),
-        gpus=plan_gpus(),
+        # the whole configuration: tracked by its digest (`settings`), read whole as `config` (common.smk)
+        **settings_params("config", lambda wildcards: CONFIG, lambda wildcards: "the plan", lambda wildcards: "plan"),
+        gpus=plan_gpus()[0],
+        gpus_from=plan_gpus()[1],  # plan.md says where the number comes from
     log:
         "logs/plan.log",
     script:
@@ -27,8 +29,13 @@ rule predictions:
     output:
         layout.PREDICTIONS,
     params:
-        config=lambda wildcards: canonical_json({k: v for k, v in CONFIG.items() if k not in NOT_PRICED}),
-        gpus=plan_gpus(),
+        **settings_params(
+            "config",
+            lambda wildcards: {k: v for k, v in CONFIG.items() if k not in NOT_PRICED},
+            lambda wildcards: "the priced configuration",
+            lambda wildcards: "predictions",
+        ),
+        gpus=plan_gpus()[0],
     log:
         "logs/predictions.log",
     script:

@@ -10,7 +10,9 @@ rule report_data:
     output:
         layout.REPORT_DATA,
     params:
-        view=lambda wildcards: report_params_json(),
+        **settings_params(
+            "view", lambda wildcards: report_view(), lambda wildcards: "the report", lambda wildcards: "report_data"
+        ),
         code=REPORT_CODE,
     log:
         "logs/report_data.log",

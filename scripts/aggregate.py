@@ -12,7 +12,7 @@ from specsweep.server_job import ServerJob
 
 ddtree.define(snakemake.config.get("ddtree_builds"))  # the configuration's own DDTree builds, by name
 
-jobs = [ServerJob.from_dict(job) for job in json.loads(snakemake.params.jobs)]
+jobs = [ServerJob.from_dict(job) for job in json.loads(snakemake.params.jobs).values()]  # {server: its job}
 engines = json.loads(snakemake.params.engines)  # the configured engines' names, in order (none: one engine)
 environments = {
     engine: json.loads(Path(path).read_text()) for engine, path in zip(engines or [None], snakemake.input.environment)

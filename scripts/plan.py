@@ -10,6 +10,11 @@ from specsweep.plan import write_plan
 
 environment = json.loads(Path(snakemake.input.environment[0]).read_text()) if snakemake.input.environment else None
 result = write_plan(
-    json.loads(snakemake.params.config), environment, snakemake.params.gpus, snakemake.output.md, snakemake.output.csv
+    json.loads(snakemake.params.config),
+    environment,
+    snakemake.params.gpus,
+    snakemake.output.md,
+    snakemake.output.csv,
+    snakemake.params.gpus_from,
 )
 print(Path(snakemake.output.md).read_text(), file=sys.stderr)

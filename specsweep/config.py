@@ -21,13 +21,14 @@ from pathlib import Path
 
 import yaml
 
+from .algorithms import AR
 from .engines import merged
 from .engines import names as engine_names
 from .engines import split as engine_split
 from .engines import view as engine_view
-from .errors import ConfigError, DuplicateKey, unique_pairs
+from .errors import ConfigError, DuplicateKey, did_you_mean, unique_pairs
 from .layout import MAX_EXPANDED_NAME
-from .jobs import MIN_WAVES, cell_requests, server_job, servers, workload_concurrency
+from .jobs import MIN_WAVES, cell_requests, gpu_pool, server_job, servers, simulated_gpus, workload_concurrency
 from .launcher import ServerError, server_arguments
 from .methods import expand_methods
 from .sglang_options import FlagError, check_argv, decoding_variable
@@ -144,10 +145,27 @@ def schema_error(error) -> str:
         known = sorted(error.schema.get("properties", {}))
         unknown = sorted(str(k) for k in error.instance if k not in known)
         if unknown:
-            where = key_path(error.absolute_path)
-            return f"{key_path([*error.absolute_path, unknown[0]])}: not a key of {where}; known: {', '.join(known)}"
+            where, key = key_path(error.absolute_path), key_path([*error.absolute_path, unknown[0]])
+            return f"{key}: not a key of {where}; known: {', '.join(known)}{did_you_mean(unknown[0], known)}"
     reason = error.message if len(error.message) <= 300 else error.message[:300] + " ..."
     return f"{key_path(error.absolute_path)}: {reason}"
+
+
+def warnings(config: dict) -> list[str]:
+    """What a valid (normalised) configuration will not give, each said once when the workflow starts: without an
+    AR method (algorithm ar) on an engine, that engine's cells have no baseline, so their speedups over AR (and the
+    losslessness check, the break-even concurrencies and the report's speedup charts built on them) are missing."""
+    methods = expand_methods(config)
+    builds: list[str | None] = [*engine_names(config)] or [None]  # None: the one engine of the top-level blocks
+    missing = [engine for engine in builds if not any(m.algorithm == AR.name and m.engine == engine for m in methods)]
+    if not missing:
+        return []
+    where = "" if missing == [None] else f"on engine{'s' * (len(missing) > 1)} {', '.join(map(str, missing))}, "
+    return [
+        f"{where}no method runs AR (algorithm: ar), the baseline every speedup is measured against: the speedup "
+        "columns of results/summary.csv, the losslessness check, the break-even table and the report's speedup "
+        "charts will be empty. Add one under methods, e.g. `- {name: ar, algorithm: ar}`"
+    ]
 
 
 def with_engine_sims(config: dict) -> dict:
@@ -205,10 +223,11 @@ def normalise(config: dict) -> dict:
     for key in ("startup_timeout", "request_timeout", "orphan_timeout"):
         config["server"][key] = float(config["server"][key])
     config["server"]["env"] = {k: str(v) for k, v in config["server"]["env"].items()}
-    devices = config["gpu_pool"]["devices"]
+    devices = gpu_pool(config)["devices"]
     if devices and max(config["tp"]) > devices:
+        key = "sim.gpus, the simulated host's" if simulated_gpus(config) else "gpu_pool.devices"
         raise ConfigError(
-            f"tp: {max(config['tp'])} is larger than the {devices} GPUs available (gpu_pool.devices); "
+            f"tp: {max(config['tp'])} is larger than the {devices} GPUs available ({key}); "
             "lower tp or use a larger host"
         )
     for w in config["workloads"]:
@@ -312,6 +331,7 @@ def check_acceptance(config: dict, where: str = "sim") -> None:
         raise ConfigError(
             f"{where}.acceptance.{unknown[0]}: not a parameter of the acceptance model; known: "
             f"{', '.join(sorted(ACCEPTANCE))} (specsweep/modelling/acceptance.py ACCEPTANCE)"
+            + did_you_mean(unknown[0], ACCEPTANCE)
         )
 
 
@@ -327,6 +347,11 @@ def check_engines(config: dict) -> None:
             raise ConfigError(f"engines[{index}]: duplicated engine name '{name}'; give each engine a unique name")
         seen = engine_view(config, name)
         check_acceptance(seen, f"engines[{index}].sim")
+        if seen["sim"].get("gpus") != config["sim"].get("gpus"):
+            raise ConfigError(
+                f"engines[{index}].sim.gpus: {seen['sim'].get('gpus')} (engine {name}) differs from sim.gpus "
+                f"{config['sim'].get('gpus')}; the simulated host is one for every engine: set it once, as sim.gpus"
+            )
         if config["backend"] == "sim":
             check_sim_profiles(seen, f"engines[{index}].sim")
             clocks.append((index, name, float(seen["sim"]["time_scale"])))
@@ -368,6 +393,7 @@ def check_sim_profiles(config: dict, where: str = "sim") -> None:
             raise ConfigError(
                 f"{where}.{key}: unknown profile '{config['sim'][key]}'; known: "
                 f"{', '.join(sorted(known[kind]))} (or define it under {where}.profiles.{kind}{also})"
+                + did_you_mean(config["sim"][key], known[kind])
             )
 
 
@@ -410,29 +436,93 @@ def check_launch_flags(config: dict) -> None:
             ) from None
 
 
+def _sessions_origin(workload: dict, index: int, concurrency: int, load: dict) -> str:
+    """Where a cell's session count comes from (jobs.cell_requests), as the key the user set or the default's
+    formula: 'workloads[0].requests', 'load.waves 4 x concurrency 256' or 'load.min_requests 32'."""
+    if workload.get("requests"):
+        return f"workloads[{index}].requests"
+    if load["waves"] * concurrency >= load["min_requests"]:
+        return f"load.waves {load['waves']} x concurrency {concurrency}"
+    return f"load.min_requests {load['min_requests']}"
+
+
+def _without_levels(workload: dict, index: int, dropped: list[int], kept: list[int]) -> str:
+    """How to leave concurrency levels out of a workload's cells, naming the key that gave them: the workload's own
+    list (workloads[i].concurrency), or the top-level `concurrency`, which a list of the workload's own can replace
+    for it alone (``kept``: the levels left, for the example)."""
+    levels = ", ".join(str(c) for c in dropped)
+    if workload.get("concurrency"):
+        return f"leave {levels} out of workloads[{index}].concurrency"
+    own = f", e.g. workloads[{index}].concurrency: {kept}" if kept else f" (workloads[{index}].concurrency)"
+    return f"leave {levels} out of concurrency, or give workloads[{index}] a concurrency list of its own{own}"
+
+
+def _between(low: int, high: int) -> str:
+    return f"{high}" if low == high else f"between {low} and {high}"
+
+
+def _requests_fix(w: dict, index: int, verb: str, levels: list[int], least: dict, cap: int) -> str:
+    """Setting workloads[i].requests (``verb``: set, lower, raise) to a count that holds every level some count can
+    hold (at least ``least[c]``, at most ``cap``), the others left out."""
+    fits = [c for c in levels if least[c] <= cap]
+    low = max((least[c] for c in fits), default=1)
+    over = [c for c in levels if c not in fits]
+    return f"{verb} workloads[{index}].requests to {_between(low, cap)}" + (
+        f" and {_without_levels(w, index, over, fits)}" if over else ""
+    )
+
+
 def check_cells_reach_label(config: dict) -> None:
-    """Every closed-loop cell can hold its concurrency: at least MIN_WAVES sessions per slot, no session replayed."""
+    """Every closed-loop cell can hold its concurrency: at least MIN_WAVES sessions per slot, no session replayed.
+    A refusal names the first cell that cannot, where its session count and its concurrency come from (the keys
+    the user set, or the default's formula), and fixes that work for every level of its workload at once: a
+    workload's ``requests`` applies to all its levels, and no request count holds a concurrency above
+    1/MIN_WAVES of the distinct sessions its source has."""
+    load, closed = config["load"], config["load"]["model"] == "closed"
     for index, w in enumerate(config["workloads"]):
         available = distinct_sessions(w, config["model"]["context_length"])
-        for c in workload_concurrency(config, w):
-            n = cell_requests(w, c, config["load"])
+        cap = MAX_SESSIONS if available is None else min(available, MAX_SESSIONS)  # sessions a cell may send
+        levels = workload_concurrency(config, w)
+        needed = {c: cell_requests(w, c, load) for c in levels}
+        least = {c: MIN_WAVES * c if closed else 1 for c in levels}  # sessions that hold c after the first wave
+        held = [c for c in levels if least[c] <= needed[c] <= cap]  # as configured
+        dropped = [c for c in levels if c not in held]
+        by_level = _without_levels(w, index, dropped, held)
+        # the fixes that work: the request count where the workload sets it (the culprit), else where a count
+        # would hold a level the default sizing cannot; leaving out the levels the default sizing cannot hold
+        given, rescued = bool(w.get("requests")), [c for c in dropped if least[c] <= cap]
+        fixes = [_requests_fix(w, index, "lower" if given else "set", levels, least, cap)] if given or rescued else []
+        fixes += [] if given else [by_level]
+        if not given and any(needed[c] > cap for c in levels):  # sized by load.waves x concurrency, or at least
+            waves = cap // max(levels)  # load.min_requests: lowering those holds every level it can
+            if load["min_requests"] > cap:
+                fixes.append(f"lower load.min_requests to at most {cap}")
+            elif waves >= MIN_WAVES:
+                fixes.append(f"lower load.waves to {_between(MIN_WAVES, waves)}")
+        for c in dropped[:1]:
+            n, origin = needed[c], _sessions_origin(w, index, c, load)
             where = f"cell {w['name']} at concurrency {c} (workloads[{index}])"
             if n > MAX_SESSIONS:
                 raise ConfigError(
-                    f"{where}: {n} sessions is more than the {MAX_SESSIONS} a cell may send; lower "
-                    f"workloads[{index}].requests, or load.waves and load.min_requests, or the concurrency"
+                    f"{where}: {n} sessions is more than the {MAX_SESSIONS} a cell may send (the {n}: {origin}); "
+                    + ", or ".join(fixes)
                 )
-            if available is not None and n > available:
+            if n > cap:
+                most = (
+                    f" (a closed-loop cell needs at least {MIN_WAVES} sessions per request in flight: this source "
+                    f"holds a concurrency of at most {cap // MIN_WAVES})"
+                    if closed and any(least[level] > cap for level in levels)
+                    else ""
+                )
                 raise ConfigError(
                     f"{where}: needs {n} sessions but its source has {available} distinct ones that fit "
-                    f"model.context_length; replaying a session inside a cell would hit the prefix cache. Lower its "
-                    f"concurrency (workloads[{index}].concurrency), set workloads[{index}].requests to at most "
-                    f"{available} (and at least {MIN_WAVES * c}), or use a source with more sessions"
+                    f"model.context_length (the {n}: {origin}); replaying a session inside a cell would hit the prefix "
+                    f"cache{most}. "
+                    f"Fix: {', or '.join(fixes + ['use a source with more sessions'])}"
                 )
-            if config["load"]["model"] == "closed" and n < MIN_WAVES * c:
-                raise ConfigError(
-                    f"{where}: {n} sessions cannot hold {c} requests in flight after the first wave (at least "
-                    f"{MIN_WAVES * c} needed); remove workloads[{index}].requests to size cells by concurrency "
-                    f"(load.waves x concurrency), raise it to {MIN_WAVES * c}, or leave concurrency {c} out of "
-                    f"workloads[{index}].concurrency"
-                )
+            # closed, and fewer sessions than MIN_WAVES per slot (a workload's requests: the default sizing holds)
+            raise ConfigError(
+                f"{where}: {n} sessions cannot hold {c} requests in flight after the first wave (at "
+                f"least {least[c]} needed); remove workloads[{index}].requests to size cells by concurrency "
+                f"(load.waves x concurrency), {_requests_fix(w, index, 'raise', levels, least, cap)}, or {by_level}"
+            )

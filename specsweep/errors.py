@@ -6,6 +6,9 @@ Kept apart from the modules that run the checks, so that each imports them from 
 
 from __future__ import annotations
 
+import difflib
+from collections.abc import Iterable
+
 
 class ConfigError(ValueError):
     """A configuration mistake; the message names the key and what to do."""
@@ -32,3 +35,10 @@ def unique_pairs(pairs) -> dict:
             raise DuplicateKey(key)
         out[key] = value
     return out
+
+
+def did_you_mean(name: str, known: Iterable[str]) -> str:
+    """'; did you mean <the closest of known>?' for a misspelt name (difflib's closest match, if any is close), else
+    ''."""
+    close = difflib.get_close_matches(str(name), sorted(map(str, known)), n=1)
+    return f"; did you mean {close[0]}?" if close else ""

@@ -40,6 +40,25 @@ def visible_devices(configured: int | None = None) -> list[str]:
     return [str(g["index"]) for g in gpu_inventory()]
 
 
+ASSUMED_GPUS = 8  # what a plan packs onto where no GPU count is configured or visible: an 8-GPU node
+
+
+def plan_gpus(configured: int | None) -> tuple[int, str]:
+    """(how many GPUs a plan packs servers onto, where that number comes from, as plan.md says it): gpu_pool.devices
+    (``configured``), else the devices visible here (CUDA_VISIBLE_DEVICES, else nvidia-smi's), else ASSUMED_GPUS,
+    said to be assumed and how to set it."""
+    if configured:
+        return configured, "from gpu_pool.devices"
+    granted = (os.environ.get("CUDA_VISIBLE_DEVICES") or "").strip()
+    visible = visible_devices()
+    if visible:
+        return len(visible), "from CUDA_VISIBLE_DEVICES" if granted else "from nvidia-smi (this host's GPUs)"
+    return ASSUMED_GPUS, (
+        "assumed: no GPU is visible here (neither CUDA_VISIBLE_DEVICES nor nvidia-smi names one) and "
+        "gpu_pool.devices is not set; set gpu_pool.devices to the GPUs of the host the plan will run on"
+    )
+
+
 HOST_LOCKS = "specsweep-gpu-locks"  # the host-wide folder of the pool's locks, in the host's temporary folder
 
 

@@ -6,6 +6,7 @@ calibration (`snakemake calibrate`) starts a server of each of ``calibration_met
 
 from __future__ import annotations
 
+import os
 import random
 from typing import cast
 
@@ -87,6 +88,26 @@ def all_cells(config: dict) -> list[dict]:
     return [cell for s in servers(config) for cell in cells_of_server(config, s["tp"], s["method"], s["repetition"])]
 
 
+def simulated_gpus(config: dict) -> int | None:
+    """The simulated host's GPU count (sim.gpus) where it is the pool's: on the simulated backend, gpu_pool.devices
+    not set; else None."""
+    if config["backend"] == "sim" and config["gpu_pool"]["devices"] is None:
+        return config["sim"].get("gpus")
+    return None
+
+
+def gpu_pool(config: dict) -> dict:
+    """The GPU pool server jobs take GPUs from: ``gpu_pool``, or the simulated host's (simulated_gpus): that many
+    devices, their locks under <cache_dir>/gpu-locks unless gpu_pool.lock_dir says where. Simulated GPUs belong to
+    the run, not to the machine: another workflow on it (a test, another copy) never waits for them."""
+    pool = dict(config["gpu_pool"])
+    simulated = simulated_gpus(config)
+    if simulated:
+        pool["devices"] = simulated
+        pool["lock_dir"] = pool["lock_dir"] or os.path.join(config["cache_dir"], "gpu-locks")
+    return pool
+
+
 def server_job(config: dict, tp: int, method_name: str, repetition: int | None = None) -> ServerJob:
     """The ServerJob of one server: everything its bench job depends on (and nothing else)."""
     method = next((m for m in expand_methods(config) if m.name == method_name), None)
@@ -109,7 +130,7 @@ def server_job(config: dict, tp: int, method_name: str, repetition: int | None =
             if config["backend"] == "sglang"
             else {k: config["sglang"][k] for k in ("options_table", "extra_flags")}
         ),
-        gpu_pool=dict(config["gpu_pool"]),
+        gpu_pool=gpu_pool(config),
         workloads=[dict(w) for w in config["workloads"]],
         concurrency=list(config["concurrency"]),
         warmup=config["warmup"],

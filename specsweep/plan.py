@@ -441,9 +441,11 @@ PREDICTION_COLUMNS = [
 ]
 
 
-def write_plan(config: dict, environment: dict | None, gpus: int, out_md: str, out_csv: str) -> dict:
-    """plan.csv (one row per cell) and plan.md (totals, packing, per-server table, assumptions). Imported here:
-    pandas (see write_predictions)."""
+def write_plan(
+    config: dict, environment: dict | None, gpus: int, out_md: str, out_csv: str, gpus_from: str = ""
+) -> dict:
+    """plan.csv (one row per cell) and plan.md (totals, packing, per-server table, assumptions); ``gpus_from``: where
+    the number of GPUs comes from (gpus.plan_gpus), said beside it. Imported here: pandas (see write_predictions)."""
     import pandas as pd
 
     rows = predict(config, config["cache_dir"])
@@ -469,7 +471,8 @@ def write_plan(config: dict, environment: dict | None, gpus: int, out_md: str, o
         f"- GPU-hours: {hours:.2f} (sum over servers of TP x predicted duration)",
         f"- GPUs: {gpus}"
         + (" (all servers serialised: gpu_pool.exclusive)" if config["gpu_pool"]["exclusive"] else "")
-        + (f", on hosts of {gpus_per_host(config, gpus)}" if gpus_per_host(config, gpus) < gpus else ""),
+        + (f", on hosts of {gpus_per_host(config, gpus)}" if gpus_per_host(config, gpus) < gpus else "")
+        + (f" ({gpus_from})" if gpus_from else ""),
         calibration_line(config),
         f"- predicted makespan: {packing['makespan_s'] / 3600:.2f} h ({packing['makespan_s']:.0f} s), order: "
         f"{packing['heuristic']}; "

@@ -11,11 +11,12 @@ those flags before any job runs.
 from __future__ import annotations
 
 import argparse
-import difflib
 import json
 from collections.abc import Sequence
 from functools import lru_cache
 from importlib import resources
+
+from .errors import did_you_mean
 
 TYPES = {"int": int, "float": float, "str": str}
 
@@ -110,7 +111,6 @@ def check_argv(argv: list[str], version: str, extra_flags: Sequence[dict] = ()) 
     for arg in argv:
         if arg.startswith("--") and arg.split("=")[0] not in known:
             flag = arg.split("=")[0]
-            close = difflib.get_close_matches(flag, sorted(known), n=1)
-            hint = f"; did you mean {close[0]}?" if close else ""
+            hint = did_you_mean(flag, known)
             raise FlagError(f"{flag} is not an option of SGLang {version} nor declared in sglang.extra_flags{hint}")
     build_parser(version, extra_flags).parse_args(argv)

@@ -35,6 +35,7 @@ import random
 import re
 import sysconfig
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from importlib import resources
@@ -204,9 +205,9 @@ def _token_count_entry(text_digest: str, tokenizer_id: str, count: int) -> dict:
     return {**entry, "digest": digest(entry)}
 
 
-def _token_count_problem(raw: str, text: str, text_digest: str, tokenizer_id: str) -> tuple[int | None, str]:
-    """(the count, "") when a token-count file's content is the entry of this text and tokenizer, its digest
-    matches and the count is within bounds (0 to token_bound); (None, why) otherwise."""
+def _token_count_problem(raw: str, bound: int, of: str, tokenizer_id: str) -> tuple[int | None, str]:
+    """(the count, "") when a token-count file's content is the entry of ``of`` (a text's digest) and this
+    tokenizer, its digest matches and the count is within bounds (0 to ``bound``); (None, why) otherwise."""
     try:
         entry = json.loads(raw)
     except (ValueError, RecursionError):  # not JSON, or nested past the parser's depth
@@ -216,49 +217,71 @@ def _token_count_problem(raw: str, text: str, text_digest: str, tokenizer_id: st
     count = entry["count"]
     if entry != _token_count_entry(entry["text"], entry["tokenizer"], count):
         return None, "its digest does not match its content (edited or damaged)"
-    if entry["text"] != text_digest or entry["tokenizer"] != tokenizer_id:
+    if entry["text"] != of or entry["tokenizer"] != tokenizer_id:
         return None, "it counts another text or was made with another tokenizer"
-    if not isinstance(count, int) or isinstance(count, bool) or not 0 <= count <= token_bound(text):
-        return None, f"its count {count!r} is not a whole number from 0 to {token_bound(text)} (the text's bound)"
+    if not isinstance(count, int) or isinstance(count, bool) or not 0 <= count <= bound:
+        return None, f"its count {count!r} is not a whole number from 0 to {bound} (the text's bound)"
     return count, ""
 
 
-def count_tokens(text: str, model_path: str | None = None) -> int:
-    """Tokens in a text with the workload tokenizer (see tokenizer). A count made before (by any process) is read
-    back from the token-count folder (see _token_counts) when its entry is verified (_token_count_problem); a new
-    count is written there (where it can be) when it is within the text's bound. An entry that fails verification is
-    counted again, with a warning naming its file, and rewritten."""
+def _remembered(of: str, bound: int, work_out: Callable[[], int], model_path: str | None) -> int:
+    """A whole number from 0 to ``bound`` that the workload tokenizer gives for a text (``of``: the digest naming
+    it), worked out once by any process: read back from the token-count folder (see _token_counts) when its entry is
+    verified (_token_count_problem), else worked out and written there (where it can be) when within the bound. An
+    entry that fails verification is worked out again, with a warning naming its file, and rewritten."""
     folder = _token_counts(model_path)
-    text_digest = digest(text)
-    known = folder / text_digest[:32] if folder is not None else None
+    known = folder / of[:32] if folder is not None else None
     if known is not None:
         try:
             raw = known.read_text(encoding="utf-8", errors="replace")
         except OSError:
             raw = None
         if raw is not None:
-            count, why = _token_count_problem(raw, text, text_digest, _tokenizer_identity(model_path))
+            count, why = _token_count_problem(raw, bound, of, _tokenizer_identity(model_path))
             if count is not None:
                 return count
             warnings.warn(f"token count {known} not used: {why}; the text is counted again", WorkloadWarning)
-    count = len(tokenizer(model_path).encode(text, add_special_tokens=False).ids)
-    if known is not None and count <= token_bound(text):
+    count = work_out()
+    if known is not None and count <= bound:
         try:
-            entry = _token_count_entry(text_digest, _tokenizer_identity(model_path), count)
+            entry = _token_count_entry(of, _tokenizer_identity(model_path), count)
             atomic_write_text(known, canonical_json(entry), durable=False)
         except OSError:
             pass
     return count
 
 
+def count_tokens(text: str, model_path: str | None = None) -> int:
+    """Tokens in a text with the workload tokenizer (see tokenizer), counted once by any process (_remembered: a
+    count made before is read back from the token-count folder)."""
+    return _remembered(
+        digest(text),
+        token_bound(text),
+        lambda: len(tokenizer(model_path).encode(text, add_special_tokens=False).ids),
+        model_path,
+    )
+
+
 def _trim_to_tokens(text: str, target: int, model_path: str | None) -> str:
-    """Cut text at a line boundary so that it has about ``target`` tokens."""
+    """Cut text at a line boundary so that it has about ``target`` tokens. Where the cut falls is worked out once by
+    any process (_remembered, beside the token counts): encoding a long text was most of what building long prompts
+    cost each server job."""
+    return text[
+        : _remembered(
+            digest(["trim", target, digest(text)]), len(text), lambda: _cut(text, target, model_path), model_path
+        )
+    ]
+
+
+def _cut(text: str, target: int, model_path: str | None) -> int:
+    """Where _trim_to_tokens cuts ``text``: after the last line that ends within its first ``target`` tokens (or at
+    the target's token where no line does), or its end when it has no more tokens."""
     enc = tokenizer(model_path).encode(text, add_special_tokens=False)
     if len(enc.ids) <= target:
-        return text
+        return len(text)
     end = enc.offsets[target - 1][1]
     cut = text.rfind("\n", 0, end)
-    return text[: cut + 1 if cut > 0 else end]
+    return cut + 1 if cut > 0 else end
 
 
 # ------------------------------------------------------------------ package data

@@ -413,7 +413,7 @@ def sim_settings(config: dict, tp: int) -> dict:
     key holds, so a cell simulated with another cost model is another cell (the calibration named by its file's name,
     not where it lies, so that hosts sharing a cache share its cells)."""
     chosen = of(config, tp)
-    sim = {k: v for k, v in config["sim"].items() if k != "calibration"}
+    sim = {k: v for k, v in config["sim"].items() if k not in ("calibration", "gpus")}  # gpus: the host's (jobs)
     if chosen["runtime"] is not None:
         name = f"calibrated-tp{tp}"
         overrides = dict(sim.get("profiles") or {})

@@ -130,7 +130,8 @@ def test_default_sizing_scales_with_concurrency():
     config = validated(yaml.safe_load((REPO / "config" / "config.yaml").read_text()))
     sizes = {(c["workload"], c["concurrency"]): c["requests"] for c in all_cells(config)}
     assert sizes[("short", 1)] == 32 and sizes[("short", 4)] == 32 and sizes[("short", 16)] == 64
-    assert sizes[("agent", 1)] == 16 and ("agent", 16) not in sizes  # its own levels: too few recorded sessions
+    assert sizes[("agent", 1)] == 8 and ("agent", 16) not in sizes  # its own levels: too few recorded sessions
+    assert sizes[("long", 1)] == sizes[("long", 4)] == 16 and ("long", 16) not in sizes  # its own count and levels
 
 
 @pytest.mark.parametrize(
@@ -294,7 +295,7 @@ ENDLESS = [
     ("requests", lambda c: c["workloads"][0].update(requests=10**7), "workloads[0].requests: 10000000 is greater"),
     (
         "waves",
-        lambda c: c.update(load={"waves": 999}, workloads=[dict(c["workloads"][1], concurrency=[16])]),
+        lambda c: c.update(load={"waves": 999}, workloads=[{"name": "long", "family": "long", "concurrency": [16]}]),
         "cell long at concurrency 16 (workloads[0]): 15984 sessions is more than the 10000 a cell may send",
     ),
     (
@@ -364,11 +365,11 @@ def test_whole_numbers_written_as_floats_are_the_integers_they_mean():
     '4.0' (blamed on a method's flags) or a cell's loop as a float."""
     config = load_default_config()
     config.update(concurrency=[1, 4.0], seed=1e3)  # what YAML's 4.0 and `--config seed=1e3` deliver
-    config["workloads"][2]["requests"] = 16.0
+    config["workloads"][2]["requests"] = 8.0
     checked_config = checked(config)
     assert checked_config["concurrency"] == [1, 4] and all(type(c) is int for c in checked_config["concurrency"])
     assert checked_config["seed"] == 1000 and type(checked_config["seed"]) is int
-    assert checked_config["workloads"][2]["requests"] == 16
+    assert checked_config["workloads"][2]["requests"] == 8
     job = server_job(checked_config, 1, "ar")
     assert job == server_job(validated(dict(load_default_config(), concurrency=[1, 4], seed=1000)), 1, "ar")
     config["concurrency"] = [1, 4.5]
@@ -624,3 +625,156 @@ def test_an_engines_sim_block_is_merged_over_the_top_level_one_at_every_depth():
     base, _ = launch_command(server_job(c, 1, "dflash@base"), port=30000, max_context=8192)
     assert json.loads(base[base.index("--sim-acceptance") + 1]) == {"base": 0.7}
     assert base[base.index("--sim-runtime") + 1] == "sglang"
+
+
+# ------------------------------------------------------------------ did you mean, the concurrency advice, warnings
+
+
+@pytest.mark.parametrize(
+    "mutate,message,meant",
+    [
+        (
+            lambda c: c.update(concurency=[1]),
+            "concurency: not a key of the configuration; known: adaptive,",
+            "concurrency",
+        ),
+        (
+            lambda c: (c["methods"][0].update(algoritm="ar"), c["methods"][0].pop("algorithm")),
+            "methods[0].algoritm: not a key of methods[0]; known: accept_length, algorithm,",
+            "algorithm",
+        ),
+        (
+            lambda c: c["methods"][2].update(budgett=[8]),
+            "methods[2].budgett: not a key of methods[2]; known:",
+            "budget",
+        ),
+        (
+            lambda c: c["workloads"][1].update(max_new_token=64),
+            "workloads[1].max_new_token: not a key of workloads[1]",
+            "max_new_tokens",
+        ),
+        (lambda c: c["sampling"].update(temprature=0.5), "sampling.temprature: not a key of sampling;", "temperature"),
+        (lambda c: c["sim"].update(acceptance={"bsae": 0.5}), "sim.acceptance.bsae: not a parameter of the", "base"),
+        (lambda c: c["sim"].update(gpu="H20O"), "sim.gpu: unknown profile 'H20O'; known:", "H200"),
+    ],
+    ids=["top-level", "method", "method-sweep", "workload", "sampling", "acceptance", "profile"],
+)
+def test_a_misspelt_key_is_answered_with_the_closest_known_one(mutate, message, meant):
+    config = load_default_config()
+    mutate(config)
+    with pytest.raises(cfg.ConfigError) as info:
+        checked(config)
+    assert str(info.value).startswith(message), str(info.value)
+    assert str(info.value).endswith(f"; did you mean {meant}?"), str(info.value)
+
+
+def test_a_key_close_to_no_known_one_gets_no_guess():
+    config = load_default_config()
+    config["sampling"]["zzzz"] = 1
+    with pytest.raises(cfg.ConfigError) as info:
+        checked(config)
+    assert str(info.value) == "sampling.zzzz: not a key of sampling; known: ignore_eos, temperature, thinking, top_p"
+
+
+def refusal(config: dict) -> str:
+    with pytest.raises(cfg.ConfigError) as info:
+        validated(config)
+    return str(info.value)
+
+
+def test_concurrency_above_what_a_source_holds_is_refused_with_advice_that_works():
+    """Concurrency 256 on the short workload (256 distinct sessions) used to get "set workloads[0].requests to at
+    most 256 (and at least 512)", blaming workloads[0].concurrency, which the user had not set: no request count
+    holds 256 requests in flight on 256 sessions, and the level came from the top-level concurrency."""
+    config = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
+    config["concurrency"] = [1, 4, 16, 256]
+    message = refusal(config)
+    assert message.startswith(
+        "cell short at concurrency 256 (workloads[0]): needs 1024 sessions but its source has 256"
+    )
+    assert "(the 1024: load.waves 4 x concurrency 256)" in message
+    assert "holds a concurrency of at most 128" in message
+    assert "leave 256 out of concurrency, or give workloads[0] a concurrency list of its own, e.g. " in message
+    assert "requests" not in message.split("Fix:")[1]  # no request count holds it: none is offered
+    assert "at least 512" not in message
+    config["workloads"][0]["concurrency"] = [1, 4, 16]  # the fix it gives
+    validated(config)
+
+
+@pytest.mark.parametrize("level,count,requests", [(100, "between 200 and 256", [200, 256]), (128, "256", [256])])
+def test_a_request_count_is_offered_only_where_one_holds_the_concurrency(level, count, requests):
+    config = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
+    config["concurrency"] = [1, level]
+    config["workloads"] = config["workloads"][:1]
+    message = refusal(config)
+    assert f"Fix: set workloads[0].requests to {count}, or leave {level} out of concurrency" in message, message
+    assert message.endswith(", or lower load.waves to 2, or use a source with more sessions")  # 2 x level sessions
+    for n in requests:  # each count it offers holds every level
+        config["workloads"][0]["requests"] = n
+        validated(config)
+    config["workloads"][0]["requests"] = requests[0] - 1
+    assert "cannot hold" in refusal(config)
+    del config["workloads"][0]["requests"]
+    config["load"] = {"waves": 2}  # the other fix it gives
+    validated(config)
+
+
+def test_a_workloads_own_request_count_is_the_fix_where_it_is_the_cause():
+    config = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
+    config["workloads"][2].update(concurrency=[1, 4, 16], requests=40)  # agent: 24 recorded sessions fit
+    message = refusal(config)
+    assert "needs 40 sessions but its source has 24 distinct ones" in message and "(the 40: workloads[2].requests)" in (
+        message
+    )
+    assert "Fix: lower workloads[2].requests to between 8 and 24 and leave 16 out of workloads[2].concurrency" in (
+        message
+    )
+    config["workloads"][2].update(concurrency=[1, 4], requests=8)
+    validated(config)
+
+
+def test_a_configuration_without_ar_is_warned_that_it_gets_no_speedups():
+    config = load_default_config()
+    assert cfg.warnings(validated(config)) == []
+    config["methods"] = [m for m in config["methods"] if m["algorithm"] != "ar"]
+    [warning] = cfg.warnings(validated(config))
+    assert warning.startswith("no method runs AR (algorithm: ar), the baseline every speedup is measured against")
+    assert "speedup columns of results/summary.csv" in warning and "break-even" in warning
+    config = load_default_config()  # engines: each needs its own AR (speedups are taken on the same engine)
+    config["engines"] = [{"name": "base"}, {"name": "other"}]
+    config["methods"][0]["engines"] = ["base"]
+    [warning] = cfg.warnings(validated(config))
+    assert warning.startswith("on engine other, no method runs AR")
+
+
+def test_the_simulated_hosts_gpus_are_a_pool_of_the_runs_own_and_reach_no_gpu_configuration():
+    """sim.gpus (config/config.yaml: 3) makes a simulated 3-GPU host: server jobs take GPUs from a pool whose locks
+    live in the run's cache (another workflow on the machine never waits for them); gpu_pool.devices, where set,
+    wins; on the sglang backend, where config/config.yaml lies under every --configfile, it is ignored; a cell's key
+    does not hold it (what a server measures does not depend on how many GPUs its host has)."""
+    from specsweep.cells import cell_key
+
+    config = validated(load_default_config())
+    job = server_job(config, 1, "ar")
+    assert config["sim"]["gpus"] == 3
+    assert job.gpu_pool["devices"] == 3 and job.gpu_pool["lock_dir"] == "results/cache/gpu-locks"
+    assert "gpus" not in job.sim
+    unsimulated = load_default_config()
+    unsimulated["sim"]["gpus"] = None
+    other = server_job(validated(unsimulated), 1, "ar")
+    assert other.gpu_pool["devices"] is None and other.sim == job.sim
+    cell = {"workload": "short", "concurrency": 1, "repetition": 0, "requests": 32}
+    assert cell_key(job, cell, "p", "e") == cell_key(other, cell, "p", "e")
+    given = load_default_config()
+    given["gpu_pool"] = {"devices": 2, "lock_dir": "/tmp/locks"}
+    assert server_job(validated(given), 1, "ar").gpu_pool["devices"] == 2
+    gpu_host = load_default_config()  # a GPU configuration over config/config.yaml keeps its sim block
+    gpu_host.update(backend="sglang")
+    assert server_job(validated(gpu_host), 1, "ar").gpu_pool["devices"] is None
+    wide = load_default_config()
+    wide["tp"] = [1, 8]
+    assert refusal(wide).startswith("tp: 8 is larger than the 3 GPUs available (sim.gpus, the simulated host's)")
+    engines = load_default_config()
+    engines["engines"] = [{"name": "a"}, {"name": "b", "sim": {"gpus": 8}}]
+    with pytest.raises(cfg.ConfigError, match=r"^engines\[1\].sim.gpus: 8 \(engine b\) differs from sim.gpus 3"):
+        checked(engines)

@@ -136,8 +136,10 @@ LAYERS = {
     "sglang": ("server_job", "launcher", "environment", "gpus"),
     # the workflow's jobs: the configuration and its methods and engines, the server jobs, the cost model each TP
     # uses (calibration.choose), cells and their cache, the bench job, aggregation, a calibration (its probe and fit
-    # need only the layers below, but are a calibration's parts), the plan
+    # need only the layers below, but are a calibration's parts), the plan, what a job's rerun depends on (rerun:
+    # its settings' digest and what changed)
     "jobs": (
+        "rerun",
         "config",
         "methods",
         "engines",

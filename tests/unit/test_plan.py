@@ -76,3 +76,24 @@ def test_a_simulated_clock_run_fast_is_predicted_to_take_that_many_times_less():
     assert argv[argv.index("--sim-time-scale") + 1] == "10.0"
     argv, _ = launch_command(server_job(normal, 1, "ar"), 30000, 8192)
     assert argv[argv.index("--sim-time-scale") + 1] == "1.0"
+
+
+def test_the_plan_says_how_many_gpus_it_assumed_and_from_where(tmp_path, monkeypatch):
+    """On a host without GPUs the plan packed onto 8 without a word; now the count says where it comes from."""
+    from specsweep import gpus
+
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    monkeypatch.setattr(gpus, "gpu_inventory", lambda: [])  # nvidia-smi: none here
+    count, source = gpus.plan_gpus(None)
+    assert count == gpus.ASSUMED_GPUS == 8
+    assert source.startswith("assumed: no GPU is visible here") and "set gpu_pool.devices" in source
+    assert gpus.plan_gpus(4) == (4, "from gpu_pool.devices")
+    monkeypatch.setattr(gpus, "gpu_inventory", lambda: [{"index": 0}, {"index": 1}])
+    assert gpus.plan_gpus(None) == (2, "from nvidia-smi (this host's GPUs)")
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3,5,7")  # granted by a scheduler
+    assert gpus.plan_gpus(None) == (3, "from CUDA_VISIBLE_DEVICES")
+    config = validated(fast_config())
+    config["cache_dir"] = str(tmp_path / "cache")
+    md = tmp_path / "plan.md"
+    plan.write_plan(config, None, count, str(md), str(tmp_path / "plan.csv"), source)
+    assert f"- GPUs: 8 ({source})" in md.read_text()

@@ -60,7 +60,8 @@ def test_the_plan_on_sglang_matches_this_hosts_environment_record(workflow):
     record.write_text(json.dumps({**environment_of(HOST), "identity_digest": "not-in-the-cache"}))
     snakemake(workflow, "plan", cores=1)
     md = (workflow / "results" / "plan" / "plan.md").read_text()
-    assert f"- cost model, TP 1: {LABEL} (results/calibration/tp1.yaml" in md and "GPUs: 2, on hosts of 1" in md
+    assert f"- cost model, TP 1: {LABEL} (results/calibration/tp1.yaml" in md
+    assert "GPUs: 2, on hosts of 1 (from gpu_pool.devices)" in md
     assert md.count("| cold 153 s |") == 2 and md.count("| warm 63 s |") == 1
 
     record.write_text(json.dumps({**environment_of({**HOST, "driver": "550.1"}), "identity_digest": "x"}))

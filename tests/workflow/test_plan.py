@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import pandas as pd
 
 from conftest import (
@@ -13,6 +15,8 @@ from conftest import (
     snakemake,
     write_config,
 )
+from specsweep.environment import gpu_inventory
+from specsweep.gpus import plan_gpus
 
 
 def test_full_plan_is_priced_without_starting_anything(workflow):
@@ -20,6 +24,11 @@ def test_full_plan_is_priced_without_starting_anything(workflow):
     md = (workflow / "results" / "plan" / "plan.md").read_text()
     assert "# Plan: 36 servers, 1080 cells" in md
     assert "GPU-hours:" in md and "predicted makespan:" in md and "lower bound" in md
+    # plan-full sets no gpu_pool.devices: the GPUs it packs onto are those visible here, else 8, said so
+    gpus, source = plan_gpus(None)
+    assert f"- GPUs: {gpus} ({source})" in md and f"- GPUs: {gpus} ({source})" in proc.stdout
+    if not os.environ.get("CUDA_VISIBLE_DEVICES") and not gpu_inventory():  # this host: no GPU
+        assert "- GPUs: 8 (assumed: no GPU is visible here" in md
     plan = pd.read_csv(workflow / "results" / "plan" / "plan.csv")
     assert len(plan) == 1080 and plan["server"].nunique() == 36
     assert (plan["measure_s"] > 0).all() and not plan["cached"].any()
@@ -63,3 +72,16 @@ def test_servers_on_a_simulated_gpu_host_take_disjoint_gpus_from_the_pool(workfl
     for t in sorted(s["start"] for s in spans.values()):
         holding = [s["gpu"] for s in spans.values() if s["start"] <= t < s["stop"]]
         assert len(holding) == len(set(holding)) <= 8
+
+
+def test_the_default_plan_packs_onto_the_simulated_hosts_gpus_and_says_so(workflow):
+    proc = snakemake(workflow, "plan")
+    md = (workflow / "results" / "plan" / "plan.md").read_text()
+    assert (
+        "- GPUs: 3 (from sim.gpus, the simulated host)" in md and "(from sim.gpus, the simulated host)" in proc.stdout
+    )
+    assert "# Plan: 4 servers, 28 cells" in md
+    rows = [line.split("|") for line in md.splitlines() if line.startswith("| ") and "tp1/" in line]
+    starts = {row[2].strip(): float(row[5]) for row in rows}
+    # AR's server, the longest, and two others start at once; the fourth when the first of those is done
+    assert starts["tp1/ar"] == 0 and sorted(starts.values())[:3] == [0, 0, 0] and max(starts.values()) > 0

@@ -44,9 +44,24 @@ def test_default_config_end_to_end(workflow):
     default["sim"]["time_scale"] = PLUMBING_CLOCK  # the default plan's plumbing: its figures are not read here
     write_config(workflow, default)
     started = time.monotonic()
-    snakemake(workflow, cores=4)  # the four servers at once
+    proc = snakemake(workflow)  # two cores, as tools/run.sh gives it
     elapsed = time.monotonic() - started
     print(f"default workflow took {elapsed:.1f} s")
+    # three servers started at once on the simulated 3-GPU host (sim.gpus), not two as the two cores would allow,
+    # the fourth when one of them had finished, and no simulated GPU was held by two servers at a time
+    out = proc.stdout
+    first_done = out.index("(Rule: bench_server)")
+    assert out.count("localrule bench_server:") == 4 and out[:first_done].count("localrule bench_server:") == 3
+    spans = {}
+    for e in Journal(workflow).new_events():
+        if e["event"] == "server_start":
+            spans[e["server"]] = [e["gpus"], e["time"], math.inf]
+        elif e["event"] == "server_stop":
+            spans[e["server"]][2] = e["time"]
+    assert len(spans) == 4 and all(len(gpus) == 1 for gpus, _, _ in spans.values())
+    for a, (gpus_a, start_a, stop_a) in spans.items():
+        for b, (gpus_b, start_b, stop_b) in spans.items():
+            assert a == b or stop_a <= start_b or stop_b <= start_a or gpus_a != gpus_b, (a, b)
     pdf = workflow / "results" / "report" / "report.pdf"
     assert pdf.read_bytes().startswith(b"%PDF")
     tex = (workflow / "results" / "report" / "report.tex").read_text()
