@@ -136,7 +136,7 @@ def server_label(wildcards):
 def server_job_summary(wildcards):
     """A server job at a glance, for its tracked param: tp1/ar (sim, Qwen3-8B, ar)."""
     job = jobs.server_job(CONFIG, int(wildcards.tp), wildcards.method, _repetition(wildcards))
-    return f"{job.name} ({job.backend}, {job.model['name']}, {job.method['algorithm']})"
+    return f"{job.name} ({job.backend}, {job.model['name']}, {job.method.algorithm})"
 
 
 def plan_gpus():
