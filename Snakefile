@@ -28,6 +28,7 @@ localrules:
     report_data,
     report_pdf,
     report_figures,
+    report_verdict,
 
 
 rule all:
@@ -35,6 +36,7 @@ rule all:
         all_cell_outputs(),
         layout.table_path("summary"),
         "results/report/report.pdf",
+        layout.VERDICT_HTML,
         expand("results/report/figures/{section}", section=layout.REPORT_SECTIONS),
 
 include: "rules/calibrate.smk"

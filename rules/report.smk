@@ -1,3 +1,8 @@
+def report_category(section):
+    """A report section's category in Snakemake's HTML report: its number and title, in the PDF's order."""
+    return f"{list(layout.REPORT_SECTIONS).index(section) + 1} {layout.REPORT_SECTIONS[section]}"
+
+
 # report_data writes the one file both report rules read (every chart's and table's CSV text and the template's
 # context); report_pdf renders and compiles the LaTeX, report_figures draws the same charts for the HTML report.
 rule report_data:
@@ -46,9 +51,9 @@ rule report_figures:
                 directory(f"results/report/figures/{section}"),
                 patterns=["{name}.png"],
                 caption=f"report/{section}.rst",
-                category=f"{i} {title}",
+                category=report_category(section),
             )
-            for i, (section, title) in enumerate(layout.REPORT_SECTIONS.items(), start=1)
+            for section, title in layout.REPORT_SECTIONS.items()
         },
     params:
         code=REPORT_CODE,
@@ -56,3 +61,21 @@ rule report_figures:
         "logs/report_figures.log",
     script:
         "../scripts/report_figures.py"
+
+
+# the verdict (page 1 of the PDF) as one page of the HTML report: the stamp, the verdict table, the heatmap
+rule report_verdict:
+    input:
+        data=rebuilt_when_missing(layout.REPORT_DATA),
+    output:
+        report(
+            layout.VERDICT_HTML,
+            caption="report/verdict_page.rst",
+            category=report_category("verdict"),
+        ),
+    params:
+        code=REPORT_CODE,
+    log:
+        "logs/report_verdict.log",
+    script:
+        "../scripts/report_verdict.py"

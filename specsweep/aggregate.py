@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from . import algorithms, engines
+from . import algorithms, engines, verdict
 from .cells import cell_problem, keyed_cells, unfinished
 from .server_job import ServerJob
 from .canon import atomic_write_text
@@ -73,7 +73,16 @@ def method_columns(method: dict) -> dict:
         "algorithm": method["algorithm"],
         **{
             k: params.get(k)
-            for k in ("block_size", "budget", "topk", "num_steps", "num_draft_tokens", "max_bfs_breadth", "match_type")
+            for k in (
+                "block_size",
+                "budget",
+                "topk",
+                "num_steps",
+                "num_draft_tokens",
+                "max_bfs_breadth",
+                "match_type",
+                "accept_length",  # acceptance forced on the server (SGLANG_SIMULATE_ACC_LEN); empty: the drafter's
+            )
         },
         "drafter": method.get("drafter"),
         "tree_build": tree_build,
@@ -148,6 +157,8 @@ def cell_row(
         "server_running_samples": m["server_load"]["running"]["samples"],
         "attention_backend": attention_backend(cell),
         "load_format": cell["provenance"].get("load_format", "auto"),
+        "temperature": cell["sampling"]["temperature"],
+        "finished_at": cell["provenance"]["finished_at"],
         "stream": (cell.get("load") or {}).get("stream"),
         "min_free_slots_delay": str(cell["provenance"].get("min_free_slots_delay", "sglang")),
         "content_mix": ", ".join(f"{k} {v:.0%}" for k, v in sorted(cell["workload"]["content_mix"].items())),
@@ -550,42 +561,19 @@ def best_budget(summary: pd.DataFrame) -> pd.DataFrame:
 
 
 def break_even(summary: pd.DataFrame) -> pd.DataFrame:
-    """Break-even concurrency per (tp, method, workload): the lowest concurrency whose speedup CI upper bound is
-    <= 1."""
-    spec = summary[(summary["algorithm"] != algorithms.BASELINE) & summary["speedup"].notna()]
-    rows = []
-    for (tp, method, workload), g in spec.groupby(["tp", "method", "workload"]):
-        g = g.sort_values("concurrency")
-        hi = g["speedup_hi"].fillna(g["speedup"])
-        stop = g[hi <= 1.0]
-        rows.append(
-            {
-                "tp": tp,
-                "method": method,
-                "workload": workload,
-                "break_even_concurrency": int(stop["concurrency"].iloc[0]) if not stop.empty else None,
-                "highest_concurrency_tested": int(g["concurrency"].max()),
-                "speedup_at_highest": float(g["speedup"].iloc[-1]),
-            }
-        )
-    return pd.DataFrame(
-        rows,
-        columns=[
-            "tp",
-            "method",
-            "workload",
-            "break_even_concurrency",
-            "highest_concurrency_tested",
-            "speedup_at_highest",
-        ],
-    )
+    """Break-even per (tp, method, workload), in words decided by the paired 95% speedup intervals (verdict.break_even:
+    "never faster", "faster up to c", "faster at every concurrency measured", "inconclusive from c", ...), with each
+    concurrency's state and the concurrencies where the states change."""
+    return verdict.break_even(summary)
 
 
 def pareto(summary: pd.DataFrame) -> pd.DataFrame:
     """Cells with interactivity (1/TPOT p50) and throughput per GPU; on_frontier marks the Pareto-optimal ones per
-    workload."""
+    workload, artefact those whose acceptance is an artefact (verdict.acceptance_artefact: forced, or dummy weights
+    accepting well above 1)."""
     frame = summary.dropna(subset=["output_throughput_per_gpu", "tpot_p50"]).copy()
     frame["interactivity"] = 1.0 / frame["tpot_p50"]
+    frame["artefact"] = verdict.acceptance_artefact(frame)  # a point whose acceptance is forced or dummy weights'
     frame["on_frontier"] = False
     for _, g in frame.groupby("workload"):
         for i, row in g.iterrows():
@@ -599,7 +587,16 @@ def pareto(summary: pd.DataFrame) -> pd.DataFrame:
             ).any()
             frame.loc[i, "on_frontier"] = not dominated
     return frame[
-        ["tp", "method", "workload", "concurrency", "interactivity", "output_throughput_per_gpu", "on_frontier"]
+        [
+            "tp",
+            "method",
+            "workload",
+            "concurrency",
+            "interactivity",
+            "output_throughput_per_gpu",
+            "on_frontier",
+            "artefact",
+        ]
     ]
 
 

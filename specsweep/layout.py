@@ -11,6 +11,7 @@ The rules (rules/*.smk) and the package both build paths and names from here, so
     results/report/data.json                    what both report rules read: every chart's and table's CSV text and
                                                 the template's context (report_pdf writes the CSVs to data/ for LaTeX)
     results/report/report.pdf, figures/{section}/
+    results/report/verdict.html                 the verdict page (stamp, verdict table, heatmap) of the HTML report
     {cache_dir}/{key[:2]}/{key}.json            the cell cache (outside the DAG: see cache.py)
     {cache_dir}/journal/tp{tp}-{method}[-r{rep}]/{run}.jsonl   a server's journal of one workflow run (runs.py)
     {cache_dir}/plan/{digest}.json              the plan's predictions for one configuration (see plan.predict)
@@ -27,6 +28,7 @@ TABLES = ("summary", "combined", "requests", "turns", "best_budget", "break_even
 
 # report sections: key -> title (the PDF's sections and the HTML report's categories)
 REPORT_SECTIONS = {
+    "verdict": "Verdict",
     "setup": "Setup and methodology",
     "single": "Single-stream speed",
     "budget": "Draft size sweeps",
@@ -35,6 +37,7 @@ REPORT_SECTIONS = {
     "agentic": "Agentic multi-turn",
 }
 REPORT_DATA = f"{RESULTS}/report/data.json"
+VERDICT_HTML = f"{RESULTS}/report/verdict.html"  # the verdict page of Snakemake's HTML report
 PREDICTIONS = f"{RESULTS}/plan/predictions.csv"
 
 

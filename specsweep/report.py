@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import io
 import json
+import math
 import re
 import shutil
 import subprocess
@@ -20,7 +21,7 @@ from pathlib import Path
 import jinja2
 import pandas as pd
 
-from . import algorithms
+from . import algorithms, verdict
 from .cache import read_run_records
 from .canon import atomic_write_text
 from .layout import REPORT_SECTIONS as SECTIONS
@@ -453,7 +454,7 @@ def concurrency(t: Tables, figs: Figures, data: dict[str, str]) -> dict:
             f"Throughput per GPU against interactivity (1/TPOT p50), workload {tex_name(workload)}, every "
             "TP size and concurrency; circled points joined by a dotted line form the Pareto frontier.",
         )
-    has_break_even = _table(t.breakeven, data, "break_even.csv", ["method", "workload"])
+    has_break_even = _table(t.breakeven, data, "break_even.csv", ["method", "workload", "break_even", "states"])
     has_best = _table(t.best, data, "best_budget.csv", ["method", "workload", "algorithm"])
     return {"has_break_even": has_break_even, "has_best": has_best}
 
@@ -701,7 +702,7 @@ def provenance(summary: pd.DataFrame, environment: dict, view: dict, simulated: 
             values = {str(v) for v in per_method}
             text = values.pop() if len(values) == 1 else "; ".join(f"{m}: {v}" for m, v in per_method.items())
             if column == "load_format" and "dummy" in set(per_method):
-                text += " (random weights of the model's shape: acceptance about 1, speedups meaningless)"
+                text += " (random weights of the model's shape: what acceptance then measures is in the caveats)"
             prov.append((label, text))
     if simulated:
         prov.append(("Simulated profile", view.get("sim_profile", "")))
@@ -793,6 +794,7 @@ def prepare(
     simulated = bool(summary["simulated"].any()) if len(summary) else bool(environment.get("simulated"))
     figs = Figures(data, methods)
     flags = {
+        **verdict_page(tables_dir, t, environment, view, data),
         **single_stream(t, figs),
         **budget_sweep(t, figs, data),
         **tensor_parallelism(t, figs, data),
@@ -956,6 +958,8 @@ def plot_figures(data_json: str, out_dirs: dict[str, str]) -> None:
             fig.tight_layout()
             fig.savefig(Path(folder) / f"{spec['id']}.png", dpi=100)
             plt.close(fig)
+    if "verdict" in out_dirs:  # the verdict's heatmap: no figure spec of its own (verdict_page typesets it)
+        verdict_figures(data_json, out_dirs["verdict"])
 
 
 def _draw(ax, spec: dict, data: pd.DataFrame) -> None:
@@ -1005,3 +1009,323 @@ def _draw(ax, spec: dict, data: pd.DataFrame) -> None:
             markersize=9,
             label="Pareto frontier",
         )
+
+
+# ---- the verdict page: page 1 after the title (verdict.py decides; this typesets) ----------------------------------
+
+HEAT_FULL = 2.0  # |log2 speedup| at which a heatmap cell's colour is deepest: 4x faster or slower
+HEAT_COLUMN_CM, HEAT_NAMES_CM = 1.35, 2.9  # a heatmap column's width, and its column of method names at most
+TEXT_WIDTH_CM = 16.6  # the text block (a4paper, 2.2 cm margins): a panel is never wider
+# the stamp's frame and fill by its first flag (MEASURED: green)
+STAMP_COLORS = {"SIMULATED": ("red!70!black", "red!5"), "DUMMY WEIGHTS": ("orange!80!black", "orange!5")}
+STAMP_COLORS["ACCEPTANCE FORCED"] = STAMP_COLORS["DUMMY WEIGHTS"]
+
+
+def _read_table(tables_dir: str | Path, name: str, columns: list[str] | None = None) -> pd.DataFrame:
+    """An aggregated table (results/<name>.csv) where it exists (those of its ``columns`` it has), else an empty one."""
+    path = Path(tables_dir) / f"{name}.csv"
+    if not path.exists() or not path.stat().st_size:
+        return pd.DataFrame(columns=columns or [])
+    return pd.read_csv(path, usecols=(lambda c: c in columns) if columns else None)
+
+
+def _plain(value):
+    """A value for data.json: NaN and infinities as None, numpy scalars as Python's, containers walked."""
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if hasattr(value, "item"):
+        value = value.item()
+    if isinstance(value, float) and (value != value or value in (float("inf"), float("-inf"))):
+        return None
+    return None if value is pd.NA else value
+
+
+def _temperature(frame: pd.DataFrame, view: dict) -> str:
+    """The sampling temperature as the workload line says it: from the cells, else from the configuration."""
+    temps = sorted(set(pd.to_numeric(frame.get("temperature"), errors="coerce").dropna())) if len(frame) else []
+    if not temps:
+        return (view.get("sampling") or "temperature not recorded").split(",")[0]
+    if temps == [0]:
+        return "temperature 0 (greedy) only"
+    return "temperature " + ", ".join(f"{t:g}" for t in temps)
+
+
+def verdict_page(tables_dir: str | Path, t: Tables, environment: dict, view: dict, data: dict[str, str]) -> dict:
+    """Page 1 after the title: the stamp with its caveats, the verdict table, the speedup heatmap, the findings, the
+    workload and confidence lines (each decided and written by verdict.py from the aggregated tables); the same in
+    plain text under ``verdict`` for the HTML report (verdict_html)."""
+    frame = t.summary
+    launches = _read_table(tables_dir, "summary")
+    requests = _read_table(
+        tables_dir,
+        "requests",
+        ["tp", "method", "workload", "concurrency", "repetition", "session", "error", "prompt_tokens", "output_tokens"],
+    )
+    table = verdict.verdict_table(frame)
+    breakeven = t.breakeven if "break_even" in t.breakeven else verdict.break_even(frame)
+    dates = list(launches["finished_at"]) if "finished_at" in launches else []
+    stamp = verdict.stamp(frame, environment, view["model"], dates, view.get("sim_profile", ""))
+    panels = verdict.heatmap_panels(frame, view.get("methods", []))
+    plain = {
+        "stamp": stamp,
+        "table": table.to_dict("records"),
+        "findings": verdict.findings(frame, table, breakeven),
+        "workloads": verdict.workload_lines(frame, requests, _temperature(frame, view)),
+        "confidence": verdict.confidence_line(frame, launches, requests),
+        "panels": [{**p, "cells": [{"method": m, "concurrency": c, **v} for (m, c), v in p["cells"].items()]} for p in panels],
+    }
+    flags = stamp["flags"]
+    color, fill = next((STAMP_COLORS[f] for f in flags if f in STAMP_COLORS), ("green!40!black", "green!5"))
+    return {
+        "verdict": _plain(plain),
+        "stamp_flags": " / ".join(flags),
+        "stamp_color": color,
+        "stamp_fill": fill,
+        "stamp_text": tex_escape(stamp["text"]),
+        "stamp_caveats": [tex_escape(c) for c in stamp["caveats"]],
+        "footer_flags": " / ".join(
+            "SIMULATED BACKEND: not measured on GPUs" if f == "SIMULATED" else f for f in flags if f != "MEASURED"
+        ),
+        "has_verdict": _verdict_table(table, data),
+        "verdict_artefacts": bool(table["artefact"].any()) if len(table) else False,
+        "heat_panels": _heat_panels(panels, data),
+        "findings": [tex_escape(f) for f in plain["findings"]],
+        "workload_lines": [tex_escape(w) for w in plain["workloads"]],
+        "confidence": tex_escape(plain["confidence"]),
+    }
+
+
+def _speedup_cell(value, lo, hi) -> str:
+    """A speedup over its 95% interval, two lines of one table cell: "1.52" over "[1.40; 1.65]" ("[no interval]")."""
+    if pd.isna(value):
+        return "--"
+    interval = "[no interval]" if pd.isna(lo) or pd.isna(hi) else f"[{lo:.2f}; {hi:.2f}]"
+    return rf"\twolines{{{value:.2f}}}{{{interval}}}"
+
+
+def _verdict_table(table: pd.DataFrame, data: dict[str, str]) -> bool:
+    """The verdict table's CSV (verdict.csv; names escaped, a dagger on a best method whose acceptance is an
+    artefact, times in ms); whether it has rows."""
+    shown = pd.DataFrame(
+        {
+            "tp": table["tp"],
+            "workload": table["workload"].map(tex_name),
+            "concurrency": table["concurrency"],
+            "best": [tex_name(m) + (r"\,\dag" if a else "") for m, a in zip(table["best"], table["artefact"])],
+            "speedup": [_speedup_cell(*v) for v in zip(table["speedup"], table["speedup_lo"], table["speedup_hi"])],
+            "verdict": table["verdict"],
+            "deploy": [tex_name(d) if d != verdict.UNDECIDED else r"\emph{undecided}" for d in table["deploy"]],
+            "throughput_per_gpu": table["output_throughput_per_gpu"],
+            "tpot_p50_ms": table["tpot_p50"] * 1000,
+            "ttft_p99_ms": table["ttft_p99"] * 1000,
+            "acceptance_length": table["acceptance_length"],
+        }
+    )
+    data["verdict.csv"] = shown.to_csv(index=False)
+    return not shown.empty
+
+
+def _heat_cell(cell: dict | None) -> str:
+    """A heatmap cell as the template's macros draw it: \\heatF{depth}{label} (faster, blue, an up triangle),
+    \\heatS{depth}{label} (slower, orange, a down triangle), \\heatI{label} (inconclusive: hatched, a question
+    mark); the label is the speedup, a dagger where the acceptance is an artefact; "" where the method did not run."""
+    if cell is None:
+        return ""
+    s = cell["speedup"]
+    label = "--" if s is None else f"{s:.1f}" if s >= 10 else f"{s:.2f}"
+    label += r"\dag" if cell["artefact"] else ""
+    if cell["verdict"] == verdict.INCONCLUSIVE or s is None or s <= 0:
+        return rf"\heatI{{{label}}}"
+    depth = round(12 + 48 * min(1.0, abs(math.log2(s)) / HEAT_FULL))
+    return rf"\heat{'F' if cell['verdict'] == verdict.FASTER else 'S'}{{{depth}}}{{{label}}}"
+
+
+def _heat_panels(panels: list[dict], data: dict[str, str]) -> list[dict]:
+    """One CSV per heatmap panel (a row per method, a column c<concurrency> per concurrency) and what the template
+    needs to set it: its file, title, columns and width (panels side by side where they fit)."""
+    out = []
+    for p in panels:
+        name = f"verdict-heat-{p['workload']}-tp{p['tp']}.csv"
+        rows = [
+            {"method": tex_name(m), **{f"c{c}": _heat_cell(p["cells"].get((m, c))) for c in p["concurrencies"]}}
+            for m in p["methods"]
+        ]
+        data[name] = pd.DataFrame(rows, columns=["method", *(f"c{c}" for c in p["concurrencies"])]).to_csv(index=False)
+        width_cm = HEAT_NAMES_CM + HEAT_COLUMN_CM * len(p["concurrencies"]) + 0.6
+        out.append(
+            {
+                "csv": f"data/{name}",
+                "title": f"{tex_name(p['workload'])}, TP {p['tp']}",
+                "concurrencies": p["concurrencies"],
+                "columns": ",".join(["method", *(f"c{c}" for c in p["concurrencies"])]),
+                "width_cm": round(min(width_cm, TEXT_WIDTH_CM), 2),
+                "names_cm": HEAT_NAMES_CM,
+            }
+        )
+    return out
+
+
+HEAT_CMAP = ["#e08000", "#ffffff", "#1f3fbf"]  # slower (orange) through 1 (white) to faster (blue), as in the PDF
+MARKS = {verdict.FASTER: "\u25b2", verdict.SLOWER: "\u25bc", verdict.INCONCLUSIVE: "?"}
+DAGGER = "\u2020"  # a speedup whose acceptance is an artefact
+
+
+def draw_verdict_heatmap(panels: list[dict], simulated: bool):
+    """The speedup heatmap as a matplotlib figure (the PDF's figure of the verdict page): a panel per workload and
+    TP, methods down, concurrencies across; each cell coloured by log2 speedup (blue faster, orange slower, deepest
+    at HEAT_FULL), labelled with its mark (up triangle faster, down triangle slower, ? inconclusive) and speedup,
+    inconclusive cells hatched. ``panels``: verdict.heatmap_panels's, their cells as a list (data.json). Imported
+    here: matplotlib (heavy, needed by the figure jobs alone; plot_figures chose its backend)."""
+    import matplotlib.pyplot as plt
+    from matplotlib.colors import LinearSegmentedColormap
+    from matplotlib.patches import Rectangle
+
+    cmap = LinearSegmentedColormap.from_list("speedup", HEAT_CMAP)
+    fig, axes = plt.subplots(
+        1, len(panels), figsize=(max(4.0, 2.6 * len(panels) + 1.5), 0.45 * max(len(p["methods"]) for p in panels) + 1.8)
+    )
+    for ax, p in zip([axes] if len(panels) == 1 else axes, panels):
+        cells = {(c["method"], c["concurrency"]): c for c in p["cells"]}
+        for i, method in enumerate(p["methods"]):
+            for j, conc in enumerate(p["concurrencies"]):
+                cell = cells.get((method, conc))
+                if cell is None:
+                    continue
+                s = cell["speedup"]
+                decided = cell["verdict"] != verdict.INCONCLUSIVE and s is not None and s > 0
+                level = min(1.0, max(-1.0, math.log2(s) / HEAT_FULL)) if decided else 0.0
+                ax.add_patch(Rectangle((j, i), 1, 1, facecolor=cmap((0.75 * level + 1) / 2), edgecolor="white"))
+                if not decided:
+                    ax.add_patch(Rectangle((j, i), 1, 1, fill=False, hatch="///", edgecolor="#9a9a9a", linewidth=0))
+                label = "--" if s is None else f"{s:.1f}" if s >= 10 else f"{s:.2f}"
+                text = f"{MARKS[cell['verdict']]} {label}{DAGGER if cell['artefact'] else ''}"
+                box = None if decided else {"facecolor": "white", "edgecolor": "none", "pad": 1}
+                ax.text(j + 0.5, i + 0.5, text, ha="center", va="center", fontsize=8, bbox=box)
+        ax.set_xlim(0, len(p["concurrencies"]))
+        ax.set_ylim(len(p["methods"]), 0)
+        ax.set_xticks([j + 0.5 for j in range(len(p["concurrencies"]))], [str(c) for c in p["concurrencies"]])
+        ax.set_yticks([i + 0.5 for i in range(len(p["methods"]))], p["methods"], fontsize=8)
+        ax.set_xlabel("Concurrency")
+        ax.set_title(f"{p['workload']}, TP {p['tp']}", fontsize=10)
+        ax.tick_params(length=0)
+    caption = "\u25b2 faster (95% interval above 1)   \u25bc slower (below 1)   ? hatched: inconclusive"
+    fig.text(0.5, 0.01, caption, ha="center", fontsize=8)
+    if simulated:
+        fig.suptitle("SIMULATED BACKEND: not measured on GPUs", color="darkred", fontsize=10)
+    fig.tight_layout(rect=(0, 0.05, 1, 1))
+    return fig
+
+
+def verdict_figures(data_json: str, folder: str | Path) -> None:
+    """The verdict page's heatmap as a PNG for Snakemake's HTML report (none without a speculative cell). Imported
+    here: matplotlib (heavy, needed by this job alone, and its backend must be chosen before pyplot is imported)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    ctx, _ = read_report_data(data_json)
+    Path(folder).mkdir(parents=True, exist_ok=True)
+    panels = ctx["verdict"]["panels"]
+    if panels:
+        fig = draw_verdict_heatmap(panels, ctx["simulated"])
+        fig.savefig(Path(folder) / "speedup-heatmap.png", dpi=100)
+        plt.close(fig)
+
+
+VERDICT_CSS = """body{font-family:sans-serif;max-width:70em;margin:1em auto;color:#222}
+.stamp{border:2px solid #2e7d32;background:#f1f8f1;padding:.6em 1em;margin:1em 0}
+.stamp.warn{border-color:#b34700;background:#fff5eb}.stamp.sim{border-color:#a31515;background:#fdf0f0}
+.flags{font-weight:bold;color:#a31515}table{border-collapse:collapse;font-size:.9em}
+th,td{border-bottom:1px solid #ccc;padding:.25em .6em;text-align:right}th{background:#f4f4f4}
+td.name,th.name{text-align:left}.faster{color:#1f3fbf;font-weight:bold}.slower{color:#b34700;font-weight:bold}
+.caption{font-size:.9em;color:#444}"""
+
+
+def verdict_html(ctx: dict, heatmap_png: bytes | None = None) -> str:
+    """The verdict as one self-contained HTML page for Snakemake's report: the stamp and its caveats, the verdict
+    table, the heatmap (``heatmap_png``, inlined), the findings, the workload and confidence lines, from the report's
+    context (verdict_page's plain text)."""
+    import base64
+    from html import escape
+
+    v = ctx["verdict"]
+    stamp = v["stamp"]
+    kind = "sim" if "SIMULATED" in stamp["flags"] else "warn" if stamp["flags"] != ["MEASURED"] else ""
+    parts = [
+        f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>Verdict</title><style>{VERDICT_CSS}</style>"
+        "</head><body><h1>Verdict</h1>",
+        f"<div class='stamp {kind}'><span class='flags'>{escape(' / '.join(stamp['flags']))}.</span> "
+        f"{escape(stamp['text'])}" + "".join(f"<p>{escape(c)}</p>" for c in stamp["caveats"]) + "</div>",
+        _verdict_html_table(v["table"]),
+    ]
+    if heatmap_png:
+        parts.append(
+            "<h2>Speedup over AR</h2><img alt='speedup heatmap' src='data:image/png;base64,"
+            + base64.b64encode(heatmap_png).decode()
+            + "'><p class='caption'>A panel per workload and TP: methods down, concurrencies across. \u25b2 faster "
+            "(paired 95% interval above 1), \u25bc slower (below 1), hatched ? inconclusive (contains 1, or none); "
+            f"{DAGGER} acceptance that is an artefact.</p>"
+        )
+    parts.append("<h2>Findings</h2><ol>" + "".join(f"<li>{escape(f)}</li>" for f in v["findings"]) + "</ol>")
+    parts.append("<h2>Workloads</h2><ul>" + "".join(f"<li>{escape(w)}</li>" for w in v["workloads"]) + "</ul>")
+    parts.append(f"<h2>Confidence</h2><p>{escape(v['confidence'])}</p></body></html>")
+    return "\n".join(parts)
+
+
+def _verdict_html_table(rows: list[dict]) -> str:
+    """The verdict table in HTML (see verdict.verdict_table), or why there is none."""
+    from html import escape
+
+    if not rows:
+        return "<p>No verdict: no speculative cell was compared with AR.</p>"
+
+    def num(value, scale=1.0, digits=2):
+        return "--" if value is None else f"{value * scale:,.{digits}f}"
+
+    head = (
+        "<tr><th>TP</th><th class='name'>Workload</th><th>Conc.</th><th class='name'>Best</th>"
+        "<th>Speedup [95% CI]</th><th class='name'>Verdict</th><th class='name'>Deploy</th><th>Tok/s per GPU</th>"
+        "<th>TPOT p50 (ms)</th><th>TTFT p99 (ms)</th><th>Accept. length</th></tr>"
+    )
+    body = []
+    for r in rows:
+        interval = "no interval" if r["speedup_lo"] is None or r["speedup_hi"] is None else (
+            f"{r['speedup_lo']:.2f}; {r['speedup_hi']:.2f}"
+        )
+        body.append(
+            f"<tr><td>{r['tp']}</td><td class='name'>{escape(str(r['workload']))}</td><td>{r['concurrency']}</td>"
+            f"<td class='name'>{escape(str(r['best']))}{DAGGER if r['artefact'] else ''}</td>"
+            f"<td>{num(r['speedup'])} [{interval}]</td><td class='name {r['verdict']}'>{r['verdict']}</td>"
+            f"<td class='name'>{escape(str(r['deploy']))}</td><td>{num(r['output_throughput_per_gpu'], digits=0)}</td>"
+            f"<td>{num(r['tpot_p50'], 1000)}</td><td>{num(r['ttft_p99'], 1000, 1)}</td>"
+            f"<td>{num(r['acceptance_length'])}</td></tr>"
+        )
+    caption = (
+        "<p class='caption'>Best: the speculative method with the highest output throughput in the cell (point "
+        "estimate). Speedup: its output throughput over AR's with the paired 95% interval; verdict from that "
+        "interval: faster (above 1), slower (below 1), inconclusive (contains 1, or none). Deploy: the best method "
+        "where faster, AR where even it is slower, else a method decided faster if any, else undecided.</p>"
+    )
+    return f"<h2>Verdict per TP, workload and concurrency</h2>{caption}<table>{head}{''.join(body)}</table>"
+
+
+def write_verdict_html(data_json: str, out_html: str) -> None:
+    """The verdict page of Snakemake's HTML report (verdict_html), its heatmap drawn here. Imported here:
+    matplotlib (heavy, needed by this job alone, and its backend must be chosen before pyplot is imported)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    ctx, _ = read_report_data(data_json)
+    png = None
+    if ctx["verdict"]["panels"]:
+        fig = draw_verdict_heatmap(ctx["verdict"]["panels"], ctx["simulated"])
+        buffer = io.BytesIO()
+        fig.savefig(buffer, format="png", dpi=100)
+        plt.close(fig)
+        png = buffer.getvalue()
+    atomic_write_text(out_html, verdict_html(ctx, png))

@@ -149,6 +149,7 @@ LAYERS = {
         "cache",
         "cells",
         "bench",
+        "verdict",
         "aggregate",
         "calibration.probe",
         "calibration.fit",
