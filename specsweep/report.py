@@ -1014,8 +1014,7 @@ def _draw(ax, spec: dict, data: pd.DataFrame) -> None:
 # ---- the verdict page: page 1 after the title (verdict.py decides; this typesets) ----------------------------------
 
 HEAT_FULL = 2.0  # |log2 speedup| at which a heatmap cell's colour is deepest: 4x faster or slower
-HEAT_COLUMN_CM, HEAT_NAMES_CM = 1.35, 2.9  # a heatmap column's width, and its column of method names at most
-TEXT_WIDTH_CM = 16.6  # the text block (a4paper, 2.2 cm margins): a panel is never wider
+HEAT_NAMES_CM = 2.9  # a heatmap's column of method names at most (a longer name wraps)
 # the stamp's frame and fill by its first flag (MEASURED: green)
 STAMP_COLORS = {"SIMULATED": ("red!70!black", "red!5"), "DUMMY WEIGHTS": ("orange!80!black", "orange!5")}
 STAMP_COLORS["ACCEPTANCE FORCED"] = STAMP_COLORS["DUMMY WEIGHTS"]
@@ -1144,7 +1143,7 @@ def _heat_cell(cell: dict | None) -> str:
 
 def _heat_panels(panels: list[dict], data: dict[str, str]) -> list[dict]:
     """One CSV per heatmap panel (a row per method, a column c<concurrency> per concurrency) and what the template
-    needs to set it: its file, title, columns and width (panels side by side where they fit)."""
+    needs to set it: its file, title and columns (the template sets panels side by side where they fit)."""
     out = []
     for p in panels:
         name = f"verdict-heat-{p['workload']}-tp{p['tp']}.csv"
@@ -1153,14 +1152,12 @@ def _heat_panels(panels: list[dict], data: dict[str, str]) -> list[dict]:
             for m in p["methods"]
         ]
         data[name] = pd.DataFrame(rows, columns=["method", *(f"c{c}" for c in p["concurrencies"])]).to_csv(index=False)
-        width_cm = HEAT_NAMES_CM + HEAT_COLUMN_CM * len(p["concurrencies"]) + 0.6
         out.append(
             {
                 "csv": f"data/{name}",
                 "title": f"{tex_name(p['workload'])}, TP {p['tp']}",
                 "concurrencies": p["concurrencies"],
                 "columns": ",".join(["method", *(f"c{c}" for c in p["concurrencies"])]),
-                "width_cm": round(min(width_cm, TEXT_WIDTH_CM), 2),
                 "names_cm": HEAT_NAMES_CM,
             }
         )
