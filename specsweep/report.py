@@ -1020,6 +1020,14 @@ STAMP_COLORS = {"SIMULATED": ("red!70!black", "red!5"), "DUMMY WEIGHTS": ("orang
 STAMP_COLORS["ACCEPTANCE FORCED"] = STAMP_COLORS["DUMMY WEIGHTS"]
 
 
+# what every page's footer says of each flag of the stamp (a run with no flag: nothing)
+FOOTER_FLAGS = {
+    "SIMULATED": "SIMULATED BACKEND: not measured on GPUs",
+    "DUMMY WEIGHTS": "DUMMY WEIGHTS: acceptance and speedups are not a model's",
+    "ACCEPTANCE FORCED": "ACCEPTANCE FORCED",
+}
+
+
 def _read_table(tables_dir: str | Path, name: str, columns: list[str] | None = None) -> pd.DataFrame:
     """An aggregated table (results/<name>.csv) where it exists (those of its ``columns`` it has), else an empty one."""
     path = Path(tables_dir) / f"{name}.csv"
@@ -1043,7 +1051,7 @@ def _plain(value):
 
 def _temperature(frame: pd.DataFrame, view: dict) -> str:
     """The sampling temperature as the workload line says it: from the cells, else from the configuration."""
-    temps = sorted(set(pd.to_numeric(frame.get("temperature"), errors="coerce").dropna())) if len(frame) else []
+    temps = sorted(set(pd.to_numeric(frame["temperature"], errors="coerce").dropna())) if "temperature" in frame else []
     if not temps:
         return (view.get("sampling") or "temperature not recorded").split(",")[0]
     if temps == [0]:
@@ -1065,7 +1073,7 @@ def verdict_page(tables_dir: str | Path, t: Tables, environment: dict, view: dic
     table = verdict.verdict_table(frame)
     breakeven = t.breakeven if "break_even" in t.breakeven else verdict.break_even(frame)
     dates = list(launches["finished_at"]) if "finished_at" in launches else []
-    stamp = verdict.stamp(frame, environment, view["model"], dates, view.get("sim_profile", ""))
+    stamp = verdict.stamp(frame, environment, view["model"], dates, view.get("sim_profile", ""), t.pareto)
     panels = verdict.heatmap_panels(frame, view.get("methods", []))
     plain = {
         "stamp": stamp,
@@ -1084,9 +1092,7 @@ def verdict_page(tables_dir: str | Path, t: Tables, environment: dict, view: dic
         "stamp_fill": fill,
         "stamp_text": tex_escape(stamp["text"]),
         "stamp_caveats": [tex_escape(c) for c in stamp["caveats"]],
-        "footer_flags": " / ".join(
-            "SIMULATED BACKEND: not measured on GPUs" if f == "SIMULATED" else f for f in flags if f != "MEASURED"
-        ),
+        "footer_flags": " / ".join(FOOTER_FLAGS.get(f, f) for f in flags if f != "MEASURED"),
         "has_verdict": _verdict_table(table, data),
         "verdict_artefacts": bool(table["artefact"].any()) if len(table) else False,
         "heat_panels": _heat_panels(panels, data),
@@ -1112,10 +1118,13 @@ def _verdict_table(table: pd.DataFrame, data: dict[str, str]) -> bool:
             "tp": table["tp"],
             "workload": table["workload"].map(tex_name),
             "concurrency": table["concurrency"],
-            "best": [tex_name(m) + (r"\,\dag" if a else "") for m, a in zip(table["best"], table["artefact"])],
+            "best": [tex_name(m) + (r"\dag" if a else "") for m, a in zip(table["best"], table["artefact"])],
             "speedup": [_speedup_cell(*v) for v in zip(table["speedup"], table["speedup_lo"], table["speedup_hi"])],
             "verdict": table["verdict"],
-            "deploy": [tex_name(d) if d != verdict.UNDECIDED else r"\emph{undecided}" for d in table["deploy"]],
+            "deploy": [
+                r"\emph{undecided}" if d == verdict.UNDECIDED else tex_name(d) + (r"\dag" if a and d == b else "")
+                for d, b, a in zip(table["deploy"], table["best"], table["artefact"])
+            ],
             "throughput_per_gpu": table["output_throughput_per_gpu"],
             "tpot_p50_ms": table["tpot_p50"] * 1000,
             "ttft_p99_ms": table["ttft_p99"] * 1000,

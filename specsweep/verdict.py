@@ -327,7 +327,7 @@ def _stops_paying(table: pd.DataFrame, breakeven: pd.DataFrame, spec: pd.DataFra
         where = f"on {row['workload']}" + (f", TP {row['tp']}" if with_tp else "")
         return [
             f"{row['best']}, the fastest {where} at concurrency {row['concurrency']}, is {b['break_even']}: at "
-            f"{b['faster_up_to']} {ratio(last['speedup'], last['speedup_lo'], last['speedup_hi'])}, at {after.name} "
+            f"{int(b['faster_up_to'])} {ratio(last['speedup'], last['speedup_lo'], last['speedup_hi'])}, at {after.name} "
             f"{ratio(after['speedup'], after['speedup_lo'], after['speedup_hi'])}."
         ]
     paying = [r for _, r in low.iterrows() if _pays_throughout(breakeven, r)]
@@ -455,12 +455,20 @@ def _drafts_from_text(name: str) -> bool:
     return algorithm.speculative and algorithm.drafter is None
 
 
-def stamp(frame: pd.DataFrame, environment: dict, model: str, dates: Sequence[str] = (), sim_profile: str = "") -> dict:
+def stamp(
+    frame: pd.DataFrame,
+    environment: dict,
+    model: str,
+    dates: Sequence[str] = (),
+    sim_profile: str = "",
+    pareto: pd.DataFrame | None = None,
+) -> dict:
     """What the numbers are: {"flags": SIMULATED, DUMMY WEIGHTS, ACCEPTANCE FORCED (those that apply) or MEASURED,
     "text": one line saying where and on what they were measured (GPU model and count, engine name, version and
     commit or build, model, weights, TP sizes, dates), "caveats": sentences written from the data}; from combined.csv
     (``frame``), the environment record of the backend, the model's name, the cells' finishing times (``dates``,
-    ISO) and, for a simulated run, what the simulated server emulates (``sim_profile``)."""
+    ISO), for a simulated run what the simulated server emulates (``sim_profile``), and the Pareto table (pareto.csv:
+    which of its frontier points are artefacts)."""
     simulated = bool(frame["simulated"].astype(str).eq("True").any()) or bool(environment.get("simulated"))
     dummy = "load_format" in frame and bool(frame["load_format"].eq("dummy").any())
     forced = frame[frame["accept_length"].notna()] if "accept_length" in frame else frame.iloc[0:0]
@@ -486,6 +494,8 @@ def stamp(frame: pd.DataFrame, environment: dict, model: str, dates: Sequence[st
         caveats.append(dummy_weights_caveat(frame))
     if len(forced):
         caveats.append(forced_caveat(forced))
+    if pareto is not None and "artefact" in pareto and (dummy or len(forced)):
+        caveats += pareto_caveat(pareto)
     if len(frame) and not (frame["algorithm"] == algorithms.BASELINE).any():
         caveats.append("No AR method was measured: there is no speedup and no verdict.")
     return {"flags": flags or ["MEASURED"], "text": text, "caveats": caveats}
@@ -548,6 +558,23 @@ def dummy_weights_caveat(frame: pd.DataFrame) -> str:
     return text
 
 
+def pareto_caveat(pareto: pd.DataFrame) -> list[str]:
+    """Where the Pareto frontier (pareto.csv: on_frontier per workload) is made of points whose acceptance is an
+    artefact: how many of its points, and which (method and concurrencies per workload)."""
+    front = pareto[pareto["on_frontier"].astype(str) == "True"]
+    art = front[front["artefact"].astype(str) == "True"]
+    if art.empty:
+        return []
+    where = "; ".join(
+        f"{workload}: {method} at {', '.join(str(int(c)) for c in sorted(g['concurrency']))}"
+        for (workload, method), g in art.groupby(["workload", "method"], sort=False)
+    )
+    return [
+        f"{len(art)} of the {len(front)} points on the Pareto frontiers (throughput per GPU against interactivity) are "
+        f"acceptance artefacts ({where}): read those frontiers as the engine's cost at that acceptance, not a model's."
+    ]
+
+
 def forced_caveat(forced: pd.DataFrame) -> str:
     """The caveat of methods whose acceptance was forced on the server (``accept_length``)."""
     per = forced.groupby("method")["accept_length"].first()
@@ -562,15 +589,16 @@ def forced_caveat(forced: pd.DataFrame) -> str:
 # ---- the workload and confidence lines ------------------------------------------------------------------------------
 
 
-def _span(values: pd.Series, unit: str = "") -> str:
-    """"mean 120 (31-433)" or "128 each" of a column of counts."""
+def _span(values: pd.Series, unit: str) -> str:
+    """A column of counts as the workload line says it: "mean 120 tokens (31-433)", or "128 tokens in every
+    request" where all are equal."""
     values = pd.to_numeric(values, errors="coerce").dropna()
     if values.empty:
-        return "not recorded"
+        return f"{unit} not recorded"
     lo, hi = int(values.min()), int(values.max())
     if lo == hi:
-        return f"{lo:,} each{unit}"
-    return f"mean {values.mean():,.0f} ({lo:,}-{hi:,}){unit}"
+        return f"{lo:,} {unit} in every request"
+    return f"mean {values.mean():,.0f} {unit} ({lo:,}-{hi:,})"
 
 
 def workload_lines(frame: pd.DataFrame, requests: pd.DataFrame, temperature: str) -> list[str]:
@@ -589,11 +617,11 @@ def workload_lines(frame: pd.DataFrame, requests: pd.DataFrame, temperature: str
         if len(reqs) and not sessions.equals(sent.rename(sessions.name)):
             per_cell += f" ({_count_span(sent)} requests)"
         launches = _count_span(group["launches"])
+        empty = pd.Series(dtype=float)
         lines.append(
-            f"{workload}: input {_span(ok['prompt_tokens'] if len(ok) else pd.Series(dtype=float))} tokens, output "
-            f"{_span(ok['output_tokens'] if len(ok) else pd.Series(dtype=float))} tokens per request; content "
-            f"{group['content_mix'].iloc[0]}; {temperature}; {per_cell} per cell; {launches} "
-            f"launch{'es' if launches != '1' else ''} per cell."
+            f"{workload}: input {_span(ok['prompt_tokens'] if len(ok) else empty, 'tokens')}, output "
+            f"{_span(ok['output_tokens'] if len(ok) else empty, 'tokens')}; content {group['content_mix'].iloc[0]}; "
+            f"{temperature}; {per_cell} per cell; {launches} launch{'es' if launches != '1' else ''} per cell."
         )
     return lines
 
