@@ -8,6 +8,7 @@ figures of Snakemake's HTML report.
 
 from __future__ import annotations
 
+import base64
 import io
 import json
 import math
@@ -16,6 +17,7 @@ import shutil
 import subprocess
 from dataclasses import dataclass
 from datetime import date
+from html import escape
 from pathlib import Path
 
 import jinja2
@@ -1020,12 +1022,13 @@ STAMP_COLORS = {"SIMULATED": ("red!70!black", "red!5"), "DUMMY WEIGHTS": ("orang
 STAMP_COLORS["ACCEPTANCE FORCED"] = STAMP_COLORS["DUMMY WEIGHTS"]
 
 
-# what every page's footer says of each flag of the stamp (a run with no flag: nothing)
-FOOTER_FLAGS = {
-    "SIMULATED": "SIMULATED BACKEND: not measured on GPUs",
-    "DUMMY WEIGHTS": "DUMMY WEIGHTS: acceptance and speedups are not a model's",
-    "ACCEPTANCE FORCED": "ACCEPTANCE FORCED",
-}
+def _footer(flags: list[str]) -> str:
+    """What every page's footer says of the stamp's flags: SIMULATED BACKEND: not measured on GPUs (and the other
+    flags), or the flags and that acceptance and speedups are not a model's; nothing for a measured run."""
+    if "SIMULATED" in flags:
+        return " / ".join(["SIMULATED BACKEND: not measured on GPUs"] + [f for f in flags if f != "SIMULATED"])
+    shown = [f for f in flags if f != "MEASURED"]
+    return " / ".join(shown) + ": acceptance and speedups are not a model's" if shown else ""
 
 
 def _read_table(tables_dir: str | Path, name: str, columns: list[str] | None = None) -> pd.DataFrame:
@@ -1081,7 +1084,9 @@ def verdict_page(tables_dir: str | Path, t: Tables, environment: dict, view: dic
         "findings": verdict.findings(frame, table, breakeven),
         "workloads": verdict.workload_lines(frame, requests, _temperature(frame, view)),
         "confidence": verdict.confidence_line(frame, launches, requests),
-        "panels": [{**p, "cells": [{"method": m, "concurrency": c, **v} for (m, c), v in p["cells"].items()]} for p in panels],
+        "panels": [
+            {**p, "cells": [{"method": m, "concurrency": c, **v} for (m, c), v in p["cells"].items()]} for p in panels
+        ],
     }
     flags = stamp["flags"]
     color, fill = next((STAMP_COLORS[f] for f in flags if f in STAMP_COLORS), ("green!40!black", "green!5"))
@@ -1092,7 +1097,7 @@ def verdict_page(tables_dir: str | Path, t: Tables, environment: dict, view: dic
         "stamp_fill": fill,
         "stamp_text": tex_escape(stamp["text"]),
         "stamp_caveats": [tex_escape(c) for c in stamp["caveats"]],
-        "footer_flags": " / ".join(FOOTER_FLAGS.get(f, f) for f in flags if f != "MEASURED"),
+        "footer_flags": _footer(flags),
         "has_verdict": _verdict_table(table, data),
         "verdict_artefacts": bool(table["artefact"].any()) if len(table) else False,
         "heat_panels": _heat_panels(panels, data),
@@ -1254,9 +1259,6 @@ def verdict_html(ctx: dict, heatmap_png: bytes | None = None) -> str:
     """The verdict as one self-contained HTML page for Snakemake's report: the stamp and its caveats, the verdict
     table, the heatmap (``heatmap_png``, inlined), the findings, the workload and confidence lines, from the report's
     context (verdict_page's plain text)."""
-    import base64
-    from html import escape
-
     v = ctx["verdict"]
     stamp = v["stamp"]
     kind = "sim" if "SIMULATED" in stamp["flags"] else "warn" if stamp["flags"] != ["MEASURED"] else ""
@@ -1283,8 +1285,6 @@ def verdict_html(ctx: dict, heatmap_png: bytes | None = None) -> str:
 
 def _verdict_html_table(rows: list[dict]) -> str:
     """The verdict table in HTML (see verdict.verdict_table), or why there is none."""
-    from html import escape
-
     if not rows:
         return "<p>No verdict: no speculative cell was compared with AR.</p>"
 
@@ -1298,8 +1298,10 @@ def _verdict_html_table(rows: list[dict]) -> str:
     )
     body = []
     for r in rows:
-        interval = "no interval" if r["speedup_lo"] is None or r["speedup_hi"] is None else (
-            f"{r['speedup_lo']:.2f}; {r['speedup_hi']:.2f}"
+        interval = (
+            "no interval"
+            if r["speedup_lo"] is None or r["speedup_hi"] is None
+            else (f"{r['speedup_lo']:.2f}; {r['speedup_hi']:.2f}")
         )
         body.append(
             f"<tr><td>{r['tp']}</td><td class='name'>{escape(str(r['workload']))}</td><td>{r['concurrency']}</td>"

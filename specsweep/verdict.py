@@ -90,7 +90,8 @@ def acceptance_artefact(frame: pd.DataFrame) -> pd.Series:
     SGLANG_SIMULATE_ACC_LEN), or measured above ARTEFACT_ACCEPTANCE on dummy (random) weights."""
     forced = frame["accept_length"].notna() if "accept_length" in frame else pd.Series(False, index=frame.index)
     dummy = frame["load_format"].eq("dummy") if "load_format" in frame else pd.Series(False, index=frame.index)
-    high = pd.to_numeric(frame.get("acceptance_length"), errors="coerce").fillna(0) > ARTEFACT_ACCEPTANCE
+    measured = frame["acceptance_length"] if "acceptance_length" in frame else pd.Series(math.nan, index=frame.index)
+    high = pd.to_numeric(measured, errors="coerce").fillna(0) > ARTEFACT_ACCEPTANCE
     return (forced | (dummy & high)).astype(bool)
 
 
@@ -127,13 +128,12 @@ def verdict_table(frame: pd.DataFrame) -> pd.DataFrame:
     if spec.empty:
         return pd.DataFrame(columns=VERDICT_COLUMNS)
     spec = spec.assign(artefact=acceptance_artefact(spec))
-    ar = frame[frame["algorithm"] == algorithms.BASELINE].set_index(["tp", "workload", "concurrency"])
+    ar = frame[frame["algorithm"] == algorithms.BASELINE]
     rows = []
     for key, group in spec.groupby(["tp", "workload", "concurrency"], sort=True):
-        best = group.loc[group["output_throughput"].idxmax()]
-        base = ar.loc[key] if key in ar.index else None
-        if isinstance(base, pd.DataFrame):
-            base = base.iloc[0]
+        best = _top(group, "output_throughput")
+        at = ar[(ar["tp"] == key[0]) & (ar["workload"] == key[1]) & (ar["concurrency"] == key[2])]
+        base = at.iloc[0] if len(at) else None
         rows.append(
             {
                 "tp": key[0],
@@ -159,7 +159,7 @@ def _deploy(best: pd.Series, group: pd.DataFrame, ar_method: str | None) -> str:
         return str(ar_method)
     faster = group[group["verdict"] == FASTER]
     if len(faster):  # the best's interval contains 1 while a slower-measured method's lies above 1
-        return str(faster.loc[faster["output_throughput"].idxmax(), "method"])
+        return str(_top(faster, "output_throughput")["method"])
     return UNDECIDED
 
 
@@ -256,6 +256,16 @@ def ratio(value, lo=None, hi=None) -> str:
     return f"{value:.2f}x ({interval})"
 
 
+def _top(frame: pd.DataFrame, column: str) -> pd.Series:
+    """The row of ``frame`` with the highest value of ``column`` (the first of equals)."""
+    return frame.sort_values(column, ascending=False, kind="stable").iloc[0]
+
+
+def _ratio_of(row) -> str:
+    """A cell's speedup with its interval, as ratio prints it."""
+    return ratio(row["speedup"], row["speedup_lo"], row["speedup_hi"])
+
+
 def _where(row, with_tp: bool) -> str:
     return f"{row['workload']}, concurrency {row['concurrency']}" + (f", TP {row['tp']}" if with_tp else "")
 
@@ -280,16 +290,13 @@ def findings(frame: pd.DataFrame, table: pd.DataFrame, breakeven: pd.DataFrame, 
 def _largest(spec: pd.DataFrame, with_tp: bool) -> list[str]:
     faster = spec[spec["verdict"] == FASTER]
     if faster.empty:
-        top = spec.loc[spec["speedup"].idxmax()]
+        top = _top(spec, "speedup")
         return [
             f"No speculative method is decided faster than AR anywhere: the highest speedup measured is "
-            f"{top['method']}'s on {_where(top, with_tp)}: {ratio(top['speedup'], top['speedup_lo'], top['speedup_hi'])}."
+            f"{top['method']}'s on {_where(top, with_tp)}: {_ratio_of(top)}."
         ]
-    top = faster.loc[faster["speedup"].idxmax()]
-    text = (
-        f"Largest decided speedup: {top['method']} on {_where(top, with_tp)}, "
-        f"{ratio(top['speedup'], top['speedup_lo'], top['speedup_hi'])}"
-    )
+    top = _top(faster, "speedup")
+    text = f"Largest decided speedup: {top['method']} on {_where(top, with_tp)}, {_ratio_of(top)}"
     if not top["artefact"]:
         return [text + "."]
     real = faster[~faster["artefact"]]
@@ -298,11 +305,11 @@ def _largest(spec: pd.DataFrame, with_tp: bool) -> list[str]:
             text + ": an acceptance artefact (see the caveats); no method whose acceptance is not an artefact is "
             "decided faster anywhere."
         ]
-    second = real.loc[real["speedup"].idxmax()]
+    second = _top(real, "speedup")
     return [
         text + ": an acceptance artefact (see the caveats). The largest that is not: "
         f"{second['method']} on {_where(second, with_tp)}, "
-        f"{ratio(second['speedup'], second['speedup_lo'], second['speedup_hi'])}."
+        f"{_ratio_of(second)}."
     ]
 
 
@@ -315,34 +322,45 @@ def _stops_paying(table: pd.DataFrame, breakeven: pd.DataFrame, spec: pd.DataFra
     low = low[low["verdict"] == FASTER]
     for _, row in low.iterrows():
         be = breakeven[
-            (breakeven["tp"] == row["tp"]) & (breakeven["workload"] == row["workload"]) & (breakeven["method"] == row["best"])
+            (breakeven["tp"] == row["tp"])
+            & (breakeven["workload"] == row["workload"])
+            & (breakeven["method"] == row["best"])
         ]
-        if be.empty or pd.isna(be.iloc[0]["faster_up_to"]) or be.iloc[0]["faster_up_to"] == be.iloc[0]["highest_concurrency_tested"]:
+        if (
+            be.empty
+            or pd.isna(be.iloc[0]["faster_up_to"])
+            or be.iloc[0]["faster_up_to"] == be.iloc[0]["highest_concurrency_tested"]
+        ):
             continue
         b = be.iloc[0]
-        cells = spec[(spec["tp"] == row["tp"]) & (spec["workload"] == row["workload"]) & (spec["method"] == row["best"])]
+        cells = spec[
+            (spec["tp"] == row["tp"]) & (spec["workload"] == row["workload"]) & (spec["method"] == row["best"])
+        ]
         cells = cells.set_index("concurrency")
         after = cells[cells.index > b["faster_up_to"]].iloc[0]
         last = cells.loc[b["faster_up_to"]]
         where = f"on {row['workload']}" + (f", TP {row['tp']}" if with_tp else "")
         return [
             f"{row['best']}, the fastest {where} at concurrency {row['concurrency']}, is {b['break_even']}: at "
-            f"{int(b['faster_up_to'])} {ratio(last['speedup'], last['speedup_lo'], last['speedup_hi'])}, at {after.name} "
-            f"{ratio(after['speedup'], after['speedup_lo'], after['speedup_hi'])}."
+            f"{int(b['faster_up_to'])} {_ratio_of(last)}, at {after.name} "
+            f"{_ratio_of(after)}."
         ]
     paying = [r for _, r in low.iterrows() if _pays_throughout(breakeven, r)]
     if paying:
         r = paying[0]
+        top = int(table[(table["tp"] == r["tp"]) & (table["workload"] == r["workload"])]["concurrency"].max())
         return [
-            f"{r['best']}, the fastest on {r['workload']} at concurrency {r['concurrency']}, is faster than AR at every "
-            f"concurrency measured there (up to {int(table[(table['tp'] == r['tp']) & (table['workload'] == r['workload'])]['concurrency'].max())})."
+            f"{r['best']}, the fastest on {r['workload']} at concurrency {r['concurrency']}, is faster than AR at "
+            f"every concurrency measured there (up to {top})."
         ]
     return []
 
 
 def _pays_throughout(breakeven: pd.DataFrame, row: pd.Series) -> bool:
     be = breakeven[
-        (breakeven["tp"] == row["tp"]) & (breakeven["workload"] == row["workload"]) & (breakeven["method"] == row["best"])
+        (breakeven["tp"] == row["tp"])
+        & (breakeven["workload"] == row["workload"])
+        & (breakeven["method"] == row["best"])
     ]
     return not be.empty and be.iloc[0]["break_even"] == "faster at every concurrency measured"
 
@@ -355,12 +373,17 @@ def _leader_changes(table: pd.DataFrame, spec: pd.DataFrame, with_tp: bool) -> l
             continue
         close = []
         for _, row in g.iterrows():
-            cell = spec[(spec["tp"] == tp) & (spec["workload"] == workload) & (spec["concurrency"] == row["concurrency"])]
+            cell = spec[
+                (spec["tp"] == tp) & (spec["workload"] == workload) & (spec["concurrency"] == row["concurrency"])
+            ]
             others = cell[cell["method"] != row["best"]]
             best = cell[cell["method"] == row["best"]].iloc[0]
             if len(others) and pd.notna(best["output_throughput_lo"]):
-                runner = others.loc[others["output_throughput"].idxmax()]
-                if pd.notna(runner["output_throughput_hi"]) and runner["output_throughput_hi"] >= best["output_throughput_lo"]:
+                runner = _top(others, "output_throughput")
+                if (
+                    pd.notna(runner["output_throughput_hi"])
+                    and runner["output_throughput_hi"] >= best["output_throughput_lo"]
+                ):
                     close.append(f"{row['concurrency']} ({runner['method']})")
         where = f"on {workload}" + (f", TP {tp}" if with_tp else "")
         order = ", ".join(f"{r['best']} at {r['concurrency']}" for _, r in g.iterrows())
@@ -380,15 +403,15 @@ def _never_faster(breakeven: pd.DataFrame, spec: pd.DataFrame) -> list[str]:
     if breakeven.empty:
         return []
     never = breakeven.groupby("method")["break_even"].apply(lambda words: (words == "never faster").all())
-    names = [m for m, is_never in never.items() if is_never]
+    names = [str(m) for m, is_never in never.items() if is_never]
     if not names:
         return []
     cells = spec[spec["method"].isin(names)]
-    best = cells.loc[cells["speedup"].idxmax()]
+    best = _top(cells, "speedup")
     return [
         f"Never faster than AR, slower at every concurrency and workload measured: {', '.join(names)} "
         f"(speedups {cells['speedup'].min():.2f}x to {cells['speedup'].max():.2f}x; the highest, {best['method']} "
-        f"on {best['workload']} at {best['concurrency']}, {ratio(best['speedup'], best['speedup_lo'], best['speedup_hi'])})."
+        f"on {best['workload']} at {best['concurrency']}, {_ratio_of(best)})."
     ]
 
 
@@ -396,12 +419,11 @@ def _even_best_slower(table: pd.DataFrame, with_tp: bool) -> list[str]:
     slower = table[table["verdict"] == SLOWER]
     if slower.empty:
         return []
-    cells = "; ".join(
-        f"{_where(r, with_tp)} (best {r['best']}, {ratio(r['speedup'], r['speedup_lo'], r['speedup_hi'])})"
-        for _, r in slower.head(3).iterrows()
-    )
+    cells = "; ".join(f"{_where(r, with_tp)} (best {r['best']}, {_ratio_of(r)})" for _, r in slower.head(3).iterrows())
     more = f" and {len(slower) - 3} more" if len(slower) > 3 else ""
-    return [f"Even the fastest speculative method is slower than AR in {len(slower)} of {len(table)} cells: {cells}{more}."]
+    return [
+        f"Even the fastest speculative method is slower than AR in {len(slower)} of {len(table)} cells: {cells}{more}."
+    ]
 
 
 def _inconclusive(spec: pd.DataFrame, with_tp: bool) -> list[str]:
@@ -413,13 +435,14 @@ def _inconclusive(spec: pd.DataFrame, with_tp: bool) -> list[str]:
     parts = []
     if len(no_interval):
         reasons = sorted(set(no_interval["reason"]))
-        parts.append(f"{len(no_interval)} without an interval ({'; '.join(r.removeprefix('no interval: ') for r in reasons)})")
+        parts.append(
+            f"{len(no_interval)} without an interval ({'; '.join(r.removeprefix('no interval: ') for r in reasons)})"
+        )
     wide = open_[open_["reason"] == ""]
     if len(wide):
-        w = wide.loc[(wide["speedup_hi"] - wide["speedup_lo"]).idxmax()]
+        w = _top(wide.assign(width=wide["speedup_hi"] - wide["speedup_lo"]), "width")
         parts.append(
-            f"{len(wide)} whose interval contains 1, the widest {w['method']} on {_where(w, with_tp)}: "
-            f"{ratio(w['speedup'], w['speedup_lo'], w['speedup_hi'])}"
+            f"{len(wide)} whose interval contains 1, the widest {w['method']} on {_where(w, with_tp)}: {_ratio_of(w)}"
         )
     return [text + ": " + "; ".join(parts) + "."]
 
@@ -472,18 +495,23 @@ def stamp(
     simulated = bool(frame["simulated"].astype(str).eq("True").any()) or bool(environment.get("simulated"))
     dummy = "load_format" in frame and bool(frame["load_format"].eq("dummy").any())
     forced = frame[frame["accept_length"].notna()] if "accept_length" in frame else frame.iloc[0:0]
-    flags = [f for f, on in (("SIMULATED", simulated), ("DUMMY WEIGHTS", dummy), ("ACCEPTANCE FORCED", len(forced))) if on]
+    flags = [
+        f for f, on in (("SIMULATED", simulated), ("DUMMY WEIGHTS", dummy), ("ACCEPTANCE FORCED", len(forced))) if on
+    ]
     tps = ", ".join(str(int(t)) for t in sorted(frame["tp"].unique())) if len(frame) else "--"
     days = sorted({d[:10] for d in dates if isinstance(d, str) and d})
     when = (days[0] if len(days) == 1 else f"{days[0]} to {days[-1]}") if days else "date not recorded"
     weights = "dummy (random weights of the model's shape)" if dummy else "real"
     if simulated:
         text = (
-            f"Produced by specsweep's simulated SGLang server emulating {sim_profile or 'a modelled GPU'}; no model ran "
-            f"on a GPU. Model {model}, TP {tps}, {when}."
+            f"Produced by specsweep's simulated SGLang server emulating {sim_profile or 'a modelled GPU'}; no model "
+            f"ran on a GPU. Model {model}, TP {tps}, {when}."
         )
     else:
-        text = f"Measured on {_gpus(environment)}, {_engine(environment)}; model {model}, weights {weights}, TP {tps}, {when}."
+        text = (
+            f"Measured on {_gpus(environment)}, {_engine(environment)}; model {model}, weights {weights}, TP {tps}, "
+            f"{when}."
+        )
     caveats = []
     if simulated:
         caveats.append(
@@ -614,7 +642,7 @@ def workload_lines(frame: pd.DataFrame, requests: pd.DataFrame, temperature: str
         sessions = reqs.groupby(cell_keys)["session"].nunique() if len(reqs) else pd.Series(dtype=float)
         sent = reqs.groupby(cell_keys).size() if len(reqs) else group["requests_sent"]
         per_cell = _count_span(sessions) + " sessions"
-        if len(reqs) and not sessions.equals(sent.rename(sessions.name)):
+        if len(reqs) and not (sessions.to_numpy() == sent.to_numpy()).all():
             per_cell += f" ({_count_span(sent)} requests)"
         launches = _count_span(group["launches"])
         empty = pd.Series(dtype=float)
@@ -660,7 +688,10 @@ def _sessions_part(frame: pd.DataFrame, spec: pd.DataFrame, requests: pd.DataFra
         return text
     if missing.empty:
         return text + f"; every one of the {len(spec)} speculative cells has a paired 95% interval"
-    return text + f"; {len(missing)} of {len(spec)} speculative cells have no interval (at least {MIN_SESSIONS} sessions shared with AR are needed)"
+    return (
+        f"{text}; {len(missing)} of {len(spec)} speculative cells have no interval (at least {MIN_SESSIONS} sessions "
+        "shared with AR are needed)"
+    )
 
 
 def _launches_part(frame: pd.DataFrame, launches: pd.DataFrame | None) -> str:
@@ -712,7 +743,9 @@ def _acceptance_part(spec: pd.DataFrame) -> str:
     spec = spec[spec["acceptance_length"].notna()] if "acceptance_length" in spec else spec.iloc[0:0]
     if spec.empty:
         return ""
-    disagree = spec[spec["acceptance_disagree"].astype(str) == "True"] if "acceptance_disagree" in spec else spec.iloc[0:0]
+    disagree = (
+        spec[spec["acceptance_disagree"].astype(str) == "True"] if "acceptance_disagree" in spec else spec.iloc[0:0]
+    )
     if disagree.empty:
         return (
             f"the acceptance estimates (requests' counters, server counters, tokens per chunk) agree within "
@@ -749,5 +782,7 @@ def heatmap_panels(frame: pd.DataFrame, methods: Sequence[str] = ()) -> list[dic
             for _, r in g.iterrows()
         }
         conc = sorted(int(c) for c in g["concurrency"].unique())
-        panels.append({"workload": workload, "tp": int(tp), "methods": names, "concurrencies": conc, "cells": cells})
+        panels.append(
+            {"workload": workload, "tp": int(str(tp)), "methods": names, "concurrencies": conc, "cells": cells}
+        )
     return panels
