@@ -10,6 +10,7 @@ import pandas as pd
 import pytest
 
 from conftest import PLUMBING_CLOCK, copy_workflow, load_default_config, server_processes_under, snakemake, write_config
+from specsweep import verdict
 from specsweep.report import tex_name
 
 
@@ -76,7 +77,7 @@ EXPECTED_TEXT = {
         "No multi-turn workload",
     ],
     "two-tp-budgets-agentic": ["Scaling efficiency", "Session completion time", "Prefix-cache hits per turn"],
-    "no-ar": ["No AR baseline in this plan", "No comparison possible"],
+    "no-ar": ["No AR baseline in this plan", "No comparison possible", "No verdict: this plan has no AR baseline"],
     "every-algorithm": ["What each speculative method verifies per round", "EAGLE-3, tree", "NGRAM, tree"],
 }
 
@@ -189,15 +190,37 @@ def every_table_number_comes_from_the_aggregated_csv(results, tex: str):
     for name in ("best_budget", "break_even"):
         shown = pd.read_csv(results / "report" / "data" / f"{name}.csv")
         source = pd.read_csv(results / f"{name}.csv")
-        source = source.assign(
-            **{c: source[c].map(tex_name) for c in ("method", "workload", "algorithm") if c in source}
-        )
+        words = ("method", "workload", "algorithm", "break_even", "states")
+        source = source.assign(**{c: source[c].map(tex_name) for c in words if c in source})
         pd.testing.assert_frame_equal(shown.reset_index(drop=True), source.reset_index(drop=True))
+    verdict_table_comes_from_the_aggregated_csv(results)
     acceptance = pd.read_csv(results / "report" / "data" / "acceptance.csv").merge(
         summary[summary["concurrency"] == 1], on=["tp", "method", "workload"], suffixes=("", "_agg")
     )
     assert (acceptance["acceptance_length"] == acceptance["acceptance_length_agg"]).all()
     assert len(acceptance) > 0
+
+
+def verdict_table_comes_from_the_aggregated_csv(results):
+    """The verdict table printed is verdict.verdict_table of combined.csv: one row per (TP, workload, concurrency)
+    with a speculative cell, its best method, speedup and interval (two decimals), verdict, and the best method's
+    numbers."""
+    combined = pd.read_csv(results / "combined.csv")
+    expected = verdict.verdict_table(combined)
+    shown = pd.read_csv(results / "report" / "data" / "verdict.csv")
+    assert len(shown) == len(expected) > 0
+    assert list(shown["verdict"]) == list(expected["verdict"])
+    assert list(shown["best"]) == [
+        tex_name(m) + ("\\dag" if a else "") for m, a in zip(expected["best"], expected["artefact"])
+    ]
+    for text, (s, lo, hi) in zip(
+        shown["speedup"], expected[["speedup", "speedup_lo", "speedup_hi"]].itertuples(index=False)
+    ):
+        assert text.startswith(f"\\twolines{{{s:.2f}}}") and (f"[{lo:.2f}; {hi:.2f}]" in text or pd.isna(lo)), text
+    pd.testing.assert_series_equal(
+        shown["throughput_per_gpu"], expected["output_throughput_per_gpu"], check_names=False
+    )
+    pd.testing.assert_series_equal(shown["ttft_p99_ms"], expected["ttft_p99"] * 1000, check_names=False)
 
 
 def everything_fits_the_text_block(log):

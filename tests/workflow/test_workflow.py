@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+import base64
 import io
 import json
 import math
 import os
+import re
+import subprocess
 import time
 
 import pandas as pd
 import pytest
 
-from conftest import PLUMBING_CLOCK, Journal, load_default_config, snakemake, write_config
+from conftest import PLUMBING_CLOCK, Journal, load_default_config, report_text, snakemake, write_config
+from specsweep import verdict
 from specsweep.cells import validate_cell
 from specsweep.jobs import all_cells
 from specsweep.metrics import cell_measures, combine_launches
@@ -106,9 +110,55 @@ def test_default_config_end_to_end(workflow):
             (shown["requests_completed"], today["requests_completed"]),
         ):
             assert value == pytest.approx(expected, rel=1e-12, nan_ok=True), path
+    the_verdict_comes_first(workflow)
     snakemake(workflow, "--report", "report.html")
     html = (workflow / "report.html").read_text(errors="replace")
     assert "conc-throughput-short-tp1.png" in html and "report.pdf" in html and "sweep-ddtree-acceptance" in html
+    the_html_report_carries_the_stamp_and_the_verdict_table(workflow, html)
+
+
+def the_verdict_comes_first(workflow):
+    """Page 1 after the title is the verdict: the SIMULATED stamp, then the verdict table (every row of
+    verdict.verdict_table of combined.csv, its best method and speedup); methodology and definitions come last."""
+    pdf = workflow / "results" / "report" / "report.pdf"
+    page = subprocess.run(
+        ["pdftotext", "-layout", "-f", "1", "-l", "1", str(pdf), "-"], capture_output=True, text=True, check=True
+    )
+    first = " ".join(page.stdout.split())
+    assert first.index("1 Verdict") < first.index("SIMULATED.") < first.index("Table 1: The verdict per TP")
+    assert "Warning: simulated results." in first and "SIMULATED BACKEND: not measured on GPUs" in first
+    table = verdict.verdict_table(pd.read_csv(workflow / "results" / "combined.csv"))
+    assert len(table) == 7  # (short: 1, 4, 16; long and agent: 1, 4), each with three speculative methods
+    rows = first[first.index("Table 1") :]
+    for row in table.itertuples():
+        shown = f"{row.tp} {row.workload} {row.concurrency} {row.best} {row.speedup:.2f} {row.verdict}"
+        assert shown in rows, shown
+        rows = rows[rows.index(shown) + len(shown) :]  # in the table's order
+    text = report_text(workflow)
+    assert text.index("Single-stream speed") > text.index("1 Verdict")
+    assert text.index("Methodology, provenance and definitions") > text.index("Failures")
+    assert text.count("Findings") == 1 and "Confidence" in text and "sessions per cell" in text
+
+
+def the_html_report_carries_the_stamp_and_the_verdict_table(workflow, html: str):
+    """Snakemake's report (snakemake 9's HTML reporter: a page whose results are embedded as data URIs) says on its
+    front page that the backend was simulated, and its first category, the verdict, holds verdict.html with the stamp
+    and the verdict table."""
+    description = json.loads(re.search(r"var workflow_desc = (.*?);\n", html, re.S).group(1))
+    assert "SIMULATED BACKEND: not measured on GPUs" in description and "1 Verdict" in description
+    results = json.loads(re.search(r"var results = (\{.*?\});\n", html, re.S).group(1))
+    categories = json.loads(re.search(r"var categories = (\{.*?\});\n", html, re.S).group(1))
+    assert "results/report/verdict.html" in categories["1 Verdict"]["Other"]
+    entry = results["results/report/verdict.html"]
+    assert entry["caption"].startswith("<p><strong>SIMULATED BACKEND: not measured on GPUs.</strong>")
+    page = base64.b64decode(entry["data_uri"].split("base64,", 1)[1]).decode()
+    assert "<span class='flags'>SIMULATED.</span>" in page and "Warning: simulated results." in page
+    assert "data:image/png;base64," in page  # the heatmap, inlined
+    table = verdict.verdict_table(pd.read_csv(workflow / "results" / "combined.csv"))
+    rows = re.findall(
+        r"<tr><td>(\d+)</td><td class='name'>([^<]+)</td><td>(\d+)</td><td class='name'>([^<]+)</td>", page
+    )
+    assert rows == [(str(r.tp), r.workload, str(r.concurrency), r.best) for r in table.itertuples()]
 
 
 @pytest.mark.long(3.3)
