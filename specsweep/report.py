@@ -1078,6 +1078,9 @@ def verdict_page(tables_dir: str | Path, t: Tables, environment: dict, view: dic
     dates = list(launches["finished_at"]) if "finished_at" in launches else []
     stamp = verdict.stamp(frame, environment, view["model"], dates, view.get("sim_profile", ""), t.pareto)
     panels = verdict.heatmap_panels(frame, view.get("methods", []))
+    has_ar = bool(frame["speedup"].notna().any()) if len(frame) else False  # no AR: no speedup, no verdict
+    if not has_ar:
+        table, panels = table.iloc[0:0], []
     plain = {
         "stamp": stamp,
         "table": table.to_dict("records"),

@@ -688,10 +688,8 @@ def _sessions_part(frame: pd.DataFrame, spec: pd.DataFrame, requests: pd.DataFra
         return text
     if missing.empty:
         return text + f"; every one of the {len(spec)} speculative cells has a paired 95% interval"
-    return (
-        f"{text}; {len(missing)} of {len(spec)} speculative cells have no interval (at least {MIN_SESSIONS} sessions "
-        "shared with AR are needed)"
-    )
+    reasons = "; ".join(sorted({r.removeprefix("no interval: ") for r in missing["reason"]}))
+    return f"{text}; {len(missing)} of {len(spec)} speculative cells have no interval ({reasons})"
 
 
 def _launches_part(frame: pd.DataFrame, launches: pd.DataFrame | None) -> str:

@@ -102,6 +102,9 @@ def test_a_cell_without_an_interval_is_inconclusive_and_says_why():
     assert "no AR cell" in states.loc[16, "reason"]
     table = verdict.verdict_table(rows).set_index("concurrency")
     assert table.loc[1, "verdict"] == verdict.INCONCLUSIVE and table.loc[1, "deploy"] == verdict.UNDECIDED
+    line = verdict.confidence_line(rows)
+    assert "3 of 3 speculative cells have no interval (" in line
+    assert all(states.loc[c, "reason"].removeprefix("no interval: ") in line for c in (1, 4, 16))
 
 
 @pytest.mark.parametrize(
