@@ -133,6 +133,8 @@ def verdict_table(frame: pd.DataFrame) -> pd.DataFrame:
     for key, group in spec.groupby(["tp", "workload", "concurrency"], sort=True):
         best = _top(group, "output_throughput")
         at = ar[(ar["tp"] == key[0]) & (ar["workload"] == key[1]) & (ar["concurrency"] == key[2])]
+        if "engine" in at and len(at) > 1:  # several engines: AR on the best method's engine, its speedup's base
+            at = at[at["engine"].fillna("") == ("" if pd.isna(best.get("engine")) else best["engine"])]
         base = at.iloc[0] if len(at) else None
         rows.append(
             {

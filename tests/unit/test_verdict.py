@@ -283,3 +283,21 @@ def test_the_workload_line_counts_what_ran_not_what_was_configured():
         "short: input mean 108 tokens (100-115), output 64 tokens in every request; content chat 100%; "
         "temperature 0 (greedy) only; 16 sessions per cell; 1 launch per cell."
     )
+
+
+def test_with_two_engines_ar_is_the_best_methods_own_engines():
+    rows = pd.DataFrame(
+        [
+            cell("ar@old", 1, 1.0, engine="old", algorithm="ar"),
+            cell("ar@new", 1, 1.0, engine="new", algorithm="ar", output_throughput_per_gpu=1500.0),
+            cell("d@old", 1, 0.5, 0.4, 0.6, engine="old"),
+            cell("d@new", 1, 0.9, 0.8, 0.95, engine="new"),
+        ]
+    )
+    row = verdict.verdict_table(rows).iloc[0]
+    assert (row["best"], row["verdict"], row["deploy"], row["ar_output_throughput_per_gpu"]) == (
+        "d@new",
+        "slower",
+        "ar@new",
+        1500.0,
+    )
