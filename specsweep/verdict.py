@@ -6,7 +6,7 @@ speedup_hi; metrics.speedup within one launch, a Student-t interval across launc
 - faster: the interval lies above 1 (speedup_lo > 1);
 - slower: the interval lies below 1 (speedup_hi < 1);
 - inconclusive: the interval contains 1, or there is no interval (fewer than MIN_SESSIONS sessions shared with AR,
-  a single launch's estimate where launches were combined, no AR cell): the reason is said.
+  launches that did not give two different speedups, no AR cell): the reason is said.
 
 From those states: the verdict table (the best speculative method per cell and what to deploy there), break-even in
 words per (TP, method, workload), findings, the stamp (measured or SIMULATED / DUMMY WEIGHTS / ACCEPTANCE FORCED)
@@ -26,8 +26,8 @@ from .metrics import MIN_SESSIONS
 
 FASTER, SLOWER, INCONCLUSIVE = "faster", "slower", "inconclusive"
 UNDECIDED = "undecided"  # what to deploy where the best method's interval contains 1
-# With dummy weights, a method whose acceptance length (tokens committed a round beyond the first) is above this is
-# an artefact: a drafter with random weights predicts nothing and accepts about 1.
+# With dummy weights, a method whose acceptance length (tokens a verify round commits, metrics.acceptance_length) is
+# above this is an artefact: a drafter with random weights predicts nothing and accepts about 1.
 ARTEFACT_ACCEPTANCE = 1.5
 DISAGREE_TOLERANCE = 0.02  # acceptance estimates agree within this relative difference (metrics.acceptance_agreement)
 
@@ -220,7 +220,9 @@ def break_even(frame: pd.DataFrame) -> pd.DataFrame:
     interval at the highest concurrency tested."""
     spec = cell_states(frame)
     ar = _ar_keys(frame)
-    spec = spec[[(r.tp, r.workload, r.concurrency) in ar for r in spec.itertuples()]]
+    spec = spec[
+        pd.Series([(r.tp, r.workload, r.concurrency) in ar for r in spec.itertuples()], index=spec.index, dtype=bool)
+    ]
     rows = []
     for (tp, method, workload), g in spec.groupby(["tp", "method", "workload"], sort=True):
         g = g.sort_values("concurrency")

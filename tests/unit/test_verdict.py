@@ -301,3 +301,12 @@ def test_with_two_engines_ar_is_the_best_methods_own_engines():
         "ar@new",
         1500.0,
     )
+
+
+def test_a_plan_of_ar_alone_has_no_verdict_and_no_error():
+    rows = pd.DataFrame([cell("ar", 1, 1.0), cell("ar", 4, 1.0)])
+    assert verdict.verdict_table(rows).empty and verdict.break_even(rows).empty
+    assert verdict.findings(rows, verdict.verdict_table(rows), verdict.break_even(rows)) == []
+    assert verdict.heatmap_panels(rows) == []
+    assert list(verdict.break_even(rows).columns) == verdict.BREAK_EVEN_COLUMNS
+    assert "no request failed" in verdict.confidence_line(rows)
