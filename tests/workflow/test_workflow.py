@@ -201,7 +201,7 @@ def test_partial_reruns_measure_only_stale_cells(workflow):
     before = pdf.stat().st_mtime_ns
     config["report"] = {"title": "A new title"}
     write_config(workflow, config)
-    assert rules_to_run(workflow) == {"report_data", "report_pdf", "report_figures", "all"}
+    assert rules_to_run(workflow) == {"report_data", "report_pdf", "report_figures", "report_verdict", "all"}
     snakemake(workflow)
     assert journal.new_events() == []
     assert pdf.stat().st_mtime_ns != before
@@ -225,7 +225,7 @@ def test_partial_reruns_measure_only_stale_cells(workflow):
     assert "Nothing to be done" in snakemake(workflow, "-n").stdout
 
     # (f) every file a rule reads is declared: changing each reruns exactly the rules that depend on it
-    report = {"report_data", "report_pdf", "report_figures", "all"}
+    report = {"report_data", "report_pdf", "report_figures", "report_verdict", "all"}
     dependents = {
         "results/env/sim.json": {"bench_server", "aggregate"} | report,
         "results/cells/tp1/dflash/short/c2.json": {"aggregate"} | report,
@@ -233,8 +233,8 @@ def test_partial_reruns_measure_only_stale_cells(workflow):
         "results/plan/predictions.csv": report,
         "results/summary.csv": report,
         "results/pareto.csv": report,
-        "results/report/data.json": {"report_pdf", "report_figures", "all"},
-    }  # (the PDF and the figures are read by no rule: rule all only asks for them)
+        "results/report/data.json": {"report_pdf", "report_figures", "report_verdict", "all"},
+    }  # (the PDF, the figures and verdict.html are read by no rule: rule all only asks for them)
     for path, rules in dependents.items():
         file = workflow / path
         original, stat = file.read_bytes(), file.stat()
