@@ -1225,6 +1225,8 @@ def draw_verdict_heatmap(panels: list[dict], simulated: bool):
         ax.set_title(f"{p['workload']}, TP {p['tp']}", fontsize=10)
         ax.tick_params(length=0)
     caption = "\u25b2 faster (95% interval above 1)   \u25bc slower (below 1)   ? hatched: inconclusive"
+    if any(c["artefact"] for p in panels for c in p["cells"]):
+        caption += f"   {DAGGER} acceptance that is an artefact"
     fig.text(0.5, 0.01, caption, ha="center", fontsize=8)
     if simulated:
         fig.suptitle("SIMULATED BACKEND: not measured on GPUs", color="darkred", fontsize=10)
