@@ -95,3 +95,9 @@ def test_nextn_runs_end_to_end_on_the_simulator(workflow):
     # the report's sweep charts take it as they take every draft model: its draft tokens against acceptance
     data = json.loads((workflow / "results" / "report" / "data.json").read_text())
     assert any(name.startswith("sweep-nextn-acceptance-short-tp1") for name in data["csv"]), sorted(data["csv"])
+    # the forced method is stamped: its acceptance is the server's switch, not a head's, and its cells are artefacts
+    stamp = data["context"]["verdict"]["stamp"]
+    assert stamp["flags"] == ["SIMULATED", "ACCEPTANCE FORCED"]
+    assert f"Acceptance forced on mtp-forced ({FORCED:g})" in " ".join(stamp["caveats"])
+    assert summary.set_index("method").loc["mtp-forced", "accept_length"].eq(FORCED).all()
+    assert "SIMULATED BACKEND: not measured on GPUs / ACCEPTANCE FORCED" == data["context"]["footer_flags"]
