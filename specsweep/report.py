@@ -58,6 +58,7 @@ MARKS = (
     ("d", False, "diamond"),
 )
 DASHES = (("-", "solid"), ("--", "dashed"), (":", "densely dotted"), ("-.", "dashdotted"))  # (matplotlib, pgfplots)
+GRID_ROWS = 4  # rows of panels in one figure of small multiples (a page holds four with their legend and caption)
 LOG_SPAN = 10  # an axis whose values span more than this factor (all of them positive) is drawn on a log scale
 
 
@@ -254,34 +255,39 @@ class Figures:
         )
         return {**spec, "title": title, "joins": [f"l{j}" for j in range(len(groups))]}
 
-    def grid(self, section, fid, panels: list[dict | None], caption, errors=None):
-        """One figure of small multiples: ``panels`` (panel() specs; None ones left out) two to a row, one legend
-        for all (every series and reference line of any panel, in the order of the configuration's methods)."""
+    def grid(self, section, fid, panels: list[dict | None], caption, errors=None, columns=2):
+        """One figure of small multiples: ``panels`` (panel() specs; None ones left out) ``columns`` to a row, one
+        legend for all (every series and reference line of any panel, in the order of the configuration's methods);
+        more than GRID_ROWS rows go on as further figures (id -2, -3, ...), each a page at most."""
         panels = [p for p in panels if p]
-        if not panels:
-            return
-        series: dict[str, dict] = {}
-        references: dict[str, dict] = {}
-        for p in panels:
-            series.update({s["name"]: s for s in p["series"]})
-            references.update({r["label"]: r for r in p.get("reference") or []})
-        ordered = sorted(series.values(), key=lambda s: s["index"])
-        entries = [s["text"] for s in ordered] + [r["text"] for r in references.values()]
-        self.specs.append(
-            {
-                "section": section,
-                "id": fid,
-                "kind": "grid",
-                "panels": panels,
-                "columns": 2,
-                "caption": _error_clause(caption, errors, panels),
-                "series": ordered,
-                "labels": [s["text"] for s in ordered],
-                "reference": list(references.values()),
-                "legend_name": "legend-" + re.sub("[^A-Za-z0-9]", "", fid),
-                "legend_columns": _legend_columns(entries),
-            }
-        )
+        per_figure = columns * GRID_ROWS
+        parts = [panels[i : i + per_figure] for i in range(0, len(panels), per_figure)]
+        for n, part in enumerate(parts, 1):
+            series: dict[str, dict] = {}
+            references: dict[str, dict] = {}
+            for p in part:
+                series.update({s["name"]: s for s in p["series"]})
+                references.update({r["label"]: r for r in p.get("reference") or []})
+            ordered = sorted(series.values(), key=lambda s: s["index"])
+            entries = [s["text"] for s in ordered] + [r["text"] for r in references.values()]
+            name = fid if n == 1 else f"{fid}-{n}"
+            self.specs.append(
+                {
+                    "section": section,
+                    "id": name,
+                    "kind": "grid",
+                    "panels": part,
+                    "columns": columns,
+                    "caption": _error_clause(
+                        caption + (f" Part {n} of {len(parts)}." if len(parts) > 1 else ""), errors, part
+                    ),
+                    "series": ordered,
+                    "labels": [s["text"] for s in ordered],
+                    "reference": list(references.values()),
+                    "legend_name": "legend-" + re.sub("[^A-Za-z0-9]", "", name),
+                    "legend_columns": _legend_columns(entries),
+                }
+            )
 
     def bars(
         self,
@@ -551,11 +557,13 @@ def budget_sweep(t: Tables, figs: Figures, data: dict[str, str]) -> dict:
     spec = spec.assign(join=_sweep_lines(spec))
     has_modes = _modes_table(spec, data)
     chain = low[low["algorithm"].isin([a.name for a in algorithms.REGISTRY.values() if a.reference])]
-    for name in spec["algorithm"].unique():
+    place = {m: i for i, m in enumerate(figs.methods)}  # algorithms in the order of their first configured method
+    first = spec["method"].map(lambda m: place.get(m, len(place))).groupby(spec["algorithm"]).min()
+    for name in first.sort_values(kind="stable").index:
         algorithm = algorithms.get(name)
         axis = SIZE_LABELS.get(algorithm.size or "", algorithm.size or "")  # one with sweep sizes has a size
         mine = spec[spec["algorithm"] == name]
-        shapes = {m: f"{m} ({mode})" for m, mode in zip(mine["method"], mine["tree_mode"])}
+        shapes = {m: _with_shape(m, mode) for m, mode in zip(mine["method"], mine["tree_mode"])}
         panels = []
         for tp in tps:
             for workload in summary["workload"].unique():
@@ -608,7 +616,7 @@ def _modes_table(spec: pd.DataFrame, data: dict[str, str]) -> bool:
         ["method", "algorithm", "tree_build", "sweep_size", "topk", "tree_mode", "tree_width", "verify_width"]
     ].sort_values(["algorithm", "sweep_size"])
     modes = modes.assign(
-        tree_build=modes["tree_build"].fillna("--"),
+        tree_build=modes["tree_build"].astype(object).fillna("--"),
         **{c: modes[c].astype("Int64") for c in ("sweep_size", "topk", "tree_width", "verify_width")},
     )
     return _table(modes, data, "modes.csv", ["method", "algorithm", "tree_build", "tree_mode"])
@@ -637,6 +645,12 @@ def legend_name(method: str, title: str) -> str:
     if plain == word:
         return title
     return method if plain.startswith(word) else f"{title} {method}"
+
+
+def _with_shape(method: str, mode) -> str:
+    """A method's legend entry in a sweep: its name and the shape it verifies ("ngram-d8 (tree)"), the name alone
+    where it says the shape already (eagle3-chain)."""
+    return method if str(mode).lower() in re.split("[^a-z0-9]+", method.lower()) else f"{method} ({mode})"
 
 
 def _sweep_lines(spec: pd.DataFrame) -> list[str]:
@@ -1216,7 +1230,8 @@ def plot_figures(data_json: str, out_dirs: dict[str, str]) -> None:
             fig = draw_figure(plt, spec, csv)
             if ctx["simulated"]:
                 fig.suptitle("SIMULATED BACKEND: not measured on GPUs", color="darkred", fontsize=10)
-            fig.tight_layout(rect=(0, 0.05 if spec["kind"] == "grid" else 0, 1, 1))  # a grid's legend below it
+            below = 0.45 / fig.get_figheight() if spec["kind"] == "grid" else 0  # a grid's legend, below its panels
+            fig.tight_layout(rect=(0, below, 1, 1))
             fig.savefig(Path(folder) / f"{spec['id']}.png", dpi=100)
             plt.close(fig)
 
