@@ -82,6 +82,18 @@ def series_style(index: int) -> dict:
     }
 
 
+# a horizontal reference line's style where it is no method's
+REFERENCE_STYLE = {
+    "color": "black",
+    "rgb": "#000000",
+    "mark": "none",
+    "marker": "",
+    "filled": False,
+    "dash": "dashed",
+    "linestyle": "--",
+}
+
+
 def method_style(name: str, methods: list[str]) -> dict:
     """A method's one style in every chart of a report (series_style): from its position in the configuration's
     method list (the report view's ``methods``, sweeps expanded), so that a method keeps its colour and mark whichever
@@ -91,11 +103,17 @@ def method_style(name: str, methods: list[str]) -> dict:
     return series_style(methods.index(name))
 
 
+def _drawn(values) -> pd.Series:
+    """The values a chart draws: numbers, neither missing nor infinite (a chart leaves a gap there)."""
+    numbers = pd.to_numeric(pd.Series(list(values), dtype=float), errors="coerce")
+    return numbers[numbers.abs() < math.inf]
+
+
 def log_scale(values, lows=()) -> bool:
     """Whether an axis showing these values is drawn on a log scale: the largest is more than LOG_SPAN times the
-    smallest, and every value and every error bar's lower end (``lows``) is positive."""
-    numbers = pd.to_numeric(pd.Series(list(values), dtype=float), errors="coerce").dropna()
-    ends = pd.to_numeric(pd.Series(list(lows), dtype=float), errors="coerce").dropna()
+    smallest, and every value and every error bar's lower end (``lows``) is positive (missing and infinite ones,
+    which a chart leaves out, aside)."""
+    numbers, ends = _drawn(values), _drawn(lows)
     if numbers.empty or (numbers <= 0).any() or (ends <= 0).any():
         return False
     return bool(numbers.max() > LOG_SPAN * numbers.min())
@@ -105,7 +123,7 @@ def log_ticks(values) -> list[float]:
     """Ticks of a log axis over these values: 1, 2 and 5 times the powers of ten from the last at or below the
     smallest value (where the axis starts) to the largest, or where that makes more than 8, 1 and 3 times them, or
     the powers alone."""
-    numbers = pd.to_numeric(pd.Series(list(values), dtype=float), errors="coerce").dropna()
+    numbers = _drawn(values)
     low, high = numbers.min(), numbers.max()
     decades = range(math.floor(math.log10(low)), math.floor(math.log10(high)) + 1)
     for steps in ((1, 2, 5), (1, 3), (1,)):
@@ -259,9 +277,9 @@ class Figures:
         """One figure of small multiples: ``panels`` (panel() specs; None ones left out) ``columns`` to a row, one
         legend for all (every series and reference line of any panel, in the order of the configuration's methods);
         more than GRID_ROWS rows go on as further figures (id -2, -3, ...), each a page at most."""
-        panels = [p for p in panels if p]
+        shown = [p for p in panels if p]
         per_figure = columns * GRID_ROWS
-        parts = [panels[i : i + per_figure] for i in range(0, len(panels), per_figure)]
+        parts = [shown[i : i + per_figure] for i in range(0, len(shown), per_figure)]
         for n, part in enumerate(parts, 1):
             series: dict[str, dict] = {}
             references: dict[str, dict] = {}
@@ -381,6 +399,8 @@ class Figures:
         name = f"{fid}.csv"
         self.data[name] = wide.to_csv(index=False, na_rep="nan")
         texts = [str((labels or {}).get(s, s)) for s in series]
+        if "reference" in extra:  # a line of no method's (a target, say) in black
+            extra["reference"] = [{**REFERENCE_STYLE, **r} for r in extra["reference"] or []]
         spec = {
             "id": fid,
             "kind": kind,
@@ -1272,7 +1292,7 @@ def _read_chart(text: str) -> pd.DataFrame:
     """A chart's CSV text as written (_spec): numbers, NaN as "nan", point labels (t<i>) as text."""
     header = text.split("\n", 1)[0].split(",")
     labels = {c: str for c in header if re.fullmatch(r"t\d+", c)}
-    return pd.read_csv(io.StringIO(text), dtype=labels, keep_default_na=False, na_values=["nan"])  # type: ignore[arg-type]
+    return pd.read_csv(io.StringIO(text), dtype=labels, keep_default_na=False, na_values=["nan"])
 
 
 def _plain(tex: str) -> str:

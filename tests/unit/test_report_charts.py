@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import io
 import json
+import math
 import re
 
 import matplotlib
@@ -150,6 +151,8 @@ def test_a_value_axis_is_logarithmic_where_values_span_more_than_ten_times_and_s
         tex = report.render_tex({**ctx, "figures": {**{k: [] for k in ctx["figures"]}, "concurrency": [spec]}})
         assert axis in tex
     assert report.log_ticks([0.8, 13]) == [0.5, 1, 2, 5, 10]  # the axis starts at a tick at or below the least
+    # an infinite value (1/TPOT of a cell whose TPOT read 0) is a gap in the chart, not the axis's end
+    assert report.log_scale([1.0, 50.0, math.inf]) and report.log_ticks([1.0, 50.0, math.inf])[-1] == 50
 
 
 def test_the_records_long_latencies_are_drawn_on_log_axes_and_no_axis_starts_below_zero(record):
