@@ -14,6 +14,7 @@ import math
 import re
 import shutil
 import subprocess
+import textwrap
 from dataclasses import dataclass
 from datetime import date
 from pathlib import Path
@@ -369,6 +370,7 @@ class Figures:
         front = frame[frame["on_frontier"]].sort_values(x) if "on_frontier" in frame else frame.iloc[0:0]
         columns["fx"], columns["fy"] = front[x].astype(float), front[y].astype(float)
         wide = pd.DataFrame({k: pd.Series(list(v), dtype=object if k[0] == "t" else float) for k, v in columns.items()})
+        logx, logy = log_scale(frame[x]), log_scale(frame[y])
         self._add(
             section,
             fid,
@@ -382,10 +384,10 @@ class Figures:
             series_col=series_col,
             joined=bool(path),
             point_labels=bool(point_label),
-            logx=log_scale(frame[x]),
-            logy=log_scale(frame[y]),
-            xticks=_ticks(frame[x]) if log_scale(frame[x]) else "",
-            yticks=_ticks(frame[y]) if log_scale(frame[y]) else "",
+            logx=logx,
+            logy=logy,
+            xticks=_ticks(frame[x]) if logx else "",
+            yticks=_ticks(frame[y]) if logy else "",
         )
 
     def _add(self, section, fid, kind, wide, x, xlabel, ylabel, caption, series, **extra):
@@ -572,7 +574,7 @@ def budget_sweep(t: Tables, figs: Figures, data: dict[str, str]) -> dict:
     its style, its legend entry naming the shape it verifies (a chain, or a tree), a grey line joining the sizes of
     one configuration, DFlash as the reference line of the others; and the table of what every speculative method
     verifies."""
-    summary, low, tps, lowest = t.summary, t.low, t.tps, t.lowest
+    low = t.low
     spec = low[low["algorithm"] != algorithms.BASELINE].dropna(subset=["sweep_size"])
     spec = spec.assign(join=_sweep_lines(spec))
     has_modes = _modes_table(spec, data)
@@ -580,53 +582,44 @@ def budget_sweep(t: Tables, figs: Figures, data: dict[str, str]) -> dict:
     place = {m: i for i, m in enumerate(figs.methods)}  # algorithms in the order of their first configured method
     first = spec["method"].map(lambda m: place.get(m, len(place))).groupby(spec["algorithm"]).min()
     for name in first.sort_values(kind="stable").index:
-        algorithm = algorithms.get(name)
-        axis = SIZE_LABELS.get(algorithm.size or "", algorithm.size or "")  # one with sweep sizes has a size
-        mine = spec[spec["algorithm"] == name]
-        shapes = {m: _with_shape(m, mode) for m, mode in zip(mine["method"], mine["tree_mode"])}
-        panels = []
-        for tp in tps:
-            for workload in summary["workload"].unique():
-                sub = mine[(mine["tp"] == tp) & (mine["workload"] == workload)]
-                if sub["sweep_size"].nunique() < 2:
-                    continue
-                c = (
-                    chain[(chain["tp"] == tp) & (chain["workload"] == workload)]
-                    if not algorithm.reference
-                    else chain[0:0]
-                )
-                where = dict(title=f"{tex_name(workload)}, TP {tp}", joins="join", labels=shapes, logx=True)
-                for metric, column, lo, hi, ylabel in (
-                    ("acceptance", "acceptance_length", None, None, "Acceptance length"),
-                    ("throughput", "output_throughput", "output_throughput_lo", "output_throughput_hi", "Tokens/s"),
-                ):
-                    panels.append(
-                        figs.panel(
-                            f"sweep-{name}-{metric}-{workload}-tp{tp}",
-                            sub,
-                            "sweep_size",
-                            column,
-                            lo,
-                            hi,
-                            axis,
-                            ylabel,
-                            reference=_references(c, column, figs),
-                            **where,
-                        )
-                    )
-        references = any(p and p["reference"] for p in panels)
-        figs.grid(
-            "budget",
-            f"sweep-{name}",
-            panels,
-            f"{algorithm.title}: acceptance length (tokens per round, left) and output throughput (tokens/s, right) "
-            f"against the {axis.lower()}, at concurrency {lowest}, a row per workload and TP size. Each point is one "
-            "method, in its colour and mark; the legend gives the shape it verifies (chain or tree, widths in the "
-            "table of modes); a grey line joins the sizes of one configuration"
-            + ("; dashed: DFlash (a linear chain)." if references else "."),
-            errors="95\\% CI (throughput)",
-        )
+        _sweep_figure(t, figs, algorithms.get(name), spec[spec["algorithm"] == name], chain)
     return {"has_modes": has_modes}
+
+
+def _sweep_figure(t: Tables, figs: Figures, algorithm, mine: pd.DataFrame, chain: pd.DataFrame) -> None:
+    """One algorithm's sweep figure (budget_sweep): two panels per workload and TP size where it was measured at two
+    or more sizes, acceptance length and throughput, against its size."""
+    axis = SIZE_LABELS.get(algorithm.size or "", algorithm.size or "")  # one with sweep sizes has a size
+    shapes = {m: _with_shape(m, mode) for m, mode in zip(mine["method"], mine["tree_mode"])}
+    panels = []
+    for tp in t.tps:
+        for workload in t.summary["workload"].unique():
+            sub = mine[(mine["tp"] == tp) & (mine["workload"] == workload)]
+            if sub["sweep_size"].nunique() < 2:
+                continue
+            c = chain[(chain["tp"] == tp) & (chain["workload"] == workload)] if not algorithm.reference else chain[0:0]
+            where = dict(title=f"{tex_name(workload)}, TP {tp}", joins="join", labels=shapes, logx=True)
+            for metric, column, lo, hi, ylabel in (
+                ("acceptance", "acceptance_length", None, None, "Acceptance length"),
+                ("throughput", "output_throughput", "output_throughput_lo", "output_throughput_hi", "Tokens/s"),
+            ):
+                fid = f"sweep-{algorithm.name}-{metric}-{workload}-tp{tp}"
+                references = _references(c, column, figs)
+                panels.append(
+                    figs.panel(fid, sub, "sweep_size", column, lo, hi, axis, ylabel, reference=references, **where)
+                )
+    dflash = any(p and p["reference"] for p in panels)
+    figs.grid(
+        "budget",
+        f"sweep-{algorithm.name}",
+        panels,
+        f"{algorithm.title}: acceptance length (tokens per round, left) and output throughput (tokens/s, right) "
+        f"against the {axis.lower()}, at concurrency {t.lowest}, a row per workload and TP size. Each point is one "
+        "method, in its colour and mark; the legend gives the shape it verifies (chain or tree, widths in the "
+        "table of modes); a grey line joins the sizes of one configuration"
+        + ("; dashed: DFlash (a linear chain)." if dflash else "."),
+        errors="95\\% CI (throughput)",
+    )
 
 
 def _modes_table(spec: pd.DataFrame, data: dict[str, str]) -> bool:
@@ -1268,7 +1261,7 @@ def draw_figure(plt, spec: dict, csv: dict[str, str]):
         _draw(ax, panel, _read_chart(csv[Path(panel["csv"]).name]))
         ax.set_xlabel(_plain(panel["xlabel"]) if n >= len(panels) - columns or spec["kind"] != "grid" else "")
         ax.set_ylabel(_plain(panel["ylabel"]))
-        ax.set_title(_plain(panel.get("title", "")), fontsize=9)
+        ax.set_title(textwrap.fill(_plain(panel.get("title", "")), 36), fontsize=9)  # a long name wraps
         ax.grid(alpha=0.3)
     for ax in axes[len(panels) :]:
         ax.set_visible(False)
@@ -1323,6 +1316,8 @@ def _draw(ax, spec: dict, data: pd.DataFrame) -> None:
     """One chart (or one panel of a grid) of a spec on a matplotlib axis, each series in its style (_mpl): lines with
     their error bars, joins and reference lines; bars; or points joined per series and labelled, over the Pareto
     frontier; log axes and axes from 0 as the spec says."""
+    from matplotlib.colors import to_rgba
+
     if spec["kind"] == "line":
         for j in spec.get("joins") or []:
             ax.plot(data[spec["x"]].where(data[j].notna()).dropna(), data[j].dropna(), color="0.6", linewidth=0.8)
@@ -1340,7 +1335,9 @@ def _draw(ax, spec: dict, data: pd.DataFrame) -> None:
         for i, s in enumerate(spec["series"]):
             err = [data[f"{s['col']}_minus"], data[f"{s['col']}_plus"]] if s["error_bars"] else None
             offset = (i - (len(spec["series"]) - 1) / 2) * width
-            ax.bar(data["x"] + offset, data[s["col"]], width, yerr=err, capsize=3, label=s["text"], color=s["rgb"])
+            face = to_rgba(s["rgb"], 0.6)  # as the PDF's bars: the colour at 60% over white, its edge at full
+            x = data["x"] + offset
+            ax.bar(x, data[s["col"]], width, yerr=err, capsize=3, label=s["text"], color=face, edgecolor=s["rgb"])
         ax.set_xticks(range(len(spec["xlabels"])), spec["xlabels"])
         if spec.get("baseline") is not None:
             ax.axhline(spec["baseline"], linestyle="--", color="black")
