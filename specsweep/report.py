@@ -178,7 +178,8 @@ def tex_name(text) -> str:
 def _wide(
     frame: pd.DataFrame, series: list[str], series_col: str, x: str, y: str, lo: str | None, hi: str | None
 ) -> pd.DataFrame:
-    """One row per x; per series i: s<i>, s<i>_plus, s<i>_minus (error bar lengths, 0 without a CI)."""
+    """One row per x; per series i: s<i>, s<i>_plus, s<i>_minus (error bar lengths; NaN where a point has no CI, so
+    that neither renderer draws a bar of no length there, which would read as an interval)."""
     out = pd.DataFrame({x: sorted(frame[x].dropna().unique())})
     twice = frame[frame.duplicated([series_col, x], keep=False)]
     if len(twice):  # a point is one measurement: never the mean of two methods or cells
@@ -190,8 +191,8 @@ def _wide(
         sub = frame[frame[series_col] == name].groupby(x)
         mean = sub[y].mean()
         out[f"s{i}"] = out[x].map(mean)
-        out[f"s{i}_plus"] = out[x].map(sub[hi].mean() - mean).clip(lower=0).fillna(0) if hi else 0.0
-        out[f"s{i}_minus"] = out[x].map(mean - sub[lo].mean()).clip(lower=0).fillna(0) if lo else 0.0
+        out[f"s{i}_plus"] = out[x].map(sub[hi].mean() - mean).clip(lower=0) if hi else float("nan")
+        out[f"s{i}_minus"] = out[x].map(mean - sub[lo].mean()).clip(lower=0) if lo else float("nan")
     return out
 
 
@@ -272,7 +273,7 @@ class Figures:
         spec = self._spec(
             fid, "line", wide, x, xlabel, ylabel, series, series_col, labels, logx=logx, reference=reference
         )
-        return {**spec, "title": title, "joins": [f"l{j}" for j in range(len(groups))]}
+        return {**spec, "title": title, "joins": [f"l{j}" for j in range(len(groups))], "intervals": bool(lo or hi)}
 
     def grid(self, section, fid, panels: list[dict | None], caption, errors=None, columns=2):
         """One figure of small multiples: ``panels`` (panel() specs; None ones left out) ``columns`` to a row, one
@@ -346,6 +347,7 @@ class Figures:
             series,
             series_col=series_col,
             errors=errors,
+            intervals=bool(lo or hi),
             xlabels=[str(v) for v in labels],
             baseline=baseline,
         )
@@ -419,9 +421,7 @@ class Figures:
                     "name": str(s),
                     "text": text,
                     "label": tex_escape(text),
-                    "error_bars": bool(
-                        f"s{i}_plus" in wide and (wide[f"s{i}_plus"].gt(0) | wide[f"s{i}_minus"].gt(0)).any()
-                    ),
+                    **_error_bars(wide, f"s{i}"),
                 }
                 for i, (s, text) in enumerate(zip(series, texts))
             ],
@@ -453,8 +453,11 @@ def _ticks(values) -> str:
 
 
 def _legend_columns(entries: list[str]) -> int:
-    """Legend columns across a chart: as many of the longest entry (with its mark) as fit, 1 to 4."""
-    return max(1, min(4, LEGEND_CHARACTERS // (max(map(len, entries), default=1) + 6)))
+    """Legend columns across a chart: as many of the longest entry (with its mark) as fit, 1 to 4, and no more than
+    its rows need (five entries in rows of 3 and 2, not 4 and 1)."""
+    fit = max(1, min(4, LEGEND_CHARACTERS // (max(map(len, entries), default=1) + 6)))
+    rows = -(-max(1, len(entries)) // fit)
+    return -(-max(1, len(entries)) // rows)
 
 
 def _path(frame: pd.DataFrame, path: list[str] | None) -> pd.DataFrame:
@@ -470,15 +473,28 @@ def _path(frame: pd.DataFrame, path: list[str] | None) -> pd.DataFrame:
     return pd.concat([p for part in parts for p in (part, gap)][:-1], ignore_index=True)
 
 
+def _error_bars(wide: pd.DataFrame, col: str) -> dict:
+    """Whether a series draws an error bar at any of its points (error_bars), and at every point it draws
+    (all_error_bars; a point without an interval has NaN lengths, _wide)."""
+    if f"{col}_plus" not in wide:
+        return {"error_bars": False, "all_error_bars": False}
+    plus, minus, shown = wide[f"{col}_plus"], wide[f"{col}_minus"], wide[col].notna()
+    return {
+        "error_bars": bool((plus.gt(0) | minus.gt(0)).any()),
+        "all_error_bars": bool((plus.notna() | minus.notna())[shown].all()),
+    }
+
+
 def _error_clause(caption: str, errors: str | None, specs: list[dict]) -> str:
     """A caption with what its error bars are (``errors``, e.g. "95\\% CI") where the chart draws any: "Error bars:
-    <errors>." where every series has one, "... where an interval exists" where only some do, and where none does,
+    <errors>." where every point has one, "... where an interval exists" where only some do, and where none does,
     that none is drawn and why: no cell had the sessions (or, for a percentile, the values beyond it) an interval
     needs."""
     if not errors:
         return caption
-    drawn = [s["error_bars"] for spec in specs for s in spec["series"]]
-    if all(drawn):
+    series = [s for spec in specs if spec.get("intervals", True) for s in spec["series"]]  # charts with intervals
+    drawn = [s["error_bars"] for s in series]
+    if all(s["error_bars"] and s["all_error_bars"] for s in series):
         return f"{caption} Error bars: {errors}."
     if any(drawn):
         return f"{caption} Error bars: {errors}, where an interval exists."
@@ -1317,6 +1333,7 @@ def _draw(ax, spec: dict, data: pd.DataFrame) -> None:
     their error bars, joins and reference lines; bars; or points joined per series and labelled, over the Pareto
     frontier; log axes and axes from 0 as the spec says."""
     from matplotlib.colors import to_rgba
+    from matplotlib.ticker import NullLocator
 
     if spec["kind"] == "line":
         for j in spec.get("joins") or []:
@@ -1328,8 +1345,8 @@ def _draw(ax, spec: dict, data: pd.DataFrame) -> None:
             ax.axhline(r["value"], label=r["text"], **_mpl(r, dashed=True))
         if spec.get("logx"):
             ax.set_xscale("log", base=2)
-            ax.set_xticks(data[spec["x"]], [f"{v:g}" for v in data[spec["x"]]])
-            ax.minorticks_off()
+        ax.set_xticks(data[spec["x"]], [f"{v:g}" for v in data[spec["x"]]])  # as the PDF: the values measured
+        ax.xaxis.set_minor_locator(NullLocator())
     elif spec["kind"] == "bar":
         width = 0.8 / max(1, len(spec["series"]))
         for i, s in enumerate(spec["series"]):

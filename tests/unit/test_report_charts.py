@@ -175,6 +175,13 @@ def test_a_caption_announces_error_bars_only_where_a_chart_draws_some(record):
         frames = [pd.read_csv(io.StringIO(csv[p["csv"].split("/")[-1]])) for p in spec.get("panels") or [spec]]
         any_bar = any((f.filter(regex="_(plus|minus)$").fillna(0) > 0).any().any() for f in frames)
         assert ("Error bars:" in spec["caption"]) == any_bar, (spec["id"], spec["caption"])
+        bare = [  # a point drawn without an interval, in a chart whose points have intervals
+            f[c].notna() & f[f"{c}_plus"].isna() & f[f"{c}_minus"].isna()
+            for f, p in zip(frames, spec.get("panels") or [spec])
+            if p.get("intervals")
+            for c in f.filter(regex=r"^s\d+$")
+        ]
+        assert ("where an interval exists" in spec["caption"]) == (any_bar and any(b.any() for b in bare)), spec["id"]
         assert "error bars: 95" not in spec["caption"].lower() or any_bar
         said[any_bar] += 1
         if not any_bar and spec["kind"] in ("line", "bar"):
@@ -247,3 +254,16 @@ def test_a_grid_of_many_rows_goes_on_as_further_figures():
     figs.grid("budget", "g", panels, "Cap.")
     assert [(s["id"], len(s["panels"])) for s in figs.specs] == [("g", 2 * report.GRID_ROWS), ("g-2", 2)]
     assert figs.specs[1]["caption"] == "Cap. Part 2 of 2."
+
+
+def test_a_caption_says_where_only_some_points_have_an_interval(tmp_path):
+    """The long workload's cells with too few sessions for an interval (as the default run's 8-session agent cells):
+    its bars carry no error bar, not one of no length, and the caption says bars are drawn where an interval exists."""
+    summary = pd.read_csv(RECORD / "summary.csv")
+    summary.loc[summary["workload"] == "long", ["speedup_lo", "speedup_hi"]] = float("nan")
+    ctx, csv = prepared(tables_of(summary, tmp_path))
+    speedup = next(s for s in every_spec(ctx) if s["id"] == "single-speedup-tp1")
+    assert speedup["caption"].endswith("Error bars: 95\\% paired-bootstrap CI, where an interval exists.")
+    data = pd.read_csv(io.StringIO(csv["single-speedup-tp1.csv"]))
+    assert speedup["xlabels"] == ["long", "short"]
+    assert data.filter(regex="_plus$").iloc[0].isna().all() and (data.filter(regex="_plus$").iloc[1] > 0).all()
