@@ -77,7 +77,12 @@ EXPECTED_TEXT = {
     ],
     "two-tp-budgets-agentic": ["Scaling efficiency", "Session completion time", "Prefix-cache hits per turn"],
     "no-ar": ["No AR baseline in this plan", "No comparison possible"],
-    "every-algorithm": ["What each speculative method verifies per round", "EAGLE-3, tree", "NGRAM, tree"],
+    "every-algorithm": [
+        "What each speculative method verifies per round",
+        "EAGLE-3: acceptance length",
+        "NGRAM: acceptance length",
+        "(tree)}",  # a sweep's legend names the shape each method verifies
+    ],
 }
 
 
@@ -140,7 +145,8 @@ def test_reduced_plans_compile_and_say_what_has_no_data(tmp_path, name):
         assert modes.loc[16, "tree_width"] == 2 and modes.loc[16, "verify_width"] == 17
         assert "What each speculative method verifies per round" in tex
         sweep = pd.read_csv(next((results / "report" / "data").glob("sweep-ddtree-throughput-*.csv")))
-        assert sweep.filter(like="s").shape[1] >= 2  # the chain and the tree are two marked series
+        assert sweep.filter(regex=r"^s\d+$").shape[1] >= 2  # the chain and the tree are two methods, each marked
+        assert tex.count("\\begin{groupplot}") == 1  # one figure of small multiples: a row per workload and TP
         every_table_number_comes_from_the_aggregated_csv(results, tex)
     if name == "every-algorithm":  # every section handles every algorithm of the registry
         data = results / "report" / "data"
