@@ -46,6 +46,8 @@ REPORT_SECTIONS = {
     "concurrency": "Concurrency",
     "agentic": "Agentic multi-turn",
 }
+# figures of a subsection: key -> the section that holds it (its HTML report category)
+REPORT_SUBSECTIONS = {"kinds": "single", "depth": "budget"}
 REPORT_DATA = f"{RESULTS}/report/data.json"
 PREDICTIONS = f"{RESULTS}/plan/predictions.csv"
 
