@@ -310,6 +310,13 @@ def _sessions_per_kind(rows: pd.DataFrame) -> str:
     return ", ".join(f"{kind} {int(n)}" for kind, n in rows.groupby("kind")["sessions"].max().items())
 
 
+def _in_method_order(frame: pd.DataFrame, methods: list[str], keys: list[str]) -> pd.DataFrame:
+    """The rows sorted by ``keys``, then by method in the configuration's order (``methods``)."""
+    rank = {m: i for i, m in enumerate(methods)}
+    ordered = frame.assign(_rank=frame["method"].map(lambda m: rank.get(m, len(rank))))
+    return ordered.sort_values([*keys, "_rank"], kind="stable").drop(columns="_rank")
+
+
 def _interval_text(lo, hi) -> str:
     """'[lo; hi]' to two decimals, or -- where there is no interval."""
     return "--" if pd.isna(lo) or pd.isna(hi) else f"[{lo:.2f}; {hi:.2f}]"
@@ -352,9 +359,11 @@ def content_kinds(t: Tables, figs: Figures, data: dict[str, str], tables_dir: st
                 f"sessions. Sessions per kind: {_sessions_per_kind(sub)}; {bars}; dashed line: no speedup.",
                 baseline=1,
             )
-    shown = low.assign(
-        speedup_ci=[_interval_text(lo, hi) for lo, hi in zip(low["speedup_lo"], low["speedup_hi"])]
-    ).sort_values(["tp", "workload", "kind"], kind="stable")
+    shown = _in_method_order(
+        low.assign(speedup_ci=[_interval_text(lo, hi) for lo, hi in zip(low["speedup_lo"], low["speedup_hi"])]),
+        figs.methods,
+        ["tp", "workload", "kind"],
+    )
     has_kinds = _table(
         shown[
             [
@@ -401,9 +410,8 @@ def acceptance_per_depth(t: Tables, figs: Figures, data: dict[str, str], tables_
     for tp in t.tps:
         for workload in whole["workload"].unique():
             sub = whole[(whole["tp"] == tp) & (whole["workload"] == workload)]
-            deepest = ", ".join(
-                f"{tex_name(m)} {int(d)}" for m, d in sub.groupby("method")["draft_depth"].first().items()
-            )
+            depths = _in_method_order(sub, figs.methods, []).groupby("method", sort=False)["draft_depth"].first()
+            deepest = ", ".join(f"{tex_name(m)} {int(d)}" for m, d in depths.items())
             figs.line(
                 "depth",
                 f"depth-acceptance-{workload}-tp{tp}",
@@ -419,7 +427,11 @@ def acceptance_per_depth(t: Tables, figs: Figures, data: dict[str, str], tables_
                 "server's rounds by drafts accepted, pooled over the cell's requests), to each method's deepest "
                 f"draft ({deepest}); the rates sum to the acceptance length less one.",
             )
-    kinds = reported[reported["workload"].isin(_mixed(reported)) & (reported["depth"] <= DEPTH_COLUMNS_SHOWN)]
+    kinds = _in_method_order(
+        reported[reported["workload"].isin(_mixed(reported)) & (reported["depth"] <= DEPTH_COLUMNS_SHOWN)],
+        figs.methods,
+        ["tp", "workload"],
+    )
     wide = kinds.pivot_table(
         index=["tp", "workload", "method", "kind"], columns="depth", values="acceptance", sort=False
     ).reset_index()
