@@ -710,6 +710,9 @@ def combine_kind_launches(kinds: pd.DataFrame) -> pd.DataFrame:
 
 
 ALL_KINDS = "(all)"  # the kind of acceptance_depth's rows over every session of a cell
+# why a speculative cell has no acceptance per depth: its requests say whether the client looked for the rounds
+NOT_REPORTED = "not reported by this build"
+NOT_RECORDED = "not recorded: its client did not read the rounds yet"
 DEPTH_COLUMNS = [
     "simulated",
     "tp",
@@ -726,6 +729,7 @@ DEPTH_COLUMNS = [
     "rounds",
     "requests_reported",
     "requests_completed",
+    "note",
 ]
 
 
@@ -734,8 +738,9 @@ def depth_rows(cells: dict[str, dict]) -> pd.DataFrame:
     (kind ALL_KINDS) and each content kind's, the rounds of its launches pooled: per depth d = 1 .. D, the
     acceptance rate at d (metrics.acceptance_by_depth to the method's draft_depth) and the conditional acceptance
     (metrics.conditional_acceptance), the verify rounds they rest on and the requests that reported them; where no
-    request reported its rounds (the build reports no spec_correct_drafts_histogram), one row without a depth,
-    ``reported`` false."""
+    request reported its rounds, one row without a depth, ``reported`` false and a ``note``: NOT_REPORTED (the
+    build reports no spec_correct_drafts_histogram) or NOT_RECORDED (a cell whose records have no such field: its
+    client predates reading it)."""
     groups: dict[tuple, list[dict]] = {}
     for cell in cells.values():
         c = cell["cell"]
@@ -763,7 +768,8 @@ def depth_rows(cells: dict[str, dict]) -> pd.DataFrame:
             }
             rates = acceptance_by_depth(mine, depth)
             if rates is None:
-                rows.append({**common, "reported": False})
+                looked = any("correct_drafts_histogram" in r for r in mine)
+                rows.append({**common, "reported": False, "note": NOT_REPORTED if looked else NOT_RECORDED})
                 continue
             rounds = sum(drafts_accepted(mine) or [])
             for d, (rate, conditional) in enumerate(zip(rates, conditional_acceptance(rates)), start=1):

@@ -23,7 +23,7 @@ import pandas as pd
 from . import algorithms
 from .cache import read_run_records
 from .canon import atomic_write_text
-from .aggregate import ALL_KINDS
+from .aggregate import ALL_KINDS, NOT_RECORDED, NOT_REPORTED
 from .layout import REPORT_SECTIONS as SECTIONS
 from .layout import REPORT_SUBSECTIONS as SUBSECTIONS
 from .metrics import BOOTSTRAP_RESAMPLES, MIN_SESSIONS, definitions, statistics
@@ -402,9 +402,13 @@ def acceptance_per_depth(t: Tables, figs: Figures, data: dict[str, str], tables_
     named."""
     depth = _aggregated(tables_dir, "acceptance_depth")
     if depth.empty:
-        return {"has_depth": False, "depth_unreported": ""}
+        return {"has_depth": False}
     low = depth[depth["concurrency"] == t.lowest]
-    unreported = sorted(set(low.loc[~low["reported"].astype(bool), "method"]))
+    silent = low[~low["reported"].astype(bool)]
+    unreported = {
+        note: ", ".join(tex_name(m) for m in sorted(set(silent.loc[silent["note"] == note, "method"])))
+        for note in (NOT_REPORTED, NOT_RECORDED)
+    }
     reported = low[low["reported"].astype(bool)]
     whole = reported[reported["kind"] == ALL_KINDS]
     for tp in t.tps:
@@ -438,12 +442,13 @@ def acceptance_per_depth(t: Tables, figs: Figures, data: dict[str, str], tables_
     wide.columns = [f"d{c}" if isinstance(c, (int, float)) else c for c in wide.columns]
     has_depth_kinds = _table(wide, data, "depth_kinds.csv", ["workload", "method", "kind"])
     return {
-        "has_depth": not reported.empty or bool(unreported),
+        "has_depth": not reported.empty or not silent.empty,
         "has_depth_kinds": has_depth_kinds,
         "depth_columns": [c for c in wide.columns if str(c).startswith("d") and str(c)[1:].isdigit()],
         "depth_cut": bool((reported["depth"] > DEPTH_COLUMNS_SHOWN).any()),
         "depth_shown": DEPTH_COLUMNS_SHOWN,
-        "depth_unreported": ", ".join(tex_name(m) for m in unreported),
+        "depth_unreported": unreported[NOT_REPORTED],
+        "depth_unrecorded": unreported[NOT_RECORDED],
     }
 
 
