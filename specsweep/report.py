@@ -322,6 +322,9 @@ def _interval_text(lo, hi) -> str:
     return "--" if pd.isna(lo) or pd.isna(hi) else f"[{lo:.2f}; {hi:.2f}]"
 
 
+KIND_TABLE = ["tp", "workload", "kind", "sessions", "method", "output_throughput", "speedup", "speedup_ci"]
+
+
 def content_kinds(t: Tables, figs: Figures, data: dict[str, str], tables_dir: str | Path) -> dict:
     """Section 2's subsection by content kind (results/kinds.csv) at the lowest concurrency, for every workload
     whose sessions mix kinds: a chart of each speculative method's speedup over AR per kind (its paired interval
@@ -335,52 +338,14 @@ def content_kinds(t: Tables, figs: Figures, data: dict[str, str], tables_dir: st
     low = low[low["workload"].isin(mixed)]
     for tp in t.tps:
         for workload in mixed:
-            sub = low[(low["tp"] == tp) & (low["workload"] == workload)]
-            spec = sub[sub["algorithm"] != algorithms.BASELINE]
-            bare = sorted(set(spec.loc[spec["speedup"].notna() & spec["speedup_lo"].isna(), "kind"]))
-            bars = (
-                "error bars: 95\\% paired-bootstrap CI over the kind's sessions"
-                + (f", none for {', '.join(bare)} (fewer than {MIN_SESSIONS} sessions)" if bare else "")
-                if len(bare) < spec["kind"].nunique()
-                else f"no error bars: every kind has fewer than {MIN_SESSIONS} sessions, too few for an interval"
-            )
-            figs.bars(
-                "kinds",
-                f"kinds-speedup-{workload}-tp{tp}",
-                spec,
-                "kind",
-                "speedup",
-                "speedup_lo",
-                "speedup_hi",
-                "Content kind",
-                "Speedup over AR",
-                f"Speedup over AR per content kind, workload {tex_name(workload)}, TP {tp}, concurrency {t.lowest}: "
-                "each kind's output tokens over the engine time charged to its sessions, against AR's on the same "
-                f"sessions. Sessions per kind: {_sessions_per_kind(sub)}; {bars}; dashed line: no speedup.",
-                baseline=1,
-            )
+            _kinds_chart(figs, low[(low["tp"] == tp) & (low["workload"] == workload)], workload, tp, t.lowest)
     shown = _in_method_order(
         low.assign(speedup_ci=[_interval_text(lo, hi) for lo, hi in zip(low["speedup_lo"], low["speedup_hi"])]),
         figs.methods,
         ["tp", "workload", "kind"],
     )
     has_kinds = _table(
-        shown[
-            [
-                "tp",
-                "workload",
-                "kind",
-                "sessions",
-                "method",
-                "output_throughput",
-                "speedup",
-                "speedup_ci",
-                "acceptance_length",
-            ]
-        ],
-        data,
-        "content_kinds.csv",
-        ["workload", "kind", "method"],
+        shown[[*KIND_TABLE, "acceptance_length"]], data, "content_kinds.csv", ["workload", "kind", "method"]
     )
     one_kind = [w for w in kinds["workload"].unique() if w not in mixed]
     return {
@@ -389,6 +354,34 @@ def content_kinds(t: Tables, figs: Figures, data: dict[str, str], tables_dir: st
             f"{tex_name(w)} ({', '.join(sorted(set(kinds.loc[kinds['workload'] == w, 'kind'])))})" for w in one_kind
         ),
     }
+
+
+def _kinds_chart(figs: Figures, sub: pd.DataFrame, workload: str, tp, lowest) -> None:
+    """One workload's and TP size's chart of speedup per content kind, its caption saying how many sessions each
+    kind has and for which kinds there is no interval (fewer than MIN_SESSIONS sessions)."""
+    spec = sub[sub["algorithm"] != algorithms.BASELINE]
+    bare = sorted(set(spec.loc[spec["speedup"].notna() & spec["speedup_lo"].isna(), "kind"]))
+    bars = (
+        "error bars: 95\\% paired-bootstrap CI over the kind's sessions"
+        + (f", none for {', '.join(bare)} (fewer than {MIN_SESSIONS} sessions)" if bare else "")
+        if len(bare) < spec["kind"].nunique()
+        else f"no error bars: every kind has fewer than {MIN_SESSIONS} sessions, too few for an interval"
+    )
+    figs.bars(
+        "kinds",
+        f"kinds-speedup-{workload}-tp{tp}",
+        spec,
+        "kind",
+        "speedup",
+        "speedup_lo",
+        "speedup_hi",
+        "Content kind",
+        "Speedup over AR",
+        f"Speedup over AR per content kind, workload {tex_name(workload)}, TP {tp}, concurrency {lowest}: each "
+        "kind's output tokens over the engine time charged to its sessions, against AR's on the same sessions. "
+        f"Sessions per kind: {_sessions_per_kind(sub)}; {bars}; dashed line: no speedup.",
+        baseline=1,
+    )
 
 
 DEPTH_COLUMNS_SHOWN = 8  # the per-kind table's depths (the rest are in results/acceptance_depth.csv)
