@@ -653,13 +653,13 @@ def kind_rows(cells: dict[str, dict]) -> pd.DataFrame:
         base = baselines.get(path)
         for kind in sorted({r["kind"] for r in records}):
             mine = of_kind(records, kind)
-            versus_ar = (
+            versus_ar: dict = (
                 speedup(records, cells[base]["requests"], windows[path], windows[base], kind=kind)
                 if base is not None
                 else {"speedup": None, "speedup_ci": None, "pairs": 0}
             )
-            ci = throughput_ci(records, windows[path], cell["seed"], kind=kind) or [None, None]
-            speedup_ci = versus_ar["speedup_ci"] or [None, None]
+            ci: list = throughput_ci(records, windows[path], cell["seed"], kind=kind) or [None, None]
+            speedup_ci: list = versus_ar["speedup_ci"] or [None, None]
             rows.append(
                 {
                     "simulated": cell["simulated"],
