@@ -208,6 +208,7 @@ def forced(cell: dict) -> list[float]:
 # rates its cells must give (None: the drafter's own acceptance, held to depth_invariants alone). One line a record.
 REAL_CELLS = [
     ("benchmarks/gpu/forced-2026-12-02/cells/tp1/eagle3-*/short/c*.json", forced),  # SGLang 0.5.16, EAGLE-3, H200
+    ("benchmarks/gpu/forced-moe-2026-12-02/cells/tp1/eagle3-*/*/c*.json", forced),  # the same on a MoE target
 ]
 
 
