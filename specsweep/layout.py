@@ -23,7 +23,19 @@ CELLS = f"{RESULTS}/cells"
 FAILED = f"{RESULTS}/failed"
 
 # the aggregated tables, each written as CSV and Parquet (see aggregate.write_tables)
-TABLES = ("summary", "combined", "requests", "turns", "best_budget", "break_even", "pareto", "engines", "engine_builds")
+TABLES = (
+    "summary",
+    "combined",
+    "requests",
+    "turns",
+    "best_budget",
+    "break_even",
+    "pareto",
+    "engines",
+    "engine_builds",
+    "kinds",
+    "acceptance_depth",
+)
 
 # report sections: key -> title (the PDF's sections and the HTML report's categories)
 REPORT_SECTIONS = {
@@ -34,6 +46,8 @@ REPORT_SECTIONS = {
     "concurrency": "Concurrency",
     "agentic": "Agentic multi-turn",
 }
+# figures of a subsection: key -> the section that holds it (its HTML report category)
+REPORT_SUBSECTIONS = {"kinds": "single", "depth": "budget"}
 REPORT_DATA = f"{RESULTS}/report/data.json"
 PREDICTIONS = f"{RESULTS}/plan/predictions.csv"
 

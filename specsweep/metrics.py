@@ -287,14 +287,18 @@ def _interval(boot: np.ndarray) -> list[float] | None:
     return [float(lo), float(hi)] if hi - lo > 1e-9 * max(abs(lo), abs(hi)) else None
 
 
-def throughput_ci(records: list[dict], window: list[float] | None = None, seed: int = 0) -> list[float] | None:
+def throughput_ci(
+    records: list[dict], window: list[float] | None = None, seed: int = 0, kind: str | None = None
+) -> list[float] | None:
     """95% CI of output throughput: bootstrap over sessions of sum(tokens*)/sum(seconds*) x sum(seconds)/window,
     with each session's tokens and the engine seconds charged to it inside the steady-state window (a session's
-    prefill stalls the whole batch and is charged to it); none below MIN_SESSIONS sessions."""
+    prefill stalls the whole batch and is charged to it); none below MIN_SESSIONS sessions.
+
+    With ``kind``: of that content kind's throughput (kind_throughput), over its sessions alone."""
     parts = _shares_and_scale(records, window) if records else None
     if parts is None:
         return None
-    shares = [v for v in parts[0].values() if v[1] > 0]
+    shares = [v for v in parts[0].values() if v[1] > 0 and (kind is None or v[2] == kind)]
     if len(shares) < MIN_SESSIONS:
         return None
     n = np.array([v[0] for v in shares], dtype=float)
@@ -302,6 +306,29 @@ def throughput_ci(records: list[dict], window: list[float] | None = None, seed: 
     scale = parts[1]
     w = _resample([v[2] for v in shares], seed)
     return _interval(w @ n / (w @ d) * scale)
+
+
+def kind_throughput(records: list[dict], kind: str, window: list[float] | None = None) -> float | None:
+    """Output throughput of a content kind = tokens its sessions received inside the steady-state window / engine
+    seconds charged to them there x the window's charged seconds per second (about 1): the rate at which the engine
+    delivered that kind's tokens while serving it; the kinds' rates weighted by their charged seconds give the
+    cell's throughput. None where its sessions received no tokens in the window.
+
+    The seconds are charged as throughput_ci charges them, over every request of the cell: a step that served
+    several kinds is shared among them. Records filtered by kind before charging would charge the steps that served
+    the other kinds to this one (at concurrency 1, each other request's whole time)."""
+    parts = _shares_and_scale(records, window) if records else None
+    if parts is None:
+        return None
+    shares = [v for v in parts[0].values() if v[2] == kind]
+    tokens, seconds = sum(v[0] for v in shares), sum(v[1] for v in shares)
+    return tokens / seconds * parts[1] if tokens > 0 and seconds > 0 else None
+
+
+def of_kind(records: list[dict], kind: str) -> list[dict]:
+    """The records of one content kind's sessions (for per-request measures: acceptance, latencies; never for
+    throughput or speedup, which charge engine time over every request: kind_throughput, speedup)."""
+    return [r for r in records if r["kind"] == kind]
 
 
 def acceptance_length(records: list[dict]) -> float | None:
@@ -325,22 +352,45 @@ def acceptance_length_sglang(records: list[dict]) -> float | None:
     return sum(r["output_tokens"] for r in ok) / verify if verify else None
 
 
-def acceptance_by_depth(records: list[dict]) -> list[float] | None:
-    """Acceptance at draft depth d (d = 1, 2, ...) = rounds that accepted at least d drafts / all verify rounds,
-    summed over the successful requests whose server reported its rounds by drafts accepted (SGLang's
-    spec_correct_drafts_histogram: h[k] rounds accepted k drafts, so depth d's share is sum(h[k], k >= d) / sum(h));
-    one value per depth up to the deepest accepted; None where no request carries the histogram. Their sum is the
-    mean drafts accepted a round (acceptance length less the target's own token)."""
+def drafts_accepted(records: list[dict]) -> list[int] | None:
+    """Verify rounds by drafts accepted, summed over the successful requests whose server reported them (SGLang's
+    spec_correct_drafts_histogram, spec_accept_histogram before 0.5.21: h[k] = rounds that accepted exactly k
+    drafts, the target's own token not counted); None where no request carries one (not reported by the build)."""
     total: list[int] = []
     for r in records:
         histogram = r.get("correct_drafts_histogram") if r["error"] is None else None
         for k, rounds in enumerate(histogram or ()):
             total.extend([0] * (k + 1 - len(total)))
             total[k] += rounds
-    rounds = sum(total)
-    if not rounds:
+    return total if sum(total) else None
+
+
+def acceptance_by_depth(records: list[dict], depth: int | None = None) -> list[float] | None:
+    """Acceptance rate at draft depth d (d = 1 .. D) = verify rounds that accepted at least d drafts / all verify
+    rounds = sum(h[k], k >= d) / sum(h), with h the rounds by drafts accepted (drafts_accepted); D = ``depth`` (the
+    method's draft_depth, the most drafts a round can accept: deeper than the deepest accepted, the rate is 0) or
+    the deepest accepted; None where no request carries the histogram (not reported by the build).
+
+    Unconditional, as vLLM exports per-position acceptance (vllm:spec_decode_num_accepted_tokens_per_pos /
+    vllm:spec_decode_num_drafts, vllm/v1/spec_decode/metrics.py): a draft at depth d counts only if every draft
+    before it was accepted, so the rates fall with d and their sum is the mean drafts accepted a round (acceptance
+    length less the target's own token); conditional_acceptance gives the drafter's accuracy at each depth it
+    reached. A round that drafted fewer than d tokens (a short n-gram match) counts as not accepting at d: the
+    histogram does not say how deep a round drafted."""
+    total = drafts_accepted(records)
+    if total is None:
         return None
-    return [sum(total[d:]) / rounds for d in range(1, len(total))]
+    rounds = sum(total)
+    deepest = max(len(total) - 1, depth or 0)
+    return [sum(total[d:]) / rounds for d in range(1, deepest + 1)]
+
+
+def conditional_acceptance(rates: list[float]) -> list[float | None]:
+    """Conditional acceptance at depth d = acceptance rate at d / that at d - 1 (1 before depth 1): among the rounds
+    that accepted d - 1 drafts, the share that accepted the d-th too, the drafter's accuracy at a depth it reached;
+    None where no round reached d - 1."""
+    before = [1.0, *rates[:-1]]
+    return [rate / reached if reached > 0 else None for rate, reached in zip(rates, before)]
 
 
 def length_mismatches(records: list[dict]) -> int:
@@ -633,6 +683,9 @@ def definitions() -> list[tuple[str, str]]:
         acceptance_length,
         acceptance_length_per_request,
         acceptance_length_sglang,
+        acceptance_by_depth,
+        conditional_acceptance,
+        kind_throughput,
         tokens_per_chunk,
         length_mismatches,
         acceptance_agreement,
@@ -661,12 +714,15 @@ def speedup(
     method_window: list[float] | None = None,
     ar_window: list[float] | None = None,
     seed: int = 0,
+    kind: str | None = None,
 ) -> dict:
     """Speedup = output throughput of the method / that of AR, both over the sessions the two cells share; 95% CI by
     paired bootstrap over those sessions (the same pairs as the estimate; none below MIN_SESSIONS pairs).
 
     Each side is sum(tokens)/sum(charged seconds) over the shared sessions inside its own steady-state window (see
-    throughput_ci); with every session in both cells this is each cell's own throughput.
+    throughput_ci); with every session in both cells this is each cell's own throughput. With ``kind``: over the
+    shared sessions of that content kind alone, each side's seconds still charged over every request of its cell
+    (kind_throughput), so that the speedup of a kind is the ratio of the two cells' kind_throughput.
     """
     if not method_records or not ar_records:
         return {"speedup": None, "speedup_ci": None, "pairs": 0}
@@ -674,7 +730,13 @@ def speedup(
     if method_side is None or ar_side is None:
         return {"speedup": None, "speedup_ci": None, "pairs": 0}
     sides = [method_side, ar_side]
-    common = [s for s in sides[0][0] if s in sides[1][0] and (sides[0][0][s][1] > 0 or sides[1][0][s][1] > 0)]
+    common = [
+        s
+        for s in sides[0][0]
+        if s in sides[1][0]
+        and (sides[0][0][s][1] > 0 or sides[1][0][s][1] > 0)
+        and (kind is None or sides[1][0][s][2] == kind)
+    ]
     arrays = []
     for shares, scale in sides:
         n = np.array([shares[s][0] for s in common], dtype=float)

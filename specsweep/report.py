@@ -25,7 +25,9 @@ import pandas as pd
 from . import algorithms
 from .cache import read_run_records
 from .canon import atomic_write_text
+from .aggregate import ALL_KINDS, NOT_RECORDED, NOT_REPORTED
 from .layout import REPORT_SECTIONS as SECTIONS
+from .layout import REPORT_SUBSECTIONS as SUBSECTIONS
 from .metrics import BOOTSTRAP_RESAMPLES, MIN_SESSIONS, definitions, statistics
 
 TEX_MISSING = (
@@ -583,6 +585,158 @@ def single_stream(t: Tables, figs: Figures) -> dict:
     return {}
 
 
+def _aggregated(tables_dir: str | Path, name: str) -> pd.DataFrame:
+    """An aggregated table (results/<name>.csv); empty where the results have none (aggregated by older code)."""
+    path = Path(tables_dir) / f"{name}.csv"
+    return pd.read_csv(path) if path.exists() and path.stat().st_size > 1 else pd.DataFrame()
+
+
+def _mixed(frame: pd.DataFrame) -> list:
+    """The workloads whose cells mix two or more content kinds, in the table's order."""
+    kinds = frame[frame["kind"] != ALL_KINDS].groupby("workload", sort=False)["kind"].nunique()
+    return [w for w, n in kinds.items() if n > 1]
+
+
+def _sessions_per_kind(rows: pd.DataFrame) -> str:
+    """'chat 8, code 8, ...': the sessions of each content kind in these rows (the most any method's cell had)."""
+    return ", ".join(f"{kind} {int(n)}" for kind, n in rows.groupby("kind")["sessions"].max().items())
+
+
+def _in_method_order(frame: pd.DataFrame, methods: list[str], keys: list[str]) -> pd.DataFrame:
+    """The rows sorted by ``keys``, then by method in the configuration's order (``methods``)."""
+    rank = {m: i for i, m in enumerate(methods)}
+    ordered = frame.assign(_rank=frame["method"].map(lambda m: rank.get(m, len(rank))))
+    return ordered.sort_values([*keys, "_rank"], kind="stable").drop(columns="_rank")
+
+
+def _interval_text(lo, hi) -> str:
+    """'[lo; hi]' to two decimals, or -- where there is no interval."""
+    return "--" if pd.isna(lo) or pd.isna(hi) else f"[{lo:.2f}; {hi:.2f}]"
+
+
+KIND_TABLE = ["tp", "workload", "kind", "sessions", "method", "output_throughput", "speedup", "speedup_ci"]
+
+
+def content_kinds(t: Tables, figs: Figures, data: dict[str, str], tables_dir: str | Path) -> dict:
+    """Section 2's subsection by content kind (results/kinds.csv) at the lowest concurrency, for every workload
+    whose sessions mix kinds: a chart of each speculative method's speedup over AR per kind (its paired interval
+    where the kind has MIN_SESSIONS sessions) per workload and TP size, and a table of each kind's throughput,
+    speedup with its interval and acceptance length, every method's."""
+    kinds = _aggregated(tables_dir, "kinds")
+    if kinds.empty:
+        return {"has_kinds": False}
+    low = kinds[kinds["concurrency"] == t.lowest]
+    mixed = _mixed(low)
+    low = low[low["workload"].isin(mixed)]
+    for tp in t.tps:
+        for workload in mixed:
+            _kinds_chart(figs, low[(low["tp"] == tp) & (low["workload"] == workload)], workload, tp, t.lowest)
+    shown = _in_method_order(
+        low.assign(speedup_ci=[_interval_text(lo, hi) for lo, hi in zip(low["speedup_lo"], low["speedup_hi"])]),
+        figs.methods,
+        ["tp", "workload", "kind"],
+    )
+    has_kinds = _table(
+        shown[[*KIND_TABLE, "acceptance_length"]], data, "content_kinds.csv", ["workload", "kind", "method"]
+    )
+    one_kind = [w for w in kinds["workload"].unique() if w not in mixed]
+    return {
+        "has_kinds": has_kinds,
+        "kinds_one": ", ".join(
+            f"{tex_name(w)} ({', '.join(sorted(set(kinds.loc[kinds['workload'] == w, 'kind'])))})" for w in one_kind
+        ),
+    }
+
+
+def _kinds_chart(figs: Figures, sub: pd.DataFrame, workload: str, tp, lowest) -> None:
+    """One workload's and TP size's chart of speedup per content kind, its caption saying how many sessions each
+    kind has and for which kinds there is no interval (fewer than MIN_SESSIONS sessions)."""
+    spec = sub[sub["algorithm"] != algorithms.BASELINE]
+    bare = sorted(set(spec.loc[spec["speedup"].notna() & spec["speedup_lo"].isna(), "kind"]))
+    bars = (
+        "error bars: 95\\% paired-bootstrap CI over the kind's sessions"
+        + (f", none for {', '.join(bare)} (fewer than {MIN_SESSIONS} sessions)" if bare else "")
+        if len(bare) < spec["kind"].nunique()
+        else f"no error bars: every kind has fewer than {MIN_SESSIONS} sessions, too few for an interval"
+    )
+    figs.bars(
+        "kinds",
+        f"kinds-speedup-{workload}-tp{tp}",
+        spec,
+        "kind",
+        "speedup",
+        "speedup_lo",
+        "speedup_hi",
+        "Content kind",
+        "Speedup over AR",
+        f"Speedup over AR per content kind, workload {tex_name(workload)}, TP {tp}, concurrency {lowest}: each "
+        "kind's output tokens over the engine time charged to its sessions, against AR's on the same sessions. "
+        f"Sessions per kind: {_sessions_per_kind(sub)}; {bars}; dashed line: no speedup.",
+        baseline=1,
+    )
+
+
+DEPTH_COLUMNS_SHOWN = 8  # the per-kind table's depths (the rest are in results/acceptance_depth.csv)
+
+
+def acceptance_per_depth(t: Tables, figs: Figures, data: dict[str, str], tables_dir: str | Path) -> dict:
+    """Section 3's subsection on acceptance per draft depth (results/acceptance_depth.csv) at the lowest
+    concurrency: a chart per workload and TP size of the acceptance rate against depth over all sessions, one line
+    per speculative method whose build reported its rounds, and a table of the rates per content kind (the first
+    DEPTH_COLUMNS_SHOWN depths) for the workloads that mix kinds; the methods whose build reported no rounds are
+    named."""
+    depth = _aggregated(tables_dir, "acceptance_depth")
+    if depth.empty:
+        return {"has_depth": False}
+    low = depth[depth["concurrency"] == t.lowest]
+    silent = low[~low["reported"].astype(bool)]
+    unreported = {
+        note: ", ".join(tex_name(m) for m in sorted(set(silent.loc[silent["note"] == note, "method"])))
+        for note in (NOT_REPORTED, NOT_RECORDED)
+    }
+    reported = low[low["reported"].astype(bool)]
+    whole = reported[reported["kind"] == ALL_KINDS]
+    for tp in t.tps:
+        for workload in whole["workload"].unique():
+            sub = whole[(whole["tp"] == tp) & (whole["workload"] == workload)]
+            depths = _in_method_order(sub, figs.methods, []).groupby("method", sort=False)["draft_depth"].first()
+            deepest = ", ".join(f"{tex_name(m)} {int(d)}" for m, d in depths.items())
+            figs.line(
+                "depth",
+                f"depth-acceptance-{workload}-tp{tp}",
+                sub,
+                "depth",
+                "acceptance",
+                None,
+                None,
+                "Draft depth $d$",
+                "Acceptance rate at depth $d$",
+                f"Acceptance rate at each draft depth $d$, workload {tex_name(workload)}, TP {tp}, concurrency "
+                f"{t.lowest}, all sessions: the share of verify rounds that accepted at least $d$ drafts (the "
+                "server's rounds by drafts accepted, pooled over the cell's requests), to each method's deepest "
+                f"draft ({deepest}); the rates sum to the acceptance length less one.",
+            )
+    kinds = _in_method_order(
+        reported[reported["workload"].isin(_mixed(reported)) & (reported["depth"] <= DEPTH_COLUMNS_SHOWN)],
+        figs.methods,
+        ["tp", "workload"],
+    )
+    wide = kinds.pivot_table(
+        index=["tp", "workload", "method", "kind"], columns="depth", values="acceptance", sort=False
+    ).reset_index()
+    wide.columns = [f"d{c}" if isinstance(c, (int, float)) else c for c in wide.columns]
+    has_depth_kinds = _table(wide, data, "depth_kinds.csv", ["workload", "method", "kind"])
+    return {
+        "has_depth": not reported.empty or not silent.empty,
+        "has_depth_kinds": has_depth_kinds,
+        "depth_columns": [c for c in wide.columns if str(c).startswith("d") and str(c)[1:].isdigit()],
+        "depth_cut": bool((reported["depth"] > DEPTH_COLUMNS_SHOWN).any()),
+        "depth_shown": DEPTH_COLUMNS_SHOWN,
+        "depth_unreported": unreported[NOT_REPORTED],
+        "depth_unrecorded": unreported[NOT_RECORDED],
+    }
+
+
 def budget_sweep(t: Tables, figs: Figures, data: dict[str, str]) -> dict:
     """Section 3: for every speculative algorithm measured at two or more settings of its size (the registry's
     ``size``: DDTree's budget, NGRAM's and draft models' num_draft_tokens, DFlash's block), one figure of small
@@ -1117,6 +1271,8 @@ def prepare(
         **concurrency(t, figs, data),
         **agentic(t, figs, data),
         **engines_section(tables_dir, data),
+        **content_kinds(t, figs, data, tables_dir),
+        **acceptance_per_depth(t, figs, data, tables_dir),
         **setup_tables(t, environment, view, simulated, data),
         **plan_against_runs(
             predictions
@@ -1126,7 +1282,7 @@ def prepare(
             data,
         ),
     }
-    by_section = {key: [s for s in figs.specs if s["section"] == key] for key in SECTIONS}
+    by_section = {key: [s for s in figs.specs if s["section"] == key] for key in [*SECTIONS, *SUBSECTIONS]}
     context = {
         **flags,
         "simulated": simulated,
@@ -1255,7 +1411,7 @@ def plot_figures(data_json: str, out_dirs: dict[str, str]) -> None:
     ctx, csv = read_report_data(data_json)
     for section, folder in out_dirs.items():
         Path(folder).mkdir(parents=True, exist_ok=True)
-        for spec in ctx["figures"][section]:
+        for spec in section_figures(ctx, section):
             fig = draw_figure(plt, spec, csv)
             if ctx["simulated"]:
                 fig.suptitle("SIMULATED BACKEND: not measured on GPUs", color="darkred", fontsize=10)
@@ -1263,6 +1419,13 @@ def plot_figures(data_json: str, out_dirs: dict[str, str]) -> None:
             fig.tight_layout(rect=(0, below, 1, 1))
             fig.savefig(Path(folder) / f"{spec['id']}.png", dpi=100)
             plt.close(fig)
+
+
+def section_figures(ctx: dict, section: str) -> list[dict]:
+    """A section's figures, then those of its subsections (layout.REPORT_SUBSECTIONS): what the HTML report shows
+    under its category."""
+    subsections = [key for key, parent in SUBSECTIONS.items() if parent == section]
+    return [spec for key in [section, *subsections] for spec in ctx["figures"].get(key, [])]
 
 
 def draw_figure(plt, spec: dict, csv: dict[str, str]):
