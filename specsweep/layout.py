@@ -23,7 +23,18 @@ CELLS = f"{RESULTS}/cells"
 FAILED = f"{RESULTS}/failed"
 
 # the aggregated tables, each written as CSV and Parquet (see aggregate.write_tables)
-TABLES = ("summary", "combined", "requests", "turns", "best_budget", "break_even", "pareto", "engines", "engine_builds")
+TABLES = (
+    "summary",
+    "combined",
+    "requests",
+    "turns",
+    "best_budget",
+    "break_even",
+    "pareto",
+    "engines",
+    "engine_builds",
+    "slo",
+)
 
 # report sections: key -> title (the PDF's sections and the HTML report's categories)
 REPORT_SECTIONS = {
@@ -32,6 +43,7 @@ REPORT_SECTIONS = {
     "budget": "Draft size sweeps",
     "tp": "Tensor parallelism",
     "concurrency": "Concurrency",
+    "slo": "Service-level objectives",
     "agentic": "Agentic multi-turn",
 }
 REPORT_DATA = f"{RESULTS}/report/data.json"
