@@ -14,7 +14,6 @@ and objective the highest concurrency measured at which it is met (capacity).
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import pandas as pd
@@ -235,8 +234,3 @@ def cell_states(combined: pd.DataFrame) -> dict[tuple, dict[str, str]]:
         }
         for row in combined.to_dict("records")
     }
-
-
-def share_percent(value) -> float:
-    """A share as a percentage (NaN where there is none), for charts."""
-    return math.nan if value is None or pd.isna(value) else 100.0 * float(value)
