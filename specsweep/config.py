@@ -202,6 +202,9 @@ def normalise(config: dict) -> dict:
     check_expanded_names(config)
     check_pass_env(config)
     check_slo(config)
+    config["slo"]["attainment"] = float(config["slo"]["attainment"])
+    for objective in config["slo"]["objectives"]:  # one spelling of a number, given or the default's
+        objective.update({k: float(v) for k, v in objective.items() if k.endswith("_ms")})
     config["adaptive"]["target"] = float(config["adaptive"]["target"])
     if config["adaptive"]["enabled"]:
         metric = config["adaptive"]["metric"]

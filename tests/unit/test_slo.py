@@ -4,6 +4,8 @@ mistakes named by their key."""
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -286,3 +288,18 @@ def test_a_bad_slo_is_refused_naming_its_key(section, message):
 
 def test_no_objective_is_allowed_and_judges_nothing():
     assert checked(with_slo({"objectives": []}))["slo"] == {"objectives": [], "attainment": 0.9}
+
+
+def test_an_objective_written_out_as_the_default_is_the_default():
+    # the aggregation job's params are the normalised block: writing the default out changes nothing it depends on
+    config = load_default_config()
+    config.pop("slo", None)
+    default = checked(config)["slo"]
+    written = {
+        "objectives": [
+            {"name": "interactive", "ttft_ms": 2000, "tpot_ms": 50},
+            {"name": "fast", "ttft_ms": 1000.0, "tpot_ms": 10},
+        ],
+        "attainment": 0.9,
+    }
+    assert json.dumps(checked(with_slo(written))["slo"]) == json.dumps(default)
