@@ -270,9 +270,10 @@ def summarise_cells(cells: dict[str, dict], thresholds: dict | None = None, slo:
     each is final, and with ``slo`` each objective's share, goodput and request goodput (slo.cell_measures; their
     states are slo.judge's)."""
     measures = {p: cell_measures(c) for p, c in cells.items()}
-    for path, cell in cells.items() if slo else ():
-        window = measures[path]["concurrency"]["window"]
-        measures[path]["slo"] = slo_measures(cell["requests"], slo, cell["cell"]["tp"], window, cell["seed"])
+    for path, cell in cells.items():
+        if slo is not None:
+            window = measures[path]["concurrency"]["window"]
+            measures[path]["slo"] = slo_measures(cell["requests"], slo, cell["cell"]["tp"], window, cell["seed"])
     ar = {
         (
             c["method"].get("engine"),

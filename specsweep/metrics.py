@@ -382,14 +382,16 @@ def slo_met(r: dict, targets: dict) -> bool:
     Judged per request, as SGLang's and vLLM's bench --goodput, GuideLLM, AIPerf and inference-perf judge it."""
     if r["error"] is not None or not r["chunk_times"]:
         return False
-    measured = {
+    measured: dict[str, float | None] = {
         "ttft_ms": ttft(r),
         "tpot_ms": tpot(r),
         "itl_ms": max(itl_per_token(r), default=None),
     }
-    return all(
-        measured[key] is None or measured[key] * 1000.0 <= limit for key, limit in targets.items() if limit is not None
-    )
+    for key, limit in targets.items():
+        value = measured[key]
+        if limit is not None and value is not None and value * 1000.0 > limit:
+            return False
+    return True
 
 
 def wilson_interval(share: float, n: float) -> list[float] | None:

@@ -601,12 +601,13 @@ def _slo_table(summary: pd.DataFrame, table: pd.DataFrame, methods: list[str], d
     table = table.assign(_rank=table["method"].map(lambda m: rank.get(m, len(rank))))
     table = table.sort_values(["tp", "workload", "slo", "_rank"], kind="stable")
     highest = []
-    for row in table.itertuples():
-        if pd.isna(row.highest_concurrency):
+    for row in table.to_dict("records"):
+        if pd.isna(row["highest_concurrency"]):
             highest.append("--")
         else:
-            top = int(row.highest_concurrency)
-            highest.append(f"$\\ge${top}" if top == tested.get((row.tp, row.workload, row.method)) else str(top))
+            top = int(row["highest_concurrency"])
+            every = top == tested.get((row["tp"], row["workload"], row["method"]))
+            highest.append(f"$\\ge${top}" if every else str(top))
     shown = pd.DataFrame(
         {
             "tp": table["tp"],

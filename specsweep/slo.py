@@ -125,11 +125,11 @@ def combined_columns(group: pd.DataFrame) -> dict:
         met = group[column(name, "met")].sum()
         share = met / sent if sent else None
         effective = float(group[column(name, "effective")].mean())
-        ci = wilson_interval(share, effective) if share is not None else None
+        wilson = wilson_interval(share, effective) if share is not None else None
         across = combine_launches(list(group[column(name, "share")]))["ci"]
-        if ci and across:
-            ci = [max(0.0, min(ci[0], across[0])), min(1.0, max(ci[1], across[1]))]
-        ci = ci or [None, None]
+        if wilson and across:
+            wilson = [max(0.0, min(wilson[0], across[0])), min(1.0, max(wilson[1], across[1]))]
+        ci: list = wilson or [None, None]
         goodput = combine_launches(list(group[column(name, "goodput")]))
         goodput_ci = goodput["ci"] or [None, None]
         out.update(

@@ -303,3 +303,43 @@ def test_an_objective_written_out_as_the_default_is_the_default():
         "attainment": 0.9,
     }
     assert json.dumps(checked(with_slo(written))["slo"]) == json.dumps(default)
+
+
+def test_the_report_section_tables_each_method_and_draws_only_what_is_not_all_met(tmp_path):
+    from specsweep.report import Figures, Tables, slo_section
+
+    slo = Slo((Objective("easy", ttft_ms=2000), Objective("hard", tpot_ms=10)), 0.9)
+    rows = []
+    for method, hard in (("ar", [0.99, 0.5, 0.2]), ("dflash", [1.0, 0.97, 0.96])):
+        for c, share in zip((1, 4, 16), hard):
+            lo, hi = (share - 0.05, min(1.0, share + 0.05)) if share < 1 else (0.943, 1.0)
+            rows.append(
+                {
+                    "tp": 1,
+                    "workload": "short",
+                    "method": method,
+                    "concurrency": c,
+                    "output_throughput_per_gpu": 100.0 * c,
+                    "simulated": True,
+                    **{column("easy", k): v for k, v in (("share", 1.0), ("share_lo", 0.943), ("share_hi", 1.0))},
+                    **{column("hard", k): v for k, v in (("share", share), ("share_lo", lo), ("share_hi", hi))},
+                    column("easy", "goodput_per_gpu"): 100.0 * c,
+                    column("hard", "goodput_per_gpu"): 100.0 * c * share,
+                }
+            )
+    combined = judge(pd.DataFrame(rows), slo)
+    capacity(combined, slo).to_csv(tmp_path / "slo.csv", index=False)
+    empty = pd.DataFrame()
+    data: dict = {}
+    figs = Figures(data, ["ar", "dflash"])
+    context = slo_section(Tables(combined, empty, empty, empty, empty), tmp_path, figs, data)
+    assert [spec["id"] for spec in figs.specs] == ["slo-hard-short-tp1"]  # easy: every request met it
+    assert context["slo_everyone"] == "\\texttt{easy} in short"
+    assert context["slo_attainment"] == "90" and context["slo_least_sessions"] == 35
+    shown = pd.read_csv(pd.io.common.StringIO(data["slo.csv"])).set_index(["slo", "method"])
+    assert shown.loc[("hard", "ar"), "highest"] == "1"  # met at 1 (0.94 and up), missed at 4 and 16
+    assert shown.loc[("hard", "ar"), "levels"] == "met at 1; missed at 4/\\allowbreak{}16"
+    assert shown.loc[("hard", "dflash"), "highest"] == "$\\ge$16"  # met at every concurrency measured
+    assert shown.loc[("easy", "ar"), "highest"] == "$\\ge$16"
+    spec = figs.specs[0]
+    assert [r["value"] for r in spec["reference"]] == [90.0]  # the attainment line, in percent
