@@ -375,8 +375,8 @@ wildcard_constraints:
 
 # Package code changes do not rerun rules by themselves; these digests do for
 # aggregation and the report (measurements are versioned by HARNESS_VERSION).
-AGGREGATE_CODE = package_digest("aggregate.py", "cells.py", "metrics.py", "algorithms.py", "ddtree.py")
-REPORT_CODE = package_digest("report.py", "cache.py", "metrics.py", "algorithms.py", "templates/report.tex.j2")
+AGGREGATE_CODE = package_digest("aggregate.py", "cells.py", "metrics.py", "slo.py", "algorithms.py", "ddtree.py")
+REPORT_CODE = package_digest("report.py", "cache.py", "metrics.py", "slo.py", "algorithms.py", "templates/report.tex.j2")
 # an environment record is probed again when the code that probes it changes (its identity, which every cell key
 # holds, is that code's account of the build)
 ENVIRONMENT_CODE = package_digest("environment.py")

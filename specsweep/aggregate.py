@@ -17,6 +17,9 @@ import pandas as pd
 from . import algorithms, engines
 from .cells import cell_problem, keyed_cells, unfinished
 from .server_job import ServerJob
+from .slo import Slo, capacity, combined_columns, judge
+from .slo import cell_columns as slo_columns
+from .slo import cell_measures as slo_measures
 from .canon import atomic_write_text
 from .metrics import (
     acceptance_by_depth,
@@ -170,6 +173,7 @@ def cell_row(
         "lossless_exact_rate": lossless.get("exact_match_rate", math.nan),
         "lossless_first_divergence_median": lossless.get("first_divergence_median", math.nan),
         "lossless_first_divergence_min": lossless.get("first_divergence_min", math.nan),
+        **slo_columns(m.get("slo") or {}),
         "cell_file": path,
     }
 
@@ -216,6 +220,7 @@ def combine_repetitions(summary: pd.DataFrame) -> pd.DataFrame:
             combined = combine_launches(list(group[col]))
             ci = combined["ci"] or [None, None]
             row.update({col: combined["mean"], lo: ci[0], hi: ci[1]})
+        row.update(combined_columns(group))
         if group["final"].notna().all():
             row["final"] = bool(group["final"].all())  # final only when every launch is
         row.update(repetition=None, launches=len(group), cell_file="; ".join(group["cell_file"]))
@@ -267,11 +272,16 @@ def verified_cells(
     return cells
 
 
-def summarise_cells(cells: dict[str, dict], thresholds: dict | None = None) -> pd.DataFrame:
+def summarise_cells(cells: dict[str, dict], thresholds: dict | None = None, slo: Slo | None = None) -> pd.DataFrame:
     """One row per cell ({cell file: cell JSON}), every metric computed from its records (cell_measures), with
-    speedup over AR at the same (engine, tp, workload, concurrency, repetition) and, with failure ``thresholds``,
-    whether each is final."""
+    speedup over AR at the same (engine, tp, workload, concurrency, repetition), with failure ``thresholds`` whether
+    each is final, and with ``slo`` each objective's share, goodput and request goodput (slo.cell_measures; their
+    states are slo.judge's)."""
     measures = {p: cell_measures(c) for p, c in cells.items()}
+    for path, cell in cells.items():
+        if slo is not None:
+            window = measures[path]["concurrency"]["window"]
+            measures[path]["slo"] = slo_measures(cell["requests"], slo, cell["cell"]["tp"], window, cell["seed"])
     baselines = ar_cells(cells)
     rows = []
     for path, cell in cells.items():
@@ -794,15 +804,18 @@ def write_tables(
     thresholds: dict | None = None,
     engine_order: list | None = None,
     environments: dict | None = None,
+    slo: Slo | None = None,
 ) -> dict[str, pd.DataFrame]:
     """All aggregated tables of these cells ({cell file: cell JSON}), each as CSV and Parquet in out_dir: summary
     (one row per launch of a cell), combined (repetitions combined), requests, turns, best_budget, break_even,
     pareto (the last three from combined), engines and engine_builds (engine_comparison, engine_builds, with the
     engines' environment records ``environments``; empty with one engine), kinds (per content kind: kind_rows,
-    launches combined) and acceptance_depth (depth_rows)."""
+    launches combined), acceptance_depth (depth_rows) and slo (slo.capacity: the highest concurrency meeting each of
+    the ``slo`` objectives, none without one)."""
     out_dir = Path(out_dir)
-    summary = summarise_cells(cells, thresholds)
-    combined = combine_repetitions(summary)
+    slo = slo or Slo((), 0.9)
+    summary = judge(summarise_cells(cells, thresholds, slo), slo)
+    combined = judge(combine_repetitions(summary), slo)
     requests = request_rows(cells)
     tables = {
         "summary": summary,
@@ -816,6 +829,7 @@ def write_tables(
         "engine_builds": engine_builds(cells, environments or {}, list(engine_order or [])),
         "kinds": combine_kind_launches(kind_rows(cells)),
         "acceptance_depth": depth_rows(cells),
+        "slo": capacity(combined, slo),
     }
     for name, frame in tables.items():
         atomic_write_text(out_dir / f"{name}.csv", frame.to_csv(index=False))

@@ -35,6 +35,7 @@ TABLES = (
     "engine_builds",
     "kinds",
     "acceptance_depth",
+    "slo",
 )
 
 # report sections: key -> title (the PDF's sections and the HTML report's categories)
@@ -44,6 +45,7 @@ REPORT_SECTIONS = {
     "budget": "Draft size sweeps",
     "tp": "Tensor parallelism",
     "concurrency": "Concurrency",
+    "slo": "Service-level objectives",
     "agentic": "Agentic multi-turn",
 }
 # figures of a subsection: key -> the section that holds it (its HTML report category)

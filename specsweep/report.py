@@ -28,7 +28,8 @@ from .canon import atomic_write_text
 from .aggregate import ALL_KINDS, NOT_RECORDED, NOT_REPORTED
 from .layout import REPORT_SECTIONS as SECTIONS
 from .layout import REPORT_SUBSECTIONS as SUBSECTIONS
-from .metrics import BOOTSTRAP_RESAMPLES, MIN_SESSIONS, definitions, statistics
+from .metrics import BOOTSTRAP_RESAMPLES, MIN_SESSIONS, Z_975, definitions, statistics
+from .slo import STATES
 
 TEX_MISSING = (
     "latexmk or pdflatex was not found. Install TeX Live: "
@@ -975,6 +976,126 @@ def _concurrency_charts(figs: Figures, sub: pd.DataFrame, workload: str, tp: int
     )
 
 
+def slo_section(t: Tables, tables_dir: str | Path, figs: Figures, data: dict[str, str]) -> dict:
+    """Section: service-level objectives (slo.csv, the summary's slo_<name>_* columns). Per objective, TP size and
+    workload, the share of requests meeting it against concurrency per method with its 95% interval and the
+    attainment as a dashed line; and the table of the highest concurrency at which each method meets each objective,
+    with its output throughput and goodput per GPU and its share there, and every level's state."""
+    path = Path(tables_dir) / "slo.csv"
+    table = pd.read_csv(path) if path.exists() and path.stat().st_size else pd.DataFrame()
+    if table.empty:
+        return {
+            "has_slo": False,
+            "slo_everyone": "",
+            "slo_objectives": [],
+            "slo_attainment": "",
+            "slo_least_sessions": 0,
+        }
+    attainment = float(table["attainment"].iloc[0])
+    objectives = list(dict.fromkeys(zip(table["slo"], table["targets"])))
+    everyone: dict[str, list[str]] = {}  # objective: the workloads (and TP sizes) where every request met it
+    for name, targets in objectives:
+        for tp in t.tps:
+            for workload in t.summary["workload"].unique():
+                if _slo_chart(figs, t.summary, name, targets, attainment, tp, workload) is False:
+                    where = tex_name(workload) + (f" at TP {tp}" if len(t.tps) > 1 else "")
+                    everyone.setdefault(tex_name(name), []).append(where)
+    _slo_table(t.summary, table, figs.methods, data)
+    return {
+        "has_slo": True,
+        "slo_everyone": "; ".join(f"\\texttt{{{name}}} in {', '.join(where)}" for name, where in everyone.items()),
+        "slo_objectives": [(tex_name(name), _slo_targets_tex(targets)) for name, targets in objectives],
+        "slo_attainment": f"{100 * attainment:g}",
+        "slo_least_sessions": math.ceil(Z_975**2 * attainment / (1 - attainment)) if attainment < 1 else 0,
+    }
+
+
+def _slo_targets_tex(targets: str) -> str:
+    """An objective's targets ("TTFT <= 2000 ms, TPOT <= 50 ms") for LaTeX."""
+    return tex_escape(targets).replace("<=", r"$\le$")
+
+
+def _slo_chart(
+    figs: Figures, summary: pd.DataFrame, name: str, targets: str, attainment: float, tp, workload
+) -> bool | None:
+    """One objective's share of requests meeting it against concurrency, one TP size and workload, per method;
+    False, and no chart, where every request of every cell met it (a chart of lines at 100%: the text says so);
+    None where there is no such cell."""
+    share = f"slo_{name}_share"
+    sub = summary[(summary["tp"] == tp) & (summary["workload"] == workload)]
+    if share not in summary or sub.empty:
+        return None
+    if (sub[share] == 1).all():
+        return False
+    sub = sub.assign(v=sub[share] * 100, lo=sub[f"{share}_lo"] * 100, hi=sub[f"{share}_hi"] * 100)
+    figs.line(
+        "slo",
+        f"slo-{name}-{workload}-tp{tp}",
+        sub,
+        "concurrency",
+        "v",
+        "lo",
+        "hi",
+        "Concurrency (requests in flight)",
+        "Requests meeting the SLO (\\%)",
+        f"Share of requests meeting SLO {tex_name(name)} ({_slo_targets_tex(targets)}; a failed request misses it) "
+        f"against concurrency, workload {tex_name(workload)}, TP {tp}; dashed line: the attainment, "
+        f"{100 * attainment:g}\\%: a point is met where the lower end of its interval lies at or above it.",
+        logx=True,
+        errors="95\\% Wilson interval at the effective number of requests",
+        reference=[
+            {
+                "label": f"attainment {100 * attainment:g}\\%",
+                "text": f"attainment {100 * attainment:g}%",
+                "value": 100 * attainment,
+            }
+        ],
+    )
+    return True
+
+
+def _slo_levels(levels: str) -> str:
+    """slo.csv's levels ("1 undecided; 4 undecided; 16 met") grouped by state: "met at 16; undecided at 1/4" (no
+    comma: the report's CSV files hold none in a field)."""
+    by_state: dict[str, list[str]] = {}
+    for level in str(levels).split("; "):
+        concurrency, _, state = level.partition(" ")
+        by_state.setdefault(state, []).append(concurrency)
+    return "; ".join(f"{state} at {'/'.join(by_state[state])}" for state in STATES if state in by_state)
+
+
+def _slo_table(summary: pd.DataFrame, table: pd.DataFrame, methods: list[str], data: dict[str, str]) -> None:
+    """slo.csv as the report prints it: the highest concurrency meeting each objective ("$\\ge$16" where that is the
+    highest measured: the method meets it at every load tried), throughput and goodput per GPU and the share with its
+    interval there, and the levels grouped by state."""
+    tested = summary.groupby(["tp", "workload", "method"])["concurrency"].max()
+    rank = {m: i for i, m in enumerate(methods)}
+    table = table.assign(_rank=table["method"].map(lambda m: rank.get(m, len(rank))))
+    table = table.sort_values(["tp", "workload", "slo", "_rank"], kind="stable")
+    highest = []
+    for row in table.to_dict("records"):
+        if pd.isna(row["highest_concurrency"]):
+            highest.append("--")
+        else:
+            top = int(row["highest_concurrency"])
+            every = top == tested.get((row["tp"], row["workload"], row["method"]))
+            highest.append(f"$\\ge${top}" if every else str(top))
+    shown = pd.DataFrame(
+        {
+            "tp": table["tp"],
+            "workload": table["workload"],
+            "slo": table["slo"],
+            "method": table["method"],
+            "highest": highest,
+            "throughput": table["output_throughput_per_gpu"],
+            "goodput": table["goodput_per_gpu"],
+            "share": [_with_interval(*values) for values in zip(table["share"], table["share_lo"], table["share_hi"])],
+            "levels": table["levels"].map(_slo_levels),
+        }
+    )
+    _table(shown, data, "slo.csv", ["workload", "slo", "method", "levels"])
+
+
 def _with_interval(ratio, lo, hi) -> str:
     """A ratio over its 95% interval as the engines table prints them (TeX, two lines in one cell, so that the table
     fits the page): "1.120" over "[1.080; 1.160]", [--] where it has no interval, -- where there is no ratio."""
@@ -1269,6 +1390,7 @@ def prepare(
         **budget_sweep(t, figs, data),
         **tensor_parallelism(t, figs, data),
         **concurrency(t, figs, data),
+        **slo_section(t, tables_dir, figs, data),
         **agentic(t, figs, data),
         **engines_section(tables_dir, data),
         **content_kinds(t, figs, data, tables_dir),
