@@ -20,7 +20,7 @@ The report is today's (report.prepare, the template), from a view made of the ce
 (view_of_record) in place of the configuration's (rules/common.smk report_view); every page set is stamped with
 the commit that rendered it (report.renderer_stamp).
 
-    python -m specsweep.archive RECORD [--out PDF] [--figures DIR]
+    python -m specsweep.archive RECORD [--out PDF] [--figures DIR] [--keep DIR]
     python -m specsweep.archive --all FOLDER     every record directly under FOLDER, each to its report.pdf
 """
 
@@ -60,7 +60,7 @@ SETTINGS_SCHEMA = {
         "methods": {
             "type": "array",
             "items": {"type": "string"},
-            "description": "the methods' order in tables and legends (default: AR, then in the order measured)",
+            "description": "the methods' order in tables and legends (default: by algorithm, AR first, then by name)",
         },
         "engines": {
             "type": "array",
@@ -178,17 +178,22 @@ def environments(record: Path, cells: dict[str, dict], settings: dict) -> tuple[
 
 def method_order(cells: dict[str, dict], settings: dict) -> list[str]:
     """The methods in tables and legends: record.yaml's ``methods`` (which must name exactly the cells' methods),
-    else AR's first, then the others in the order they were first measured (each cell's provenance.started_at)."""
-    first: dict[str, str] = {}
-    for cell in cells.values():
-        name = cell["cell"]["method"]
-        first[name] = min(first.get(name, cell["provenance"]["started_at"]), cell["provenance"]["started_at"])
+    else by algorithm in the registry's order (AR first), then by name with its numbers read as numbers (ngram-d8
+    before ngram-d32), as a configuration lists its methods and their sweeps."""
+    algorithm = {c["cell"]["method"]: c["method"]["algorithm"] for c in cells.values()}
     if settings.get("methods"):
-        if sorted(settings["methods"]) != sorted(first):
-            raise ArchiveError(f"{SETTINGS}: methods {settings['methods']} are not its cells' ({', '.join(first)})")
+        if sorted(settings["methods"]) != sorted(algorithm):
+            raise ArchiveError(
+                f"{SETTINGS}: methods {settings['methods']} are not its cells' methods ({', '.join(sorted(algorithm))})"
+            )
         return list(settings["methods"])
-    baseline = {c["cell"]["method"] for c in cells.values() if c["method"]["algorithm"] == algorithms.BASELINE}
-    return sorted(first, key=lambda m: (m not in baseline, first[m], m))
+    rank = {name: i for i, name in enumerate(algorithms.REGISTRY)}
+
+    def key(method: str) -> tuple:
+        parts = re.split(r"(\d+)", method)
+        return rank[algorithm[method]], [int(p) if p.isdigit() else p for p in parts]
+
+    return sorted(algorithm, key=key)
 
 
 def _distinct(values) -> list:
@@ -226,28 +231,29 @@ def view_of_record(record: Path, cells: dict[str, dict], settings: dict) -> dict
     }
 
 
-def render(record: Path, out_pdf: Path | None = None, figures: Path | None = None) -> Path:
+def render(record: Path, out_pdf: Path | None = None, figures: Path | None = None, work: Path | None = None) -> Path:
     """The record's report rendered by today's code into ``out_pdf`` (default: report.pdf in the record), and with
     ``figures`` every chart as a PNG there, one folder per section (as the workflow's report_figures draws them):
     verified cells (verified_cells), today's tables (aggregate.write_tables, under the default failure thresholds),
-    today's report data and template. Built in a temporary folder: the record gets the PDF alone."""
+    today's report data and template. Built in ``work`` (its tables, report/data.json, report.tex, data/ and the
+    LaTeX log report.log are kept there), else in a temporary folder: the record gets the PDF alone."""
     record = Path(record)
     settings = read_settings(record)
     cells = verified_cells(record, settings)
     order, envs = environments(record, cells, settings)
     view = view_of_record(record, cells, settings)
     out = Path(out_pdf) if out_pdf else record / "report.pdf"
-    with tempfile.TemporaryDirectory(prefix="specsweep-archive-") as work:
-        tables = Path(work) / "tables"
-        tables.mkdir()
-        write_tables(cells, tables, DEFAULT_FAILURES, order, envs)
-        context, csv = prepare(tables, envs[order[0] if order else None], view)
-        data = Path(work) / "report" / "data.json"
-        data.parent.mkdir()
+    with tempfile.TemporaryDirectory(prefix="specsweep-archive-") as temporary:
+        folder = Path(work) if work is not None else Path(temporary)
+        (folder / "tables").mkdir(parents=True, exist_ok=True)
+        (folder / "report").mkdir(exist_ok=True)
+        write_tables(cells, folder / "tables", DEFAULT_FAILURES, order, envs)
+        context, csv = prepare(folder / "tables", envs[order[0] if order else None], view)
+        data = folder / "report" / "data.json"
         write_data(context, csv, data)
-        build_report(str(data), str(data.parent / "report.pdf"), str(Path(work) / "latexmk.log"))
+        build_report(str(data), str(folder / "report" / "report.pdf"), str(folder / "report" / "latexmk.log"))
         out.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(data.parent / "report.pdf", out)
+        shutil.copyfile(folder / "report" / "report.pdf", out)
         if figures is not None:
             plot_figures(str(data), {section: str(Path(figures) / section) for section in REPORT_SECTIONS})
     return out
@@ -268,16 +274,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--all", type=Path, metavar="FOLDER", help="every record directly under FOLDER")
     parser.add_argument("--out", type=Path, help="the PDF (one record only; default: RECORD/report.pdf)")
     parser.add_argument("--figures", type=Path, help="also every chart as a PNG under this folder (one record only)")
+    parser.add_argument("--keep", type=Path, help="build in this folder and keep it: tables, report.tex, data/, logs")
     args = parser.parse_args(argv)
     records = list(args.records) + (records_under(args.all) if args.all else [])
     if not records:
         parser.error("name a record folder, or --all FOLDER")
-    if len(records) > 1 and (args.out or args.figures):
-        parser.error("--out and --figures take one record")
+    if len(records) > 1 and (args.out or args.figures or args.keep):
+        parser.error("--out, --figures and --keep take one record")
     failed = []
     for record in records:
         try:
-            print(f"{record}: {render(record, args.out, args.figures)}")
+            print(f"{record}: {render(record, args.out, args.figures, args.keep)}")
         except (ArchiveError, ReportError) as exc:
             failed.append(record)
             print(f"archive: {exc}", file=sys.stderr)

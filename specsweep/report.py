@@ -589,6 +589,8 @@ def engines_section(tables_dir: str | Path, data: dict[str, str]) -> dict:
         "engines_one_measurement": sum(isinstance(r, str) and r.startswith("one measurement") for r in frame["reason"]),
         "engine_notes": "; ".join(f"({i}) {tex_escape(r)}" for i, r in enumerate(reasons, 1)),
         "has_engine_builds": not builds.empty,
+        # each column's width, a share of the line: a long value (a wheel's digest) wraps within its column
+        "engine_builds_width": round(0.85 / max(1, len(builds.columns)), 3),
     }
 
 
@@ -779,7 +781,7 @@ def plan_against_runs(
 ) -> dict:
     """Appendix: each server's latest run (start to stop, from its run record) against the plan's start-up plus
     the cells that run measured (cells it found cached cost it nothing). Error = (predicted - measured) /
-    measured."""
+    measured. ``has_plan``: whether there are predictions at all (an archived record has none)."""
     predicted: dict[str, dict] = {}
     for r in predictions.to_dict("records"):
         plan = predicted.setdefault(r["server"], {"startup": 0.0, "cells": {}})
@@ -804,7 +806,7 @@ def plan_against_runs(
         "prediction.csv",
         ["server"],
     )
-    return {"has_prediction": has_prediction}
+    return {"has_prediction": has_prediction, "has_plan": not predictions.empty}
 
 
 def prepare(

@@ -155,7 +155,7 @@ LAYERS = {
         "calibration.run",
         "plan",
     ),
-    "reporting": ("report",),
+    "reporting": ("report", "archive"),
 }
 
 
