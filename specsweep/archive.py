@@ -17,8 +17,8 @@ record.yaml lists for their file (``digests``), computed by cells.content_digest
 today's code (aggregate.write_tables), which reads the fields older cells lack as absent.
 
 The report is today's (report.prepare, the template), from a view made of the cells and the environment record
-(view_of_record) in place of the configuration's (rules/common.smk report_view); every page set is stamped with
-the commit that rendered it (report.renderer_stamp).
+(view_of_record) in place of the configuration's (rules/common.smk report_view); its title page names the commit
+that rendered it (report.renderer_stamp), as every report's does.
 
     python -m specsweep.archive RECORD [--out PDF] [--figures DIR] [--keep DIR]
     python -m specsweep.archive --all FOLDER     every record directly under FOLDER, each to its report.pdf
@@ -212,7 +212,7 @@ def view_of_record(record: Path, cells: dict[str, dict], settings: dict) -> dict
     records = list(cells.values())
     started = sorted(c["provenance"]["started_at"][:10] for c in records)
     measured = started[0] if started[0] == started[-1] else f"{started[0]} to {started[-1]}"
-    loads = _distinct(c.get("load") or {} for c in records)
+    load_models = _distinct(c["load"]["model"] for c in records)
     simulated = any(c["simulated"] for c in records)
     return {
         "title": settings.get("title") or f"Record {record.resolve().name}",
@@ -221,7 +221,7 @@ def view_of_record(record: Path, cells: dict[str, dict], settings: dict) -> dict
         "model": "; ".join(_distinct(c["model"].get("name") or c["model"].get("path") for c in records)),
         "methods": method_order(cells, settings),
         "warmup": ", ".join(str(w) for w in sorted(_distinct(c["workload"]["warmup"] for c in records))),
-        "load_model": loads[0]["model"] if len(loads) == 1 else "mixed",
+        "load_model": load_models[0] if len(load_models) == 1 else "mixed",
         "sampling": "; ".join(_distinct(sampling_text(c["sampling"], c["load"]) for c in records)),
         "sim_profile": "as each cell records it (provenance.sim_profile)" if simulated else "",
         "plan_profile": "",
