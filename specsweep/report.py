@@ -22,7 +22,7 @@ from pathlib import Path
 import jinja2
 import pandas as pd
 
-from . import algorithms
+from . import __version__, algorithms
 from .cache import read_run_records
 from .canon import atomic_write_text
 from .aggregate import ALL_KINDS, NOT_RECORDED, NOT_REPORTED
@@ -141,6 +141,35 @@ def log_ticks(values) -> list[float]:
 
 class ReportError(RuntimeError):
     pass
+
+
+PACKAGE_DIR = Path(__file__).resolve().parent
+
+
+def renderer_stamp(package_dir: Path = PACKAGE_DIR) -> str:
+    """Which code rendered a report, as every PDF prints it: specsweep's version and the commit of the git checkout
+    the package is imported from (``git describe --always``), with "uncommitted changes" where the package's files
+    (specsweep/, its templates included) differ from that commit; the version alone, said so, where the package is
+    not a checkout's (an installed copy, or a tree copied without its history)."""
+
+    def git(*args: str) -> str | None:
+        try:
+            proc = subprocess.run(
+                ["git", "-C", str(package_dir.parent), *args], capture_output=True, text=True, timeout=30
+            )
+        except (OSError, subprocess.SubprocessError):
+            return None
+        return proc.stdout.strip() if proc.returncode == 0 else None
+
+    top = git("rev-parse", "--show-toplevel")
+    if top is None or Path(top).resolve() != package_dir.parent.resolve():  # e.g. a copy inside another repository
+        return f"specsweep {__version__} (not a git checkout: commit unknown)"
+    commit = git("describe", "--always", "--abbrev=12")
+    dirty = git("status", "--porcelain", "--", package_dir.name)
+    stamp = f"specsweep {__version__}, commit {commit}"
+    if dirty is None:
+        return f"{stamp} (whether it has uncommitted changes is unknown)"
+    return f"{stamp} with uncommitted changes" if dirty else stamp
 
 
 TEX_SPECIAL = {
@@ -1153,6 +1182,8 @@ def engines_section(tables_dir: str | Path, data: dict[str, str]) -> dict:
         "engines_one_measurement": sum(isinstance(r, str) and r.startswith("one measurement") for r in frame["reason"]),
         "engine_notes": "; ".join(f"({i}) {tex_escape(r)}" for i, r in enumerate(reasons, 1)),
         "has_engine_builds": not builds.empty,
+        # each column's width, a share of the line: a long value (a wheel's digest) wraps within its column
+        "engine_builds_width": round(0.85 / max(1, len(builds.columns)), 3),
     }
 
 
@@ -1343,7 +1374,7 @@ def plan_against_runs(
 ) -> dict:
     """Appendix: each server's latest run (start to stop, from its run record) against the plan's start-up plus
     the cells that run measured (cells it found cached cost it nothing). Error = (predicted - measured) /
-    measured."""
+    measured. ``has_plan``: whether there are predictions at all (an archived record has none)."""
     predicted: dict[str, dict] = {}
     for r in predictions.to_dict("records"):
         plan = predicted.setdefault(r["server"], {"startup": 0.0, "cells": {}})
@@ -1368,7 +1399,7 @@ def plan_against_runs(
         "prediction.csv",
         ["server"],
     )
-    return {"has_prediction": has_prediction}
+    return {"has_prediction": has_prediction, "has_plan": not predictions.empty}
 
 
 def prepare(
@@ -1413,7 +1444,7 @@ def prepare(
         "figures": by_section,
         "title": tex_escape(view["title"]),
         "author": tex_escape(view["author"]),
-        "date": date.today().isoformat(),
+        "date": tex_escape(view.get("date") or date.today().isoformat()),
         "model": tex_name(view["model"]),
         "backend": tex_escape(environment["backend"]),
         "sim_profile": tex_escape(view.get("sim_profile", "")),
@@ -1458,6 +1489,11 @@ def write_report_data(
     name: text} for every chart and table}. Written atomically."""
     environment = json.loads(Path(environment_json).read_text())
     ctx, csv = prepare(tables_dir, environment, view, pd.read_csv(predictions_csv), read_run_records(run_records))
+    write_data(ctx, csv, out_json)
+
+
+def write_data(ctx: dict, csv: dict[str, str], out_json: str | Path) -> None:
+    """The report's data file: {"context": the template's context, "csv": {file name: text}}, written atomically."""
     atomic_write_text(out_json, json.dumps({"context": ctx, "csv": csv}))
 
 
@@ -1516,7 +1552,7 @@ def build_report(data_json: str, out_pdf: str, log_path: str | None = None) -> N
     for name, text in csv.items():
         (folder / name).write_text(text)
     tex = out.with_suffix(".tex")
-    tex.write_text(render_tex(ctx))
+    tex.write_text(render_tex({**ctx, "renderer": tex_escape(renderer_stamp())}))  # the code rendering it now
     pdf = compile_pdf(tex, Path(log_path) if log_path else None)
     if pdf != out:
         shutil.move(pdf, out)

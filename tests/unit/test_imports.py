@@ -156,7 +156,7 @@ LAYERS = {
         "calibration.run",
         "plan",
     ),
-    "reporting": ("report",),
+    "reporting": ("report", "archive"),
 }
 
 

@@ -9,7 +9,16 @@ import re
 import pandas as pd
 import pytest
 
-from conftest import PLUMBING_CLOCK, copy_workflow, load_default_config, server_processes_under, snakemake, write_config
+from conftest import (
+    PLUMBING_CLOCK,
+    assert_stamped,
+    copy_workflow,
+    load_default_config,
+    pdf_text,
+    server_processes_under,
+    snakemake,
+    write_config,
+)
 from specsweep.report import tex_name
 
 
@@ -125,6 +134,7 @@ def test_reduced_plans_compile_and_say_what_has_no_data(tmp_path, name):
     results = reduced_plan(tmp_path, name)
     pdf = results / "report" / "report.pdf"
     assert pdf.read_bytes().startswith(b"%PDF")
+    assert_stamped(pdf_text(pdf))  # the commit of the code that rendered it
     tex = (results / "report" / "report.tex").read_text()
     for text in EXPECTED_TEXT[name]:
         assert text in tex, text
