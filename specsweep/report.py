@@ -1504,6 +1504,7 @@ def read_report_data(data_json: str | Path) -> tuple[dict, dict[str, str]]:
 
 
 def render_tex(ctx: dict) -> str:
+    """The report's LaTeX from its context, stamped with the code rendering it now (renderer_stamp)."""
     env = jinja2.Environment(
         loader=jinja2.PackageLoader("specsweep", "templates"),
         block_start_string=r"\BLOCK{",
@@ -1518,7 +1519,7 @@ def render_tex(ctx: dict) -> str:
         undefined=jinja2.StrictUndefined,
     )
     env.globals["palette"] = PALETTE  # the methods' colours, defined once in the preamble
-    return env.get_template("report.tex.j2").render(**ctx)
+    return env.get_template("report.tex.j2").render(**{"renderer": tex_escape(renderer_stamp()), **ctx})
 
 
 def compile_pdf(tex_path: Path, log_path: Path | None = None) -> Path:
@@ -1552,7 +1553,7 @@ def build_report(data_json: str, out_pdf: str, log_path: str | None = None) -> N
     for name, text in csv.items():
         (folder / name).write_text(text)
     tex = out.with_suffix(".tex")
-    tex.write_text(render_tex({**ctx, "renderer": tex_escape(renderer_stamp())}))  # the code rendering it now
+    tex.write_text(render_tex(ctx))
     pdf = compile_pdf(tex, Path(log_path) if log_path else None)
     if pdf != out:
         shutil.move(pdf, out)
@@ -1631,7 +1632,8 @@ def _plain(tex: str) -> str:
 
 
 def _proxy(style: dict, dashed: bool = False):
-    """A legend handle in a series' style."""
+    """A legend handle in a series' style. Imported here: matplotlib.lines (heavy, needed by the figures job
+    alone; plot_figures chose its backend)."""
     from matplotlib.lines import Line2D
 
     return Line2D([], [], **_mpl(style, dashed))
@@ -1652,7 +1654,8 @@ def _mpl(style: dict, dashed: bool = False) -> dict:
 def _draw(ax, spec: dict, data: pd.DataFrame) -> None:
     """One chart (or one panel of a grid) of a spec on a matplotlib axis, each series in its style (_mpl): lines with
     their error bars, joins and reference lines; bars; or points joined per series and labelled, over the Pareto
-    frontier; log axes and axes from 0 as the spec says."""
+    frontier; log axes and axes from 0 as the spec says. Imported here: matplotlib.colors and matplotlib.ticker
+    (heavy, needed by the figures job alone; plot_figures chose its backend)."""
     from matplotlib.colors import to_rgba
     from matplotlib.ticker import NullLocator
 
@@ -1703,7 +1706,8 @@ def _draw_scatter(ax, spec: dict, data: pd.DataFrame) -> None:
 
 
 def _scales(ax, spec: dict) -> None:
-    """A chart's y axis (and a scatter's x axis) as the spec chose: log, or linear from 0."""
+    """A chart's y axis (and a scatter's x axis) as the spec chose: log, or linear from 0. Imported here:
+    matplotlib.ticker (heavy, needed by the figures job alone; plot_figures chose its backend)."""
     from matplotlib.ticker import FuncFormatter, NullFormatter
 
     plain = FuncFormatter(lambda v, _: f"{v:g}")
