@@ -754,7 +754,8 @@ def acceptance_per_depth(t: Tables, figs: Figures, data: dict[str, str], tables_
     wide = kinds.pivot_table(
         index=["tp", "workload", "method", "kind"], columns="depth", values="acceptance", sort=False
     ).reset_index()
-    wide.columns = [f"d{c}" if isinstance(c, (int, float)) else c for c in wide.columns]
+    # a depth read as a float (a table whose unreported rows have none) is named as the integer it is
+    wide.columns = [f"d{int(c)}" if isinstance(c, (int, float)) else c for c in wide.columns]
     has_depth_kinds = _table(wide, data, "depth_kinds.csv", ["workload", "method", "kind"])
     return {
         "has_depth": not reported.empty or not silent.empty,

@@ -209,6 +209,8 @@ def forced(cell: dict) -> list[float]:
 REAL_CELLS = [
     ("benchmarks/gpu/forced-2026-12-02/cells/tp1/eagle3-*/short/c*.json", forced),  # SGLang 0.5.16, EAGLE-3, H200
     ("benchmarks/gpu/forced-moe-2026-12-02/cells/tp1/eagle3-*/*/c*.json", forced),  # the same on a MoE target
+    # SGLang 0.5.16's NGRAM (8 draft tokens) on the H200, acceptance its own: a random model's looping output
+    ("benchmarks/gpu/spec-2026-12-02/cells/tp1/ngram-d8/*/c*.json", None),
 ]
 
 
