@@ -27,6 +27,8 @@ rule aggregate:
             by="server job",
         ),
         failures=canonical_json(CONFIG["failures"]),
+        # analysis only, in no cell's key: an edit aggregates again and measures nothing
+        slo=canonical_json(CONFIG["slo"]),
         engines=canonical_json(engines.names(CONFIG)),
         code=AGGREGATE_CODE,
     log:

@@ -16,6 +16,7 @@ from specsweep import gpus as ss_gpus
 from specsweep.calibration import choose as ss_choose
 from specsweep.coerce import coerce_to_schema
 from specsweep.methods import expand_methods
+from specsweep.sections import sampling_text
 from specsweep.canon import canonical_json, package_digest
 
 with open(workflow.source_path("../config/schema.yaml")) as _schema_file:
@@ -355,9 +356,7 @@ def report_view():
         "methods": [m.name for m in expand_methods(CONFIG)],
         "warmup": CONFIG["warmup"],
         "load_model": CONFIG["load"]["model"],
-        "sampling": f"temperature {CONFIG['sampling']['temperature']:g}, top-p {CONFIG['sampling']['top_p']:g}, "
-        f"thinking {'on' if CONFIG['sampling']['thinking'] else 'off'}, load {CONFIG['load']['model']}, "
-        f"protocol {CONFIG['load']['protocol']}",
+        "sampling": sampling_text(CONFIG["sampling"], CONFIG["load"]),
         "sim_profile": sim_profile_text() if CONFIG["backend"] == "sim" else "",
         "plan_profile": plan_profile_text(),
         "cost_model": ss_choose.labels(CONFIG),
@@ -375,12 +374,15 @@ wildcard_constraints:
 
 # Package code changes do not rerun rules by themselves; these digests do for
 # aggregation and the report (measurements are versioned by HARNESS_VERSION).
-AGGREGATE_CODE = package_digest("aggregate.py", "verdict.py", "cells.py", "metrics.py", "algorithms.py", "ddtree.py")
+AGGREGATE_CODE = package_digest(
+    "aggregate.py", "verdict.py", "cells.py", "metrics.py", "slo.py", "algorithms.py", "ddtree.py"
+)
 REPORT_CODE = package_digest(
     "report.py",
     "verdict.py",
     "cache.py",
     "metrics.py",
+    "slo.py",
     "algorithms.py",
     "templates/report.tex.j2",
     "templates/verdict.tex.j2",

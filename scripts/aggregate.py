@@ -9,6 +9,7 @@ from pathlib import Path
 from specsweep import ddtree
 from specsweep.aggregate import AggregateError, verified_cells, write_tables
 from specsweep.server_job import ServerJob
+from specsweep.slo import Slo
 
 ddtree.define(snakemake.config.get("ddtree_builds"))  # the configuration's own DDTree builds, by name
 
@@ -23,4 +24,5 @@ try:
     cells = verified_cells(list(snakemake.input.cells), jobs, identity, failures)
 except AggregateError as exc:
     sys.exit(f"aggregate: {exc}")
-write_tables(cells, Path(snakemake.output.summary).parent, failures, engines, environments)
+slo = Slo.from_config(json.loads(snakemake.params.slo))
+write_tables(cells, Path(snakemake.output.summary).parent, failures, engines, environments, slo)

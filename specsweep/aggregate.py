@@ -17,15 +17,26 @@ import pandas as pd
 from . import algorithms, engines, verdict
 from .cells import cell_problem, keyed_cells, unfinished
 from .server_job import ServerJob
+from .slo import Slo, capacity, combined_columns, judge
+from .slo import cell_columns as slo_columns
+from .slo import cell_measures as slo_measures
 from .canon import atomic_write_text
 from .metrics import (
+    acceptance_by_depth,
+    acceptance_length,
     cell_measures,
     combine_launches,
+    concurrency_report,
+    conditional_acceptance,
+    drafts_accepted,
     e2e,
+    kind_throughput,
     losslessness,
     median_ratio,
+    of_kind,
     queue_delay,
     speedup,
+    throughput_ci,
     tpot,
     ttft,
     user_ttft,
@@ -173,6 +184,7 @@ def cell_row(
         "lossless_exact_rate": lossless.get("exact_match_rate", math.nan),
         "lossless_first_divergence_median": lossless.get("first_divergence_median", math.nan),
         "lossless_first_divergence_min": lossless.get("first_divergence_min", math.nan),
+        **slo_columns(m.get("slo") or {}),
         "cell_file": path,
     }
 
@@ -219,6 +231,7 @@ def combine_repetitions(summary: pd.DataFrame) -> pd.DataFrame:
             combined = combine_launches(list(group[col]))
             ci = combined["ci"] or [None, None]
             row.update({col: combined["mean"], lo: ci[0], hi: ci[1]})
+        row.update(combined_columns(group))
         if group["final"].notna().all():
             row["final"] = bool(group["final"].all())  # final only when every launch is
         row.update(repetition=None, launches=len(group), cell_file="; ".join(group["cell_file"]))
@@ -270,26 +283,20 @@ def verified_cells(
     return cells
 
 
-def summarise_cells(cells: dict[str, dict], thresholds: dict | None = None) -> pd.DataFrame:
+def summarise_cells(cells: dict[str, dict], thresholds: dict | None = None, slo: Slo | None = None) -> pd.DataFrame:
     """One row per cell ({cell file: cell JSON}), every metric computed from its records (cell_measures), with
-    speedup over AR at the same (engine, tp, workload, concurrency, repetition) and, with failure ``thresholds``,
-    whether each is final."""
+    speedup over AR at the same (engine, tp, workload, concurrency, repetition), with failure ``thresholds`` whether
+    each is final, and with ``slo`` each objective's share, goodput and request goodput (slo.cell_measures; their
+    states are slo.judge's)."""
     measures = {p: cell_measures(c) for p, c in cells.items()}
-    ar = {
-        (
-            c["method"].get("engine"),
-            c["cell"]["tp"],
-            c["cell"]["workload"],
-            c["cell"]["concurrency"],
-            c["cell"]["repetition"],
-        ): p
-        for p, c in cells.items()
-        if c["method"]["algorithm"] == algorithms.BASELINE
-    }
+    for path, cell in cells.items():
+        if slo is not None:
+            window = measures[path]["concurrency"]["window"]
+            measures[path]["slo"] = slo_measures(cell["requests"], slo, cell["cell"]["tp"], window, cell["seed"])
+    baselines = ar_cells(cells)
     rows = []
     for path, cell in cells.items():
-        c = cell["cell"]
-        base = ar.get((cell["method"].get("engine"), c["tp"], c["workload"], c["concurrency"], c["repetition"]))
+        base = baselines.get(path)
         versus_ar = lossless = None
         if base is not None:
             versus_ar = speedup(
@@ -303,6 +310,18 @@ def summarise_cells(cells: dict[str, dict], thresholds: dict | None = None) -> p
         rows.append(cell_row(cell, path, measures[path], thresholds, versus_ar, lossless))
     frame = pd.DataFrame(rows)
     return frame.sort_values(["tp", "workload", "concurrency", "method", "repetition"]).reset_index(drop=True)
+
+
+def ar_cells(cells: dict[str, dict]) -> dict[str, str]:
+    """{cell file: AR's cell file at the same (engine, tp, workload, concurrency, repetition)} for every cell that
+    has one (AR's own included): the cell each speedup is over."""
+
+    def key(cell: dict) -> tuple:
+        c = cell["cell"]
+        return cell["method"].get("engine"), c["tp"], c["workload"], c["concurrency"], c["repetition"]
+
+    ar = {key(c): p for p, c in cells.items() if c["method"]["algorithm"] == algorithms.BASELINE}
+    return {p: ar[key(c)] for p, c in cells.items() if key(c) in ar}
 
 
 ENGINE_METRICS = {"ttft": ttft, "tpot": tpot}  # medians compared across engines, beside output throughput
@@ -600,20 +619,200 @@ def pareto(summary: pd.DataFrame) -> pd.DataFrame:
     ]
 
 
+KIND_COLUMNS = [
+    "simulated",
+    "tp",
+    "method",
+    "algorithm",
+    "workload",
+    "concurrency",
+    "kind",
+    "sessions",
+    "launches",
+    "requests_completed",
+    "output_throughput",
+    "output_throughput_lo",
+    "output_throughput_hi",
+    "speedup",
+    "speedup_lo",
+    "speedup_hi",
+    "speedup_pairs",
+    "acceptance_length",
+]
+
+
+def _window(cell: dict) -> list[float] | None:
+    """A cell's steady-state window (metrics.concurrency_report), where its throughput is measured."""
+    return concurrency_report(cell["requests"], cell["cell"]["concurrency"], cell["load"]["model"])["window"]
+
+
+def kind_rows(cells: dict[str, dict]) -> pd.DataFrame:
+    """Per cell and content kind of its sessions (chat, code, math, json, ...): its sessions, the requests that
+    completed, the kind's output throughput (metrics.kind_throughput, its 95% CI over the kind's sessions:
+    metrics.throughput_ci) and speedup over AR's cell on the same sessions (metrics.speedup of the kind: the ratio of
+    the two kind_throughput, paired-bootstrap CI; none below MIN_SESSIONS sessions of the kind), and the acceptance
+    length of its requests (metrics.acceptance_length). One row per launch; combine_kind_launches combines them."""
+    windows = {p: _window(c) for p, c in cells.items()}
+    baselines = ar_cells(cells)
+    rows = []
+    for path, cell in cells.items():
+        c, records = cell["cell"], cell["requests"]
+        base = baselines.get(path)
+        for kind in sorted({r["kind"] for r in records}):
+            mine = of_kind(records, kind)
+            versus_ar: dict = (
+                speedup(records, cells[base]["requests"], windows[path], windows[base], kind=kind)
+                if base is not None
+                else {"speedup": None, "speedup_ci": None, "pairs": 0}
+            )
+            ci: list = throughput_ci(records, windows[path], cell["seed"], kind=kind) or [None, None]
+            speedup_ci: list = versus_ar["speedup_ci"] or [None, None]
+            rows.append(
+                {
+                    "simulated": cell["simulated"],
+                    "tp": c["tp"],
+                    "method": c["method"],
+                    "algorithm": cell["method"]["algorithm"],
+                    "workload": c["workload"],
+                    "concurrency": c["concurrency"],
+                    "repetition": c["repetition"],
+                    "kind": kind,
+                    "sessions": len({r["session"] for r in mine}),
+                    "launches": 1,
+                    "requests_completed": sum(r["error"] is None for r in mine),
+                    "output_throughput": kind_throughput(records, kind, windows[path]),
+                    "output_throughput_lo": ci[0],
+                    "output_throughput_hi": ci[1],
+                    "speedup": versus_ar["speedup"],
+                    "speedup_lo": speedup_ci[0],
+                    "speedup_hi": speedup_ci[1],
+                    "speedup_pairs": versus_ar["pairs"],
+                    "acceptance_length": acceptance_length(mine),
+                }
+            )
+    return pd.DataFrame(rows, columns=[*KIND_COLUMNS, "repetition"])
+
+
+def combine_kind_launches(kinds: pd.DataFrame) -> pd.DataFrame:
+    """One row per (tp, method, workload, concurrency, kind): a single launch as it is; several launches each
+    estimate the mean over launches with a Student-t interval across them (metrics.combine_launches, as
+    combine_repetitions), completed requests summed, acceptance length averaged."""
+    keys = ["tp", "method", "workload", "concurrency", "kind"]
+    rows = []
+    for _, group in kinds.groupby(keys, sort=False):
+        row = group.iloc[0].to_dict()
+        if len(group) > 1:
+            for col in ("output_throughput", "speedup"):
+                combined = combine_launches(list(group[col]))
+                ci = combined["ci"] or [None, None]
+                row.update({col: combined["mean"], f"{col}_lo": ci[0], f"{col}_hi": ci[1]})
+            row.update(
+                launches=len(group),
+                requests_completed=int(group["requests_completed"].sum()),
+                acceptance_length=group["acceptance_length"].mean(),
+            )
+        rows.append(row)
+    frame = pd.DataFrame(rows, columns=KIND_COLUMNS)
+    return frame.sort_values(["tp", "workload", "concurrency", "kind", "method"]).reset_index(drop=True)
+
+
+ALL_KINDS = "(all)"  # the kind of acceptance_depth's rows over every session of a cell
+# why a speculative cell has no acceptance per depth: its requests say whether the client looked for the rounds
+NOT_REPORTED = "not reported by this build"
+NOT_RECORDED = "not recorded: its client did not read the rounds yet"
+DEPTH_COLUMNS = [
+    "simulated",
+    "tp",
+    "method",
+    "algorithm",
+    "workload",
+    "concurrency",
+    "kind",
+    "reported",
+    "draft_depth",
+    "depth",
+    "acceptance",
+    "conditional",
+    "rounds",
+    "requests_reported",
+    "requests_completed",
+    "note",
+]
+
+
+def depth_rows(cells: dict[str, dict]) -> pd.DataFrame:
+    """Acceptance per draft depth of every speculative (tp, method, workload, concurrency), over all its sessions
+    (kind ALL_KINDS) and each content kind's, the rounds of its launches pooled: per depth d = 1 .. D, the
+    acceptance rate at d (metrics.acceptance_by_depth to the method's draft_depth) and the conditional acceptance
+    (metrics.conditional_acceptance), the verify rounds they rest on and the requests that reported them; where no
+    request reported its rounds, one row without a depth, ``reported`` false and a ``note``: NOT_REPORTED (the
+    build reports no spec_correct_drafts_histogram) or NOT_RECORDED (a cell whose records have no such field: its
+    client predates reading it)."""
+    groups: dict[tuple, list[dict]] = {}
+    for cell in cells.values():
+        c = cell["cell"]
+        groups.setdefault((c["tp"], c["method"], c["workload"], c["concurrency"]), []).append(cell)
+    rows = []
+    for (tp, method, workload, concurrency), group in groups.items():
+        algorithm = algorithms.get(group[0]["method"]["algorithm"])
+        if not algorithm.speculative:
+            continue
+        depth = algorithm.draft_depth(group[0]["method"]["params"])
+        records = [r for cell in group for r in cell["requests"]]
+        for kind in [ALL_KINDS, *sorted({r["kind"] for r in records})]:
+            mine = records if kind == ALL_KINDS else of_kind(records, kind)
+            common = {
+                "simulated": bool(group[0]["simulated"]),
+                "tp": tp,
+                "method": method,
+                "algorithm": algorithm.name,
+                "workload": workload,
+                "concurrency": concurrency,
+                "kind": kind,
+                "draft_depth": depth,
+                "requests_reported": sum(r["error"] is None and bool(r.get("correct_drafts_histogram")) for r in mine),
+                "requests_completed": sum(r["error"] is None for r in mine),
+            }
+            rates = acceptance_by_depth(mine, depth)
+            if rates is None:
+                looked = any("correct_drafts_histogram" in r for r in mine)
+                rows.append({**common, "reported": False, "note": NOT_REPORTED if looked else NOT_RECORDED})
+                continue
+            rounds = sum(drafts_accepted(mine) or [])
+            for d, (rate, conditional) in enumerate(zip(rates, conditional_acceptance(rates)), start=1):
+                rows.append(
+                    {
+                        **common,
+                        "reported": True,
+                        "depth": d,
+                        "acceptance": rate,
+                        "conditional": conditional,
+                        "rounds": rounds,
+                    }
+                )
+    frame = pd.DataFrame(rows, columns=DEPTH_COLUMNS)
+    frame = frame.astype({"depth": "Int64", "rounds": "Int64"})
+    return frame.sort_values(["tp", "workload", "concurrency", "method", "kind", "depth"]).reset_index(drop=True)
+
+
 def write_tables(
     cells: dict[str, dict],
     out_dir: str | Path,
     thresholds: dict | None = None,
     engine_order: list | None = None,
     environments: dict | None = None,
+    slo: Slo | None = None,
 ) -> dict[str, pd.DataFrame]:
     """All aggregated tables of these cells ({cell file: cell JSON}), each as CSV and Parquet in out_dir: summary
     (one row per launch of a cell), combined (repetitions combined), requests, turns, best_budget, break_even,
     pareto (the last three from combined), engines and engine_builds (engine_comparison, engine_builds, with the
-    engines' environment records ``environments``; empty with one engine)."""
+    engines' environment records ``environments``; empty with one engine), kinds (per content kind: kind_rows,
+    launches combined), acceptance_depth (depth_rows) and slo (slo.capacity: the highest concurrency meeting each of
+    the ``slo`` objectives, none without one)."""
     out_dir = Path(out_dir)
-    summary = summarise_cells(cells, thresholds)
-    combined = combine_repetitions(summary)
+    slo = slo or Slo((), 0.9)
+    summary = judge(summarise_cells(cells, thresholds, slo), slo)
+    combined = judge(combine_repetitions(summary), slo)
     requests = request_rows(cells)
     tables = {
         "summary": summary,
@@ -625,6 +824,9 @@ def write_tables(
         "pareto": pareto(combined),
         "engines": engine_comparison(cells, engine_order, thresholds),
         "engine_builds": engine_builds(cells, environments or {}, list(engine_order or [])),
+        "kinds": combine_kind_launches(kind_rows(cells)),
+        "acceptance_depth": depth_rows(cells),
+        "slo": capacity(combined, slo),
     }
     for name, frame in tables.items():
         atomic_write_text(out_dir / f"{name}.csv", frame.to_csv(index=False))

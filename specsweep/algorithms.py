@@ -10,7 +10,8 @@ An algorithm declares
   (``spelling``; ``algorithms.<name>`` in config overrides each of the three, since forks spell DDTree
   differently). A flag written ``--a|--b`` is the first of the two the running build offers;
 - what one round verifies per request (``verify_width``) and in which shape (``shape``: a chain, or a tree of
-  some width), which the plan, the simulator's cost model and the report read;
+  some width), which the plan, the simulator's cost model and the report read, and how deep it drafts
+  (``draft_depth``: the most drafts a round can accept, the depths of the report's acceptance per depth);
 - how the simulator drafts (``drafting``, a mechanism of specsweep.modelling.acceptance: none, block, block-tree,
   draft-model, lookup) and verifies (``custom_mask``: a tree verified with a per-request attention mask);
 - how the report groups it: ``title`` and ``size``, the parameter its sweep charts vary, and whether its methods
@@ -127,6 +128,10 @@ class Algorithm:
         """("chain", 1) or ("tree", candidates per depth) of what one round verifies; None without drafting."""
         return None
 
+    def draft_depth(self, params: Mapping) -> int:
+        """The most drafts one round can accept: its deepest draft position (0 without drafting)."""
+        return 0
+
     def tree(self, params: Mapping) -> tuple[str | None, str | None, int | None]:
         """(tree build, mode, width) of these parameters: the build where it builds trees as a DDTree build does,
         the shape (chain or tree of some width) where it drafts; Nones without drafting."""
@@ -234,6 +239,9 @@ class DFlash(Algorithm):
     def shape(self, params: Mapping) -> tuple[str, int]:
         return "chain", 1
 
+    def draft_depth(self, params: Mapping) -> int:
+        return params["block_size"] - 1  # the block's first token is the target's own
+
     def from_server(self, values: Mapping, env: Mapping) -> dict:
         # --speculative-dflash-block-size is SGLang's alias of --speculative-num-draft-tokens for DFLASH
         block = values.get("speculative_dflash_block_size") or values.get("speculative_num_draft_tokens") or 16
@@ -258,6 +266,10 @@ class DDTree(Algorithm):
         return ddtree.shape(
             ddtree.build(params.get("tree_build")), params.get("block_size", 16), params["budget"], params.get("topk")
         )
+
+    def draft_depth(self, params: Mapping) -> int:
+        # a path of the tree takes one node a depth, from the drafter's block_size - 1 per-depth distributions
+        return min(params["budget"], params.get("block_size", 16) - 1)
 
     def check(self, params: Mapping, flags: list[str], attention_backend: str | None, spelling: dict) -> None:
         required = spelling.get("attention_backend")
@@ -309,6 +321,9 @@ class Ngram(Algorithm):
                 "NGRAM trees on pages of more than one token only with flashinfer attention; use "
                 "--page-size 1 or attention_backend flashinfer"
             )
+
+    def draft_depth(self, params: Mapping) -> int:
+        return params["num_draft_tokens"] - 1  # a single match fills the tree as one chain under the last token
 
     def shape(self, params: Mapping) -> tuple[str, int]:
         # a tree even at breadth 1: anchors of different lengths may draft different children of the root
@@ -367,6 +382,10 @@ class DraftModel(Algorithm):
 
     def shape(self, params: Mapping) -> tuple[str, int]:
         return ("chain", 1) if params["topk"] == 1 else ("tree", params["topk"])
+
+    def draft_depth(self, params: Mapping) -> int:
+        # one draft a step; a tree of fewer nodes than steps cannot reach the last step's
+        return min(params["num_steps"], (params.get("num_draft_tokens") or params["num_steps"] + 1) - 1)
 
     def check(self, params: Mapping, flags: list[str], attention_backend: str | None, spelling: dict) -> None:
         if params["topk"] <= 1:

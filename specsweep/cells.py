@@ -59,17 +59,9 @@ def cell_problem(cell, expected: dict, any_engine_name: bool = False) -> str | N
     repetition), with the digest of its prompts and the key the current configuration gives it. With
     ``any_engine_name`` (a cache entry, which ``as_named`` then presents under the cell's name) its method may run
     on an engine of another name: the key holds the engine's build, not its name."""
-    if not isinstance(cell, dict) or not cell:
-        return "it is empty" if cell == {} else "it is not a JSON object"
-    try:
-        validate_cell(cell)
-    except jsonschema.ValidationError as exc:
-        where = "/".join(str(p) for p in exc.absolute_path) or "the top level"
-        return f"it does not follow the cell schema (at {where}: {exc.message[:160]})"
-    if "digest" not in cell:
-        return "it carries no digest (written before cells were verified)"
-    if cell["digest"] != content_digest(cell):
-        return "its content does not match its digest (it was changed after it was written)"
+    problem = integrity_problem(cell)
+    if problem is not None:
+        return problem
     identity = {k: expected[k] for k in IDENTITY}
     if cell["cell"] != identity and not (any_engine_name and _unnamed(cell["cell"]) == _unnamed(identity)):
         return f"it holds the cell {cell_name(cell['cell'])}, not {cell_name(identity)}"
@@ -83,6 +75,28 @@ def cell_problem(cell, expected: dict, any_engine_name: bool = False) -> str | N
             f"its key {cell['key'][:12]} is not the key this configuration gives it ({expected['key'][:12]}): it "
             "was measured for another configuration"
         )
+    return None
+
+
+def integrity_problem(cell, listed_digest: str | None = None) -> str | None:
+    """Why a cell JSON cannot be trusted as it was written, or None when it can: it must be a JSON object that
+    follows the cell schema and matches its digest (content_digest): the ``digest`` it carries, else, for a cell
+    written before cells carried one, ``listed_digest``, its digest as listed elsewhere (an archived record's
+    record.yaml: see archive.py). A cell carrying a digest that is not the one listed for it is refused too."""
+    if not isinstance(cell, dict) or not cell:
+        return "it is empty" if cell == {} else "it is not a JSON object"
+    try:
+        validate_cell(cell)
+    except jsonschema.ValidationError as exc:
+        where = "/".join(str(p) for p in exc.absolute_path) or "the top level"
+        return f"it does not follow the cell schema (at {where}: {exc.message[:160]})"
+    if listed_digest is not None and cell.get("digest", listed_digest) != listed_digest:
+        return f"it carries the digest {cell['digest'][:12]}, not the one listed for it ({listed_digest[:12]})"
+    expected = cell.get("digest", listed_digest)
+    if expected is None:
+        return "it carries no digest (written before cells were verified)"
+    if expected != content_digest(cell):
+        return "its content does not match its digest (it was changed after it was written)"
     return None
 
 

@@ -201,6 +201,10 @@ def normalise(config: dict) -> dict:
     expand_methods(config)  # raises on parameters, drafters and spellings a method's algorithm refuses
     check_expanded_names(config)
     check_pass_env(config)
+    check_slo(config)
+    config["slo"]["attainment"] = float(config["slo"]["attainment"])
+    for objective in config["slo"]["objectives"]:  # one spelling of a number, given or the default's
+        objective.update({k: float(v) for k, v in objective.items() if k.endswith("_ms")})
     config["adaptive"]["target"] = float(config["adaptive"]["target"])
     if config["adaptive"]["enabled"]:
         metric = config["adaptive"]["metric"]
@@ -320,6 +324,25 @@ def check_pass_env(config: dict) -> None:
                 f"server.pass_env[{index}]: {name} changes how SGLang decodes, so its value must come from the "
                 f"configuration, where it is part of the cells' keys, not from the shell: set it in server.env "
                 "(every server) or a method's env (methods[].env)"
+            )
+
+
+def check_slo(config: dict) -> None:
+    """Each service-level objective (slo.objectives) has a name of its own and sets at least one target: its name
+    names the summary's columns, and an objective without a target would be met by every request that succeeded."""
+    seen: dict = {}
+    for index, objective in enumerate(config["slo"]["objectives"]):
+        name = objective["name"]
+        if name in seen:
+            raise ConfigError(
+                f"slo.objectives[{index}].name: '{name}' is already the name of slo.objectives[{seen[name]}]; "
+                "give each objective a name of its own"
+            )
+        seen[name] = index
+        if all(objective.get(key) is None for key in ("ttft_ms", "tpot_ms", "itl_ms")):
+            raise ConfigError(
+                f"slo.objectives[{index}] ({name}): sets no target; give at least one of ttft_ms, tpot_ms, itl_ms "
+                "(milliseconds), e.g. {name: " + name + ", ttft_ms: 2000, tpot_ms: 50}"
             )
 
 

@@ -24,7 +24,20 @@ CELLS = f"{RESULTS}/cells"
 FAILED = f"{RESULTS}/failed"
 
 # the aggregated tables, each written as CSV and Parquet (see aggregate.write_tables)
-TABLES = ("summary", "combined", "requests", "turns", "best_budget", "break_even", "pareto", "engines", "engine_builds")
+TABLES = (
+    "summary",
+    "combined",
+    "requests",
+    "turns",
+    "best_budget",
+    "break_even",
+    "pareto",
+    "engines",
+    "engine_builds",
+    "kinds",
+    "acceptance_depth",
+    "slo",
+)
 
 # report sections: key -> title (the PDF's sections and the HTML report's categories)
 REPORT_SECTIONS = {
@@ -34,8 +47,11 @@ REPORT_SECTIONS = {
     "budget": "Draft size sweeps",
     "tp": "Tensor parallelism",
     "concurrency": "Concurrency",
+    "slo": "Service-level objectives",
     "agentic": "Agentic multi-turn",
 }
+# figures of a subsection: key -> the section that holds it (its HTML report category)
+REPORT_SUBSECTIONS = {"kinds": "single", "depth": "budget"}
 REPORT_DATA = f"{RESULTS}/report/data.json"
 VERDICT_HTML = f"{RESULTS}/report/verdict.html"  # the verdict page of Snakemake's HTML report
 PREDICTIONS = f"{RESULTS}/plan/predictions.csv"

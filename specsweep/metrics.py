@@ -216,9 +216,10 @@ def _tokens_in(r: dict, a: float, b: float) -> int:
     return sum(n for t, n in zip(r["chunk_times"], r["chunk_tokens"]) if a < t <= b) if r["error"] is None else 0
 
 
-def _session_shares(records: list[dict], window: list[float]) -> dict:
+def _session_shares(records: list[dict], window: list[float], counted=None) -> dict:
     """Per session: (output tokens of its successful requests that arrived inside the window, engine seconds
-    charged to it there, its content kind).
+    charged to it there, its content kind); ``counted``: where given, only the tokens of the requests it accepts
+    count (the seconds are all of them).
 
     Charging: a step's time is shared by the requests it served, except the excess over the median plain step of
     a step that brought first tokens (prefill), charged to the requests it admitted: a request that joins the
@@ -238,7 +239,8 @@ def _session_shares(records: list[dict], window: list[float]) -> dict:
     out: dict = {}
     for r, seconds in zip(records, charged):
         n, d, _ = out.get(r["session"], (0, 0.0, None))
-        out[r["session"]] = (n + _tokens_in(r, a, b), d + seconds, r["kind"])
+        tokens = _tokens_in(r, a, b) if counted is None or counted(r) else 0
+        out[r["session"]] = (n + tokens, d + seconds, r["kind"])
     return out
 
 
@@ -251,15 +253,16 @@ def output_throughput(records: list[dict], window: list[float] | None = None) ->
     return sum(_tokens_in(r, *window) for r in records) / (window[1] - window[0])
 
 
-def _shares_and_scale(records: list[dict], window: list[float] | None) -> tuple[dict, float] | None:
+def _shares_and_scale(records: list[dict], window: list[float] | None, counted=None) -> tuple[dict, float] | None:
     """The parts of the throughput estimator: per-session shares inside the window (the measurement without one)
     and the engine seconds charged in all per second of window (about 1); None when no tokens arrived in it.
+    ``counted``: see _session_shares.
 
     Throughput = sum(tokens) / sum(seconds) x scale, for every set of sessions the bootstrap draws."""
     window = window or measurement_window(records)
     if window is None or window[1] <= window[0]:
         return None
-    shares = _session_shares(records, window)
+    shares = _session_shares(records, window, counted)
     if not sum(v[0] for v in shares.values()):
         return None
     return shares, sum(v[1] for v in shares.values()) / (window[1] - window[0])
@@ -287,14 +290,26 @@ def _interval(boot: np.ndarray) -> list[float] | None:
     return [float(lo), float(hi)] if hi - lo > 1e-9 * max(abs(lo), abs(hi)) else None
 
 
-def throughput_ci(records: list[dict], window: list[float] | None = None, seed: int = 0) -> list[float] | None:
+def throughput_ci(
+    records: list[dict], window: list[float] | None = None, seed: int = 0, kind: str | None = None
+) -> list[float] | None:
     """95% CI of output throughput: bootstrap over sessions of sum(tokens*)/sum(seconds*) x sum(seconds)/window,
     with each session's tokens and the engine seconds charged to it inside the steady-state window (a session's
-    prefill stalls the whole batch and is charged to it); none below MIN_SESSIONS sessions."""
-    parts = _shares_and_scale(records, window) if records else None
+    prefill stalls the whole batch and is charged to it); none below MIN_SESSIONS sessions.
+
+    With ``kind``: of that content kind's throughput (kind_throughput), over its sessions alone."""
+    return _charged_ratio_ci(records, window, seed, kind=kind)
+
+
+def _charged_ratio_ci(
+    records: list[dict], window: list[float] | None, seed: int, counted=None, kind: str | None = None
+) -> list[float] | None:
+    """throughput_ci's bootstrap, counting the tokens of the requests ``counted`` accepts (all without it), over the
+    sessions of content kind ``kind`` (all without it)."""
+    parts = _shares_and_scale(records, window, counted) if records else None
     if parts is None:
         return None
-    shares = [v for v in parts[0].values() if v[1] > 0]
+    shares = [v for v in parts[0].values() if v[1] > 0 and (kind is None or v[2] == kind)]
     if len(shares) < MIN_SESSIONS:
         return None
     n = np.array([v[0] for v in shares], dtype=float)
@@ -302,6 +317,29 @@ def throughput_ci(records: list[dict], window: list[float] | None = None, seed: 
     scale = parts[1]
     w = _resample([v[2] for v in shares], seed)
     return _interval(w @ n / (w @ d) * scale)
+
+
+def kind_throughput(records: list[dict], kind: str, window: list[float] | None = None) -> float | None:
+    """Output throughput of a content kind = tokens its sessions received inside the steady-state window / engine
+    seconds charged to them there x the window's charged seconds per second (about 1): the rate at which the engine
+    delivered that kind's tokens while serving it; the kinds' rates weighted by their charged seconds give the
+    cell's throughput. None where its sessions received no tokens in the window.
+
+    The seconds are charged as throughput_ci charges them, over every request of the cell: a step that served
+    several kinds is shared among them. Records filtered by kind before charging would charge the steps that served
+    the other kinds to this one (at concurrency 1, each other request's whole time)."""
+    parts = _shares_and_scale(records, window) if records else None
+    if parts is None:
+        return None
+    shares = [v for v in parts[0].values() if v[2] == kind]
+    tokens, seconds = sum(v[0] for v in shares), sum(v[1] for v in shares)
+    return tokens / seconds * parts[1] if tokens > 0 and seconds > 0 else None
+
+
+def of_kind(records: list[dict], kind: str) -> list[dict]:
+    """The records of one content kind's sessions (for per-request measures: acceptance, latencies; never for
+    throughput or speedup, which charge engine time over every request: kind_throughput, speedup)."""
+    return [r for r in records if r["kind"] == kind]
 
 
 def acceptance_length(records: list[dict]) -> float | None:
@@ -325,22 +363,45 @@ def acceptance_length_sglang(records: list[dict]) -> float | None:
     return sum(r["output_tokens"] for r in ok) / verify if verify else None
 
 
-def acceptance_by_depth(records: list[dict]) -> list[float] | None:
-    """Acceptance at draft depth d (d = 1, 2, ...) = rounds that accepted at least d drafts / all verify rounds,
-    summed over the successful requests whose server reported its rounds by drafts accepted (SGLang's
-    spec_correct_drafts_histogram: h[k] rounds accepted k drafts, so depth d's share is sum(h[k], k >= d) / sum(h));
-    one value per depth up to the deepest accepted; None where no request carries the histogram. Their sum is the
-    mean drafts accepted a round (acceptance length less the target's own token)."""
+def drafts_accepted(records: list[dict]) -> list[int] | None:
+    """Verify rounds by drafts accepted, summed over the successful requests whose server reported them (SGLang's
+    spec_correct_drafts_histogram, spec_accept_histogram before 0.5.21: h[k] = rounds that accepted exactly k
+    drafts, the target's own token not counted); None where no request carries one (not reported by the build)."""
     total: list[int] = []
     for r in records:
         histogram = r.get("correct_drafts_histogram") if r["error"] is None else None
         for k, rounds in enumerate(histogram or ()):
             total.extend([0] * (k + 1 - len(total)))
             total[k] += rounds
-    rounds = sum(total)
-    if not rounds:
+    return total if sum(total) else None
+
+
+def acceptance_by_depth(records: list[dict], depth: int | None = None) -> list[float] | None:
+    """Acceptance rate at draft depth d (d = 1 .. D) = verify rounds that accepted at least d drafts / all verify
+    rounds = sum(h[k], k >= d) / sum(h), with h the rounds by drafts accepted (drafts_accepted); D = ``depth`` (the
+    method's draft_depth, the most drafts a round can accept: deeper than the deepest accepted, the rate is 0) or
+    the deepest accepted; None where no request carries the histogram (not reported by the build).
+
+    Unconditional, as vLLM exports per-position acceptance (vllm:spec_decode_num_accepted_tokens_per_pos /
+    vllm:spec_decode_num_drafts, vllm/v1/spec_decode/metrics.py): a draft at depth d counts only if every draft
+    before it was accepted, so the rates fall with d and their sum is the mean drafts accepted a round (acceptance
+    length less the target's own token); conditional_acceptance gives the drafter's accuracy at each depth it
+    reached. A round that drafted fewer than d tokens (a short n-gram match) counts as not accepting at d: the
+    histogram does not say how deep a round drafted."""
+    total = drafts_accepted(records)
+    if total is None:
         return None
-    return [sum(total[d:]) / rounds for d in range(1, len(total))]
+    rounds = sum(total)
+    deepest = max(len(total) - 1, depth or 0)
+    return [sum(total[d:]) / rounds for d in range(1, deepest + 1)]
+
+
+def conditional_acceptance(rates: list[float]) -> list[float | None]:
+    """Conditional acceptance at depth d = acceptance rate at d / that at d - 1 (1 before depth 1): among the rounds
+    that accepted d - 1 drafts, the share that accepted the d-th too, the drafter's accuracy at a depth it reached;
+    None where no round reached d - 1."""
+    before = [1.0, *rates[:-1]]
+    return [rate / reached if reached > 0 else None for rate, reached in zip(rates, before)]
 
 
 def length_mismatches(records: list[dict]) -> int:
@@ -358,6 +419,115 @@ def tokens_per_chunk(records: list[dict]) -> float | None:
     tokens = sum(sum(r["chunk_tokens"][1:]) for r in records if r["error"] is None)
     chunks = sum(len(r["chunk_tokens"]) - 1 for r in records if r["error"] is None)
     return tokens / chunks if chunks else None
+
+
+# ---------------------------------------------------------------- service-level objectives
+# An SLO's targets: {"ttft_ms": ..., "tpot_ms": ..., "itl_ms": ...}, each in milliseconds, None or absent where the
+# SLO sets none (specsweep.slo.Objective.targets).
+
+Z_975 = 1.959964  # the standard normal's 0.975 quantile: the Wilson interval's z at 95%
+
+
+def slo_met(r: dict, targets: dict) -> bool:
+    """Meets an SLO = the request succeeded and every target the SLO sets holds: TTFT <= ttft_ms, TPOT <= tpot_ms
+    (a request whose tokens all came in its first chunk has no TPOT and meets that target, as vLLM and SGLang count
+    it) and its largest per-token ITL <= itl_ms (every token within the target); a failed request meets none.
+    Judged per request, as SGLang's and vLLM's bench --goodput, GuideLLM, AIPerf and inference-perf judge it."""
+    if r["error"] is not None or not r["chunk_times"]:
+        return False
+    measured: dict[str, float | None] = {
+        "ttft_ms": ttft(r),
+        "tpot_ms": tpot(r),
+        "itl_ms": max(itl_per_token(r), default=None),
+    }
+    for key, limit in targets.items():
+        value = measured[key]
+        if limit is not None and value is not None and value * 1000.0 > limit:
+            return False
+    return True
+
+
+def wilson_interval(share: float, n: float) -> list[float] | None:
+    """Wilson score 95% interval of a share observed over n independent units: (p + z^2/2n +- z sqrt(p(1-p)/n +
+    z^2/4n^2)) / (1 + z^2/n), z = 1.96; at p = 1 its lower bound is n / (n + z^2). None without a unit."""
+    if n <= 0:
+        return None
+    z2 = Z_975**2
+    centre = (share + z2 / (2 * n)) / (1 + z2 / n)
+    half = Z_975 * math.sqrt(max(0.0, share * (1 - share)) / n + z2 / (4 * n * n)) / (1 + z2 / n)
+    return [max(0.0, centre - half), min(1.0, centre + half)]
+
+
+def slo_attainment(records: list[dict], targets: dict, seed: int = 0) -> dict:
+    """SLO attainment = requests that met the SLO (slo_met) / requests sent, a failed request counted as missing it
+    (as GuideLLM's SLO attainment and AIPerf's good_request_fraction count it); 95% interval: the Wilson score
+    interval at the share's effective number of requests, n p(1-p) / (n x the variance of the share in a bootstrap
+    over sessions within their content kind), between the sessions and the requests: where requests of one session
+    go together, as the turns of a multi-turn session do, they count as fewer; with fewer than MIN_SESSIONS
+    sessions, or where every request met it (every resample gives 1) or none did, the sessions. With n sessions of
+    one request each, all meeting it, the lower bound is n / (n + 1.96^2): 0.89 for 32.
+
+    Returns {"share", "share_ci", "met" (requests), "sent", "sessions", "effective" (the n of its interval)}."""
+    per_session: dict = {}
+    for r in records:
+        met, sent, _ = per_session.get(r["session"], (0, 0, r["kind"]))
+        per_session[r["session"]] = (met + slo_met(r, targets), sent + 1, r["kind"])
+    met = sum(v[0] for v in per_session.values())
+    sent = sum(v[1] for v in per_session.values())
+    out: dict = {"share": met / sent if sent else None, "share_ci": None, "met": met, "sent": sent}
+    out["sessions"] = out["effective"] = len(per_session)
+    if not sent:
+        return out
+    share = out["share"]
+    if len(per_session) >= MIN_SESSIONS and 0 < met < sent:
+        units = list(per_session.values())
+        w = _resample([v[2] for v in units], seed)
+        boot = (w @ np.array([v[0] for v in units], dtype=float)) / (w @ np.array([v[1] for v in units], dtype=float))
+        variance = float(np.var(boot, ddof=1))
+        if variance > 0:
+            out["effective"] = min(sent, max(len(units), share * (1 - share) / variance))
+    out["share_ci"] = wilson_interval(share, out["effective"])
+    return out
+
+
+def goodput(records: list[dict], targets: dict, window: list[float] | None = None) -> float | None:
+    """Goodput = output tokens of the requests that met the SLO (slo_met) arriving inside the steady-state window /
+    its length (tokens/s): output_throughput counting those requests only."""
+    window = window or measurement_window(records)
+    if window is None or window[1] <= window[0]:
+        return None
+    return sum(_tokens_in(r, *window) for r in records if slo_met(r, targets)) / (window[1] - window[0])
+
+
+def goodput_ci(records: list[dict], targets: dict, window: list[float] | None = None, seed: int = 0):
+    """95% CI of goodput: throughput_ci's bootstrap over sessions, each session's tokens those of its requests that
+    met the SLO (the engine seconds charged to it all of them); none below MIN_SESSIONS sessions."""
+    return _charged_ratio_ci(records, window, seed, counted=lambda r: slo_met(r, targets))
+
+
+def request_goodput(records: list[dict], targets: dict, window: list[float] | None = None) -> float | None:
+    """Request goodput = requests that met the SLO and ended (their last content chunk) inside the steady-state
+    window / its length (requests/s): the anchors' goodput (vLLM's and SGLang's request_goodput, AIPerf's and
+    GuideLLM's goodput, inference-perf's request goodput), over the steady-state window as throughput is."""
+    window = window or measurement_window(records)
+    if window is None or window[1] <= window[0]:
+        return None
+    ended = [r for r in records if slo_met(r, targets) and window[0] < r["chunk_times"][-1] <= window[1]]
+    return len(ended) / (window[1] - window[0])
+
+
+def slo_measures(records: list[dict], targets: dict, tp: int, window: list[float] | None, seed: int = 0) -> dict:
+    """One SLO in one cell: its attainment (slo_attainment), goodput with its interval and per GPU (/ tp), and
+    request goodput, over the cell's steady-state window."""
+    attained = slo_attainment(records, targets, seed)
+    tokens = goodput(records, targets, window)
+    return {
+        **attained,
+        "goodput": tokens,
+        "goodput_ci": goodput_ci(records, targets, window, seed),
+        "goodput_per_gpu": tokens / tp if tokens is not None else None,
+        "request_goodput": request_goodput(records, targets, window),
+    }
 
 
 def _weighted_percentiles(sorted_values: np.ndarray, weights: np.ndarray, ps: list[float]) -> list[np.ndarray]:
@@ -630,9 +800,16 @@ def definitions() -> list[tuple[str, str]]:
         achieved_concurrency,
         steady_window,
         output_throughput,
+        slo_met,
+        slo_attainment,
+        goodput,
+        request_goodput,
         acceptance_length,
         acceptance_length_per_request,
         acceptance_length_sglang,
+        acceptance_by_depth,
+        conditional_acceptance,
+        kind_throughput,
         tokens_per_chunk,
         length_mismatches,
         acceptance_agreement,
@@ -651,7 +828,16 @@ def statistics() -> list[tuple[str, str]]:
     steady-state window they rest on is among the definitions)."""
     return [
         _first_paragraph(f)
-        for f in (summarise, throughput_ci, speedup, median_ratio, combine_launches, relative_precision)
+        for f in (
+            summarise,
+            throughput_ci,
+            goodput_ci,
+            wilson_interval,
+            speedup,
+            median_ratio,
+            combine_launches,
+            relative_precision,
+        )
     ]
 
 
@@ -661,12 +847,15 @@ def speedup(
     method_window: list[float] | None = None,
     ar_window: list[float] | None = None,
     seed: int = 0,
+    kind: str | None = None,
 ) -> dict:
     """Speedup = output throughput of the method / that of AR, both over the sessions the two cells share; 95% CI by
     paired bootstrap over those sessions (the same pairs as the estimate; none below MIN_SESSIONS pairs).
 
     Each side is sum(tokens)/sum(charged seconds) over the shared sessions inside its own steady-state window (see
-    throughput_ci); with every session in both cells this is each cell's own throughput.
+    throughput_ci); with every session in both cells this is each cell's own throughput. With ``kind``: over the
+    shared sessions of that content kind alone, each side's seconds still charged over every request of its cell
+    (kind_throughput), so that the speedup of a kind is the ratio of the two cells' kind_throughput.
     """
     if not method_records or not ar_records:
         return {"speedup": None, "speedup_ci": None, "pairs": 0}
@@ -674,7 +863,13 @@ def speedup(
     if method_side is None or ar_side is None:
         return {"speedup": None, "speedup_ci": None, "pairs": 0}
     sides = [method_side, ar_side]
-    common = [s for s in sides[0][0] if s in sides[1][0] and (sides[0][0][s][1] > 0 or sides[1][0][s][1] > 0)]
+    common = [
+        s
+        for s in sides[0][0]
+        if s in sides[1][0]
+        and (sides[0][0][s][1] > 0 or sides[1][0][s][1] > 0)
+        and (kind is None or sides[1][0][s][2] == kind)
+    ]
     arrays = []
     for shares, scale in sides:
         n = np.array([shares[s][0] for s in common], dtype=float)

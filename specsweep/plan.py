@@ -197,7 +197,7 @@ def predict(config: dict, memo_dir: str | None = None) -> list[dict]:
     return rows
 
 
-NOT_PRICED = ("report", "failures", "remeasure", "confirm_plan_hours")  # keys no predicted second depends on
+NOT_PRICED = ("report", "failures", "remeasure", "confirm_plan_hours", "slo")  # keys no predicted second depends on
 
 
 @lru_cache(maxsize=1)

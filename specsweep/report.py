@@ -15,6 +15,7 @@ import math
 import re
 import shutil
 import subprocess
+import textwrap
 from dataclasses import dataclass
 from datetime import date
 from html import escape
@@ -23,36 +24,154 @@ from pathlib import Path
 import jinja2
 import pandas as pd
 
-from . import algorithms, verdict
+from . import __version__, algorithms, verdict
 from .cache import read_run_records
 from .canon import atomic_write_text
+from .aggregate import ALL_KINDS, NOT_RECORDED, NOT_REPORTED
 from .layout import REPORT_SECTIONS as SECTIONS
-from .metrics import BOOTSTRAP_RESAMPLES, MIN_SESSIONS, definitions, statistics
+from .layout import REPORT_SUBSECTIONS as SUBSECTIONS
+from .metrics import BOOTSTRAP_RESAMPLES, MIN_SESSIONS, Z_975, definitions, statistics
+from .slo import STATES
 
 TEX_MISSING = (
     "latexmk or pdflatex was not found. Install TeX Live: "
     "sudo apt-get install texlive-latex-base texlive-latex-recommended texlive-pictures "
     "texlive-science lmodern latexmk (or run the README's set-up command tools/setup.sh)."
 )
-COLORS = ["blue", "red", "green!60!black", "orange", "violet", "cyan", "brown", "magenta", "gray", "teal"]
 LEGEND_CHARACTERS = 90  # characters of legend entries (with their marks) that fit across a chart
 CHART_WIDTH_CM = 14  # a chart's axis, where its tick labels go (0.9 of the text block)
-MPL_COLORS = [
-    "#1f3fbf",
-    "#bf1f1f",
-    "#2e8b2e",
-    "#e08000",
-    "#8a2be2",
-    "#008b8b",
-    "#8b4513",
-    "#c71585",
-    "#666666",
-    "#006d6d",
-]
+# Okabe and Ito's colour-blind-safe palette (its yellow left out: too pale on white), ordered so that neighbours in a
+# method list differ most; the template defines each as a named colour (render_tex)
+PALETTE = (
+    ("ssblack", "000000"),
+    ("ssorange", "E69F00"),
+    ("ssblue", "0072B2"),
+    ("ssgreen", "009E73"),
+    ("ssvermillion", "D55E00"),
+    ("ssskyblue", "56B4E9"),
+    ("sspurple", "CC79A7"),
+)
+# marks, each as (matplotlib marker, filled, pgfplots mark): filled shapes first, then the same shapes open
+MARKS = (
+    ("o", True, "*"),
+    ("s", True, "square*"),
+    ("^", True, "triangle*"),
+    ("d", True, "diamond*"),
+    ("p", True, "pentagon*"),
+    ("o", False, "o"),
+    ("s", False, "square"),
+    ("^", False, "triangle"),
+    ("d", False, "diamond"),
+)
+DASHES = (("-", "solid"), ("--", "dashed"), (":", "densely dotted"), ("-.", "dashdotted"))  # (matplotlib, pgfplots)
+GRID_ROWS = 4  # rows of panels in one figure of small multiples (a page holds four with their legend and caption)
+LOG_SPAN = 10  # an axis whose values span more than this factor (all of them positive) is drawn on a log scale
+
+
+def series_style(index: int) -> dict:
+    """The style of the index-th series: colour index mod 7 of PALETTE, mark index mod 9 of MARKS (7 and 9 have no
+    common factor: 63 series before a colour and a mark repeat together), and from the eighth on a line style of
+    DASHES as well. Both renderers read it: color (pgfplots colour name), rgb (#RRGGBB), mark (pgfplots), marker and
+    filled (matplotlib), dash (pgfplots) and linestyle (matplotlib)."""
+    color, rgb = PALETTE[index % len(PALETTE)]
+    marker, filled, mark = MARKS[index % len(MARKS)]
+    linestyle, dash = DASHES[index // len(PALETTE) % len(DASHES)]
+    return {
+        "index": index,
+        "color": color,
+        "rgb": f"#{rgb}",
+        "mark": mark,
+        "marker": marker,
+        "filled": filled,
+        "dash": dash,
+        "linestyle": linestyle,
+    }
+
+
+# a horizontal reference line's style where it is no method's
+REFERENCE_STYLE = {
+    "color": "black",
+    "rgb": "#000000",
+    "mark": "none",
+    "marker": "",
+    "filled": False,
+    "dash": "dashed",
+    "linestyle": "--",
+}
+
+
+def method_style(name: str, methods: list[str]) -> dict:
+    """A method's one style in every chart of a report (series_style): from its position in the configuration's
+    method list (the report view's ``methods``, sweeps expanded), so that a method keeps its colour and mark whichever
+    others a chart leaves out."""
+    if name not in methods:
+        raise ReportError(f"chart series {name!r} is not one of the configured methods ({', '.join(methods)})")
+    return series_style(methods.index(name))
+
+
+def _drawn(values) -> pd.Series:
+    """The values a chart draws: numbers, neither missing nor infinite (a chart leaves a gap there)."""
+    numbers = pd.to_numeric(pd.Series(list(values), dtype=float), errors="coerce")
+    return numbers[numbers.abs() < math.inf]
+
+
+def log_scale(values, lows=()) -> bool:
+    """Whether an axis showing these values is drawn on a log scale: the largest is more than LOG_SPAN times the
+    smallest, and every value and every error bar's lower end (``lows``) is positive (missing and infinite ones,
+    which a chart leaves out, aside)."""
+    numbers, ends = _drawn(values), _drawn(lows)
+    if numbers.empty or (numbers <= 0).any() or (ends <= 0).any():
+        return False
+    return bool(numbers.max() > LOG_SPAN * numbers.min())
+
+
+def log_ticks(values) -> list[float]:
+    """Ticks of a log axis over these values: 1, 2 and 5 times the powers of ten from the last at or below the
+    smallest value (where the axis starts) to the largest, or where that makes more than 8, 1 and 3 times them, or
+    the powers alone."""
+    numbers = _drawn(values)
+    low, high = numbers.min(), numbers.max()
+    decades = range(math.floor(math.log10(low)), math.floor(math.log10(high)) + 1)
+    for steps in ((1, 2, 5), (1, 3), (1,)):
+        grid = [m * 10.0**d for d in decades for m in steps]
+        start = max(v for v in grid if v <= low)
+        ticks = [v for v in grid if start <= v <= high]
+        if len(ticks) <= 8:
+            break
+    return ticks
 
 
 class ReportError(RuntimeError):
     pass
+
+
+PACKAGE_DIR = Path(__file__).resolve().parent
+
+
+def renderer_stamp(package_dir: Path = PACKAGE_DIR) -> str:
+    """Which code rendered a report, as every PDF prints it: specsweep's version and the commit of the git checkout
+    the package is imported from (``git describe --always``), with "uncommitted changes" where the package's files
+    (specsweep/, its templates included) differ from that commit; the version alone, said so, where the package is
+    not a checkout's (an installed copy, or a tree copied without its history)."""
+
+    def git(*args: str) -> str | None:
+        try:
+            proc = subprocess.run(
+                ["git", "-C", str(package_dir.parent), *args], capture_output=True, text=True, timeout=30
+            )
+        except (OSError, subprocess.SubprocessError):
+            return None
+        return proc.stdout.strip() if proc.returncode == 0 else None
+
+    top = git("rev-parse", "--show-toplevel")
+    if top is None or Path(top).resolve() != package_dir.parent.resolve():  # e.g. a copy inside another repository
+        return f"specsweep {__version__} (not a git checkout: commit unknown)"
+    commit = git("describe", "--always", "--abbrev=12")
+    dirty = git("status", "--porcelain", "--", package_dir.name)
+    stamp = f"specsweep {__version__}, commit {commit}"
+    if dirty is None:
+        return f"{stamp} (whether it has uncommitted changes is unknown)"
+    return f"{stamp} with uncommitted changes" if dirty else stamp
 
 
 TEX_SPECIAL = {
@@ -93,7 +212,8 @@ def tex_name(text) -> str:
 def _wide(
     frame: pd.DataFrame, series: list[str], series_col: str, x: str, y: str, lo: str | None, hi: str | None
 ) -> pd.DataFrame:
-    """One row per x; per series i: s<i>, s<i>_plus, s<i>_minus (error bar lengths, 0 without a CI)."""
+    """One row per x; per series i: s<i>, s<i>_plus, s<i>_minus (error bar lengths; NaN where a point has no CI, so
+    that neither renderer draws a bar of no length there, which would read as an interval)."""
     out = pd.DataFrame({x: sorted(frame[x].dropna().unique())})
     twice = frame[frame.duplicated([series_col, x], keep=False)]
     if len(twice):  # a point is one measurement: never the mean of two methods or cells
@@ -105,13 +225,17 @@ def _wide(
         sub = frame[frame[series_col] == name].groupby(x)
         mean = sub[y].mean()
         out[f"s{i}"] = out[x].map(mean)
-        out[f"s{i}_plus"] = out[x].map(sub[hi].mean() - mean).clip(lower=0).fillna(0) if hi else 0.0
-        out[f"s{i}_minus"] = out[x].map(mean - sub[lo].mean()).clip(lower=0).fillna(0) if lo else 0.0
+        out[f"s{i}_plus"] = out[x].map(sub[hi].mean() - mean).clip(lower=0) if hi else float("nan")
+        out[f"s{i}_minus"] = out[x].map(mean - sub[lo].mean()).clip(lower=0) if lo else float("nan")
     return out
 
 
 class Figures:
-    """Collects figure specifications and the CSV text each one draws (in ``data``, by file name)."""
+    """Collects figure specifications and the CSV text each one draws (in ``data``, by file name). A chart whose
+    series are methods draws each in its method's style (method_style: one colour and mark per method in every
+    chart); other series take series_style by their place in the chart. Values that span more than LOG_SPAN are
+    drawn on a log axis (log_scale), a linear axis of these non-negative quantities starts at 0, and a caption's
+    error-bar clause (``errors``) is written from what the chart draws (_error_clause)."""
 
     def __init__(self, data: dict[str, str], methods: list[str]):
         self.data, self.methods = data, methods
@@ -121,6 +245,10 @@ class Figures:
         present = set(frame[col])
         order = [m for m in self.methods if m in present] if col == "method" else sorted(present, key=str)
         return order
+
+    def style(self, name, series: list, series_col: str = "method") -> dict:
+        """The style of series ``name`` of a chart whose series are ``series``."""
+        return method_style(name, self.methods) if series_col == "method" else series_style(series.index(name))
 
     def line(
         self,
@@ -137,15 +265,103 @@ class Figures:
         series_col="method",
         logx=False,
         reference=None,
+        errors=None,
     ):
+        """A line chart of y against x, one line per series, error bars from the lo and hi columns (``errors``: what
+        they are, for the caption); horizontal ``reference`` lines ({label, text, value, and a style})."""
+        spec = self.panel(
+            fid, frame, x, y, lo, hi, xlabel, ylabel, series_col=series_col, logx=logx, reference=reference
+        )
+        if spec:
+            self.specs.append({**spec, "section": section, "caption": _error_clause(caption, errors, [spec])})
+
+    def panel(
+        self,
+        fid,
+        frame,
+        x,
+        y,
+        lo,
+        hi,
+        xlabel,
+        ylabel,
+        title="",
+        series_col="method",
+        logx=False,
+        reference=None,
+        joins=None,
+        labels=None,
+    ) -> dict | None:
+        """A line chart's spec without its place in the report (line() places one, grid() several); None where there
+        is nothing to draw (no value, or one x). ``joins``: a column naming groups whose points a thin grey line
+        joins (in order of x, over the gaps of other series); ``labels``: legend text per series, else its name."""
         frame = frame.dropna(subset=[y])
         if frame.empty or frame[x].nunique() < 2:
-            return
+            return None
         series = self._series(frame, series_col)
         wide = _wide(frame, series, series_col, x, y, lo, hi)
-        self._add(section, fid, "line", wide, x, xlabel, ylabel, caption, series, logx=logx, reference=reference)
+        groups = sorted(frame[joins].unique(), key=str) if joins else []
+        if groups:
+            lines = _wide(frame, groups, joins, x, y, None, None)
+            wide = wide.assign(**{f"l{j}": lines[f"s{j}"] for j in range(len(groups))})
+        spec = self._spec(
+            fid, "line", wide, x, xlabel, ylabel, series, series_col, labels, logx=logx, reference=reference
+        )
+        return {**spec, "title": title, "joins": [f"l{j}" for j in range(len(groups))], "intervals": bool(lo or hi)}
 
-    def bars(self, section, fid, frame, x, y, lo, hi, xlabel, ylabel, caption, series_col="method", baseline=None):
+    def grid(self, section, fid, panels: list[dict | None], caption, errors=None, columns=2):
+        """One figure of small multiples: ``panels`` (panel() specs; None ones left out) ``columns`` to a row, one
+        legend for all (every series and reference line of any panel, in the order of the configuration's methods);
+        more than GRID_ROWS rows go on as further figures (id -2, -3, ...), each a page at most."""
+        shown = [p for p in panels if p]
+        per_figure = columns * GRID_ROWS
+        parts = [shown[i : i + per_figure] for i in range(0, len(shown), per_figure)]
+        for n, part in enumerate(parts, 1):
+            series: dict[str, dict] = {}
+            references: dict[str, dict] = {}
+            for p in part:
+                series.update({s["name"]: s for s in p["series"]})
+                references.update({r["label"]: r for r in p.get("reference") or []})
+            ordered = sorted(series.values(), key=lambda s: s["index"])
+            entries = [s["text"] for s in ordered] + [r["text"] for r in references.values()]
+            name = fid if n == 1 else f"{fid}-{n}"
+            self.specs.append(
+                {
+                    "section": section,
+                    "id": name,
+                    "kind": "grid",
+                    "panels": part,
+                    "columns": columns,
+                    "caption": _error_clause(
+                        caption + (f" Part {n} of {len(parts)}." if len(parts) > 1 else ""), errors, part
+                    ),
+                    "series": ordered,
+                    "labels": [s["text"] for s in ordered],
+                    "reference": list(references.values()),
+                    "legend_name": "legend-" + re.sub("[^A-Za-z0-9]", "", name),
+                    "legend_columns": _legend_columns(entries),
+                }
+            )
+
+    def bars(
+        self,
+        section,
+        fid,
+        frame,
+        x,
+        y,
+        lo,
+        hi,
+        xlabel,
+        ylabel,
+        caption,
+        series_col="method",
+        baseline=None,
+        errors=None,
+    ):
+        """Grouped bars of y per x label (in order of appearance), one bar per series, error bars from lo and hi
+        (``errors``: what they are); a dashed ``baseline``. Bars keep a linear axis from 0: a bar's length is its
+        value."""
         frame = frame.dropna(subset=[y])
         if frame.empty:
             return
@@ -163,55 +379,160 @@ class Figures:
             ylabel,
             caption,
             series,
+            series_col=series_col,
+            errors=errors,
+            intervals=bool(lo or hi),
             xlabels=[str(v) for v in labels],
             baseline=baseline,
         )
 
-    def scatter(self, section, fid, frame, x, y, xlabel, ylabel, caption, series_col="method"):
-        """Points per series (columns x<i>, y<i>), plus the Pareto-frontier points (fx, fy)."""
+    def scatter(
+        self, section, fid, frame, x, y, xlabel, ylabel, caption, series_col="method", path=None, point_label=None
+    ):
+        """Points per series (columns x<i>, y<i>), plus the Pareto-frontier points (fx, fy) where the frame has
+        on_frontier. ``path``: columns in whose order a series' points are joined by its line (a line breaks where
+        any but the last changes: one line per TP size, say, in order of concurrency); ``point_label``: a column
+        written beside each point (t<i>)."""
         frame = frame.dropna(subset=[x, y])
         if frame.empty:
             return
         series = self._series(frame, series_col)
-        columns = {}
+        columns: dict[str, pd.Series] = {}
         for i, name in enumerate(series):
-            sub = frame[frame[series_col] == name]
-            columns[f"x{i}"], columns[f"y{i}"] = list(sub[x]), list(sub[y])
+            sub = _path(frame[frame[series_col] == name], path)
+            columns[f"x{i}"], columns[f"y{i}"] = sub[x].astype(float), sub[y].astype(float)
+            if point_label:
+                columns[f"t{i}"] = sub[point_label]
         front = frame[frame["on_frontier"]].sort_values(x) if "on_frontier" in frame else frame.iloc[0:0]
-        columns["fx"], columns["fy"] = list(front[x]), list(front[y])
-        wide = pd.DataFrame({k: pd.Series(v, dtype=float) for k, v in columns.items()})
-        self._add(section, fid, "scatter", wide, "x0", xlabel, ylabel, caption, series)
+        columns["fx"], columns["fy"] = front[x].astype(float), front[y].astype(float)
+        wide = pd.DataFrame({k: pd.Series(list(v), dtype=object if k[0] == "t" else float) for k, v in columns.items()})
+        logx, logy = log_scale(frame[x]), log_scale(frame[y])
+        self._add(
+            section,
+            fid,
+            "scatter",
+            wide,
+            "x0",
+            xlabel,
+            ylabel,
+            caption,
+            series,
+            series_col=series_col,
+            joined=bool(path),
+            point_labels=bool(point_label),
+            logx=logx,
+            logy=logy,
+            xticks=_ticks(frame[x]) if logx else "",
+            yticks=_ticks(frame[y]) if logy else "",
+        )
 
     def _add(self, section, fid, kind, wide, x, xlabel, ylabel, caption, series, **extra):
+        """Write a chart's CSV and add its spec; ``series_col`` and ``errors`` (keywords) as line() takes them."""
+        series_col, errors = extra.pop("series_col", "method"), extra.pop("errors", None)
+        spec = self._spec(fid, kind, wide, x, xlabel, ylabel, series, series_col, None, **extra)
+        self.specs.append({**spec, "section": section, "caption": _error_clause(caption, errors, [spec])})
+
+    def _spec(self, fid, kind, wide, x, xlabel, ylabel, series, series_col, labels, **extra) -> dict:
+        """A chart's spec (its CSV written to ``data``): its series, each with its style and legend text."""
         name = f"{fid}.csv"
         self.data[name] = wide.to_csv(index=False, na_rep="nan")
+        texts = [str((labels or {}).get(s, s)) for s in series]
+        if "reference" in extra:  # a line of no method's (a target, say) in black
+            extra["reference"] = [{**REFERENCE_STYLE, **r} for r in extra["reference"] or []]
         spec = {
-            "section": section,
             "id": fid,
             "kind": kind,
             "csv": f"data/{name}",
             "x": x,
             "xlabel": xlabel,
             "ylabel": ylabel,
-            "caption": caption,
-            "labels": series,
+            "labels": texts,
             "series": [
-                {"col": f"s{i}", "label": tex_escape(s), "color": COLORS[i % len(COLORS)], "index": i}
-                for i, s in enumerate(series)
+                {
+                    **self.style(s, series, series_col),
+                    "col": f"s{i}",
+                    "n": i,
+                    "name": str(s),
+                    "text": text,
+                    "label": tex_escape(text),
+                    **_error_bars(wide, f"s{i}"),
+                }
+                for i, (s, text) in enumerate(zip(series, texts))
             ],
             **extra,
         }
         if kind == "line":
             spec["xticks"] = ",".join(f"{v:g}" for v in wide[x])
+            values = [wide[f"s{i}"] for i in range(len(series))] + [
+                pd.Series([r["value"] for r in spec.get("reference") or []])
+            ]
+            lows = [wide[f"s{i}"] - wide[f"s{i}_minus"] for i in range(len(series))]
+            highs = [wide[f"s{i}"] + wide[f"s{i}_plus"] for i in range(len(series))]
+            spec["logy"] = log_scale(pd.concat(values), pd.concat(lows))
+            spec["yticks"] = _ticks(pd.concat(values + lows + highs)) if spec["logy"] else ""
         if kind == "bar":
             spec["xticks"] = ",".join(str(i) for i in range(len(extra["xlabels"])))
             spec["xlabels_tex"] = ",".join(r"{\hspace{0pt}" + tex_name(v) + "}" for v in extra["xlabels"])  # may break
             spec["bar_width"] = max(3, min(14, int(260 / max(1, len(series) * len(extra["xlabels"])))))
             spec["xlabel_width_cm"] = round(0.8 * CHART_WIDTH_CM / len(extra["xlabels"]), 2)  # a long name wraps
-        entries = [str(s) for s in series] + [r["text"] for r in extra.get("reference") or []]
+        entries = texts + [r["text"] for r in extra.get("reference") or []]
         entries += ["Pareto frontier"] if kind == "scatter" else []
-        spec["legend_columns"] = max(1, min(4, LEGEND_CHARACTERS // (max(map(len, entries)) + 6)))
-        self.specs.append(spec)
+        spec["legend_columns"] = _legend_columns(entries)
+        return spec
+
+
+def _ticks(values) -> str:
+    """A log axis's ticks (log_ticks) as the template writes them."""
+    return ",".join(f"{v:g}" for v in log_ticks(values))
+
+
+def _legend_columns(entries: list[str]) -> int:
+    """Legend columns across a chart: as many of the longest entry (with its mark) as fit, 1 to 4, and no more than
+    its rows need (five entries in rows of 3 and 2, not 4 and 1)."""
+    fit = max(1, min(4, LEGEND_CHARACTERS // (max(map(len, entries), default=1) + 6)))
+    rows = -(-max(1, len(entries)) // fit)
+    return -(-max(1, len(entries)) // rows)
+
+
+def _path(frame: pd.DataFrame, path: list[str] | None) -> pd.DataFrame:
+    """A series' points in the order of the ``path`` columns, a row of NaN (a break in its line) where any but the
+    last of them changes."""
+    if not path:
+        return frame
+    frame = frame.sort_values(path)
+    if len(path) < 2:
+        return frame
+    parts = [group for _, group in frame.groupby(path[:-1], sort=True)]
+    gap = pd.DataFrame([{c: float("nan") for c in frame.columns}])
+    return pd.concat([p for part in parts for p in (part, gap)][:-1], ignore_index=True)
+
+
+def _error_bars(wide: pd.DataFrame, col: str) -> dict:
+    """Whether a series draws an error bar at any of its points (error_bars), and at every point it draws
+    (all_error_bars; a point without an interval has NaN lengths, _wide)."""
+    if f"{col}_plus" not in wide:
+        return {"error_bars": False, "all_error_bars": False}
+    plus, minus, shown = wide[f"{col}_plus"], wide[f"{col}_minus"], wide[col].notna()
+    return {
+        "error_bars": bool((plus.gt(0) | minus.gt(0)).any()),
+        "all_error_bars": bool((plus.notna() | minus.notna())[shown].all()),
+    }
+
+
+def _error_clause(caption: str, errors: str | None, specs: list[dict]) -> str:
+    """A caption with what its error bars are (``errors``, e.g. "95\\% CI") where the chart draws any: "Error bars:
+    <errors>." where every point has one, "... where an interval exists" where only some do, and where none does,
+    that none is drawn and why: no cell had the sessions (or, for a percentile, the values beyond it) an interval
+    needs."""
+    if not errors:
+        return caption
+    series = [s for spec in specs if spec.get("intervals", True) for s in spec["series"]]  # charts with intervals
+    drawn = [s["error_bars"] for s in series]
+    if all(s["error_bars"] and s["all_error_bars"] for s in series):
+        return f"{caption} Error bars: {errors}."
+    if any(drawn):
+        return f"{caption} Error bars: {errors}, where an interval exists."
+    return f"{caption} No error bars: too few sessions (or values beyond a percentile) for a 95\\% interval."
 
 
 def _table(frame: pd.DataFrame, data: dict[str, str], name: str, string_cols=()) -> bool:
@@ -274,7 +595,8 @@ def single_stream(t: Tables, figs: Figures) -> dict:
             "Workload",
             "Output throughput (tokens/s)",
             f"Output throughput at concurrency {lowest}, TP {tp}, per workload and method "
-            f"(up to {n_req} measured requests per cell; error bars: 95\\% bootstrap CI).",
+            f"(up to {n_req} measured requests per cell).",
+            errors="95\\% bootstrap CI",
         )
         spec = sub[sub["algorithm"] != algorithms.BASELINE]
         figs.bars(
@@ -288,72 +610,219 @@ def single_stream(t: Tables, figs: Figures) -> dict:
             "Workload",
             "Speedup over AR",
             f"Speedup in output throughput over AR at concurrency {lowest}, TP {tp} (same prompts in the same "
-            "order; error bars: 95\\% paired-bootstrap CI; dashed line: no speedup).",
+            "order; dashed line: no speedup).",
             baseline=1,
+            errors="95\\% paired-bootstrap CI",
         )
     return {}
 
 
+def _aggregated(tables_dir: str | Path, name: str) -> pd.DataFrame:
+    """An aggregated table (results/<name>.csv); empty where the results have none (aggregated by older code)."""
+    path = Path(tables_dir) / f"{name}.csv"
+    return pd.read_csv(path) if path.exists() and path.stat().st_size > 1 else pd.DataFrame()
+
+
+def _mixed(frame: pd.DataFrame) -> list:
+    """The workloads whose cells mix two or more content kinds, in the table's order."""
+    kinds = frame[frame["kind"] != ALL_KINDS].groupby("workload", sort=False)["kind"].nunique()
+    return [w for w, n in kinds.items() if n > 1]
+
+
+def _sessions_per_kind(rows: pd.DataFrame) -> str:
+    """'chat 8, code 8, ...': the sessions of each content kind in these rows (the most any method's cell had)."""
+    return ", ".join(f"{kind} {int(n)}" for kind, n in rows.groupby("kind")["sessions"].max().items())
+
+
+def _in_method_order(frame: pd.DataFrame, methods: list[str], keys: list[str]) -> pd.DataFrame:
+    """The rows sorted by ``keys``, then by method in the configuration's order (``methods``)."""
+    rank = {m: i for i, m in enumerate(methods)}
+    ordered = frame.assign(_rank=frame["method"].map(lambda m: rank.get(m, len(rank))))
+    return ordered.sort_values([*keys, "_rank"], kind="stable").drop(columns="_rank")
+
+
+def _interval_text(lo, hi) -> str:
+    """'[lo; hi]' to two decimals, or -- where there is no interval."""
+    return "--" if pd.isna(lo) or pd.isna(hi) else f"[{lo:.2f}; {hi:.2f}]"
+
+
+KIND_TABLE = ["tp", "workload", "kind", "sessions", "method", "output_throughput", "speedup", "speedup_ci"]
+
+
+def content_kinds(t: Tables, figs: Figures, data: dict[str, str], tables_dir: str | Path) -> dict:
+    """Section 2's subsection by content kind (results/kinds.csv) at the lowest concurrency, for every workload
+    whose sessions mix kinds: a chart of each speculative method's speedup over AR per kind (its paired interval
+    where the kind has MIN_SESSIONS sessions) per workload and TP size, and a table of each kind's throughput,
+    speedup with its interval and acceptance length, every method's."""
+    kinds = _aggregated(tables_dir, "kinds")
+    if kinds.empty:
+        return {"has_kinds": False}
+    low = kinds[kinds["concurrency"] == t.lowest]
+    mixed = _mixed(low)
+    low = low[low["workload"].isin(mixed)]
+    for tp in t.tps:
+        for workload in mixed:
+            _kinds_chart(figs, low[(low["tp"] == tp) & (low["workload"] == workload)], workload, tp, t.lowest)
+    shown = _in_method_order(
+        low.assign(speedup_ci=[_interval_text(lo, hi) for lo, hi in zip(low["speedup_lo"], low["speedup_hi"])]),
+        figs.methods,
+        ["tp", "workload", "kind"],
+    )
+    has_kinds = _table(
+        shown[[*KIND_TABLE, "acceptance_length"]], data, "content_kinds.csv", ["workload", "kind", "method"]
+    )
+    one_kind = [w for w in kinds["workload"].unique() if w not in mixed]
+    return {
+        "has_kinds": has_kinds,
+        "kinds_one": ", ".join(
+            f"{tex_name(w)} ({', '.join(sorted(set(kinds.loc[kinds['workload'] == w, 'kind'])))})" for w in one_kind
+        ),
+    }
+
+
+def _kinds_chart(figs: Figures, sub: pd.DataFrame, workload: str, tp, lowest) -> None:
+    """One workload's and TP size's chart of speedup per content kind, its caption saying how many sessions each
+    kind has and for which kinds there is no interval (fewer than MIN_SESSIONS sessions)."""
+    spec = sub[sub["algorithm"] != algorithms.BASELINE]
+    bare = sorted(set(spec.loc[spec["speedup"].notna() & spec["speedup_lo"].isna(), "kind"]))
+    bars = (
+        "error bars: 95\\% paired-bootstrap CI over the kind's sessions"
+        + (f", none for {', '.join(bare)} (fewer than {MIN_SESSIONS} sessions)" if bare else "")
+        if len(bare) < spec["kind"].nunique()
+        else f"no error bars: every kind has fewer than {MIN_SESSIONS} sessions, too few for an interval"
+    )
+    figs.bars(
+        "kinds",
+        f"kinds-speedup-{workload}-tp{tp}",
+        spec,
+        "kind",
+        "speedup",
+        "speedup_lo",
+        "speedup_hi",
+        "Content kind",
+        "Speedup over AR",
+        f"Speedup over AR per content kind, workload {tex_name(workload)}, TP {tp}, concurrency {lowest}: each "
+        "kind's output tokens over the engine time charged to its sessions, against AR's on the same sessions. "
+        f"Sessions per kind: {_sessions_per_kind(sub)}; {bars}; dashed line: no speedup.",
+        baseline=1,
+    )
+
+
+DEPTH_COLUMNS_SHOWN = 8  # the per-kind table's depths (the rest are in results/acceptance_depth.csv)
+
+
+def acceptance_per_depth(t: Tables, figs: Figures, data: dict[str, str], tables_dir: str | Path) -> dict:
+    """Section 3's subsection on acceptance per draft depth (results/acceptance_depth.csv) at the lowest
+    concurrency: a chart per workload and TP size of the acceptance rate against depth over all sessions, one line
+    per speculative method whose build reported its rounds, and a table of the rates per content kind (the first
+    DEPTH_COLUMNS_SHOWN depths) for the workloads that mix kinds; the methods whose build reported no rounds are
+    named."""
+    depth = _aggregated(tables_dir, "acceptance_depth")
+    if depth.empty:
+        return {"has_depth": False}
+    low = depth[depth["concurrency"] == t.lowest]
+    silent = low[~low["reported"].astype(bool)]
+    unreported = {
+        note: ", ".join(tex_name(m) for m in sorted(set(silent.loc[silent["note"] == note, "method"])))
+        for note in (NOT_REPORTED, NOT_RECORDED)
+    }
+    reported = low[low["reported"].astype(bool)]
+    whole = reported[reported["kind"] == ALL_KINDS]
+    for tp in t.tps:
+        for workload in whole["workload"].unique():
+            sub = whole[(whole["tp"] == tp) & (whole["workload"] == workload)]
+            depths = _in_method_order(sub, figs.methods, []).groupby("method", sort=False)["draft_depth"].first()
+            deepest = ", ".join(f"{tex_name(m)} {int(d)}" for m, d in depths.items())
+            figs.line(
+                "depth",
+                f"depth-acceptance-{workload}-tp{tp}",
+                sub,
+                "depth",
+                "acceptance",
+                None,
+                None,
+                "Draft depth $d$",
+                "Acceptance rate at depth $d$",
+                f"Acceptance rate at each draft depth $d$, workload {tex_name(workload)}, TP {tp}, concurrency "
+                f"{t.lowest}, all sessions: the share of verify rounds that accepted at least $d$ drafts (the "
+                "server's rounds by drafts accepted, pooled over the cell's requests), to each method's deepest "
+                f"draft ({deepest}); the rates sum to the acceptance length less one.",
+            )
+    kinds = _in_method_order(
+        reported[reported["workload"].isin(_mixed(reported)) & (reported["depth"] <= DEPTH_COLUMNS_SHOWN)],
+        figs.methods,
+        ["tp", "workload"],
+    )
+    wide = kinds.pivot_table(
+        index=["tp", "workload", "method", "kind"], columns="depth", values="acceptance", sort=False
+    ).reset_index()
+    # a depth read as a float (a table whose unreported rows have none) is named as the integer it is
+    wide.columns = [f"d{int(c)}" if isinstance(c, (int, float)) else c for c in wide.columns]
+    has_depth_kinds = _table(wide, data, "depth_kinds.csv", ["workload", "method", "kind"])
+    return {
+        "has_depth": not reported.empty or not silent.empty,
+        "has_depth_kinds": has_depth_kinds,
+        "depth_columns": [c for c in wide.columns if str(c).startswith("d") and str(c)[1:].isdigit()],
+        "depth_cut": bool((reported["depth"] > DEPTH_COLUMNS_SHOWN).any()),
+        "depth_shown": DEPTH_COLUMNS_SHOWN,
+        "depth_unreported": unreported[NOT_REPORTED],
+        "depth_unrecorded": unreported[NOT_RECORDED],
+    }
+
+
 def budget_sweep(t: Tables, figs: Figures, data: dict[str, str]) -> dict:
     """Section 3: for every speculative algorithm measured at two or more settings of its size (the registry's
-    ``size``: DDTree's budget, NGRAM's and draft models' num_draft_tokens, DFlash's block), acceptance and
-    throughput against that size, each point marked with the shape it verifies (a chain, or a tree of some
-    width), DFlash as the reference line of the others; and the table of what every speculative method verifies."""
-    summary, low, tps, lowest = t.summary, t.low, t.tps, t.lowest
+    ``size``: DDTree's budget, NGRAM's and draft models' num_draft_tokens, DFlash's block), one figure of small
+    multiples, a row per workload and TP size: acceptance and throughput against that size, each point one method in
+    its style, its legend entry naming the shape it verifies (a chain, or a tree), a grey line joining the sizes of
+    one configuration, DFlash as the reference line of the others; and the table of what every speculative method
+    verifies."""
+    low = t.low
     spec = low[low["algorithm"] != algorithms.BASELINE].dropna(subset=["sweep_size"])
-    spec = spec.assign(series=_sweep_series(spec))
+    spec = spec.assign(join=_sweep_lines(spec))
     has_modes = _modes_table(spec, data)
     chain = low[low["algorithm"].isin([a.name for a in algorithms.REGISTRY.values() if a.reference])]
-    for name in spec["algorithm"].unique():
-        algorithm = algorithms.get(name)
-        axis = SIZE_LABELS.get(algorithm.size or "", algorithm.size or "")  # one with sweep sizes has a size
-        for tp in tps:
-            for workload in summary["workload"].unique():
-                sub = spec[(spec["algorithm"] == name) & (spec["tp"] == tp) & (spec["workload"] == workload)]
-                if sub["sweep_size"].nunique() < 2:
-                    continue
-                c = (
-                    chain[(chain["tp"] == tp) & (chain["workload"] == workload)]
-                    if not algorithm.reference
-                    else chain[0:0]
-                )
-                refs = {col: _references(c, col) for col in ("acceptance_length", "output_throughput")}
-                where = f"{algorithm.title}, workload {tex_name(workload)}, TP {tp}, concurrency {lowest}"
-                figs.line(
-                    "budget",
-                    f"sweep-{name}-acceptance-{workload}-tp{tp}",
-                    sub,
-                    "sweep_size",
-                    "acceptance_length",
-                    None,
-                    None,
-                    axis,
-                    "Acceptance length (tokens per round)",
-                    f"Acceptance length against the {axis.lower()}, {where}; marks: the shape each setting "
-                    "verifies (chain or tree, widths in the table of modes)"
-                    + ("; horizontal line: DFlash (linear chain)." if refs["acceptance_length"] else "."),
-                    series_col="series",
-                    logx=True,
-                    reference=refs["acceptance_length"],
-                )
-                figs.line(
-                    "budget",
-                    f"sweep-{name}-throughput-{workload}-tp{tp}",
-                    sub,
-                    "sweep_size",
-                    "output_throughput",
-                    "output_throughput_lo",
-                    "output_throughput_hi",
-                    axis,
-                    "Output throughput (tokens/s)",
-                    f"Output throughput against the {axis.lower()}, {where} (error bars: 95\\% CI); marks: "
-                    "the shape each setting verifies"
-                    + ("; horizontal line: DFlash." if refs["output_throughput"] else "."),
-                    series_col="series",
-                    logx=True,
-                    reference=refs["output_throughput"],
-                )
+    place = {m: i for i, m in enumerate(figs.methods)}  # algorithms in the order of their first configured method
+    first = spec["method"].map(lambda m: place.get(m, len(place))).groupby(spec["algorithm"]).min()
+    for name in first.sort_values(kind="stable").index:
+        _sweep_figure(t, figs, algorithms.get(name), spec[spec["algorithm"] == name], chain)
     return {"has_modes": has_modes}
+
+
+def _sweep_figure(t: Tables, figs: Figures, algorithm, mine: pd.DataFrame, chain: pd.DataFrame) -> None:
+    """One algorithm's sweep figure (budget_sweep): two panels per workload and TP size where it was measured at two
+    or more sizes, acceptance length and throughput, against its size."""
+    axis = SIZE_LABELS.get(algorithm.size or "", algorithm.size or "")  # one with sweep sizes has a size
+    shapes = {m: _with_shape(m, mode) for m, mode in zip(mine["method"], mine["tree_mode"])}
+    panels = []
+    for tp in t.tps:
+        for workload in t.summary["workload"].unique():
+            sub = mine[(mine["tp"] == tp) & (mine["workload"] == workload)]
+            if sub["sweep_size"].nunique() < 2:
+                continue
+            c = chain[(chain["tp"] == tp) & (chain["workload"] == workload)] if not algorithm.reference else chain[0:0]
+            where = dict(title=f"{tex_name(workload)}, TP {tp}", joins="join", labels=shapes, logx=True)
+            for metric, column, lo, hi, ylabel in (
+                ("acceptance", "acceptance_length", None, None, "Acceptance length"),
+                ("throughput", "output_throughput", "output_throughput_lo", "output_throughput_hi", "Tokens/s"),
+            ):
+                fid = f"sweep-{algorithm.name}-{metric}-{workload}-tp{tp}"
+                references = _references(c, column, figs)
+                panels.append(
+                    figs.panel(fid, sub, "sweep_size", column, lo, hi, axis, ylabel, reference=references, **where)
+                )
+    dflash = any(p and p["reference"] for p in panels)
+    figs.grid(
+        "budget",
+        f"sweep-{algorithm.name}",
+        panels,
+        f"{algorithm.title}: acceptance length (tokens per round, left) and output throughput (tokens/s, right) "
+        f"against the {axis.lower()}, at concurrency {t.lowest}, a row per workload and TP size. Each point is one "
+        "method, in its colour and mark; the legend gives the shape it verifies (chain or tree, widths in the "
+        "table of modes); a grey line joins the sizes of one configuration"
+        + ("; dashed: DFlash (a linear chain)." if dflash else "."),
+        errors="95\\% CI (throughput)",
+    )
 
 
 def _modes_table(spec: pd.DataFrame, data: dict[str, str]) -> bool:
@@ -363,25 +832,48 @@ def _modes_table(spec: pd.DataFrame, data: dict[str, str]) -> bool:
         ["method", "algorithm", "tree_build", "sweep_size", "topk", "tree_mode", "tree_width", "verify_width"]
     ].sort_values(["algorithm", "sweep_size"])
     modes = modes.assign(
-        tree_build=modes["tree_build"].fillna("--"),
+        tree_build=modes["tree_build"].astype(object).fillna("--"),
         **{c: modes[c].astype("Int64") for c in ("sweep_size", "topk", "tree_width", "verify_width")},
     )
     return _table(modes, data, "modes.csv", ["method", "algorithm", "tree_build", "tree_mode"])
 
 
-def _references(chain: pd.DataFrame, column: str) -> list[dict]:
-    """A sweep chart's horizontal lines: each DFlash method's value of ``column`` in these rows."""
+def _references(chain: pd.DataFrame, column: str, figs: Figures) -> list[dict]:
+    """A sweep chart's horizontal lines: each DFlash method's value of ``column`` in these rows, in its method's
+    style, named once (legend_name)."""
     return [
-        {"label": f"DFlash {tex_escape(m)}", "text": f"DFlash {m}", "value": float(v)}
-        for m, v in zip(chain["method"], chain[column])
+        {
+            **figs.style(m, []),
+            "label": tex_escape(legend_name(m, algorithms.get(a).title)),
+            "text": legend_name(m, algorithms.get(a).title),
+            "value": float(v),
+        }
+        for m, a, v in zip(chain["method"], chain["algorithm"], chain[column])
         if pd.notna(v)
     ]
 
 
-def _sweep_series(spec: pd.DataFrame) -> list[str]:
-    """Each speculative row's series in the sweep charts: its algorithm's title and the shape it verifies, plus
+def legend_name(method: str, title: str) -> str:
+    """A method's name beside its algorithm's title, each word once: the title alone where the method is named by it
+    ("DFlash" for dflash), the method's name alone where it starts with it (dflash-b16), else both ("DFlash fast")."""
+    plain = re.sub("[^a-z0-9]", "", method.lower())
+    word = re.sub("[^a-z0-9]", "", title.lower())
+    if plain == word:
+        return title
+    return method if plain.startswith(word) else f"{title} {method}"
+
+
+def _with_shape(method: str, mode) -> str:
+    """A method's legend entry in a sweep: its name and the shape it verifies ("ngram-d8 (tree)"), the name alone
+    where it says the shape already (eagle3-chain)."""
+    return method if str(mode).lower() in re.split("[^a-z0-9]+", method.lower()) else f"{method} ({mode})"
+
+
+def _sweep_lines(spec: pd.DataFrame) -> list[str]:
+    """Each speculative row's line in the sweep charts (the configuration whose sizes it joins): its algorithm, plus
     every other parameter (and the drafter) that differs between that algorithm's methods, and the method's name
-    where two methods would still meet at one point: a point is one method's."""
+    where two methods would still meet at one point: a point is one method's. The shape a setting verifies (chain or
+    tree) is no parameter: DDTree's changes with its budget along one line."""
     labels = pd.Series("", index=spec.index)
     for name, group in spec.groupby("algorithm"):
         algorithm = algorithms.get(str(name))
@@ -392,7 +884,7 @@ def _sweep_series(spec: pd.DataFrame) -> list[str]:
         ]
         others += ["drafter"] if "drafter" in group and group["drafter"].nunique(dropna=False) > 1 else []
         for i, row in group.iterrows():
-            labels.at[i] = f"{algorithm.title}, {row['tree_mode']}" + "".join(f", {k} {row[k]}" for k in others)
+            labels.at[i] = algorithm.title + "".join(f", {k} {row[k]}" for k in others)
     keys = pd.DataFrame({"label": labels, "x": spec["sweep_size"], "tp": spec["tp"], "workload": spec["workload"]})
     clash = keys.duplicated(keep=False)
     return [f"{label} ({method})" if c else label for label, method, c in zip(labels, spec["method"], clash)]
@@ -423,8 +915,8 @@ def tensor_parallelism(t: Tables, figs: Figures, data: dict[str, str]) -> dict:
                 "output_throughput_hi",
                 "Tensor-parallel size",
                 "Output throughput (tokens/s)",
-                f"Output throughput per TP size and method, workload {tex_name(workload)}, concurrency {lowest} "
-                "(error bars: 95\\% CI).",
+                f"Output throughput per TP size and method, workload {tex_name(workload)}, concurrency {lowest}.",
+                errors="95\\% CI",
             )
         base = low[low["tp"] == tps[0]].set_index(["method", "workload"])["output_throughput"]
         scaling = low[["tp", "method", "workload", "output_throughput"]].copy()
@@ -445,16 +937,23 @@ def concurrency(t: Tables, figs: Figures, data: dict[str, str]) -> dict:
             sub = summary[(summary["tp"] == tp) & (summary["workload"] == workload)]
             _concurrency_charts(figs, sub, workload, tp)
     for workload in pareto["workload"].unique():
+        sub = pareto[pareto["workload"] == workload]
+        several = sub["tp"].nunique() > 1
+        label = [f"{c}" + (f"/TP{tp}" if several else "") for c, tp in zip(sub["concurrency"], sub["tp"])]
         figs.scatter(
             "concurrency",
             f"pareto-{workload}",
-            pareto[pareto["workload"] == workload],
+            sub.assign(point=label),
             "interactivity",
             "output_throughput_per_gpu",
             "Interactivity (tokens/s per user)",
             "Output throughput per GPU (tokens/s)",
-            f"Throughput per GPU against interactivity (1/TPOT p50), workload {tex_name(workload)}, every "
-            "TP size and concurrency; circled points joined by a dotted line form the Pareto frontier.",
+            f"Throughput per GPU against interactivity (1/TPOT p50), workload {tex_name(workload)}: each method's "
+            f"cells joined in order of concurrency{', a line per TP size' if several else ''}, each point labelled "
+            f"with its concurrency{' / TP size' if several else ''}; the broad grey line joins the Pareto frontier "
+            "(no other cell is better in one of the two and as good in the other).",
+            path=["tp", "concurrency"],
+            point_label="point",
         )
     has_break_even = _table(t.breakeven, data, "break_even.csv", ["method", "workload", "break_even", "states"])
     has_best = _table(t.best, data, "best_budget.csv", ["method", "workload", "algorithm"])
@@ -475,8 +974,9 @@ def _concurrency_charts(figs: Figures, sub: pd.DataFrame, workload: str, tp: int
         "output_throughput_hi",
         "Concurrency (requests in flight)",
         "Output throughput (tokens/s)",
-        f"Output throughput against concurrency, {label} (error bars: 95\\% CI).",
+        f"Output throughput against concurrency, {label}.",
         logx=True,
+        errors="95\\% CI",
     )
     figs.line(
         "concurrency",
@@ -488,8 +988,9 @@ def _concurrency_charts(figs: Figures, sub: pd.DataFrame, workload: str, tp: int
         "hi",
         "Concurrency",
         "TTFT p99 (ms)",
-        f"Time to first token, 99th percentile, {label} (error bars: 95\\% CI).",
+        f"Time to first token, 99th percentile, {label}.",
         logx=True,
+        errors="95\\% CI",
     )
     figs.line(
         "concurrency",
@@ -501,9 +1002,130 @@ def _concurrency_charts(figs: Figures, sub: pd.DataFrame, workload: str, tp: int
         "hi",
         "Concurrency",
         "TPOT p50 (ms)",
-        f"Time per output token, median, {label} (error bars: 95\\% CI).",
+        f"Time per output token, median, {label}.",
         logx=True,
+        errors="95\\% CI",
     )
+
+
+def slo_section(t: Tables, tables_dir: str | Path, figs: Figures, data: dict[str, str]) -> dict:
+    """Section: service-level objectives (slo.csv, the summary's slo_<name>_* columns). Per objective, TP size and
+    workload, the share of requests meeting it against concurrency per method with its 95% interval and the
+    attainment as a dashed line; and the table of the highest concurrency at which each method meets each objective,
+    with its output throughput and goodput per GPU and its share there, and every level's state."""
+    path = Path(tables_dir) / "slo.csv"
+    table = pd.read_csv(path) if path.exists() and path.stat().st_size else pd.DataFrame()
+    if table.empty:
+        return {
+            "has_slo": False,
+            "slo_everyone": "",
+            "slo_objectives": [],
+            "slo_attainment": "",
+            "slo_least_sessions": 0,
+        }
+    attainment = float(table["attainment"].iloc[0])
+    objectives = list(dict.fromkeys(zip(table["slo"], table["targets"])))
+    everyone: dict[str, list[str]] = {}  # objective: the workloads (and TP sizes) where every request met it
+    for name, targets in objectives:
+        for tp in t.tps:
+            for workload in t.summary["workload"].unique():
+                if _slo_chart(figs, t.summary, name, targets, attainment, tp, workload) is False:
+                    where = tex_name(workload) + (f" at TP {tp}" if len(t.tps) > 1 else "")
+                    everyone.setdefault(tex_name(name), []).append(where)
+    _slo_table(t.summary, table, figs.methods, data)
+    return {
+        "has_slo": True,
+        "slo_everyone": "; ".join(f"\\texttt{{{name}}} in {', '.join(where)}" for name, where in everyone.items()),
+        "slo_objectives": [(tex_name(name), _slo_targets_tex(targets)) for name, targets in objectives],
+        "slo_attainment": f"{100 * attainment:g}",
+        "slo_least_sessions": math.ceil(Z_975**2 * attainment / (1 - attainment)) if attainment < 1 else 0,
+    }
+
+
+def _slo_targets_tex(targets: str) -> str:
+    """An objective's targets ("TTFT <= 2000 ms, TPOT <= 50 ms") for LaTeX."""
+    return tex_escape(targets).replace("<=", r"$\le$")
+
+
+def _slo_chart(
+    figs: Figures, summary: pd.DataFrame, name: str, targets: str, attainment: float, tp, workload
+) -> bool | None:
+    """One objective's share of requests meeting it against concurrency, one TP size and workload, per method;
+    False, and no chart, where every request of every cell met it (a chart of lines at 100%: the text says so);
+    None where there is no such cell."""
+    share = f"slo_{name}_share"
+    sub = summary[(summary["tp"] == tp) & (summary["workload"] == workload)]
+    if share not in summary or sub.empty:
+        return None
+    if (sub[share] == 1).all():
+        return False
+    sub = sub.assign(v=sub[share] * 100, lo=sub[f"{share}_lo"] * 100, hi=sub[f"{share}_hi"] * 100)
+    figs.line(
+        "slo",
+        f"slo-{name}-{workload}-tp{tp}",
+        sub,
+        "concurrency",
+        "v",
+        "lo",
+        "hi",
+        "Concurrency (requests in flight)",
+        "Requests meeting the SLO (\\%)",
+        f"Share of requests meeting SLO {tex_name(name)} ({_slo_targets_tex(targets)}; a failed request misses it) "
+        f"against concurrency, workload {tex_name(workload)}, TP {tp}; dashed line: the attainment, "
+        f"{100 * attainment:g}\\%: a point is met where the lower end of its interval lies at or above it.",
+        logx=True,
+        errors="95\\% Wilson interval at the effective number of requests",
+        reference=[
+            {
+                "label": f"attainment {100 * attainment:g}\\%",
+                "text": f"attainment {100 * attainment:g}%",
+                "value": 100 * attainment,
+            }
+        ],
+    )
+    return True
+
+
+def _slo_levels(levels: str) -> str:
+    """slo.csv's levels ("1 undecided; 4 undecided; 16 met") grouped by state: "met at 16; undecided at 1/4" (no
+    comma: the report's CSV files hold none in a field)."""
+    by_state: dict[str, list[str]] = {}
+    for level in str(levels).split("; "):
+        concurrency, _, state = level.partition(" ")
+        by_state.setdefault(state, []).append(concurrency)
+    return "; ".join(f"{state} at {'/'.join(by_state[state])}" for state in STATES if state in by_state)
+
+
+def _slo_table(summary: pd.DataFrame, table: pd.DataFrame, methods: list[str], data: dict[str, str]) -> None:
+    """slo.csv as the report prints it: the highest concurrency meeting each objective ("$\\ge$16" where that is the
+    highest measured: the method meets it at every load tried), throughput and goodput per GPU and the share with its
+    interval there, and the levels grouped by state."""
+    tested = summary.groupby(["tp", "workload", "method"])["concurrency"].max()
+    rank = {m: i for i, m in enumerate(methods)}
+    table = table.assign(_rank=table["method"].map(lambda m: rank.get(m, len(rank))))
+    table = table.sort_values(["tp", "workload", "slo", "_rank"], kind="stable")
+    highest = []
+    for row in table.to_dict("records"):
+        if pd.isna(row["highest_concurrency"]):
+            highest.append("--")
+        else:
+            top = int(row["highest_concurrency"])
+            every = top == tested.get((row["tp"], row["workload"], row["method"]))
+            highest.append(f"$\\ge${top}" if every else str(top))
+    shown = pd.DataFrame(
+        {
+            "tp": table["tp"],
+            "workload": table["workload"],
+            "slo": table["slo"],
+            "method": table["method"],
+            "highest": highest,
+            "throughput": table["output_throughput_per_gpu"],
+            "goodput": table["goodput_per_gpu"],
+            "share": [_with_interval(*values) for values in zip(table["share"], table["share_lo"], table["share_hi"])],
+            "levels": table["levels"].map(_slo_levels),
+        }
+    )
+    _table(shown, data, "slo.csv", ["workload", "slo", "method", "levels"])
 
 
 def _with_interval(ratio, lo, hi) -> str:
@@ -563,6 +1185,8 @@ def engines_section(tables_dir: str | Path, data: dict[str, str]) -> dict:
         "engines_one_measurement": sum(isinstance(r, str) and r.startswith("one measurement") for r in frame["reason"]),
         "engine_notes": "; ".join(f"({i}) {tex_escape(r)}" for i, r in enumerate(reasons, 1)),
         "has_engine_builds": not builds.empty,
+        # each column's width, a share of the line: a long value (a wheel's digest) wraps within its column
+        "engine_builds_width": round(0.85 / max(1, len(builds.columns)), 3),
     }
 
 
@@ -753,7 +1377,7 @@ def plan_against_runs(
 ) -> dict:
     """Appendix: each server's latest run (start to stop, from its run record) against the plan's start-up plus
     the cells that run measured (cells it found cached cost it nothing). Error = (predicted - measured) /
-    measured."""
+    measured. ``has_plan``: whether there are predictions at all (an archived record has none)."""
     predicted: dict[str, dict] = {}
     for r in predictions.to_dict("records"):
         plan = predicted.setdefault(r["server"], {"startup": 0.0, "cells": {}})
@@ -778,7 +1402,7 @@ def plan_against_runs(
         "prediction.csv",
         ["server"],
     )
-    return {"has_prediction": has_prediction}
+    return {"has_prediction": has_prediction, "has_plan": not predictions.empty}
 
 
 def prepare(
@@ -801,8 +1425,11 @@ def prepare(
         **budget_sweep(t, figs, data),
         **tensor_parallelism(t, figs, data),
         **concurrency(t, figs, data),
+        **slo_section(t, tables_dir, figs, data),
         **agentic(t, figs, data),
         **engines_section(tables_dir, data),
+        **content_kinds(t, figs, data, tables_dir),
+        **acceptance_per_depth(t, figs, data, tables_dir),
         **setup_tables(t, environment, view, simulated, data),
         **plan_against_runs(
             predictions
@@ -812,7 +1439,7 @@ def prepare(
             data,
         ),
     }
-    by_section = {key: [s for s in figs.specs if s["section"] == key] for key in SECTIONS}
+    by_section = {key: [s for s in figs.specs if s["section"] == key] for key in [*SECTIONS, *SUBSECTIONS]}
     context = {
         **flags,
         "simulated": simulated,
@@ -821,7 +1448,7 @@ def prepare(
         "figures": by_section,
         "title": tex_escape(view["title"]),
         "author": tex_escape(view["author"]),
-        "date": date.today().isoformat(),
+        "date": tex_escape(view.get("date") or date.today().isoformat()),
         "model": tex_name(view["model"]),
         "backend": tex_escape(environment["backend"]),
         "sim_profile": tex_escape(view.get("sim_profile", "")),
@@ -866,6 +1493,11 @@ def write_report_data(
     name: text} for every chart and table}. Written atomically."""
     environment = json.loads(Path(environment_json).read_text())
     ctx, csv = prepare(tables_dir, environment, view, pd.read_csv(predictions_csv), read_run_records(run_records))
+    write_data(ctx, csv, out_json)
+
+
+def write_data(ctx: dict, csv: dict[str, str], out_json: str | Path) -> None:
+    """The report's data file: {"context": the template's context, "csv": {file name: text}}, written atomically."""
     atomic_write_text(out_json, json.dumps({"context": ctx, "csv": csv}))
 
 
@@ -876,6 +1508,7 @@ def read_report_data(data_json: str | Path) -> tuple[dict, dict[str, str]]:
 
 
 def render_tex(ctx: dict) -> str:
+    """The report's LaTeX from its context, stamped with the code rendering it now (renderer_stamp)."""
     env = jinja2.Environment(
         loader=jinja2.PackageLoader("specsweep", "templates"),
         block_start_string=r"\BLOCK{",
@@ -889,7 +1522,8 @@ def render_tex(ctx: dict) -> str:
         autoescape=False,
         undefined=jinja2.StrictUndefined,
     )
-    return env.get_template("report.tex.j2").render(**ctx)
+    env.globals["palette"] = PALETTE  # the methods' colours, defined once in the preamble
+    return env.get_template("report.tex.j2").render(**{"renderer": tex_escape(renderer_stamp()), **ctx})
 
 
 def compile_pdf(tex_path: Path, log_path: Path | None = None) -> Path:
@@ -940,77 +1574,168 @@ def plot_figures(data_json: str, out_dirs: dict[str, str]) -> None:
     ctx, csv = read_report_data(data_json)
     for section, folder in out_dirs.items():
         Path(folder).mkdir(parents=True, exist_ok=True)
-        for spec in ctx["figures"][section]:
-            data = pd.read_csv(io.StringIO(csv[Path(spec["csv"]).name]))
-            fig, ax = plt.subplots(figsize=(7, 4.2))
-            _draw(ax, spec, data)
-            ax.set_xlabel(spec["xlabel"].replace("\\%", "%"))
-            ax.set_ylabel(spec["ylabel"].replace("\\%", "%"))
-            ax.grid(alpha=0.3)
-            entries = len(spec["labels"]) + len(spec.get("reference") or [])
-            ax.legend(
-                fontsize=8,
-                ncol=min(spec["legend_columns"], entries),
-                loc="upper center",
-                bbox_to_anchor=(0.5, -0.16),
-                frameon=False,
-            )
+        for spec in section_figures(ctx, section):
+            fig = draw_figure(plt, spec, csv)
             if ctx["simulated"]:
                 fig.suptitle("SIMULATED BACKEND: not measured on GPUs", color="darkred", fontsize=10)
-            fig.tight_layout()
+            below = 0.45 / fig.get_figheight() if spec["kind"] == "grid" else 0  # a grid's legend, below its panels
+            fig.tight_layout(rect=(0, below, 1, 1))
             fig.savefig(Path(folder) / f"{spec['id']}.png", dpi=100)
             plt.close(fig)
     if "verdict" in out_dirs:  # the verdict's heatmap: no figure spec of its own (verdict_page typesets it)
         verdict_figures(data_json, out_dirs["verdict"])
 
 
+def section_figures(ctx: dict, section: str) -> list[dict]:
+    """A section's figures, then those of its subsections (layout.REPORT_SUBSECTIONS): what the HTML report shows
+    under its category."""
+    subsections = [key for key, parent in SUBSECTIONS.items() if parent == section]
+    return [spec for key in [section, *subsections] for spec in ctx["figures"].get(key, [])]
+
+
+def draw_figure(plt, spec: dict, csv: dict[str, str]):
+    """One figure spec as a matplotlib figure (a grid of panels, one legend below them, or one chart with its
+    legend below it), each series in its style."""
+    panels = spec["panels"] if spec["kind"] == "grid" else [spec]
+    columns = spec.get("columns", 1) if spec["kind"] == "grid" else 1
+    rows = -(-len(panels) // columns)
+    fig, axes = plt.subplots(rows, columns, figsize=(7, 4.2) if rows * columns == 1 else (7, 0.4 + 2.4 * rows))
+    axes = [axes] if rows * columns == 1 else list(axes.flat)
+    for n, (ax, panel) in enumerate(zip(axes, panels)):
+        _draw(ax, panel, _read_chart(csv[Path(panel["csv"]).name]))
+        ax.set_xlabel(_plain(panel["xlabel"]) if n >= len(panels) - columns or spec["kind"] != "grid" else "")
+        ax.set_ylabel(_plain(panel["ylabel"]))
+        ax.set_title(textwrap.fill(_plain(panel.get("title", "")), 36), fontsize=9)  # a long name wraps
+        ax.grid(alpha=0.3)
+    for ax in axes[len(panels) :]:
+        ax.set_visible(False)
+    if spec["kind"] == "grid":
+        handles = [_proxy(s) for s in spec["series"]] + [_proxy(r, dashed=True) for r in spec["reference"]]
+        labels = spec["labels"] + [r["text"] for r in spec["reference"]]
+        fig.legend(handles, labels, fontsize=8, ncol=spec["legend_columns"], loc="lower center", frameon=False)
+    else:
+        entries = len(spec["labels"]) + len(spec.get("reference") or []) + (spec["kind"] == "scatter")
+        axes[0].legend(
+            fontsize=8,
+            ncol=min(spec["legend_columns"], entries),
+            loc="upper center",
+            bbox_to_anchor=(0.5, -0.16),
+            frameon=False,
+        )
+    return fig
+
+
+def _read_chart(text: str) -> pd.DataFrame:
+    """A chart's CSV text as written (_spec): numbers, NaN as "nan", point labels (t<i>) as text."""
+    header = text.split("\n", 1)[0].split(",")
+    labels = {c: str for c in header if re.fullmatch(r"t\d+", c)}
+    return pd.read_csv(io.StringIO(text), dtype=labels, keep_default_na=False, na_values=["nan"])
+
+
+def _plain(tex: str) -> str:
+    """A label's TeX as matplotlib shows it: escapes and break points dropped."""
+    return re.sub(r"\\allowbreak\{\}|\\penalty200\{\}|\{\}", "", tex).replace("\\%", "%").replace("\\_", "_")
+
+
+def _proxy(style: dict, dashed: bool = False):
+    """A legend handle in a series' style. Imported here: matplotlib.lines (heavy, needed by the figures job
+    alone; plot_figures chose its backend)."""
+    from matplotlib.lines import Line2D
+
+    return Line2D([], [], **_mpl(style, dashed))
+
+
+def _mpl(style: dict, dashed: bool = False) -> dict:
+    """A series' style as matplotlib's keywords."""
+    if dashed:
+        return {"color": style["rgb"], "linestyle": "--"}
+    return {
+        "color": style["rgb"],
+        "marker": style["marker"],
+        "linestyle": style["linestyle"],
+        "markerfacecolor": style["rgb"] if style["filled"] else "white",
+    }
+
+
 def _draw(ax, spec: dict, data: pd.DataFrame) -> None:
-    labels = spec["labels"]
+    """One chart (or one panel of a grid) of a spec on a matplotlib axis, each series in its style (_mpl): lines with
+    their error bars, joins and reference lines; bars; or points joined per series and labelled, over the Pareto
+    frontier; log axes and axes from 0 as the spec says. Imported here: matplotlib.colors and matplotlib.ticker
+    (heavy, needed by the figures job alone; plot_figures chose its backend)."""
+    from matplotlib.colors import to_rgba
+    from matplotlib.ticker import NullLocator
+
     if spec["kind"] == "line":
-        for i, label in enumerate(labels):
-            err = [data[f"s{i}_minus"], data[f"s{i}_plus"]]
-            ax.errorbar(
-                data[spec["x"]],
-                data[f"s{i}"],
-                yerr=err,
-                marker="o",
-                capsize=3,
-                label=label,
-                color=MPL_COLORS[i % len(MPL_COLORS)],
-            )
-        for j, ref in enumerate(spec.get("reference") or []):
-            ax.axhline(ref["value"], linestyle="--", color="black", alpha=0.6 - 0.15 * j, label=ref["text"])
+        for j in spec.get("joins") or []:
+            ax.plot(data[spec["x"]].where(data[j].notna()).dropna(), data[j].dropna(), color="0.6", linewidth=0.8)
+        for s in spec["series"]:
+            err = [data[f"{s['col']}_minus"], data[f"{s['col']}_plus"]] if s["error_bars"] else None
+            ax.errorbar(data[spec["x"]], data[s["col"]], yerr=err, capsize=3, label=s["text"], **_mpl(s))
+        for r in spec.get("reference") or []:
+            ax.axhline(r["value"], label=r["text"], **_mpl(r, dashed=True))
         if spec.get("logx"):
             ax.set_xscale("log", base=2)
+        ax.set_xticks(data[spec["x"]], [f"{v:g}" for v in data[spec["x"]]])  # as the PDF: the values measured
+        ax.xaxis.set_minor_locator(NullLocator())
     elif spec["kind"] == "bar":
-        width = 0.8 / max(1, len(labels))
-        for i, label in enumerate(labels):
-            err = [data[f"s{i}_minus"], data[f"s{i}_plus"]]
-            ax.bar(
-                data["x"] + (i - (len(labels) - 1) / 2) * width,
-                data[f"s{i}"],
-                width,
-                yerr=err,
-                capsize=3,
-                label=label,
-                color=MPL_COLORS[i % len(MPL_COLORS)],
-            )
+        width = 0.8 / max(1, len(spec["series"]))
+        for i, s in enumerate(spec["series"]):
+            err = [data[f"{s['col']}_minus"], data[f"{s['col']}_plus"]] if s["error_bars"] else None
+            offset = (i - (len(spec["series"]) - 1) / 2) * width
+            face = to_rgba(s["rgb"], 0.6)  # as the PDF's bars: the colour at 60% over white, its edge at full
+            x = data["x"] + offset
+            ax.bar(x, data[s["col"]], width, yerr=err, capsize=3, label=s["text"], color=face, edgecolor=s["rgb"])
         ax.set_xticks(range(len(spec["xlabels"])), spec["xlabels"])
         if spec.get("baseline") is not None:
             ax.axhline(spec["baseline"], linestyle="--", color="black")
     else:
-        for i, label in enumerate(labels):
-            ax.scatter(data[f"x{i}"], data[f"y{i}"], s=24, label=label, color=MPL_COLORS[i % len(MPL_COLORS)])
-        ax.plot(
-            data["fx"],
-            data["fy"],
-            color="black",
-            linestyle=":",
-            marker="o",
-            fillstyle="none",
-            markersize=9,
-            label="Pareto frontier",
-        )
+        _draw_scatter(ax, spec, data)
+    _scales(ax, spec)
+
+
+def _draw_scatter(ax, spec: dict, data: pd.DataFrame) -> None:
+    """The Pareto chart: the frontier as a broad grey line beneath, each series' points joined (where the spec says)
+    and labelled with their t<i> text."""
+    ax.plot(
+        data["fx"], data["fy"], color="0.78", linewidth=7, solid_capstyle="round", zorder=0, label="Pareto frontier"
+    )
+    for s in spec["series"]:
+        n = s["n"]
+        style = _mpl(s) if spec.get("joined") else {**_mpl(s), "linestyle": "none"}
+        ax.plot(data[f"x{n}"], data[f"y{n}"], label=s["text"], markersize=5, **style)
+        if spec.get("point_labels"):
+            for x, y, text in zip(data[f"x{n}"], data[f"y{n}"], data[f"t{n}"]):
+                if pd.notna(x) and pd.notna(y):
+                    ax.annotate(
+                        str(text), (x, y), xytext=(2, 2), textcoords="offset points", fontsize=6, color=s["rgb"]
+                    )
+
+
+def _scales(ax, spec: dict) -> None:
+    """A chart's y axis (and a scatter's x axis) as the spec chose: log, or linear from 0. Imported here:
+    matplotlib.ticker (heavy, needed by the figures job alone; plot_figures chose its backend)."""
+    from matplotlib.ticker import FuncFormatter, NullFormatter
+
+    plain = FuncFormatter(lambda v, _: f"{v:g}")
+    if spec.get("logy"):
+        ax.set_yscale("log")
+        ticks = [float(v) for v in spec["yticks"].split(",")]
+        ax.set_yticks(ticks)
+        ax.set_ylim(bottom=ticks[0])
+        ax.yaxis.set_major_formatter(plain)
+        ax.yaxis.set_minor_formatter(NullFormatter())
+    else:
+        ax.set_ylim(bottom=0)
+    if spec["kind"] == "scatter":
+        if spec.get("logx"):
+            ax.set_xscale("log")
+            ticks = [float(v) for v in spec["xticks"].split(",")]
+            ax.set_xticks(ticks)
+            ax.set_xlim(left=ticks[0])
+            ax.xaxis.set_major_formatter(plain)
+            ax.xaxis.set_minor_formatter(NullFormatter())
+        else:
+            ax.set_xlim(left=0)
 
 
 # ---- the verdict page: page 1 after the title (verdict.py decides; this typesets) ----------------------------------
@@ -1039,12 +1764,12 @@ def _read_table(tables_dir: str | Path, name: str, columns: list[str] | None = N
     return pd.read_csv(path, usecols=(lambda c: c in columns) if columns else None)
 
 
-def _plain(value):
+def _json_ready(value):
     """A value for data.json: NaN and infinities as None, numpy scalars as Python's, containers walked."""
     if isinstance(value, dict):
-        return {str(k): _plain(v) for k, v in value.items()}
+        return {str(k): _json_ready(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
+        return [_json_ready(v) for v in value]
     if hasattr(value, "item"):
         value = value.item()
     if isinstance(value, float) and (value != value or value in (float("inf"), float("-inf"))):
@@ -1094,7 +1819,7 @@ def verdict_page(tables_dir: str | Path, t: Tables, environment: dict, view: dic
     flags = stamp["flags"]
     color, fill = next((STAMP_COLORS[f] for f in flags if f in STAMP_COLORS), ("green!40!black", "green!5"))
     return {
-        "verdict": _plain(plain),
+        "verdict": _json_ready(plain),
         "stamp_flags": " / ".join(flags),
         "stamp_color": color,
         "stamp_fill": fill,
@@ -1182,7 +1907,7 @@ def _heat_panels(panels: list[dict], data: dict[str, str]) -> list[dict]:
 
 
 HEAT_CMAP = ["#e08000", "#ffffff", "#1f3fbf"]  # slower (orange) through 1 (white) to faster (blue), as in the PDF
-MARKS = {verdict.FASTER: "\u25b2", verdict.SLOWER: "\u25bc", verdict.INCONCLUSIVE: "?"}
+VERDICT_MARKS = {verdict.FASTER: "\u25b2", verdict.SLOWER: "\u25bc", verdict.INCONCLUSIVE: "?"}
 DAGGER = "\u2020"  # a speedup whose acceptance is an artefact
 
 
@@ -1214,7 +1939,7 @@ def draw_verdict_heatmap(panels: list[dict], simulated: bool):
                 if not decided:
                     ax.add_patch(Rectangle((j, i), 1, 1, fill=False, hatch="///", edgecolor="#9a9a9a", linewidth=0))
                 label = "--" if s is None else f"{s:.1f}" if s >= 10 else f"{s:.2f}"
-                text = f"{MARKS[cell['verdict']]} {label}{DAGGER if cell['artefact'] else ''}"
+                text = f"{VERDICT_MARKS[cell['verdict']]} {label}{DAGGER if cell['artefact'] else ''}"
                 box = None if decided else {"facecolor": "white", "edgecolor": "none", "pad": 1}
                 ax.text(j + 0.5, i + 0.5, text, ha="center", va="center", fontsize=8, bbox=box)
         ax.set_xlim(0, len(p["concurrencies"]))

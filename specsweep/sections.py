@@ -73,3 +73,12 @@ class SimSection(TypedDict, total=False):
     faults: dict
     cost_model: dict
     ddtree_builds: dict
+
+
+def sampling_text(sampling: SamplingSection, load: LoadSection) -> str:
+    """How the replies were sampled and the requests offered, as the report's setup table says it (a configuration's
+    sections, or a cell's records of them): "temperature 0, top-p 1, thinking off, load closed, protocol native"."""
+    return (
+        f"temperature {sampling['temperature']:g}, top-p {sampling['top_p']:g}, "
+        f"thinking {'on' if sampling.get('thinking') else 'off'}, load {load['model']}, protocol {load['protocol']}"
+    )

@@ -16,6 +16,7 @@ from __future__ import annotations
 import copy
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -27,6 +28,7 @@ import psutil
 import pytest
 import yaml
 
+from specsweep import __version__
 from specsweep import config as cfg
 from specsweep.coerce import coerce_to_schema
 from specsweep.launcher import Server, free_port
@@ -237,14 +239,28 @@ def validated(config: dict) -> dict:
 
 def report_text(workflow: Path) -> str:
     """The workflow's report PDF as text (pdftotext), its whitespace runs made single spaces."""
-    pdf = subprocess.run(
-        ["pdftotext", "-layout", str(workflow / "results" / "report" / "report.pdf"), "-"],
-        capture_output=True,
-        text=True,
-        check=True,
-        timeout=patience(12),
+    return pdf_text(workflow / "results" / "report" / "report.pdf")
+
+
+def pdf_text(pdf: Path) -> str:
+    """A PDF's text (pdftotext), its whitespace runs made single spaces."""
+    text = subprocess.run(
+        ["pdftotext", "-layout", str(pdf), "-"], capture_output=True, text=True, check=True, timeout=patience(12)
     ).stdout
-    return " ".join(pdf.split())
+    return " ".join(text.split())
+
+
+def assert_stamped(text: str) -> None:
+    """A report's text names the code that rendered it: specsweep's version and this checkout's commit, with
+    "uncommitted changes" exactly where the package's files differ from it (as git says here)."""
+    match = re.search(
+        rf"Rendered by specsweep {re.escape(__version__)}, commit (\S+)( with uncommitted changes)?", text
+    )
+    assert match, "no renderer stamp in the report"
+    head = subprocess.run(["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True, text=True).stdout
+    assert head.startswith(match.group(1).rsplit("-g", 1)[-1]), (match.group(1), head)
+    status = subprocess.run(["git", "-C", str(REPO), "status", "--porcelain", "--", "specsweep"], capture_output=True)
+    assert bool(match.group(2)) == bool(status.stdout.strip()), match.group(0)
 
 
 def start_sim(tmp_path, *flags, startup=0.0, timeout=patience(12), model="Qwen/Qwen3-8B", env=None):

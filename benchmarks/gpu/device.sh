@@ -25,8 +25,14 @@ GPUS=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
 snake() { $LIMIT python3 -m snakemake "$@" --cores 8 --resources gpu="$GPUS" --scheduler greedy --configfile $CONFIG $OVERLAY; }
 LIMIT=""
 # part c of the recipe, then specsweep's own wheels, into the same site folder
+# (with the tracked tree at about 31 MiB, c and .whl no longer fit one carry: `install-c` then `wheels`, a call each,
+# where install_c finds no .whl)
 install_c() {
-  bash .gpu-tools/install.sh c .gpu-payload || exit 3
+  [ -d /tmp/site/sglang ] && [ ! -d .gpu-payload/c ] || bash .gpu-tools/install.sh c .gpu-payload || exit 3
+  wheels
+}
+wheels() {
+  ls .whl/*.whl >/dev/null 2>&1 || return 0
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 4
 }
 CONFIG=config/gpu-check.yaml
@@ -44,6 +50,8 @@ gpu_apps() { nvidia-smi --query-compute-apps=pid,process_name,used_memory --form
 case $step in
   install-a|install-b)
     bash .gpu-tools/install.sh "${step#install-}" .gpu-payload ;;
+  wheels)  # specsweep's own wheels (.whl) into the recipe's site folder, a call of their own after install-c
+    wheels ;;
   stage)  # `stage a1|a2`: part a carried in two halves, as install.sh a stages it (see README.md here, "Staging")
     mkdir -p /tmp/stage && cp .gpu-payload/"$2"/* /tmp/stage/ ;;
   install-c)  # c and specsweep's wheels only (check does the same, then runs the workflow)
@@ -138,7 +146,11 @@ case $step in
     # into its own site folder /tmp/site-0514 (sglang-kernel 0.4.4 slim, flashinfer 0.6.12, transformers 5.8.1; d2 the
     # pins 0.5.14 differs in: xgrammar 0.2.1 with apache-tvm-ffi 0.1.9, openai-harmony, soundfile, blobfile); the
     # interpreter wrapper /tmp/py-0514 puts it first on PYTHONPATH
+    # a wheel too large for one carry travels as pieces (split -d: NAME.part-00 here, the others staged before by
+    # `stage`): joined again before the install
     P=.gpu-payload/$2; mkdir -p /tmp/site-0514
+    for f in "$P"/*.part-00; do [ -e "$f" ] || continue; w=$(basename "${f%.part-00}")
+      cat "$f" /tmp/stage/"$w".part-0[1-9] > "$P/$w" || exit 5; rm "$f"; done
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site-0514 \
       "$P"/*.whl || exit 5
     [ -f "$P/kernel-slim.tgz" ] && tar xzf "$P/kernel-slim.tgz" -C /tmp/site-0514

@@ -135,9 +135,9 @@ LAYERS = {
     # by the jobs above from a configuration), the launcher, the installed build's environment, the GPU pool
     "sglang": ("server_job", "launcher", "environment", "gpus"),
     # the workflow's jobs: the configuration and its methods and engines, the server jobs, the cost model each TP
-    # uses (calibration.choose), cells and their cache, the bench job, aggregation, a calibration (its probe and fit
-    # need only the layers below, but are a calibration's parts), the plan, what a job's rerun depends on (rerun:
-    # its settings' digest and what changed)
+    # uses (calibration.choose), cells and their cache, the bench job, the SLOs (judged at aggregation), aggregation,
+    # a calibration (its probe and fit need only the layers below, but are a calibration's parts), the plan, what a
+    # job's rerun depends on (rerun: its settings' digest and what changed)
     "jobs": (
         "rerun",
         "config",
@@ -149,6 +149,7 @@ LAYERS = {
         "cache",
         "cells",
         "bench",
+        "slo",
         "verdict",
         "aggregate",
         "calibration.probe",
@@ -156,7 +157,7 @@ LAYERS = {
         "calibration.run",
         "plan",
     ),
-    "reporting": ("report",),
+    "reporting": ("report", "archive"),
 }
 
 

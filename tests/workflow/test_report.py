@@ -9,7 +9,16 @@ import re
 import pandas as pd
 import pytest
 
-from conftest import PLUMBING_CLOCK, copy_workflow, load_default_config, server_processes_under, snakemake, write_config
+from conftest import (
+    PLUMBING_CLOCK,
+    assert_stamped,
+    copy_workflow,
+    load_default_config,
+    pdf_text,
+    server_processes_under,
+    snakemake,
+    write_config,
+)
 from specsweep import verdict
 from specsweep.report import tex_name
 
@@ -78,7 +87,12 @@ EXPECTED_TEXT = {
     ],
     "two-tp-budgets-agentic": ["Scaling efficiency", "Session completion time", "Prefix-cache hits per turn"],
     "no-ar": ["No AR baseline in this plan", "No comparison possible", "No verdict: this plan has no AR baseline"],
-    "every-algorithm": ["What each speculative method verifies per round", "EAGLE-3, tree", "NGRAM, tree"],
+    "every-algorithm": [
+        "What each speculative method verifies per round",
+        "EAGLE-3: acceptance length",
+        "NGRAM: acceptance length",
+        "(tree)}",  # a sweep's legend names the shape each method verifies
+    ],
 }
 
 
@@ -121,6 +135,7 @@ def test_reduced_plans_compile_and_say_what_has_no_data(tmp_path, name):
     results = reduced_plan(tmp_path, name)
     pdf = results / "report" / "report.pdf"
     assert pdf.read_bytes().startswith(b"%PDF")
+    assert_stamped(pdf_text(pdf))  # the commit of the code that rendered it
     tex = (results / "report" / "report.tex").read_text()
     for text in EXPECTED_TEXT[name]:
         assert text in tex, text
@@ -141,7 +156,8 @@ def test_reduced_plans_compile_and_say_what_has_no_data(tmp_path, name):
         assert modes.loc[16, "tree_width"] == 2 and modes.loc[16, "verify_width"] == 17
         assert "What each speculative method verifies per round" in tex
         sweep = pd.read_csv(next((results / "report" / "data").glob("sweep-ddtree-throughput-*.csv")))
-        assert sweep.filter(like="s").shape[1] >= 2  # the chain and the tree are two marked series
+        assert sweep.filter(regex=r"^s\d+$").shape[1] >= 2  # the chain and the tree are two methods, each marked
+        assert tex.count("\\begin{groupplot}") == 1  # one figure of small multiples: a row per workload and TP
         every_table_number_comes_from_the_aggregated_csv(results, tex)
     if name == "every-algorithm":  # every section handles every algorithm of the registry
         data = results / "report" / "data"
@@ -169,6 +185,32 @@ def test_reduced_plans_compile_and_say_what_has_no_data(tmp_path, name):
         speedups = pd.read_csv(results / "combined.csv").set_index(["method", "concurrency"])["speedup"]
         assert speedups.loc[(long("ar"), 1)] == 1.0 and speedups.drop(long("ar"), level=0).notna().all()
         every_table_number_comes_from_the_aggregated_csv(results, tex)
+        kinds_and_depths_come_from_their_tables(results, tex)
+
+
+def kinds_and_depths_come_from_their_tables(results, tex: str):
+    """The report's per-kind table is results/kinds.csv at the lowest concurrency; every speculative method of the
+    simulated plan (whose server reports its rounds by drafts accepted) has an acceptance rate at each depth to its
+    draft depth, falling with depth and summing to its acceptance length less one (up to the rounds cut short)."""
+    assert "By content kind" in tex and "Acceptance per draft depth" in tex
+    kinds = pd.read_csv(results / "kinds.csv")
+    source = kinds[kinds["concurrency"] == kinds["concurrency"].min()]
+    source = source.assign(method=source["method"].map(tex_name), workload=source["workload"].map(tex_name))
+    shown = pd.read_csv(results / "report" / "data" / "content_kinds.csv")
+    merged = shown.merge(source, on=["tp", "workload", "kind", "method"], suffixes=("", "_agg"))
+    assert len(merged) == len(shown) == len(source) and set(shown["kind"]) == {"chat", "code", "json", "math"}
+    for column in ("output_throughput", "speedup", "acceptance_length", "sessions"):
+        pd.testing.assert_series_equal(merged[column], merged[f"{column}_agg"], check_names=False)
+    depth = pd.read_csv(results / "acceptance_depth.csv")
+    combined = pd.read_csv(results / "combined.csv").set_index(["method", "concurrency"])
+    whole = depth[depth["kind"] == "(all)"]
+    assert set(whole["method"]) == set(combined.index.get_level_values(0)) - {long("ar")}
+    for (method, concurrency), rows in whole.groupby(["method", "concurrency"]):
+        assert rows["reported"].all() and list(rows["depth"]) == list(range(1, rows["draft_depth"].iloc[0] + 1))
+        assert (rows["acceptance"].diff().dropna() <= 1e-12).all(), method
+        tau = combined.loc[(method, concurrency), "acceptance_length"]
+        slack = rows["draft_depth"].iloc[0] * rows["requests_completed"].iloc[0] / rows["rounds"].iloc[0]
+        assert tau - 1 - 1e-9 <= rows["acceptance"].sum() <= tau - 1 + slack, method
 
 
 def every_table_number_comes_from_the_aggregated_csv(results, tex: str):

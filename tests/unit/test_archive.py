@@ -1,0 +1,150 @@
+"""Archived records: each cell verified on its own (digest and cell schema, and the cell its file names) before
+today's report renders a record; a cell that fails is refused by name, never dropped; and the renderer's stamp."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+
+import pytest
+
+from conftest import REPO
+from specsweep import __version__, archive
+from specsweep.cells import content_digest
+from specsweep.report import renderer_stamp
+
+RECORDS = REPO / "benchmarks" / "gpu"
+SMALL = "forced-moe-2026-12-02"  # 9 cells, each carrying its digest
+UNDIGESTED = "record-2026-11-30"  # 20 cells written before cells carried a digest: record.yaml lists theirs
+
+
+def copy_record(tmp_path, name: str):
+    """A copy of a committed record's cells, environment record and record.yaml."""
+    source, copy = RECORDS / name, tmp_path / name
+    shutil.copytree(source / "cells", copy / "cells")
+    for extra in ("environment.json", "record.yaml"):
+        if (source / extra).exists():
+            shutil.copy2(source / extra, copy / extra)
+    return copy
+
+
+def edit(path, change) -> None:
+    cell = json.loads(path.read_text())
+    change(cell)
+    path.write_text(json.dumps(cell, indent=1))
+
+
+def refusal(record) -> str:
+    with pytest.raises(archive.ArchiveError) as caught:
+        archive.verified_cells(record, archive.read_settings(record))
+    return str(caught.value)
+
+
+@pytest.mark.parametrize("name", [SMALL, UNDIGESTED])
+def test_every_cell_of_a_committed_record_is_verified(name):
+    record = RECORDS / name
+    cells = archive.verified_cells(record, archive.read_settings(record))
+    assert len(cells) == len(list((record / "cells").rglob("*.json")))
+
+
+@pytest.mark.parametrize("name", [SMALL, UNDIGESTED])
+def test_a_changed_number_is_refused_by_the_digest_naming_the_file(tmp_path, name):
+    """A cell's own digest (SMALL) or the one record.yaml lists for it (UNDIGESTED) finds one number changed."""
+    record = copy_record(tmp_path, name)
+    tampered = record / "cells" / "tp1" / "ar" / "short" / "c4.json"
+
+    def faster(cell):
+        cell["requests"][3]["output_tokens"] += 1
+
+    edit(tampered, faster)
+    message = refusal(record)
+    assert f"{tampered}: its content does not match its digest" in message
+    assert message.count(str(record / "cells")) == 1  # the others are trusted, and none is dropped in silence
+    assert archive.main([str(record), "--out", str(tmp_path / "report.pdf")]) == 1
+    assert not (tmp_path / "report.pdf").exists()
+
+
+def test_a_cell_missing_a_required_field_is_refused_by_the_schema(tmp_path):
+    """The field removed and the digest written again over what is left: the schema, not the digest, refuses it."""
+    record = copy_record(tmp_path, SMALL)
+    broken = record / "cells" / "tp1" / "eagle3-chain-a2" / "short" / "c1.json"
+
+    def without_workload(cell):
+        del cell["workload"]
+        cell["digest"] = content_digest(cell)
+
+    edit(broken, without_workload)
+    message = refusal(record)
+    assert f"{broken}: it does not follow the cell schema" in message and "'workload' is a required property" in message
+
+
+def test_a_cell_written_before_digests_is_trusted_only_with_its_listed_digest(tmp_path):
+    record = copy_record(tmp_path, UNDIGESTED)
+    settings = (record / "record.yaml").read_text()
+    unlisted = "tp1/dflash/long/c16.json"
+    (record / "record.yaml").write_text("\n".join(line for line in settings.splitlines() if unlisted not in line))
+    assert f"{record / 'cells' / unlisted}: it carries no digest" in refusal(record)
+    (record / "record.yaml").write_text(settings.replace("digests:", "digests:\n  tp1/ar/short/c99.json: " + "a" * 64))
+    assert "it lists a digest for tp1/ar/short/c99.json, which is not there" in refusal(record)
+
+
+def test_a_cell_under_another_cells_name_is_refused(tmp_path):
+    record = copy_record(tmp_path, SMALL)
+    moved = record / "cells" / "tp1" / "ar" / "short" / "c8.json"
+    shutil.move(record / "cells" / "tp1" / "ar" / "short" / "c4.json", moved)
+    assert f"{moved}: it holds the cell tp1/ar/short/c4, not tp1/ar/short/c8 as its file says" in refusal(record)
+
+
+def test_record_settings_are_checked(tmp_path):
+    record = copy_record(tmp_path, SMALL)
+    (record / "record.yaml").write_text("titel: typo\n")
+    with pytest.raises(archive.ArchiveError, match="record.yaml: at the top level: Additional properties"):
+        archive.read_settings(record)
+    (record / "record.yaml").write_text("methods: [ar]\n")
+    cells = archive.verified_cells(record, {})
+    with pytest.raises(archive.ArchiveError, match="are not its cells' methods"):
+        archive.method_order(cells, archive.read_settings(record))
+
+
+def test_methods_are_ordered_by_algorithm_then_by_name_with_numbers_read_as_numbers():
+    record = RECORDS / "spec-2026-12-01"
+    cells = archive.verified_cells(record, archive.read_settings(record))
+    assert archive.method_order(cells, {}) == [
+        "ar",
+        "dflash",
+        "ngram-d8",
+        "ngram-d32",
+        "eagle3-chain",
+        "eagle3-tree",
+        "standalone",
+    ]
+
+
+def git(folder, *args) -> str:
+    return subprocess.run(
+        ["git", "-C", str(folder), "-c", "user.name=t", "-c", "user.email=t@t", *args],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+
+
+def test_the_stamp_names_the_checkout_commit_and_its_uncommitted_changes(tmp_path):
+    package = tmp_path / "checkout" / "specsweep"
+    package.mkdir(parents=True)
+    (package / "report.py").write_text("# one\n")
+    assert renderer_stamp(package) == f"specsweep {__version__} (not a git checkout: commit unknown)"
+    git(package.parent, "init", "-q")
+    git(package.parent, "add", ".")
+    git(package.parent, "commit", "-qm", "one")
+    head = git(package.parent, "rev-parse", "HEAD")
+    stamp = renderer_stamp(package)
+    assert stamp.startswith(f"specsweep {__version__}, commit ") and head.startswith(stamp.rsplit(" ", 1)[1])
+    (tmp_path / "checkout" / "results.csv").write_text("elsewhere in the checkout: not the renderer's code\n")
+    assert renderer_stamp(package) == stamp
+    (package / "report.py").write_text("# two\n")
+    assert renderer_stamp(package) == stamp + " with uncommitted changes"
+    inner = package / "vendored" / "specsweep"  # a copy inside another checkout is not that checkout's code
+    inner.mkdir(parents=True)
+    assert "commit unknown" in renderer_stamp(inner)
