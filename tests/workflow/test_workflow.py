@@ -113,7 +113,7 @@ def test_default_config_end_to_end(workflow):
     the_verdict_comes_first(workflow)
     snakemake(workflow, "--report", "report.html")
     html = (workflow / "report.html").read_text(errors="replace")
-    assert "conc-throughput-short-tp1.png" in html and "report.pdf" in html and "sweep-ddtree-acceptance" in html
+    assert "conc-throughput-short-tp1.png" in html and "report.pdf" in html and "sweep-ddtree.png" in html
     the_html_report_carries_the_stamp_and_the_verdict_table(workflow, html)
 
 
