@@ -1827,6 +1827,7 @@ def verdict_page(tables_dir: str | Path, t: Tables, environment: dict, view: dic
         "stamp_caveats": [tex_escape(c) for c in stamp["caveats"]],
         "footer_flags": _footer(flags),
         "has_verdict": _verdict_table(table, data),
+        "verdict_slo": bool(table["slo"].astype(str).str.len().gt(0).any()) if len(table) else False,
         "verdict_artefacts": bool(table["artefact"].any()) if len(table) else False,
         "heat_panels": _heat_panels(panels, data),
         "findings": [tex_escape(f) for f in plain["findings"]],
@@ -1862,10 +1863,19 @@ def _verdict_table(table: pd.DataFrame, data: dict[str, str]) -> bool:
             "tpot_p50_ms": table["tpot_p50"] * 1000,
             "ttft_p99_ms": table["ttft_p99"] * 1000,
             "acceptance_length": table["acceptance_length"],
+            "slo_met": [_slos_met(v) for v in table["slo"]],
         }
     )
     data["verdict.csv"] = shown.to_csv(index=False)
     return not shown.empty
+
+
+def _slos_met(states: str) -> str:
+    """The verdict table's SLO column: the names of the SLOs the best method meets, an undecided one with "?", "none"
+    where it meets none ("" where no SLO is configured)."""
+    pairs = [part.rsplit(" ", 1) for part in states.split("; ") if part] if isinstance(states, str) else []
+    shown = [tex_name(n) + ("?" if s == "undecided" else "") for n, s in pairs if s in ("met", "undecided")]
+    return " ".join(shown) if shown else ("none" if pairs else "")
 
 
 def _heat_cell(cell: dict | None) -> str:
@@ -2024,7 +2034,7 @@ def _verdict_html_table(rows: list[dict]) -> str:
     head = (
         "<tr><th>TP</th><th class='name'>Workload</th><th>Conc.</th><th class='name'>Best</th>"
         "<th>Speedup [95% CI]</th><th class='name'>Verdict</th><th class='name'>Deploy</th><th>Tok/s per GPU</th>"
-        "<th>TPOT p50 (ms)</th><th>TTFT p99 (ms)</th><th>Accept. length</th></tr>"
+        "<th>TPOT p50 (ms)</th><th>TTFT p99 (ms)</th><th>Accept. length</th><th class='name'>SLOs</th></tr>"
     )
     body = []
     for r in rows:
@@ -2039,7 +2049,7 @@ def _verdict_html_table(rows: list[dict]) -> str:
             f"<td>{num(r['speedup'])} [{interval}]</td><td class='name {r['verdict']}'>{r['verdict']}</td>"
             f"<td class='name'>{escape(str(r['deploy']))}</td><td>{num(r['output_throughput_per_gpu'], digits=0)}</td>"
             f"<td>{num(r['tpot_p50'], 1000)}</td><td>{num(r['ttft_p99'], 1000, 1)}</td>"
-            f"<td>{num(r['acceptance_length'])}</td></tr>"
+            f"<td>{num(r['acceptance_length'])}</td><td class='name'>{escape(r['slo'] or '--')}</td></tr>"
         )
     caption = (
         "<p class='caption'>Best: the speculative method with the highest output throughput in the cell (point "

@@ -114,6 +114,7 @@ VERDICT_COLUMNS = [
     "acceptance_length",
     "artefact",
     "methods_compared",
+    "slo",
 ]
 
 
@@ -122,8 +123,8 @@ def verdict_table(frame: pd.DataFrame) -> pd.DataFrame:
     output throughput there (point estimate), its speedup over AR with the paired 95% interval, its verdict, and what
     to deploy: the best method where it is faster; AR where even it is slower; where it is inconclusive, the fastest
     method decided faster if there is one, else "undecided". Beside them the best method's throughput per GPU (and
-    AR's), TPOT p50 and TTFT p99 (s), acceptance length, whether its acceptance is an artefact, and how many
-    speculative methods were compared."""
+    AR's), TPOT p50 and TTFT p99 (s), acceptance length, whether its acceptance is an artefact, how many
+    speculative methods were compared, and each SLO's state for the best method (slo_states)."""
     spec = cell_states(frame).dropna(subset=["output_throughput"])
     if spec.empty:
         return pd.DataFrame(columns=VERDICT_COLUMNS)
@@ -148,9 +149,17 @@ def verdict_table(frame: pd.DataFrame) -> pd.DataFrame:
                 "ar_output_throughput_per_gpu": None if base is None else base["output_throughput_per_gpu"],
                 **{c: best.get(c) for c in ("tpot_p50", "ttft_p99", "acceptance_length", "artefact")},
                 "methods_compared": len(group),
+                "slo": slo_states(best),
             }
         )
     return pd.DataFrame(rows, columns=VERDICT_COLUMNS)
+
+
+def slo_states(row: pd.Series) -> str:
+    """Each configured SLO's state in a cell (the summary's slo_<name>_state: met, undecided or missed; slo.py), as
+    "interactive met; batch missed"; "" where no SLO is configured."""
+    names = [c[len("slo_") : -len("_state")] for c in row.index if c.startswith("slo_") and c.endswith("_state")]
+    return "; ".join(f"{name} {row[f'slo_{name}_state']}" for name in names if pd.notna(row[f"slo_{name}_state"]))
 
 
 def _deploy(best: pd.Series, group: pd.DataFrame, ar_method: str | None) -> str:

@@ -310,3 +310,12 @@ def test_a_plan_of_ar_alone_has_no_verdict_and_no_error():
     assert verdict.heatmap_panels(rows) == []
     assert list(verdict.break_even(rows).columns) == verdict.BREAK_EVEN_COLUMNS
     assert "no request failed" in verdict.confidence_line(rows)
+
+
+def test_the_verdict_table_says_which_slos_its_best_method_meets():
+    rows = frame(
+        cell("a", 1, 2.0, 1.8, 2.2, slo_chat_state="met", slo_batch_state="undecided"),
+        cell("b", 1, 1.5, 1.4, 1.6, slo_chat_state="missed", slo_batch_state="missed"),
+    )
+    assert verdict.verdict_table(rows).iloc[0]["slo"] == "chat met; batch undecided"
+    assert verdict.verdict_table(frame(cell("a", 1, 2.0, 1.8, 2.2))).iloc[0]["slo"] == ""
