@@ -1240,9 +1240,11 @@ def setup_tables(t: Tables, environment: dict, view: dict, simulated: bool, data
     )
     workloads = (
         summary.groupby("workload", sort=False)
-        .agg(family=("family", "first"), sessions=("sessions", "max"), content_mix=("content_mix", "first"))
+        .agg(
+            family=("family", "first"), sessions=("sessions", verdict.count_span), content_mix=("content_mix", "first")
+        )
         .reset_index()
-    )
+    )  # sessions: those its cells measured, the fewest to the most (a cell's grow with its concurrency)
     _table(workloads, data, "workloads.csv", ["workload", "family", "content_mix"])
     spec = low[low["algorithm"] != algorithms.BASELINE][
         [

@@ -654,10 +654,10 @@ def workload_lines(frame: pd.DataFrame, requests: pd.DataFrame, temperature: str
         cell_keys = ["tp", "method", "concurrency", "repetition"]
         sessions = reqs.groupby(cell_keys)["session"].nunique() if len(reqs) else pd.Series(dtype=float)
         sent = reqs.groupby(cell_keys).size() if len(reqs) else group["requests_sent"]
-        per_cell = _count_span(sessions) + " sessions"
+        per_cell = count_span(sessions) + " sessions"
         if len(reqs) and not (sessions.to_numpy() == sent.to_numpy()).all():
-            per_cell += f" ({_count_span(sent)} requests)"
-        launches = _count_span(group["launches"])
+            per_cell += f" ({count_span(sent)} requests)"
+        launches = count_span(group["launches"])
         empty = pd.Series(dtype=float)
         lines.append(
             f"{workload}: input {_span(ok['prompt_tokens'] if len(ok) else empty, 'tokens')}, output "
@@ -667,7 +667,8 @@ def workload_lines(frame: pd.DataFrame, requests: pd.DataFrame, temperature: str
     return lines
 
 
-def _count_span(values: pd.Series) -> str:
+def count_span(values: pd.Series) -> str:
+    """A count's range as text: "16" where every value is 16, "16-128" from 16 to 128, -- where there is none."""
     values = pd.to_numeric(values, errors="coerce").dropna()
     if values.empty:
         return "--"
@@ -693,9 +694,9 @@ def confidence_line(
 def _sessions_part(frame: pd.DataFrame, spec: pd.DataFrame, requests: pd.DataFrame | None) -> str:
     if requests is not None and len(requests):
         sessions = requests.groupby(["tp", "method", "workload", "concurrency", "repetition"])["session"].nunique()
-        text = f"{_count_span(sessions)} sessions per cell"
+        text = f"{count_span(sessions)} sessions per cell"
     else:
-        text = f"{_count_span(frame['requests_sent'])} requests per cell"
+        text = f"{count_span(frame['requests_sent'])} requests per cell"
     missing = spec[spec["reason"] != ""]
     if spec.empty:
         return text
