@@ -805,7 +805,8 @@ def write_tables(
 ) -> dict[str, pd.DataFrame]:
     """All aggregated tables of these cells ({cell file: cell JSON}), each as CSV and Parquet in out_dir: summary
     (one row per launch of a cell), combined (repetitions combined), requests, turns, best_budget, break_even,
-    pareto (the last three from combined), engines and engine_builds (engine_comparison, engine_builds, with the
+    break_even_acceptance (verdict.acceptance_break_even: the acceptance at which each family of forced methods
+    breaks even with AR), pareto (the last four from combined), engines and engine_builds (engine_comparison, engine_builds, with the
     engines' environment records ``environments``; empty with one engine), kinds (per content kind: kind_rows,
     launches combined), acceptance_depth (depth_rows) and slo (slo.capacity: the highest concurrency meeting each of
     the ``slo`` objectives, none without one)."""
@@ -821,6 +822,7 @@ def write_tables(
         "turns": turn_rows(requests),
         "best_budget": best_budget(combined),
         "break_even": break_even(combined),
+        "break_even_acceptance": verdict.acceptance_break_even(combined),
         "pareto": pareto(combined),
         "engines": engine_comparison(cells, engine_order, thresholds),
         "engine_builds": engine_builds(cells, environments or {}, list(engine_order or [])),

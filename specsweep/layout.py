@@ -31,6 +31,7 @@ TABLES = (
     "turns",
     "best_budget",
     "break_even",
+    "break_even_acceptance",
     "pareto",
     "engines",
     "engine_builds",

@@ -17,6 +17,7 @@ this module returns (plain text; no LaTeX, no Snakemake).
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Sequence
 
 import pandas as pd
@@ -258,6 +259,146 @@ def break_even(frame: pd.DataFrame) -> pd.DataFrame:
     for col in ("faster_up_to", "first_inconclusive", "first_slower"):
         out[col] = out[col].astype("Int64")
     return out
+
+
+# Break-even acceptance: the methods that differ only in their forced acceptance (``accept_length``) form a family;
+# these columns, beside the cell's keys, are what the family's methods share (aggregate.method_columns less
+# accept_length).
+FAMILY_COLUMNS = [
+    "algorithm",
+    "block_size",
+    "budget",
+    "topk",
+    "num_steps",
+    "num_draft_tokens",
+    "max_bfs_breadth",
+    "match_type",
+    "drafter",
+    "tree_build",
+    "tree_mode",
+    "tree_width",
+    "verify_width",
+    "sweep_size",
+]
+BELOW, ABOVE, INTERPOLATED, NOT_DECIDED = "below", "above", "interpolated", "not decided"
+ACCEPTANCE_BREAK_EVEN_COLUMNS = [
+    "simulated",
+    "tp",
+    "workload",
+    "concurrency",
+    "engine",
+    "family",
+    "algorithm",
+    "tree_mode",
+    "forced_lengths",
+    "speedups",
+    "outcome",
+    "break_even_acceptance",
+    "break_even_acceptance_lo",
+    "break_even_acceptance_hi",
+    "break_even",
+]
+
+
+def family_name(method: str, accept_length: float) -> str:
+    """A forced method's family: its name less the sweep tag of its forced acceptance (eagle3-chain-a3@e ->
+    eagle3-chain@e); the name itself where it carries no such tag (a single forced length)."""
+    return re.sub(rf"-a{re.escape(f'{accept_length:g}')}(?=-|@|$)", "", method, count=1)
+
+
+def crossing(lengths: Sequence[float], values: Sequence[float], at_one_counts: bool = False) -> float:
+    """Where the piecewise-linear curve of ``values`` against ``lengths`` (ascending) last rises through 1: from the
+    last length whose value is below 1 (at most 1 with ``at_one_counts``) to the next, interpolated linearly; -inf
+    where no value is below 1 (it is above 1 from the lowest length on), +inf where the highest length's is."""
+    below = [i for i, v in enumerate(values) if v < 1 or (at_one_counts and v == 1)]
+    if not below:
+        return -math.inf
+    i = below[-1]
+    if i == len(values) - 1:
+        return math.inf
+    (l0, l1), (v0, v1) = lengths[i : i + 2], values[i : i + 2]
+    return l0 + (1 - v0) * (l1 - l0) / (v1 - v0)
+
+
+def _length_text(value: float, lengths: Sequence[float]) -> str:
+    """An acceptance to two decimals, or "<L_min" / ">L_max" where it lies outside the forced lengths."""
+    if value == -math.inf:
+        return f"<{lengths[0]:g}"
+    return f">{lengths[-1]:g}" if value == math.inf else f"{value:.2f}"
+
+
+def acceptance_break_even_of(lengths: Sequence[float], speedups, los, his) -> dict:
+    """One family's break-even acceptance at one cell from its speedups over AR (with the paired 95% intervals
+    [lo, hi]) at the forced lengths (ascending): the outcome, the estimate with its interval (NaN where outside the
+    lengths) and the words.
+
+    At a fixed cost of a round, speedup is close to linear in the tokens a round commits, so between the two forced
+    lengths that bracket it the acceptance at which speedup = 1 is read by linear interpolation (``crossing``: the
+    last rise through 1, from which the method pays at every higher forced length). Its interval interpolates the
+    interval bounds the same way: the upper bound's curve crosses 1 first (the interval's low end), the lower
+    bound's last (its high end); approximate, as the interpolation is. Outcomes: "below" (faster already at the
+    lowest forced length: speedup_lo > 1), "above" (slower at the highest: speedup_hi < 1), "not decided" (a cell
+    without an interval, or an interval that spans every forced length: inconclusive at the lowest and at the
+    highest), else "interpolated": e.g. "2.41 (95% CI about 2.22 to 2.58)", a bound outside the lengths
+    written "<2" or ">4"."""
+    lengths = [float(x) for x in lengths]
+    s, lo, hi = ([_number(v) for v in col] for col in (speedups, los, his))
+    out = {"outcome": NOT_DECIDED, "estimate": math.nan, "lo": math.nan, "hi": math.nan, "words": NOT_DECIDED}
+    if any(v is None for v in (*s, *lo, *hi)):
+        out["words"] = "not decided (a cell without a speedup interval)"
+        return out
+    if lo[0] > 1:
+        return {**out, "outcome": BELOW, "words": f"below {lengths[0]:g}"}
+    if hi[-1] < 1:
+        return {**out, "outcome": ABOVE, "words": f"above {lengths[-1]:g}"}
+    estimate, low, high = crossing(lengths, s), crossing(lengths, hi), crossing(lengths, lo, at_one_counts=True)
+    if math.isinf(low) and math.isinf(high):
+        return out
+    values = {k: v if math.isfinite(v) else math.nan for k, v in (("estimate", estimate), ("lo", low), ("hi", high))}
+    words = [_length_text(v, lengths) for v in (estimate, low, high)]
+    return {**values, "outcome": INTERPOLATED, "words": f"{words[0]} (95% CI about {words[1]} to {words[2]})"}
+
+
+def acceptance_break_even(frame: pd.DataFrame) -> pd.DataFrame:
+    """Break-even acceptance per (TP, workload, concurrency, engine) and family of forced methods of combined.csv
+    (those with ``accept_length`` that share every other parameter, FAMILY_COLUMNS, and their name less its forced
+    tag): the acceptance length at which the family's speedup over AR is 1 (acceptance_break_even_of), from its
+    cells with a speedup (an AR cell at the same TP, workload and concurrency). It is the tokens a round a trained
+    drafter must commit on this GPU and model for the method to pay at that concurrency; the acceptance was forced,
+    never a drafter's own."""
+    if "accept_length" not in frame or frame["accept_length"].isna().all():
+        return pd.DataFrame(columns=ACCEPTANCE_BREAK_EVEN_COLUMNS)
+    forced = frame[frame["accept_length"].notna() & frame["speedup"].notna()]
+    forced = forced.assign(
+        family=[family_name(m, a) for m, a in zip(forced["method"], forced["accept_length"])],
+        engine=forced["engine"].fillna("") if "engine" in forced else "",
+        **{c: forced[c].astype(object).where(forced[c].notna(), "") for c in FAMILY_COLUMNS if c in forced},
+    )
+    keys = ["tp", "workload", "concurrency", "engine", "family", *(c for c in FAMILY_COLUMNS if c in forced)]
+    rows = []
+    for key, g in forced.groupby(keys, sort=True):
+        g = g.sort_values("accept_length")
+        lengths = list(g["accept_length"])
+        found = acceptance_break_even_of(lengths, g["speedup"], g["speedup_lo"], g["speedup_hi"])
+        rows.append(
+            {
+                **dict(zip(keys, key)),
+                "simulated": bool(g["simulated"].astype(bool).any()),
+                "forced_lengths": "; ".join(f"{x:g}" for x in lengths),
+                "speedups": "; ".join(f"{x:g} {ratio(v, a, b)}" for x, v, a, b in zip(lengths, *_speedups(g))),
+                "outcome": found["outcome"],
+                "break_even_acceptance": found["estimate"],
+                "break_even_acceptance_lo": found["lo"],
+                "break_even_acceptance_hi": found["hi"],
+                "break_even": found["words"],
+            }
+        )
+    out = pd.DataFrame(rows, columns=ACCEPTANCE_BREAK_EVEN_COLUMNS)
+    return out.replace({"tree_mode": {"": None}})
+
+
+def _speedups(g: pd.DataFrame) -> tuple:
+    return g["speedup"], g["speedup_lo"], g["speedup_hi"]
 
 
 def ratio(value, lo=None, hi=None) -> str:
