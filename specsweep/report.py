@@ -789,6 +789,30 @@ def budget_sweep(t: Tables, figs: Figures, data: dict[str, str]) -> dict:
     return {"has_modes": has_modes}
 
 
+FORCED_BREAK_EVEN_TABLE = ["tp", "workload", "concurrency", "family", "forced_lengths", "break_even"]
+
+
+def forced_break_even(t: Tables, tables_dir: str | Path, data: dict[str, str]) -> dict:
+    """Section 3's subsection on break-even acceptance (results/break_even_acceptance.csv, or computed from
+    combined.csv where the results have no such table: verdict.acceptance_break_even): per TP, workload,
+    concurrency and family of methods whose acceptance was forced, the forced lengths and the acceptance at which
+    the family breaks even with AR; shown only where forced cells exist. ``forced_simulated``: whether any of its
+    cells is simulated (the simulator's forced drafter rather than SGLANG_SIMULATE_ACC_LEN on a real server)."""
+    table = _aggregated(tables_dir, "break_even_acceptance")
+    if table.empty:
+        table = verdict.acceptance_break_even(t.summary)
+    if table.empty:
+        return {"has_forced_break_even": False}
+    shown = table[FORCED_BREAK_EVEN_TABLE].sort_values(["tp", "workload", "family", "concurrency"], kind="stable")
+    # the interval in brackets without its words (the caption says what it is): no % for pgfplotstable to read
+    shown = shown.assign(break_even=shown["break_even"].str.replace(verdict.INTERVAL_WORDS, "", regex=False))
+    return {
+        "has_forced_break_even": _table(shown, data, "break_even_acceptance.csv", ["workload", "family"]),
+        "forced_simulated": bool(table["simulated"].astype(bool).any()),
+        "forced_measured": not bool(table["simulated"].astype(bool).all()),
+    }
+
+
 def _sweep_figure(t: Tables, figs: Figures, algorithm, mine: pd.DataFrame, chain: pd.DataFrame) -> None:
     """One algorithm's sweep figure (budget_sweep): two panels per workload and TP size where it was measured at two
     or more sizes, acceptance length and throughput, against its size."""
@@ -1432,6 +1456,7 @@ def prepare(
         **engines_section(tables_dir, data),
         **content_kinds(t, figs, data, tables_dir),
         **acceptance_per_depth(t, figs, data, tables_dir),
+        **forced_break_even(t, tables_dir, data),
         **setup_tables(t, environment, view, simulated, data),
         **plan_against_runs(
             predictions

@@ -281,6 +281,7 @@ FAMILY_COLUMNS = [
     "sweep_size",
 ]
 BELOW, ABOVE, INTERPOLATED, NOT_DECIDED = "below", "above", "interpolated", "not decided"
+INTERVAL_WORDS = "95% CI about "  # before an interpolated break-even's interval, in its words
 ACCEPTANCE_BREAK_EVEN_COLUMNS = [
     "simulated",
     "tp",
@@ -356,7 +357,7 @@ def acceptance_break_even_of(lengths: Sequence[float], speedups, los, his) -> di
         return out
     values = {k: v if math.isfinite(v) else math.nan for k, v in (("estimate", estimate), ("lo", low), ("hi", high))}
     words = [_length_text(v, lengths) for v in (estimate, low, high)]
-    return {**values, "outcome": INTERPOLATED, "words": f"{words[0]} (95% CI about {words[1]} to {words[2]})"}
+    return {**values, "outcome": INTERPOLATED, "words": f"{words[0]} ({INTERVAL_WORDS}{words[1]} to {words[2]})"}
 
 
 def acceptance_break_even(frame: pd.DataFrame) -> pd.DataFrame:
@@ -371,7 +372,7 @@ def acceptance_break_even(frame: pd.DataFrame) -> pd.DataFrame:
     forced = frame[frame["accept_length"].notna() & frame["speedup"].notna()]
     forced = forced.assign(
         family=[family_name(m, a) for m, a in zip(forced["method"], forced["accept_length"])],
-        engine=forced["engine"].fillna("") if "engine" in forced else "",
+        engine=forced["engine"].astype(object).fillna("") if "engine" in forced else "",
         **{c: forced[c].astype(object).where(forced[c].notna(), "") for c in FAMILY_COLUMNS if c in forced},
     )
     keys = ["tp", "workload", "concurrency", "engine", "family", *(c for c in FAMILY_COLUMNS if c in forced)]

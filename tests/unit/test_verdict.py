@@ -319,3 +319,106 @@ def test_the_verdict_table_says_which_slos_its_best_method_meets():
     )
     assert verdict.verdict_table(rows).iloc[0]["slo"] == "chat met; batch undecided"
     assert verdict.verdict_table(frame(cell("a", 1, 2.0, 1.8, 2.2))).iloc[0]["slo"] == ""
+
+
+def forced(method, length, concurrency, speedup, lo=None, hi=None, mode="chain", **extra) -> dict:
+    """A cell of an EAGLE-3 method whose acceptance was forced to ``length`` (its name tagged -a<length>)."""
+    shape = {"chain": {"num_steps": 3, "topk": 1, "verify_width": 4}, "tree": {"num_steps": 4, "topk": 4}}[mode]
+    return cell(
+        f"{method}-a{length:g}",
+        concurrency,
+        speedup,
+        lo,
+        hi,
+        algorithm="eagle3",
+        accept_length=float(length),
+        tree_mode=mode,
+        engine="",
+        **shape,
+        **extra,
+    )
+
+
+def test_break_even_acceptance_interpolates_the_speedup_and_its_interval_between_the_bracketing_lengths():
+    """Speedups 0.8, 1.2, 1.6 at forced 2, 3, 4 cross 1 halfway between 2 and 3; the interval's ends are where the
+    upper bounds (0.85 -> 1.3) and the lower bounds (0.75 -> 1.1) cross 1 on the same lines. A tree family at the
+    same cell, and a method not forced, are kept apart."""
+    rows = frame(
+        forced("chain", 2, 16, 0.8, 0.75, 0.85),
+        forced("chain", 3, 16, 1.2, 1.1, 1.3),
+        forced("chain", 4, 16, 1.6, 1.5, 1.7),
+        forced("tree", 2, 16, 0.5, 0.4, 0.6, mode="tree"),
+        forced("tree", 4, 16, 1.1, 0.9, 1.3, mode="tree"),
+        cell("dflash", 16, 1.5, 1.4, 1.6),
+    )
+    table = verdict.acceptance_break_even(rows).set_index("family")
+    assert sorted(table.index) == ["chain", "tree"]
+    chain = table.loc["chain"]
+    assert chain["outcome"] == verdict.INTERPOLATED and chain["forced_lengths"] == "2; 3; 4"
+    assert chain["break_even_acceptance"] == pytest.approx(2.5)
+    assert chain["break_even_acceptance_lo"] == pytest.approx(2 + 0.15 / 0.45)
+    assert chain["break_even_acceptance_hi"] == pytest.approx(2 + 0.25 / 0.35)
+    assert chain["break_even"] == "2.50 (95% CI about 2.33 to 2.71)"
+    # the tree: 0.5 -> 1.1 over 2 -> 4 crosses at 2 + 2 * 0.5 / 0.6; its lower bound never reaches 1 (> 4)
+    tree = table.loc["tree"]
+    assert tree["break_even_acceptance"] == pytest.approx(2 + 2 * 0.5 / 0.6)
+    assert tree["break_even_acceptance_lo"] == pytest.approx(2 + 2 * 0.4 / 0.7)
+    assert math.isnan(tree["break_even_acceptance_hi"]) and tree["break_even"].endswith("to >4)")
+
+
+@pytest.mark.parametrize(
+    ("cells", "outcome", "words"),
+    [
+        # faster than AR already at the lowest forced length
+        ([(2, 1.2, 1.1, 1.3), (3, 1.5, 1.4, 1.6)], verdict.BELOW, "below 2"),
+        # slower than AR even at the highest
+        ([(2, 0.5, 0.4, 0.6), (4, 0.9, 0.85, 0.95)], verdict.ABOVE, "above 4"),
+        # inconclusive at both ends: the interval spans every forced length
+        ([(2, 0.95, 0.8, 1.1), (4, 1.05, 0.9, 1.2)], verdict.NOT_DECIDED, "not decided"),
+        # a cell without an interval
+        (
+            [(2, 0.8, None, None), (4, 1.5, 1.4, 1.6)],
+            verdict.NOT_DECIDED,
+            "not decided (a cell without a speedup interval)",
+        ),
+    ],
+)
+def test_break_even_acceptance_outside_the_forced_lengths_or_left_open_by_the_intervals_is_said(cells, outcome, words):
+    rows = frame(*(forced("chain", n, 4, s, lo, hi) for n, s, lo, hi in cells))
+    (row,) = verdict.acceptance_break_even(rows).to_dict("records")
+    assert (row["outcome"], row["break_even"]) == (outcome, words)
+    assert math.isnan(row["break_even_acceptance"])
+
+
+def test_break_even_acceptance_is_the_last_rise_through_one_and_a_family_is_its_name_less_the_forced_tag():
+    # noisy speedups that dip below 1 again: the method pays at every higher length only from the last rise
+    assert verdict.crossing([2.0, 3.0, 4.0], [1.05, 0.95, 1.3]) == pytest.approx(3 + 0.05 / 0.35)
+    assert verdict.crossing([2.0, 3.0], [1.0, 1.2], at_one_counts=True) == pytest.approx(2.0)
+    assert verdict.family_name("eagle3-chain-a2.5@fork", 2.5) == "eagle3-chain@fork"
+    assert verdict.family_name("eagle3-a3-s4", 3.0) == "eagle3-s4"
+    assert verdict.family_name("eagle3-a30", 3.0) == "eagle3-a30"  # not its tag: a single forced length's name
+    # no forced method, or no AR to compare with: no row
+    assert verdict.acceptance_break_even(frame(cell("dflash", 1, 1.5, 1.4, 1.6))).empty
+    no_ar = pd.DataFrame([forced("chain", 2, 1, math.nan), forced("chain", 3, 1, math.nan)])
+    assert verdict.acceptance_break_even(no_ar).empty
+
+
+def test_break_even_acceptance_on_the_forced_h200_record_agrees_with_its_readme():
+    """The record's README: the EAGLE-3 chain pays from acceptance 3 up to 16 requests and needs about 4 at 64; the
+    tree needs more than the chain at every concurrency, and more than 4 at 64."""
+    summary, _ = record("forced-2026-12-02")
+    table = verdict.acceptance_break_even(summary)
+    assert not table["simulated"].any() and set(table["forced_lengths"]) == {"2; 3; 4"}
+    chain = table[table["family"] == "eagle3-chain"].set_index("concurrency")
+    tree = table[table["family"] == "eagle3-tree"].set_index("concurrency")
+    assert list(chain.index) == list(tree.index) == [1, 4, 16, 64]
+    assert list(chain["outcome"]) == [verdict.BELOW, verdict.BELOW, verdict.INTERPOLATED, verdict.INTERPOLATED]
+    assert 2 < chain.loc[16, "break_even_acceptance"] < 3 and 3.5 < chain.loc[64, "break_even_acceptance"] < 4
+    for c in (16, 64):  # the estimate lies within its interval
+        lo, hi = chain.loc[c, ["break_even_acceptance_lo", "break_even_acceptance_hi"]]
+        assert lo < chain.loc[c, "break_even_acceptance"] and not hi < chain.loc[c, "break_even_acceptance"]
+    assert tree.loc[64, "outcome"] == verdict.ABOVE
+    for c in (4, 16):
+        assert tree.loc[c, "break_even_acceptance"] > (
+            2 if chain.loc[c, "outcome"] == verdict.BELOW else chain.loc[c, "break_even_acceptance"]
+        )
