@@ -275,3 +275,20 @@ def test_the_workloads_table_gives_the_sessions_of_its_cells_from_the_fewest_to_
     _, csv = record
     table = pd.read_csv(io.StringIO(csv["workloads.csv"]), dtype=str)
     assert list(table["sessions"]) == ["16-128", "16-128"]
+
+
+def test_the_break_even_acceptance_subsection_shows_only_where_acceptance_was_forced(tmp_path, record):
+    """The forced H200 record: the subsection and its table (one row per family and concurrency, acceptance forced
+    said in the text); the dummy-weight record, nothing forced: no subsection."""
+    forced = REPO / "benchmarks" / "gpu" / "forced-2026-12-02"
+    summary = pd.read_csv(forced / "summary.csv")
+    ctx, csv = prepared(tables_of(summary, tmp_path), list(dict.fromkeys(summary["method"])))
+    assert ctx["has_forced_break_even"] and ctx["forced_measured"] and not ctx["forced_simulated"]
+    table = pd.read_csv(io.StringIO(csv["break_even_acceptance.csv"]))
+    assert len(table) == 8 and set(table["family"]) == {"eagle3-chain", "eagle3-tree"}
+    assert "%" not in csv["break_even_acceptance.csv"] and "below 2" in set(table["break_even"])
+    tex = report.render_tex(ctx)
+    assert "\\subsection{Break-even acceptance}" in tex and "SGLANG\\_SIMULATE\\_ACC\\_LEN" in tex
+    assert "simulated backend" not in tex.split("\\subsection{Break-even acceptance}")[1].split("\\section")[0]
+    ctx, _ = record
+    assert not ctx["has_forced_break_even"] and "Break-even acceptance" not in report.render_tex(ctx)
