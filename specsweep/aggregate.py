@@ -806,10 +806,10 @@ def write_tables(
     """All aggregated tables of these cells ({cell file: cell JSON}), each as CSV and Parquet in out_dir: summary
     (one row per launch of a cell), combined (repetitions combined), requests, turns, best_budget, break_even,
     break_even_acceptance (verdict.acceptance_break_even: the acceptance at which each family of forced methods
-    breaks even with AR), pareto (the last four from combined), engines and engine_builds (engine_comparison, engine_builds, with the
-    engines' environment records ``environments``; empty with one engine), kinds (per content kind: kind_rows,
-    launches combined), acceptance_depth (depth_rows) and slo (slo.capacity: the highest concurrency meeting each of
-    the ``slo`` objectives, none without one)."""
+    breaks even with AR), pareto (the last four from combined), engines and engine_builds (engine_comparison,
+    engine_builds, with the engines' environment records ``environments``; empty with one engine), kinds (per
+    content kind: kind_rows, launches combined), acceptance_depth (depth_rows) and slo (slo.capacity: the highest
+    concurrency meeting each of the ``slo`` objectives, none without one)."""
     out_dir = Path(out_dir)
     slo = slo or Slo((), 0.9)
     summary = judge(summarise_cells(cells, thresholds, slo), slo)

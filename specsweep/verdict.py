@@ -343,11 +343,11 @@ def acceptance_break_even_of(lengths: Sequence[float], speedups, los, his) -> di
     highest), else "interpolated": e.g. "2.41 (95% CI about 2.22 to 2.58)", a bound outside the lengths
     written "<2" or ">4"."""
     lengths = [float(x) for x in lengths]
-    s, lo, hi = ([_number(v) for v in col] for col in (speedups, los, his))
+    numbers = [[_number(v) for v in col] for col in (speedups, los, his)]
     out = {"outcome": NOT_DECIDED, "estimate": math.nan, "lo": math.nan, "hi": math.nan, "words": NOT_DECIDED}
-    if any(v is None for v in (*s, *lo, *hi)):
-        out["words"] = "not decided (a cell without a speedup interval)"
-        return out
+    if any(v is None for col in numbers for v in col):
+        return {**out, "words": "not decided (a cell without a speedup interval)"}
+    s, lo, hi = ([v for v in col if v is not None] for col in numbers)
     if lo[0] > 1:
         return {**out, "outcome": BELOW, "words": f"below {lengths[0]:g}"}
     if hi[-1] < 1:
@@ -386,7 +386,10 @@ def acceptance_break_even(frame: pd.DataFrame) -> pd.DataFrame:
                 **dict(zip(keys, key)),
                 "simulated": bool(g["simulated"].astype(bool).any()),
                 "forced_lengths": "; ".join(f"{x:g}" for x in lengths),
-                "speedups": "; ".join(f"{x:g} {ratio(v, a, b)}" for x, v, a, b in zip(lengths, *_speedups(g))),
+                "speedups": "; ".join(
+                    f"{x:g} {ratio(v, a, b)}"
+                    for x, v, a, b in zip(lengths, g["speedup"], g["speedup_lo"], g["speedup_hi"])
+                ),
                 "outcome": found["outcome"],
                 "break_even_acceptance": found["estimate"],
                 "break_even_acceptance_lo": found["lo"],
@@ -395,11 +398,7 @@ def acceptance_break_even(frame: pd.DataFrame) -> pd.DataFrame:
             }
         )
     out = pd.DataFrame(rows, columns=ACCEPTANCE_BREAK_EVEN_COLUMNS)
-    return out.replace({"tree_mode": {"": None}})
-
-
-def _speedups(g: pd.DataFrame) -> tuple:
-    return g["speedup"], g["speedup_lo"], g["speedup_hi"]
+    return out.assign(tree_mode=out["tree_mode"].where(out["tree_mode"] != "", None))  # a chain of no mode: empty
 
 
 def ratio(value, lo=None, hi=None) -> str:

@@ -422,3 +422,12 @@ def test_break_even_acceptance_on_the_forced_h200_record_agrees_with_its_readme(
         assert tree.loc[c, "break_even_acceptance"] > (
             2 if chain.loc[c, "outcome"] == verdict.BELOW else chain.loc[c, "break_even_acceptance"]
         )
+
+
+def test_break_even_acceptance_on_the_forced_moe_record_agrees_with_its_readme():
+    """The MoE record's README: at acceptance 3 the chain still pays up to 16 requests (1.13x), so its break-even
+    there lies below 3; at 1 request it pays already at acceptance 2 (1.11x)."""
+    summary, _ = record("forced-moe-2026-12-02")
+    chain = verdict.acceptance_break_even(summary).set_index(["family", "concurrency"]).loc["eagle3-chain"]
+    assert chain.loc[1, "outcome"] == verdict.BELOW
+    assert chain.loc[16, "outcome"] == verdict.INTERPOLATED and 2 < chain.loc[16, "break_even_acceptance"] < 3
