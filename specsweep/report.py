@@ -796,8 +796,9 @@ def forced_break_even(t: Tables, tables_dir: str | Path, data: dict[str, str]) -
     """Section 3's subsection on break-even acceptance (results/break_even_acceptance.csv, or computed from
     combined.csv where the results have no such table: verdict.acceptance_break_even): per TP, workload,
     concurrency and family of methods whose acceptance was forced, the forced lengths and the acceptance at which
-    the family breaks even with AR; shown only where forced cells exist. ``forced_simulated``: whether any of its
-    cells is simulated (the simulator's forced drafter rather than SGLANG_SIMULATE_ACC_LEN on a real server)."""
+    the family breaks even with AR; shown only where forced cells exist. ``forced_how``: how the acceptance was
+    forced (SGLANG_SIMULATE_ACC_LEN on a real server, the simulator's forced drafter on the simulated backend, or
+    both), ``forced_simulated`` and ``forced_measured`` whether any of its cells is simulated, or measured."""
     table = _aggregated(tables_dir, "break_even_acceptance")
     if table.empty:
         table = verdict.acceptance_break_even(t.summary)
@@ -806,10 +807,14 @@ def forced_break_even(t: Tables, tables_dir: str | Path, data: dict[str, str]) -
     shown = table[FORCED_BREAK_EVEN_TABLE].sort_values(["tp", "workload", "family", "concurrency"], kind="stable")
     # the interval in brackets without its words (the caption says what it is): no % for pgfplotstable to read
     shown = shown.assign(break_even=shown["break_even"].str.replace(verdict.INTERVAL_WORDS, "", regex=False))
+    simulated = table["simulated"].astype(bool)
+    how = [r"by SGLang's \texttt{SGLANG\_SIMULATE\_ACC\_LEN} on a real server"] if not simulated.all() else []
+    how += ["by the simulator's forced drafter on the simulated backend"] if simulated.any() else []
     return {
         "has_forced_break_even": _table(shown, data, "break_even_acceptance.csv", ["workload", "family"]),
-        "forced_simulated": bool(table["simulated"].astype(bool).any()),
-        "forced_measured": not bool(table["simulated"].astype(bool).all()),
+        "forced_simulated": bool(simulated.any()),
+        "forced_measured": not bool(simulated.all()),
+        "forced_how": " and ".join(how),
     }
 
 

@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 
 from conftest import FIXTURES, PLUMBING_CLOCK, load_default_config, snakemake, validated, write_config
-from specsweep import algorithms
+from specsweep import algorithms, verdict
 from specsweep import config as cfg
 from specsweep.cells import validate_cell
 from specsweep.environment import capabilities_from_help
@@ -101,3 +101,10 @@ def test_nextn_runs_end_to_end_on_the_simulator(workflow):
     assert f"Acceptance forced on mtp-forced ({FORCED:g})" in " ".join(stamp["caveats"])
     assert summary.set_index("method").loc["mtp-forced", "accept_length"].eq(FORCED).all()
     assert "SIMULATED BACKEND: not measured on GPUs / ACCEPTANCE FORCED" == data["context"]["footer_flags"]
+    # its break-even acceptance, one forced length: said against that length, and marked simulated in the report
+    breakeven = pd.read_csv(workflow / "results" / "break_even_acceptance.csv", dtype={"forced_lengths": str})
+    assert list(breakeven["family"]) == ["mtp-forced"] * 2 and breakeven["simulated"].all()
+    assert set(breakeven["forced_lengths"]) == {f"{FORCED:g}"}
+    assert set(breakeven["outcome"]) <= {verdict.BELOW, verdict.ABOVE, verdict.NOT_DECIDED}
+    assert data["context"]["has_forced_break_even"] and not data["context"]["forced_measured"]
+    assert data["context"]["forced_how"] == "by the simulator's forced drafter on the simulated backend"
