@@ -10,9 +10,9 @@ speedup_hi; metrics.speedup within one launch, a Student-t interval across launc
 
 From those states: the verdict table (the best speculative method per cell and what to deploy there), break-even in
 words per (TP, method, workload), break-even acceptance (where acceptance was forced: the acceptance at which a
-family of forced methods pays, interpolated between its forced lengths), findings, the stamp (measured or SIMULATED / DUMMY WEIGHTS / ACCEPTANCE FORCED)
-with caveats written from the data, and the workload and confidence lines. Pure pandas: the report typesets what
-this module returns (plain text; no LaTeX, no Snakemake).
+family of forced methods pays, interpolated between its forced lengths), findings, the stamp (measured or
+SIMULATED / DUMMY WEIGHTS / ACCEPTANCE FORCED) with caveats written from the data, and the workload and confidence
+lines. Pure pandas: the report typesets what this module returns (plain text; no LaTeX, no Snakemake).
 """
 
 from __future__ import annotations
