@@ -4,6 +4,7 @@ acceptance (drafters), shipped in specsweep/data/sim_profiles.yaml, with a confi
 
 from __future__ import annotations
 
+import math
 from functools import lru_cache
 from importlib import resources
 
@@ -33,10 +34,11 @@ class ProfileError(ValueError):
 
 def model_problems(name: str, model: dict) -> list[str]:
     """Why model profile ``name`` cannot price a step or size its draft head, one message each (empty when it can):
-    a key of MODEL_REQUIRED missing, a size of MODEL_DIMS missing or not a positive whole number, or q_dim / kv_dim not heads / kv_heads x head_dim
-    where the profile states those."""
+    a key of MODEL_REQUIRED missing, a size of MODEL_DIMS missing or not a positive whole number, or q_dim / kv_dim
+    not heads / kv_heads x head_dim where the profile states those."""
     out = [
-        f"model profile '{name}': {key} missing; state it (sim.profiles.models.{name}.{key}, see sim_profiles.yaml)"
+        f"model profile '{name}': {key} missing; state it (sim.profiles.models.{name}.{key}, as in "
+        "specsweep/data/sim_profiles.yaml)"
         for key in MODEL_REQUIRED
         if key not in model
     ]
@@ -47,7 +49,9 @@ def model_problems(name: str, model: dict) -> list[str]:
                 f"model profile '{name}': {key} missing, the model's {what}; state it from the model's config.json "
                 f"(sim.profiles.models.{name}.{key})"
             )
-        elif isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0 or value != int(value):
+        elif isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+            out.append(f"model profile '{name}': {key}: {value!r} is not a positive whole number ({what})")
+        elif value != int(value):
             out.append(f"model profile '{name}': {key}: {value!r} is not a positive whole number ({what})")
     for key, heads in MODEL_HEADS.items():
         if all(isinstance(model.get(k), (int, float)) for k in (key, heads, "head_dim")):
