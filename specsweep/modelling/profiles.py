@@ -49,9 +49,13 @@ def model_problems(name: str, model: dict) -> list[str]:
                 f"model profile '{name}': {key} missing, the model's {what}; state it from the model's config.json "
                 f"(sim.profiles.models.{name}.{key})"
             )
-        elif isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
-            out.append(f"model profile '{name}': {key}: {value!r} is not a positive whole number ({what})")
-        elif value != int(value):
+        elif not (
+            isinstance(value, (int, float))
+            and not isinstance(value, bool)
+            and math.isfinite(value)
+            and value > 0
+            and value == int(value)
+        ):
             out.append(f"model profile '{name}': {key}: {value!r} is not a positive whole number ({what})")
     for key, heads in MODEL_HEADS.items():
         if all(isinstance(model.get(k), (int, float)) for k in (key, heads, "head_dim")):
