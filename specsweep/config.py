@@ -33,7 +33,7 @@ from .launcher import ServerError, server_arguments
 from .methods import expand_methods
 from .sglang_options import FlagError, check_argv, decoding_variable
 from .modelling.acceptance import ACCEPTANCE
-from .modelling.profiles import profiles
+from .modelling.profiles import ProfileError, profiles
 from .workloads import WorkloadError, build, distinct_sessions
 
 MAX_VALUES = 100_000  # values in one configuration; a YAML anchor can make millions of a few lines
@@ -194,6 +194,7 @@ def normalise(config: dict) -> dict:
     check_folders(config)
     if config["backend"] == "sglang" and not config["model"].get("path"):
         raise ConfigError("model.path: required on the sglang backend (the target model's path or hub id)")
+    check_model_profiles(config)
     check_acceptance(config)
     if config["backend"] == "sim":
         check_sim_profiles(config)
@@ -401,10 +402,24 @@ def check_engine_calibrations(config: dict) -> None:
             raise ConfigError(f"{where}{exc}") from None
 
 
+def check_model_profiles(config: dict) -> None:
+    """Every model profile, shipped or under sim.profiles.models, must state the sizes the cost model prices with
+    (specsweep.modelling.profiles.model_problems: q_dim, hidden_size, ...), on every backend (the plan prices with
+    them too)."""
+    try:
+        profiles((config.get("sim") or {}).get("profiles"))
+    except ProfileError as exc:
+        raise ConfigError(f"sim.profiles: {exc}") from None
+
+
 def check_sim_profiles(config: dict, where: str = "sim") -> None:
-    """The simulated backend's gpu, model profile and runtime must exist (shipped or under sim.profiles); ``where``
-    names the block: sim, or engines[i].sim for an engine's view."""
-    known = profiles(config["sim"]["profiles"])
+    """The simulated backend's gpu, model profile and runtime must exist (shipped or under sim.profiles), and every
+    model profile state its sizes (check_model_profiles); ``where`` names the block: sim, or engines[i].sim for an
+    engine's view."""
+    try:
+        known = profiles(config["sim"]["profiles"])
+    except ProfileError as exc:
+        raise ConfigError(f"{where}.profiles: {exc}") from None
     for key, kind in (
         ("gpu", "gpus"),
         ("model_profile", "models"),

@@ -170,13 +170,15 @@ class CostModel:
         )
 
     def draft_head(self, fused_layers: int = 0) -> dict:
-        """A draft head's model profile from the target's (an EAGLE head, an MTP head): one decoder layer (its
-        weights and KV per token, the target's per layer) and an LM head of vocab x hidden (hidden: q_dim) in bf16;
-        a head that fuses the hidden states of ``fused_layers`` of the target's layers (the algorithm's declared
-        DraftModel.fused_layers: EAGLE-3's three) adds fused_layers x hidden x hidden to its input projection."""
+        """A draft head's model profile from the target's (an EAGLE head, an MTP head), sized from the target's own
+        dims (its config.json's, required of every model profile: profiles.MODEL_DIMS): one decoder layer (its
+        weights the target's per layer, experts counted as one token reads them; its KV a full-attention layer's,
+        2 x kv_dim x 2 bytes a token) and an LM head of vocab x hidden_size in bf16; a head that fuses the hidden
+        states of ``fused_layers`` of the target's layers (the algorithm's declared DraftModel.fused_layers:
+        EAGLE-3's three) adds fused_layers x hidden_size x hidden_size to its input projection."""
         m = self.model
-        hidden = m.get("q_dim", 4096)
-        head = m.get("vocab", 151936) * hidden * 2 + fused_layers * hidden * hidden * 2
+        hidden = m["hidden_size"]
+        head = m["vocab"] * hidden * 2 + fused_layers * hidden * hidden * 2
         layer = (
             m["weight_bytes"]
             - m.get("expert_bytes", 0.0) * (1 - m.get("experts_per_token", 0) / max(m.get("experts", 1), 1))
@@ -185,8 +187,11 @@ class CostModel:
             "weight_bytes": layer + head,
             "active_params": (layer + head) / 2,
             "layers": 1,
-            "kv_bytes_per_token": m["kv_bytes_per_token"] / m["layers"],
-            "q_dim": hidden,
+            "kv_bytes_per_token": 2 * m["kv_dim"] * 2,
+            "hidden_size": hidden,
+            "q_dim": m["q_dim"],
+            "kv_dim": m["kv_dim"],
+            "vocab": m["vocab"],
             "hybrid": False,
         }
 
@@ -413,7 +418,7 @@ class CostModel:
                 if decoding.builds_tree():
                     gpu += r["tree_build_per_node"] * decoding.budget * len(contexts)
                 if decoding.probes_ranks():  # top-32 over the drafter's float32 logits at every depth
-                    logits = len(contexts) * (decoding.block_size - 1) * self.model.get("vocab", 151936) * 4
+                    logits = len(contexts) * (decoding.block_size - 1) * self.model["vocab"] * 4
                     gpu += logits / (self.gpu["bandwidth"] * r.get("bandwidth_efficiency", 1.0) * self.tp)
                 if self.model["hybrid"]:
                     gpu += r.get("hybrid_tree_per_node", 0.0) * max(0, width - 8) * len(contexts)
@@ -444,7 +449,7 @@ class CostModel:
         r, m, g = self.runtime, self.model, self.gpu
         weights = self.weights_compute(new_tokens, r.get("compute_efficiency", 0.4))
         seconds = weights + r.get("prefill_fixed", 0.0)
-        if attention_pairs and r.get("attention_compute_efficiency") and m.get("q_dim"):
+        if attention_pairs and r.get("attention_compute_efficiency"):
             seconds += (
                 4
                 * m["layers"]

@@ -4,10 +4,67 @@ acceptance (drafters), shipped in specsweep/data/sim_profiles.yaml, with a confi
 
 from __future__ import annotations
 
+import math
 from functools import lru_cache
 from importlib import resources
 
 from ..canon import yaml_data
+
+
+# The sizes every model profile states, from the model's config.json: what the cost model sizes a draft head
+# (EAGLE, EAGLE-3, an MTP head: CostModel.draft_head) and prefill attention with. No default: a missing one would
+# size the head as another model's.
+MODEL_DIMS = {
+    "hidden_size": "hidden_size (the residual stream's width; a draft head's LM head and fusion are this wide)",
+    "q_dim": "num_attention_heads x head_dim (the query projection's width)",
+    "kv_dim": "num_key_value_heads x head_dim (one of K or V a token, a layer)",
+    "vocab": "vocab_size (a draft head's LM head has this many rows)",
+}
+
+# What else the cost model reads of every model profile (sim_profiles.yaml says what each is).
+MODEL_REQUIRED = ("weight_bytes", "active_params", "layers", "kv_bytes_per_token", "hybrid")
+
+# Where a profile states them (all shipped ones do), the counts the dims above are products of.
+MODEL_HEADS = {"q_dim": "heads", "kv_dim": "kv_heads"}
+
+
+class ProfileError(ValueError):
+    """A profile the cost model cannot price with; the message names the profile, the key and the fix."""
+
+
+def model_problems(name: str, model: dict) -> list[str]:
+    """Why model profile ``name`` cannot price a step or size its draft head, one message each (empty when it can):
+    a key of MODEL_REQUIRED missing, a size of MODEL_DIMS missing or not a positive whole number, or q_dim / kv_dim
+    not heads / kv_heads x head_dim where the profile states those."""
+    out = [
+        f"model profile '{name}': {key} missing; state it (sim.profiles.models.{name}.{key}, as in "
+        "specsweep/data/sim_profiles.yaml)"
+        for key in MODEL_REQUIRED
+        if key not in model
+    ]
+    for key, what in MODEL_DIMS.items():
+        value = model.get(key)
+        if value is None:
+            out.append(
+                f"model profile '{name}': {key} missing, the model's {what}; state it from the model's config.json "
+                f"(sim.profiles.models.{name}.{key})"
+            )
+        elif not (
+            isinstance(value, (int, float))
+            and not isinstance(value, bool)
+            and math.isfinite(value)
+            and value > 0
+            and value == int(value)
+        ):
+            out.append(f"model profile '{name}': {key}: {value!r} is not a positive whole number ({what})")
+    for key, heads in MODEL_HEADS.items():
+        if all(isinstance(model.get(k), (int, float)) for k in (key, heads, "head_dim")):
+            if model[key] != model[heads] * model["head_dim"]:
+                out.append(
+                    f"model profile '{name}': {key} {model[key]:g} is not {heads} x head_dim "
+                    f"({model[heads]:g} x {model['head_dim']:g}); fix one of them from the model's config.json"
+                )
+    return out
 
 
 @lru_cache(maxsize=1)
@@ -17,10 +74,14 @@ def default_profiles() -> dict:
 
 
 def profiles(overrides: dict | None = None) -> dict:
-    """Shipped profiles with config overrides (sim.profiles) merged in, entry by entry."""
+    """Shipped profiles with config overrides (sim.profiles) merged in, entry by entry; every model profile checked
+    (model_problems: ProfileError naming the first profile and key at fault)."""
     base = default_profiles()
     out = {kind: {name: dict(entry) for name, entry in base[kind].items()} for kind in base}
     for kind, entries in (overrides or {}).items():
         for name, entry in entries.items():
             out.setdefault(kind, {}).setdefault(name, {}).update(entry)
+    problems = [why for name, model in out.get("models", {}).items() for why in model_problems(name, model)]
+    if problems:
+        raise ProfileError("; ".join(problems))
     return out

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import os
 import random
 
 import pytest
 import requests
 
-from conftest import DDTREE, DFLASH, patience, start_sim
+from conftest import DDTREE, DFLASH, REPO, fast_config, patience, start_sim, validated
 from specsweep.client import measure
 from specsweep.launcher import ServerError
 from specsweep.metrics import output_throughput
@@ -16,7 +17,8 @@ from specsweep.sim import replay
 from specsweep.modelling.acceptance import ACCEPTANCE, RankedDrafter, build_tree
 from specsweep.modelling.cost import CostModel
 from specsweep.modelling.decoding import Decoding
-from specsweep.modelling.profiles import profiles
+from specsweep.errors import ConfigError
+from specsweep.modelling.profiles import MODEL_DIMS, ProfileError, model_problems, profiles
 from specsweep.modelling.published import (
     PUBLISHED_DFLASH_BY_CONTENT,
     PUBLISHED_QWEN3_8B,
@@ -650,3 +652,71 @@ def test_dflash_acceptance_by_content_lands_in_the_published_ranges():
         low, high, _ = PUBLISHED_DFLASH_BY_CONTENT[kind]
         assert 0.95 * low <= tau <= 1.05 * high, (kind, tau, low, high)
     assert predicted["chat"] == min(predicted.values())
+
+
+def test_every_model_profile_states_the_sizes_of_its_config_json():
+    """Every shipped model profile states hidden_size, q_dim, kv_dim and vocab; q_dim and kv_dim are its heads and KV
+    heads x head_dim; a non-hybrid model's KV cache a token is its layers' K and V in bf16 (2 x kv_dim x 2 bytes
+    each); Qwen3-30B-A3B's sizes are those of the config.json its GPU records ran with."""
+    models = profiles()["models"]
+    assert set(models) >= {"qwen3-8b", "qwen3-30b-a3b", "hybrid-27b", "qwen3-0.6b", "llama-70b"}
+    for name, m in models.items():
+        assert model_problems(name, m) == [], name
+        assert all(key in m for key in MODEL_DIMS), name
+        assert m["q_dim"] == m["heads"] * m["head_dim"] and m["kv_dim"] == m["kv_heads"] * m["head_dim"], name
+        if not m["hybrid"]:
+            assert m["kv_bytes_per_token"] == pytest.approx(m["layers"] * 2 * m["kv_dim"] * 2, rel=0.01), name
+    published = json.loads((REPO / "benchmarks/gpu/models/qwen3-30b-a3b.config.json").read_text())
+    moe = models["qwen3-30b-a3b"]
+    assert (moe["hidden_size"], moe["heads"], moe["kv_heads"], moe["head_dim"], moe["vocab"], moe["layers"]) == (
+        published["hidden_size"],
+        published["num_attention_heads"],
+        published["num_key_value_heads"],
+        published["head_dim"],
+        published["vocab_size"],
+        published["num_hidden_layers"],
+    )
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        (lambda m: m.pop("q_dim"), r"model profile 'mine': q_dim missing, .*num_attention_heads x head_dim.*"),
+        (lambda m: m.pop("hidden_size"), r"model profile 'mine': hidden_size missing, .*config\.json"),
+        (lambda m: m.update(q_dim=4000), r"model profile 'mine': q_dim 4000 is not heads x head_dim \(32 x 128\)"),
+        (lambda m: m.update(kv_dim=0), r"model profile 'mine': kv_dim: 0 is not a positive whole number"),
+        (lambda m: m.pop("layers"), r"model profile 'mine': layers missing"),
+    ],
+)
+def test_a_model_profile_without_its_sizes_is_refused_at_load(change, message):
+    """A user's model profile lacking a size the cost model needs (or stating one that contradicts its heads) is
+    refused where the profiles load and where the configuration loads, naming the profile and the key: no size
+    is assumed."""
+    mine = dict(profiles()["models"]["qwen3-8b"])
+    change(mine)
+    with pytest.raises(ProfileError, match=message):
+        profiles({"models": {"mine": mine}})
+    config = fast_config()
+    config["sim"].update(model_profile="mine", profiles={"models": {"mine": mine}})
+    with pytest.raises(ConfigError, match=r"^sim\.profiles: " + message):
+        validated(config)
+    assert profiles({"models": {"mine": profiles()["models"]["qwen3-8b"]}})["models"]["mine"]["q_dim"] == 4096
+
+
+def test_the_eagle3_head_of_qwen3_30b_a3b_is_as_wide_as_its_hidden_size():
+    """Qwen3-30B-A3B's hidden size is 2048 (its queries 4096 wide): its EAGLE-3 head's LM head and fused input
+    projection are vocab x 2048 and 3 x 2048 x 2048, so a round drafts cheaper than with a 4096-wide head by the
+    bytes saved, read once a forward (num_steps forwards at batch 1, where drafting reads weights), and the head
+    of a model of 4096 hidden (Qwen3-8B) costs more than this one."""
+    moe = CostModel.named("H200", "qwen3-30b-a3b")
+    wide = CostModel(moe.gpu, {**moe.model, "hidden_size": 4096}, moe.runtime)
+    head, wide_head = moe.draft_head(3), wide.draft_head(3)
+    saved = 151936 * (4096 - 2048) * 2 + 3 * (4096**2 - 2048**2) * 2
+    assert head["hidden_size"] == 2048 and head["q_dim"] == 4096
+    assert wide_head["weight_bytes"] - head["weight_bytes"] == pytest.approx(saved)
+    chain = Decoding("eagle3", topk=1, num_steps=3, num_draft_tokens=4)
+    narrow_s, wide_s = moe.draft_seconds(chain, [1100]), wide.draft_seconds(chain, [1100])
+    read = moe.gpu["bandwidth"] * moe.runtime["bandwidth_efficiency"]
+    assert wide_s - narrow_s == pytest.approx(chain.num_steps * saved / read, rel=0.02)
+    assert moe.decode_step(chain, [1100]) < wide.decode_step(chain, [1100])
+    assert CostModel.named("H200", "qwen3-8b").draft_head(3)["weight_bytes"] > head["weight_bytes"]
