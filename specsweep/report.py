@@ -688,7 +688,7 @@ def _kinds_chart(figs: Figures, sub: pd.DataFrame, workload: str, tp, lowest) ->
     bars = (
         "error bars: 95\\% paired-bootstrap CI over the kind's sessions"
         + (f", none for {', '.join(bare)} (fewer than {MIN_SESSIONS} sessions)" if bare else "")
-        if len(bare) < spec["kind"].nunique()
+        if spec["speedup_lo"].notna().any()
         else f"no error bars: every kind has fewer than {MIN_SESSIONS} sessions, too few for an interval"
     )
     figs.bars(

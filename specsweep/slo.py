@@ -120,8 +120,11 @@ def combined_columns(group: pd.DataFrame) -> dict:
     they ran the same prompts, so a launch more is not more of them); goodput the mean over launches with its
     Student-t interval, as throughput is combined; requests met summed."""
     out: dict = {}
+    names = names_in(group)
+    if not names:  # no objective judged: nothing to pool (and a summary without SLOs needs no request counts)
+        return out
     sent = group["requests_sent"].sum()
-    for name in names_in(group):
+    for name in names:
         met = group[column(name, "met")].sum()
         share = met / sent if sent else None
         effective = float(group[column(name, "effective")].mean())
