@@ -82,19 +82,7 @@ def method_columns(method: dict) -> dict:
     tree_build, mode, width = algorithm.tree(params)
     return {
         "algorithm": method["algorithm"],
-        **{
-            k: params.get(k)
-            for k in (
-                "block_size",
-                "budget",
-                "topk",
-                "num_steps",
-                "num_draft_tokens",
-                "max_bfs_breadth",
-                "match_type",
-                "accept_length",  # acceptance forced on the server (SGLANG_SIMULATE_ACC_LEN); empty: the drafter's
-            )
-        },
+        **{k: params.get(k) for k in (*verdict.METHOD_PARAMETERS, "accept_length")},
         "drafter": method.get("drafter"),
         "tree_build": tree_build,
         "tree_mode": mode,

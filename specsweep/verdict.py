@@ -262,18 +262,15 @@ def break_even(frame: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
+# The method parameters summary.csv has a column each for (aggregate.method_columns), besides accept_length:
+# acceptance forced on the server (SGLANG_SIMULATE_ACC_LEN; empty: the drafter's own).
+METHOD_PARAMETERS = ("block_size", "budget", "topk", "num_steps", "num_draft_tokens", "max_bfs_breadth", "match_type")
 # Break-even acceptance: the methods that differ only in their forced acceptance (``accept_length``) form a family;
 # these columns, beside the cell's keys, are what the family's methods share (aggregate.method_columns less
 # accept_length).
 FAMILY_COLUMNS = [
     "algorithm",
-    "block_size",
-    "budget",
-    "topk",
-    "num_steps",
-    "num_draft_tokens",
-    "max_bfs_breadth",
-    "match_type",
+    *METHOD_PARAMETERS,
     "drafter",
     "tree_build",
     "tree_mode",
