@@ -339,7 +339,9 @@ def engine_comparison(
             groups.setdefault((base, c["workload"], c["concurrency"], c["tp"], c["repetition"]), {})[engine] = path
     rows = []
     rank = {name: i for i, name in enumerate(order or [])}
-    for (base, workload, concurrency, tp, repetition), by_engine in sorted(groups.items(), key=str):
+    # rows by method, workload, then concurrency, TP and repetition as numbers (c4 before c16)
+    in_order = sorted(groups.items(), key=lambda g: (*g[0][:2], g[0][2], g[0][3], -1 if g[0][4] is None else g[0][4]))
+    for (base, workload, concurrency, tp, repetition), by_engine in in_order:
         names = sorted(by_engine, key=lambda e: (rank.get(e, len(rank)), e))
         reference = cells[by_engine[names[0]]]
         ref_window = cell_measures(reference)["concurrency"]["window"]

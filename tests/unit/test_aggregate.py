@@ -108,6 +108,17 @@ def test_engines_whose_cells_are_final_are_compared():
     assert row["exact_match_rate"] == 1.0
 
 
+def test_the_engine_rows_go_in_order_of_concurrency_as_numbers():
+    """Cells of one method and workload at concurrency 1, 4 and 16 on both releases: the rows read 1, 4, 16 (sorted
+    as text they read 1, 16, 4)."""
+    from specsweep.aggregate import engine_comparison
+    from specsweep.cells import DEFAULT_FAILURES
+
+    cells = {str(p): json.loads(p.read_text()) for p in sorted(ENGINE_CELLS.glob("ngram@*/short/c*.json"))}
+    rows = engine_comparison(cells, ENGINE_ORDER, DEFAULT_FAILURES)
+    assert list(rows["concurrency"]) == [1, 4, 16]
+
+
 @pytest.mark.parametrize("failing,words", [(48, "48 of 48 requests failed"), (1, "1 of 48 requests failed")])
 def test_an_engine_whose_cell_is_not_final_is_not_compared_and_the_table_says_why(failing, words):
     """Every request failed (or one: above failures.max_failed_share) on one engine, kept with keep_going: the row
