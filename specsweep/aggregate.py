@@ -569,13 +569,6 @@ def best_budget(summary: pd.DataFrame) -> pd.DataFrame:
     return spec.loc[idx, BEST_COLUMNS].reset_index(drop=True)
 
 
-def break_even(summary: pd.DataFrame) -> pd.DataFrame:
-    """Break-even per (tp, method, workload), in words decided by the paired 95% speedup intervals (verdict.break_even:
-    "never faster", "faster up to c", "faster at every concurrency measured", "inconclusive from c", ...), with each
-    concurrency's state and the concurrencies where the states change."""
-    return verdict.break_even(summary)
-
-
 def pareto(summary: pd.DataFrame) -> pd.DataFrame:
     """Cells with interactivity (1/TPOT p50) and throughput per GPU; on_frontier marks the Pareto-optimal ones per
     workload, artefact those whose acceptance is an artefact (verdict.acceptance_artefact: forced, or dummy weights
@@ -794,12 +787,12 @@ def write_tables(
     slo: Slo | None = None,
 ) -> dict[str, pd.DataFrame]:
     """All aggregated tables of these cells ({cell file: cell JSON}), each as CSV and Parquet in out_dir: summary
-    (one row per launch of a cell), combined (repetitions combined), requests, turns, best_budget, break_even,
-    break_even_acceptance (verdict.acceptance_break_even: the acceptance at which each family of forced methods
-    breaks even with AR), pareto (the last four from combined), engines and engine_builds (engine_comparison,
-    engine_builds, with the engines' environment records ``environments``; empty with one engine), kinds (per
-    content kind: kind_rows, launches combined), acceptance_depth (depth_rows) and slo (slo.capacity: the highest
-    concurrency meeting each of the ``slo`` objectives, none without one)."""
+    (one row per launch of a cell), combined (repetitions combined), requests, turns, best_budget, break_even
+    (verdict.break_even), break_even_acceptance (verdict.acceptance_break_even: the acceptance at which each family
+    of forced methods breaks even with AR), pareto (the last four from combined), engines and engine_builds
+    (engine_comparison, engine_builds, with the engines' environment records ``environments``; empty with one
+    engine), kinds (per content kind: kind_rows, launches combined), acceptance_depth (depth_rows) and slo
+    (slo.capacity: the highest concurrency meeting each of the ``slo`` objectives, none without one)."""
     out_dir = Path(out_dir)
     slo = slo or Slo((), 0.9)
     summary = judge(summarise_cells(cells, thresholds, slo), slo)
@@ -811,7 +804,7 @@ def write_tables(
         "requests": requests,
         "turns": turn_rows(requests),
         "best_budget": best_budget(combined),
-        "break_even": break_even(combined),
+        "break_even": verdict.break_even(combined),
         "break_even_acceptance": verdict.acceptance_break_even(combined),
         "pareto": pareto(combined),
         "engines": engine_comparison(cells, engine_order, thresholds),

@@ -617,12 +617,6 @@ def single_stream(t: Tables, figs: Figures) -> dict:
     return {}
 
 
-def _aggregated(tables_dir: str | Path, name: str) -> pd.DataFrame:
-    """An aggregated table (results/<name>.csv); empty where the results have none (aggregated by older code)."""
-    path = Path(tables_dir) / f"{name}.csv"
-    return pd.read_csv(path) if path.exists() and path.stat().st_size > 1 else pd.DataFrame()
-
-
 def _mixed(frame: pd.DataFrame) -> list:
     """The workloads whose cells mix two or more content kinds, in the table's order."""
     kinds = frame[frame["kind"] != ALL_KINDS].groupby("workload", sort=False)["kind"].nunique()
@@ -654,7 +648,7 @@ def content_kinds(t: Tables, figs: Figures, data: dict[str, str], tables_dir: st
     whose sessions mix kinds: a chart of each speculative method's speedup over AR per kind (its paired interval
     where the kind has MIN_SESSIONS sessions) per workload and TP size, and a table of each kind's throughput,
     speedup with its interval and acceptance length, every method's."""
-    kinds = _aggregated(tables_dir, "kinds")
+    kinds = _read_table(tables_dir, "kinds")
     if kinds.empty:
         return {"has_kinds": False}
     low = kinds[kinds["concurrency"] == t.lowest]
@@ -717,7 +711,7 @@ def acceptance_per_depth(t: Tables, figs: Figures, data: dict[str, str], tables_
     per speculative method whose build reported its rounds, and a table of the rates per content kind (the first
     DEPTH_COLUMNS_SHOWN depths) for the workloads that mix kinds; the methods whose build reported no rounds are
     named."""
-    depth = _aggregated(tables_dir, "acceptance_depth")
+    depth = _read_table(tables_dir, "acceptance_depth")
     if depth.empty:
         return {"has_depth": False}
     low = depth[depth["concurrency"] == t.lowest]
@@ -799,7 +793,7 @@ def forced_break_even(t: Tables, tables_dir: str | Path, data: dict[str, str]) -
     the family breaks even with AR; shown only where forced cells exist. ``forced_how``: how the acceptance was
     forced (SGLANG_SIMULATE_ACC_LEN on a real server, the simulator's forced drafter on the simulated backend, or
     both), ``forced_simulated`` and ``forced_measured`` whether any of its cells is simulated, or measured."""
-    table = _aggregated(tables_dir, "break_even_acceptance")
+    table = _read_table(tables_dir, "break_even_acceptance")
     if table.empty:
         table = verdict.acceptance_break_even(t.summary)
     if table.empty:
@@ -1037,13 +1031,21 @@ def _concurrency_charts(figs: Figures, sub: pd.DataFrame, workload: str, tp: int
     )
 
 
+def _read_table(tables_dir: str | Path, name: str, columns: list[str] | None = None) -> pd.DataFrame:
+    """An aggregated table (results/<name>.csv) where it exists (those of its ``columns`` it has), else an empty one:
+    results aggregated by older code lack the newer tables, and a table of no columns is written as one newline."""
+    path = Path(tables_dir) / f"{name}.csv"
+    if not path.exists() or path.stat().st_size <= 1:
+        return pd.DataFrame(columns=columns or [])
+    return pd.read_csv(path, usecols=(lambda c: c in columns) if columns else None)
+
+
 def slo_section(t: Tables, tables_dir: str | Path, figs: Figures, data: dict[str, str]) -> dict:
     """Section: service-level objectives (slo.csv, the summary's slo_<name>_* columns). Per objective, TP size and
     workload, the share of requests meeting it against concurrency per method with its 95% interval and the
     attainment as a dashed line; and the table of the highest concurrency at which each method meets each objective,
     with its output throughput and goodput per GPU and its share there, and every level's state."""
-    path = Path(tables_dir) / "slo.csv"
-    table = pd.read_csv(path) if path.exists() and path.stat().st_size else pd.DataFrame()
+    table = _read_table(tables_dir, "slo")
     if table.empty:
         return {
             "has_slo": False,
@@ -1176,8 +1178,7 @@ def engines_section(tables_dir: str | Path, data: dict[str, str]) -> dict:
     where the configuration has two or more engines; a row not compared (a side not final, no session completed
     on both), or one that is one measurement under two names (engines of one build and settings), is marked with the
     number of its reason, and the reasons are listed under the table."""
-    path = Path(tables_dir) / "engines.csv"
-    frame = pd.read_csv(path) if path.exists() and path.stat().st_size else pd.DataFrame()
+    frame = _read_table(tables_dir, "engines")
     if frame.empty:
         return {"has_engines": False}
     reasons = list(dict.fromkeys(frame["reason"].dropna()))  # each once, numbered in the order of the rows
@@ -1786,14 +1787,6 @@ def _footer(flags: list[str]) -> str:
         return " / ".join(["SIMULATED BACKEND: not measured on GPUs"] + [f for f in flags if f != "SIMULATED"])
     shown = [f for f in flags if f != "MEASURED"]
     return " / ".join(shown) + ": acceptance and speedups are not a model's" if shown else ""
-
-
-def _read_table(tables_dir: str | Path, name: str, columns: list[str] | None = None) -> pd.DataFrame:
-    """An aggregated table (results/<name>.csv) where it exists (those of its ``columns`` it has), else an empty one."""
-    path = Path(tables_dir) / f"{name}.csv"
-    if not path.exists() or not path.stat().st_size:
-        return pd.DataFrame(columns=columns or [])
-    return pd.read_csv(path, usecols=(lambda c: c in columns) if columns else None)
 
 
 def _json_ready(value):

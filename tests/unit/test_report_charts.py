@@ -15,7 +15,7 @@ import pandas as pd
 import pytest
 
 from conftest import REPO
-from specsweep import aggregate, report
+from specsweep import aggregate, report, verdict
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
@@ -30,7 +30,7 @@ def tables_of(summary: pd.DataFrame, folder):
     summary.to_csv(folder / "combined.csv", index=False)
     pd.DataFrame(columns=["tp", "method", "workload", "concurrency", "turn"]).to_csv(folder / "turns.csv", index=False)
     aggregate.best_budget(summary).to_csv(folder / "best_budget.csv", index=False)
-    aggregate.break_even(summary).to_csv(folder / "break_even.csv", index=False)
+    verdict.break_even(summary).to_csv(folder / "break_even.csv", index=False)
     aggregate.pareto(summary).to_csv(folder / "pareto.csv", index=False)
     return folder
 
