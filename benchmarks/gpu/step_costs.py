@@ -10,6 +10,8 @@
         --drafter benchmarks/gpu/models/dflash-qwen3-30b-a3b-b16.config.json
     # anywhere, from the measured records (step costs, tree rounds, the workflow's own cells)
     .venv/bin/python benchmarks/gpu/step_costs.py fit RECORD_DIR [--also RECORD_DIR ...] [--write PROFILE.yaml]
+    .venv/bin/python benchmarks/gpu/step_costs.py generic [--write PROFILE.yaml]  # the generic runtime `sglang`
+    .venv/bin/python benchmarks/gpu/step_costs.py compare   # the generic runtime against the measured one
 
 one-batch: ``python -m sglang.bench_one_batch`` with dummy Qwen3-8B weights over
 batch sizes 1-64 and contexts 1k-32k: the median decode step (one token per
@@ -31,6 +33,11 @@ from which token (bf16 kernels reduce in an order that depends on the batch).
 
 --model / --drafter: the target's (the drafter's) config.json, staged as a model
 folder under /tmp beside the recipe's tokenizer, dummy weights as for the rest.
+
+generic: the generic runtime ``sglang`` of sim_profiles.yaml, derived from the H200 records (generic_runtime):
+the same fit over GENERIC_RECORDS (not the forced-acceptance records: they check it), NOT_MEASURED for what no
+record reaches, the MoE parameters from MOE_RECORD; compare: it against sglang-0.5.16-h200 at every recorded shape
+and a grid of every method at batch 1-64.
 
 fit: specsweep.calibration's fit (what `snakemake calibrate` runs): least squares on
 log(simulated / measured) over every measured shape, over the simulator's runtime
@@ -477,6 +484,7 @@ def cell_step(cell: dict) -> dict:
         )
     }
     return {
+        "forced": method.get("params", {}).get("accept_length") is not None,  # SGLANG_SIMULATE_ACC_LEN set
         "kind": method["algorithm"],
         "batch": cell["cell"]["concurrency"],
         "width": decoding.verify_width(),
@@ -554,10 +562,153 @@ def fit(records: list[Path], write: Path | None) -> None:
         write.write_text(yaml.safe_dump(profile, sort_keys=False))
 
 
+# ---------------------------------------------------------------- the generic runtime (runs anywhere)
+
+HERE = Path(__file__).resolve().parent
+# the H200 records of Qwen3-8B's steps the generic runtime is fitted to: every one but those at forced acceptance
+# (forced-2026-12-02, forced-moe-2026-12-02: the check) and the engine comparisons (other builds than 0.5.16's)
+GENERIC_RECORDS = ("step-costs-2026-11-30", "spec-2026-12-01", "spec-2026-12-02")
+MOE_RECORD = "moe-2026-12-02"  # Qwen3-30B-A3B's shape: the two MoE parameters, fitted with the rest held
+# the generic runtime's parameters no H200 record reaches, each with where its value comes from
+NOT_MEASURED = {
+    "bandwidth_efficiency": round(4.3 / 4.8, 4),  # a device copy's measured 4.3 of the H200's 4.8 TB/s (one model at
+    # one TP cannot tell a faster weight read from a larger fixed cost a layer, so it is measured apart)
+    "allreduce_latency": 15.0e-6,  # one GPU measured: an NVLink all-reduce step's latency (NCCL's small messages)
+    "tree_build_per_node": 2.0e-6,  # DDTree's heap (not in SGLang 0.5.16): a node's push and pop on the GPU
+    "hybrid_tree_per_node": 0.4e-3,  # the recurrent state a node beyond 8 (CALIBRATION.md: +0.4 ms a node)
+    "rank_probe_cpu_per_request": 20.0e-6,  # DDTree's rank probe in Python: an estimate
+    "startup_seconds": 120,  # launch to ready with CUDA graphs captured: 113-136 s measured on the H200
+}
+
+
+# the costs outside the engine's steps (a request's latency in the server, a block drafter's extend at prefill),
+# which no step record reaches: as the workflow's own calibration on the H200 measured them through the HTTP API
+CALIBRATION = "calibrate-2026-12-01/calibration/4d154b3390d5.yaml"
+FROM_CALIBRATION = ("request_latency", "request_latency_per_token", "drafter_prefill_fraction", "drafter_prefill_fixed")
+
+
+def fit_moe(runtime: dict, rows: list[dict]) -> tuple[float, float]:
+    """(moe_layer_overhead, moe_compute_efficiency) of ``runtime`` on Qwen3-30B-A3B's shape fitted on a grid (1 us
+    steps to 60 us, shares 0.05-1.00): least squares of log(simulated / measured) over ``rows`` (AR's steps and the
+    rounds of 16 and more requests: dummy weights route the tokens of fewer requests unlike text, moe_check.py)."""
+    import math
+
+    from specsweep.modelling.cost import CostModel
+    from specsweep.modelling.profiles import profiles
+
+    p = profiles()
+    rows = [r for r in rows if r["kind"] == "ar-server" or r["batch"] >= 16]
+    best = None
+    for overhead in (i * 1e-6 for i in range(61)):
+        for share in (i / 100 for i in range(5, 101)):
+            trial = {**runtime, "moe_layer_overhead": overhead, "moe_compute_efficiency": share}
+            cost = CostModel(p["gpus"]["H200"], p["models"]["qwen3-30b-a3b"], trial, 1, p["models"]["qwen3-0.6b"])
+            loss = sum(math.log(simulated(cost, r) / r["seconds"]) ** 2 for r in rows)
+            if best is None or loss < best[0]:
+                best = (loss, round(overhead, 7), share)
+    assert best is not None
+    return best[1], best[2]
+
+
+def generic_runtime(records: Path = HERE) -> dict:
+    """The generic runtime ``sglang``: the cost model fitted to the H200 records of GENERIC_RECORDS (not the
+    forced-acceptance ones, which check it), with NOT_MEASURED's values for what no record reaches, FROM_CALIBRATION's
+    from the workflow's calibration on the same H200 (CALIBRATION) and the MoE parameters fitted to MOE_RECORD. Every efficiency a share of the H200's datasheet bandwidth or flops, every
+    fixed cost as measured (specsweep.modelling.cost.SCALES): the form that transfers to another GPU."""
+    import yaml
+
+    from specsweep.calibration.fit import FITTED, fit_runtime
+    from specsweep.modelling.profiles import profiles
+
+    rows = [package_row(r) for r in measured_steps(*(records / name for name in GENERIC_RECORDS))]
+    assert not any(r.get("forced") for r in rows), "a generic record holds cells at forced acceptance"
+    p = profiles()
+    fixed = {**NOT_MEASURED, "drafter_per_token": True}
+    result = fit_runtime(rows, p["gpus"]["H200"], p["models"]["qwen3-8b"], p["models"]["qwen3-0.6b"], 1, fixed)
+    runtime = {k: v for k, v in result.runtime.items() if k in FITTED or k in fixed}  # nothing of the shipped one
+    calibrated = yaml.safe_load((records / CALIBRATION).read_text())["runtime"]
+    runtime.update({k: float(f"{calibrated[k]:.4g}") for k in FROM_CALIBRATION})
+    overhead, share = fit_moe(runtime, measured_steps(records / MOE_RECORD))
+    return {**runtime, "moe_layer_overhead": overhead, "moe_compute_efficiency": share}
+
+
+def generic(write: Path | None) -> None:
+    """Print (and write) the generic runtime derived from the records (generic_runtime)."""
+    import yaml
+
+    profile = {"runtimes": {"sglang": generic_runtime()}}
+    print(yaml.safe_dump(profile, sort_keys=False))
+    if write:
+        write.write_text(yaml.safe_dump(profile, sort_keys=False))
+
+
+# the shapes compared beyond the records' (CostModel.decode_step at context 1,100, as the records' short prompts):
+# name, model profile, decoding fields
+GRID = (
+    ("AR", "qwen3-8b", {"algorithm": "ar"}),
+    ("DFlash 16", "qwen3-8b", {"algorithm": "dflash", "block_size": 16}),
+    ("NGRAM 16", "qwen3-8b", {"algorithm": "ngram", "num_draft_tokens": 16, "max_bfs_breadth": 8, "match_type": "BFS"}),
+    ("DDTree 15", "qwen3-8b", {"algorithm": "ddtree", "block_size": 16, "budget": 15, "overlap": False}),
+    ("EAGLE-3 chain 3/1/4", "qwen3-8b", {"algorithm": "eagle3", "num_steps": 3, "topk": 1, "num_draft_tokens": 4}),
+    ("EAGLE-3 tree 4/4/16", "qwen3-8b", {"algorithm": "eagle3", "num_steps": 4, "topk": 4, "num_draft_tokens": 16}),
+    ("standalone 4/1/5", "qwen3-8b", {"algorithm": "standalone", "num_steps": 4, "topk": 1, "num_draft_tokens": 5}),
+    ("MoE AR", "qwen3-30b-a3b", {"algorithm": "ar"}),
+    ("MoE DFlash 16", "qwen3-30b-a3b", {"algorithm": "dflash", "block_size": 16}),
+    ("MoE EAGLE-3 chain 3/1/4", "qwen3-30b-a3b", {"algorithm": "eagle3", "num_steps": 3, "topk": 1, "num_draft_tokens": 4}),
+)
+RECORDS_COMPARED = (*GENERIC_RECORDS, MOE_RECORD, "forced-2026-12-02", "forced-moe-2026-12-02")
+
+
+def compared_shapes(records: Path = HERE) -> list[dict]:
+    """Every shape the generic and the measured runtime are compared at: each measured shape of RECORDS_COMPARED
+    (its model the record's) and GRID at batch 1, 4, 16 and 64; {label, model, row} each, row as simulated() reads
+    it."""
+    from dataclasses import asdict
+
+    from specsweep.modelling.decoding import Decoding
+
+    out = []
+    for name in RECORDS_COMPARED:
+        model = "qwen3-30b-a3b" if "moe" in name else RECIPE_MODEL
+        for row in measured_steps(records / name):
+            label = f"{name}: {row.get('source', row['kind'])} b{row['batch']} w{row['width']} c{row['context']}"
+            out.append({"label": label, "model": model, "row": row})
+    for label, model, fields in GRID:
+        decoding = asdict(Decoding(**fields))
+        for batch in (1, 4, 16, 64):
+            row = {"kind": "grid", "batch": batch, "width": 0, "context": 1100, "decoding": decoding}
+            out.append({"label": f"{label} b{batch}", "model": model, "row": row})
+    return out
+
+
+def generic_against_measured(records: Path = HERE) -> list[tuple[str, float, float]]:
+    """(label, measured runtime's seconds, generic runtime's seconds) of every compared shape on the H200."""
+    from specsweep.modelling.cost import CostModel
+
+    out = []
+    for shape in compared_shapes(records):
+        costs = [CostModel.named("H200", shape["model"], name) for name in ("sglang-0.5.16-h200", "sglang")]
+        measured, generic_ = (simulated(c, shape["row"]) for c in costs)
+        out.append((shape["label"], measured, generic_))
+    return out
+
+
+def compare() -> None:
+    """Print the generic runtime against the measured one at every compared shape, largest deviations first."""
+    rows = generic_against_measured()
+    rows.sort(key=lambda r: -abs(r[2] / r[1] - 1))
+    print("| shape | sglang-0.5.16-h200 | sglang (generic) | generic / measured |")
+    print("|---|---|---|---|")
+    for label, m, g in rows:
+        print(f"| {label} | {1000 * m:.2f} ms | {1000 * g:.2f} ms | {g / m:.3f} |")
+    within = sum(abs(g / m - 1) <= 0.15 for _, m, g in rows)
+    print(f"\n{within} of {len(rows)} shapes within 15%")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("step", choices=["one-batch", "dflash", "trees", "numerics", "fit"])
-    parser.add_argument("dir", type=Path, help="where a measurement goes; fit: the first record folder")
+    parser.add_argument("step", choices=["one-batch", "dflash", "trees", "numerics", "fit", "generic", "compare"])
+    parser.add_argument("dir", type=Path, nargs="?", help="where a measurement goes; fit: the first record folder")
     parser.add_argument("--also", nargs="*", type=Path, default=[], help="fit: more record folders")
     parser.add_argument(
         "blocks",
@@ -583,6 +734,10 @@ def main() -> None:
         trees(args.dir, args.blocks, args.prompts)
     elif args.step == "numerics":
         numerics(args.dir)
+    elif args.step == "generic":
+        generic(args.write)
+    elif args.step == "compare":
+        compare()
     else:
         fit([args.dir, *args.also], args.write)
 

@@ -42,7 +42,7 @@ FITTED = (
     "roofline_exponent",
     "layer_overhead",
     "attention_bandwidth_efficiency",
-    "attention_request_bandwidth",
+    "attention_request_efficiency",
     "attention_compute_efficiency",
     "prefill_fixed",
     "cpu_step",
@@ -67,11 +67,15 @@ FITTED = (
 )
 
 
-# where the fit starts: the generic roofline runtime plus generic values for what it lacks
+# where the fit starts (every FITTED parameter: starting points, not values of any engine); the parameters outside
+# FITTED come from the generic roofline runtime ``sglang`` (prior), itself the fit of these to an H200's records
 GENERIC = {
+    "compute_efficiency": 0.6,
+    "layer_overhead": 12e-6,
+    "drafter_fraction": 0.18,
     "roofline_exponent": 4.0,
     "attention_bandwidth_efficiency": 0.5,
-    "attention_request_bandwidth": 5e11,
+    "attention_request_efficiency": 0.1,
     "attention_compute_efficiency": 0.3,
     "prefill_fixed": 5e-3,
     "cpu_step": 1e-3,
@@ -97,7 +101,8 @@ GENERIC = {
 
 
 def prior() -> dict:
-    """The runtime the fit starts from: the shipped generic ``sglang`` runtime with GENERIC's values added."""
+    """The runtime the fit starts from: the shipped generic ``sglang`` runtime with GENERIC's starting points for
+    the FITTED parameters (so that a fit does not start at its own answer: the generic runtime is fitted too)."""
     return {**profiles()["runtimes"]["sglang"], **GENERIC}
 
 

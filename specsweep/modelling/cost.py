@@ -1,6 +1,16 @@
 """The cost model: the time of one engine step (decode, verify, draft, prefill) for a GPU, model and runtime
 profile under tensor parallelism, and the bounds of every runtime parameter.
 
+One model of mechanisms for every serving runtime: a runtime profile (sim_profiles.yaml ``runtimes:``, a calibration)
+is this model with stated values. Each parameter (RUNTIME_BOUNDS) prices one mechanism of a real engine (its
+``reason``) and follows the GPU one way (its ``scales``, SCALES): shares of the datasheet bandwidth and flops make
+the GPU-bound work (weights, KV cache, GEMMs) scale with the GPU's specifications; fixed GPU-side costs (a layer's
+small kernels, a draft step's launch, a request's acceptance kernels) are latency-bound and stay as measured on every
+GPU; host-bound costs (the scheduler, Python per request, NGRAM's CPU lookup, the HTTP server) are the host's and do
+not scale with the GPU at all; counts and shares of the model's own work (extra KV reads, a drafter's share of a
+target pass) are priced at the GPU's rates. The generic runtime ``sglang`` is the transferable form of the fit to
+SGLang 0.5.16 on an H200 (benchmarks/gpu/step_costs.py generic derives it from the records).
+
 Numbers produced with it are modelled, and labelled so everywhere.
 """
 
@@ -17,15 +27,37 @@ from .profiles import profiles
 CHUNKED_PREFILL_SIZE = 8192  # new prompt tokens a prefill step takes at most, as SGLang 0.5.16 picks on an H200
 
 
+# How a runtime parameter's cost follows the GPU it prices (Bound.scales): what makes the generic runtime, fitted on
+# one GPU, a model of another.
+SCALES = {
+    "bandwidth": "a share of the GPU's datasheet memory bandwidth: the seconds it prices scale as 1 / bandwidth",
+    "flops": "a share of the GPU's datasheet bf16 flops: the seconds it prices scale as 1 / flops",
+    "gpu-fixed": (
+        "seconds of GPU work bound by kernel launch and latency, not by bandwidth or flops (a few small kernels a "
+        "layer, a request or a node): as measured, on every GPU (not scaled: the clocks and launch latency of the "
+        "datacenter GPUs profiled differ by less than the fit's scatter, and no datasheet figure predicts them)"
+    ),
+    "interconnect": "seconds a collective takes over the GPUs' links: as measured or estimated, on every GPU",
+    "host": "seconds of CPU work (Python, the scheduler, the HTTP server): the host's, whatever the GPU",
+    "shape": (
+        "a count or share of the model's own work (extra reads, a drafter's share of a target pass): the work it "
+        "names is priced at the GPU's rates, so it scales with them"
+    ),
+}
+
+
 @dataclass(frozen=True)
 class Bound:
-    """The physically sensible range of one runtime parameter: low <= value <= high, in ``unit``; ``positive``:
-    above 0 too (a rate or share the cost model divides by)."""
+    """One runtime parameter: its physically sensible range low <= value <= high, in ``unit``; ``positive``:
+    above 0 too (a rate or share the cost model divides by); ``reason``: the mechanism it prices (why a real
+    engine has it); ``scales``: how its cost follows the GPU (a key of SCALES)."""
 
     low: float
     high: float
     unit: str
     positive: bool = False
+    reason: str = ""
+    scales: str = "shape"
 
     def problem(self, value) -> str | None:
         """Why ``value`` is not a value of this parameter, or None."""
@@ -38,53 +70,272 @@ class Bound:
         return None
 
 
-_SHARE = Bound(0.0, 1.0, "(a share of the GPU's datasheet rate)", positive=True)
+def _share(reason: str, scales: str = "bandwidth") -> Bound:
+    """A share of the GPU's datasheet rate (bandwidth or flops), above 0."""
+    return Bound(0.0, 1.0, f"(a share of the GPU's datasheet {scales})", True, reason, scales)
 
 
-# Every parameter a runtime profile may hold (the CostModel methods below say what each prices), with the range a
-# real engine's value lies in: the measured ones (sim_profiles.yaml) sit one or two orders of magnitude inside, so
-# that a bound is met only by a value no engine has (a request latency of seconds, a step cost of 1e9 s, a rate of 0).
+# Every parameter a runtime profile may hold, with the range a real engine's value lies in (the measured ones,
+# sim_profiles.yaml, sit one or two orders of magnitude inside, so that a bound is met only by a value no engine has:
+# a request latency of seconds, a step cost of 1e9 s, a rate of 0), the mechanism it prices and how its cost follows
+# the GPU (SCALES). The CostModel methods below say where each enters a step.
 RUNTIME_BOUNDS = {
-    "bandwidth_efficiency": _SHARE,
-    "compute_efficiency": _SHARE,
-    "attention_bandwidth_efficiency": _SHARE,
-    "attention_compute_efficiency": Bound(0.0, 1.0, "(a share of the GPU's flops; 0: no attention term)"),
-    "attention_request_bandwidth": Bound(0.0, 1e14, "bytes/s a GPU (0: no per-request bound)"),
-    "moe_compute_efficiency": Bound(0.0, 1.0, "(a share of the dense rate)", positive=True),
-    "eager_bandwidth_efficiency": _SHARE,
-    "eager_compute_efficiency": _SHARE,
-    "roofline_exponent": Bound(0.0, 100.0, "(0: max(read, compute))"),
-    "layer_overhead": Bound(0.0, 1e-3, "seconds a layer"),
-    "moe_layer_overhead": Bound(0.0, 1e-3, "seconds a MoE layer"),
-    "allreduce_latency": Bound(0.0, 1e-3, "seconds an all-reduce step"),
-    "eager_layer_launch": Bound(0.0, 1e-2, "seconds a layer"),
-    "eager_kv_passes": Bound(0.0, 1000.0, "reads of the KV cache a step"),
-    "eager_score_bytes": Bound(0.0, 1e5, "bytes a query-key pair a layer"),
-    "drafter_fraction": Bound(0.0, 2.0, "of a target step"),
-    "drafter_prefill_fraction": Bound(0.0, 2.0, "of the target's prefill"),
-    "drafter_prefill_fixed": Bound(0.0, 1.0, "seconds a prefill step"),
-    "prefill_fixed": Bound(0.0, 1.0, "seconds a prefill step"),
-    "verify_attention_reads": Bound(0.0, 100.0, "extra KV reads a verify step"),
-    "verify_request_attention_reads": Bound(0.0, 100.0, "extra KV reads a verify step"),
-    "draft_attention_reads": Bound(0.0, 100.0, "extra KV reads a drafter forward"),
-    "shared_kv_reads": Bound(0.0, 1.0, "(a share of a KV page's read)"),
-    "cpu_step": Bound(0.0, 0.1, "seconds a step"),
-    "no_overlap_penalty": Bound(0.0, 0.1, "seconds a step"),
-    "spec_cpu_per_request": Bound(0.0, 1e-2, "seconds a request a round"),
-    "rank_probe_cpu_per_request": Bound(0.0, 1e-2, "seconds a request a round"),
-    "verify_per_request": Bound(0.0, 1e-2, "seconds a request a round"),
-    "tree_build_per_node": Bound(0.0, 1e-3, "seconds a tree node"),
-    "hybrid_tree_per_node": Bound(0.0, 1e-2, "seconds a tree node"),
-    "draft_step_overhead": Bound(0.0, 0.1, "seconds a drafter forward"),
-    "draft_layer_overhead": Bound(0.0, 1e-3, "seconds a drafter layer"),
-    "draft_per_request": Bound(0.0, 1e-2, "seconds a request a round"),
-    "draft_tree_per_node": Bound(0.0, 1e-3, "seconds a tree node"),
-    "ngram_step_overhead": Bound(0.0, 0.1, "seconds a round"),
-    "ngram_cpu_per_request": Bound(0.0, 1e-2, "seconds a request a round"),
-    "ngram_cpu_per_node": Bound(0.0, 1e-3, "seconds a tree node"),
-    "request_latency": Bound(0.0, 1.0, "seconds a request"),
-    "request_latency_per_token": Bound(0.0, 1e-3, "seconds a prompt token"),
-    "startup_seconds": Bound(0.0, 3600.0, "seconds from launch to ready"),
+    "bandwidth_efficiency": _share(
+        "weights streamed from HBM once a step: the share of the datasheet bandwidth a large device read reaches"
+    ),
+    "compute_efficiency": _share(
+        "the weights' GEMMs over a step's tokens (prefill, wide verifies): the share of the datasheet flops a "
+        "large bf16 GEMM reaches",
+        "flops",
+    ),
+    "attention_bandwidth_efficiency": _share(
+        "the KV cache read by the attention kernel (paged, split over heads and pages): a lower share than a "
+        "plain weight read"
+    ),
+    "attention_compute_efficiency": Bound(
+        0.0,
+        1.0,
+        "(a share of the GPU's flops; 0: no attention term)",
+        False,
+        "a prefill's causal attention (query-key pairs of the new tokens): a share of the flops",
+        "flops",
+    ),
+    "attention_request_efficiency": Bound(
+        0.0,
+        1.0,
+        "(a share of the GPU's datasheet bandwidth; 0: no per-request bound)",
+        False,
+        "one request's KV read runs on the few thread blocks its pages split into, so a lone long request reads "
+        "no faster than this share of the bandwidth (the rest of the GPU idles)",
+        "bandwidth",
+    ),
+    "attention_request_bandwidth": Bound(
+        0.0,
+        1e14,
+        "bytes/s a GPU (0: no per-request bound)",
+        False,
+        "attention_request_efficiency as bytes/s of the GPU it was measured on (a calibration's own GPU); where a "
+        "runtime sets both, the share is used",
+        "gpu-fixed",
+    ),
+    "moe_compute_efficiency": Bound(
+        0.0,
+        1.0,
+        "(a share of the dense rate)",
+        True,
+        "a routed expert's GEMM runs over the few tokens routed to it, with its own kernel configuration: this "
+        "share of the dense GEMMs' rate",
+        "flops",
+    ),
+    "eager_bandwidth_efficiency": _share("weights read by an eager (no CUDA graphs) runtime's unfused kernels"),
+    "eager_compute_efficiency": _share("an eager runtime's GEMMs", "flops"),
+    "roofline_exponent": Bound(
+        0.0,
+        100.0,
+        "(0: max(read, compute))",
+        False,
+        "reading the weights and computing with them overlap less than fully where the two are close (a verify of "
+        "a few hundred tokens): the soft roofline's exponent",
+    ),
+    "layer_overhead": Bound(
+        0.0,
+        1e-3,
+        "seconds a layer",
+        False,
+        "a decoder layer's small kernels (norms, rotary, activation, residual adds) and launch gaps within the "
+        "CUDA graph: fixed per layer and step, whatever the batch",
+        "gpu-fixed",
+    ),
+    "moe_layer_overhead": Bound(
+        0.0,
+        1e-3,
+        "seconds a MoE layer",
+        False,
+        "a MoE layer's routing, top-k, sorting of tokens by expert and grouped-GEMM launches, a step",
+        "gpu-fixed",
+    ),
+    "allreduce_latency": Bound(
+        0.0,
+        1e-3,
+        "seconds an all-reduce step",
+        False,
+        "under TP two all-reduces a layer (attention and MLP outputs), each log2(tp) latency-bound steps over the "
+        "links; a drafter's forwards pay their own",
+        "interconnect",
+    ),
+    "eager_layer_launch": Bound(
+        0.0,
+        1e-2,
+        "seconds a layer",
+        False,
+        "an eager runtime launches each layer's kernels one by one from Python: launch-bound, whatever the GPU",
+        "host",
+    ),
+    "eager_kv_passes": Bound(
+        0.0, 1000.0, "reads of the KV cache a step", False, "the eager path copies and re-reads its KV cache a step"
+    ),
+    "eager_score_bytes": Bound(
+        0.0,
+        1e5,
+        "bytes a query-key pair a layer",
+        False,
+        "the eager path materialises every query-key score and its dense mask",
+    ),
+    "drafter_fraction": Bound(
+        0.0,
+        2.0,
+        "of a target step",
+        False,
+        "a block drafter's (DFlash's) forward over its drafted tokens, as a share of the target's pass over them: "
+        "its few layers at the target's width",
+    ),
+    "drafter_prefill_fraction": Bound(
+        0.0,
+        2.0,
+        "of the target's prefill",
+        False,
+        "a block drafter extends its own cache over the prompt: a share of the target's prefill work",
+    ),
+    "drafter_prefill_fixed": Bound(
+        0.0, 1.0, "seconds a prefill step", False, "the drafter's extend launches, a prefill step", "gpu-fixed"
+    ),
+    "prefill_fixed": Bound(
+        0.0,
+        1.0,
+        "seconds a prefill step",
+        False,
+        "a prefill step's kernel launches without CUDA graphs (prefill runs eager) and its scheduling",
+        "gpu-fixed",
+    ),
+    "verify_attention_reads": Bound(
+        0.0,
+        100.0,
+        "extra KV reads a verify step",
+        False,
+        "a verify of several tokens a request reads the request's KV cache again for its query tiles (and its tree "
+        "mask), beyond a decode step's one read",
+    ),
+    "verify_request_attention_reads": Bound(
+        0.0,
+        100.0,
+        "extra KV reads a verify step",
+        False,
+        "the same for a lone request's bound (attention_request_*): its reads spread over its verified tokens",
+    ),
+    "draft_attention_reads": Bound(
+        0.0, 100.0, "extra KV reads a drafter forward", False, "a drafter forward over several tokens a request"
+    ),
+    "shared_kv_reads": Bound(
+        0.0,
+        1.0,
+        "(a share of a KV page's read)",
+        False,
+        "a KV page two requests of a batch read (one copy in the radix cache) costs the second this share; the "
+        "rest hits the GPU's L2",
+    ),
+    "cpu_step": Bound(
+        0.0,
+        0.1,
+        "seconds a step",
+        False,
+        "the scheduler's work a step (batch assembly, sampling's host side, output processing): hidden by the "
+        "overlap scheduler up to the GPU's step, exposed without it",
+        "host",
+    ),
+    "no_overlap_penalty": Bound(
+        0.0, 0.1, "seconds a step", False, "cpu_step's older name: CPU work a step exposed", "host"
+    ),
+    "spec_cpu_per_request": Bound(
+        0.0,
+        1e-2,
+        "seconds a request a round",
+        False,
+        "a speculative round's per-request bookkeeping in Python (acceptance, cache indices): hidden as cpu_step",
+        "host",
+    ),
+    "rank_probe_cpu_per_request": Bound(
+        0.0, 1e-2, "seconds a request a round", False, "DDTree's rank probe: ranks to Python lists and the walk", "host"
+    ),
+    "verify_per_request": Bound(
+        0.0,
+        1e-2,
+        "seconds a request a round",
+        False,
+        "GPU work a request of every speculative round: its acceptance walk and sampling over its drafted tokens "
+        "(small kernels a request)",
+        "gpu-fixed",
+    ),
+    "tree_build_per_node": Bound(
+        0.0, 1e-3, "seconds a tree node", False, "DDTree's best-first heap that builds a tree, a node", "gpu-fixed"
+    ),
+    "hybrid_tree_per_node": Bound(
+        0.0,
+        1e-2,
+        "seconds a tree node",
+        False,
+        "hybrid models: the recurrent state of a tree node beyond the 8 a fused kernel takes",
+        "gpu-fixed",
+    ),
+    "draft_step_overhead": Bound(
+        0.0,
+        0.1,
+        "seconds a drafter forward",
+        False,
+        "each draft step of a draft model's loop: its own graph launch, sampling and top-k, whatever its size",
+        "gpu-fixed",
+    ),
+    "draft_layer_overhead": Bound(
+        0.0, 1e-3, "seconds a drafter layer", False, "a drafter layer's small kernels, as layer_overhead", "gpu-fixed"
+    ),
+    "draft_per_request": Bound(
+        0.0,
+        1e-2,
+        "seconds a request a round",
+        False,
+        "a draft model's per-request work a round beside its forwards (its candidates, its cache)",
+        "gpu-fixed",
+    ),
+    "draft_tree_per_node": Bound(
+        0.0,
+        1e-3,
+        "seconds a tree node",
+        False,
+        "choosing a draft tree's nodes from topk^2 candidates a step, a node",
+        "gpu-fixed",
+    ),
+    "ngram_step_overhead": Bound(
+        0.0,
+        0.1,
+        "seconds a round",
+        False,
+        "NGRAM's lookup between two rounds (it needs the last round's tokens, so no scheduler hides it)",
+        "host",
+    ),
+    "ngram_cpu_per_request": Bound(
+        0.0, 1e-2, "seconds a request a round", False, "NGRAM's trie match for a request, on the CPU", "host"
+    ),
+    "ngram_cpu_per_node": Bound(
+        0.0, 1e-3, "seconds a tree node", False, "NGRAM's tree mask built on the CPU, a node", "host"
+    ),
+    "request_latency": Bound(
+        0.0,
+        1.0,
+        "seconds a request",
+        False,
+        "a request outside the engine's steps: the HTTP server, tokenizer and detokenizer hand-offs",
+        "host",
+    ),
+    "request_latency_per_token": Bound(
+        0.0, 1e-3, "seconds a prompt token", False, "tokenizing a prompt and handing it over, a token", "host"
+    ),
+    "startup_seconds": Bound(
+        0.0,
+        3600.0,
+        "seconds from launch to ready",
+        False,
+        "loading weights and capturing CUDA graphs before the first request (as measured)",
+        "host",
+    ),
 }
 
 
@@ -324,6 +575,15 @@ class CostModel:
         )
         return launch + roofline + attention_bytes / bw
 
+    def request_bandwidth(self) -> float:
+        """Bytes/s one request's KV read reaches at most on one GPU: attention_request_efficiency x the GPU's
+        bandwidth where the runtime sets the share, else its attention_request_bandwidth (bytes/s of the GPU a
+        calibration measured), else 0 (no per-request bound)."""
+        r = self.runtime
+        if r.get("attention_request_efficiency"):
+            return self.gpu["bandwidth"] * r["attention_request_efficiency"]
+        return r.get("attention_request_bandwidth", 0.0)
+
     def verify_seconds(self, tokens: int, contexts: list[int], shared: float = 0.0) -> float:
         """Target forward over ``tokens`` tokens of a batch with these context lengths (no drafter).
 
@@ -334,8 +594,8 @@ class CostModel:
         tp), compute = weights_compute(tokens, compute_efficiency) (MoE: the routed experts at
         moe_compute_efficiency of the dense rate); attention
         reads every request's KV cache at the runtime's attention bandwidth (attention_bandwidth_efficiency, else
-        bandwidth_efficiency, of the GPU's), and no faster for one request than
-        ``attention_request_bandwidth`` (a lone long request leaves most of the GPU idle), where the runtime sets it;
+        bandwidth_efficiency, of the GPU's), and no faster for one request than request_bandwidth() (a lone long
+        request leaves most of the GPU idle), where the runtime sets it;
         verification may read it more than once (verify_attention_reads). ``shared`` context tokens are KV pages
         that another request of the batch also reads (one copy in the radix cache: the same prompt in flight twice);
         the kernel reads them again at shared_kv_reads of their cost (the rest hits the GPU's L2), so attention reads
@@ -361,14 +621,12 @@ class CostModel:
         kv_bw = g["bandwidth"] * r.get("attention_bandwidth_efficiency", r["bandwidth_efficiency"]) * self.tp
         read_tokens = sum(contexts) - (1.0 - min(1.0, r.get("shared_kv_reads", 1.0))) * shared
         attention = reads * read_tokens * m["kv_bytes_per_token"] / kv_bw
-        if r.get("attention_request_bandwidth") and contexts:
+        request_bw = self.request_bandwidth()
+        if request_bw and contexts:
             # one request's reads are parallel over its verified tokens too, so they may cost less than the
             # batch's (verify_request_attention_reads, where the runtime sets it)
             request_reads = 1.0 + (r.get("verify_request_attention_reads", reads - 1.0) if width > 1 else 0.0)
-            attention = max(
-                attention,
-                request_reads * max(contexts) * m["kv_bytes_per_token"] / (r["attention_request_bandwidth"] * self.tp),
-            )
+            attention = max(attention, request_reads * max(contexts) * m["kv_bytes_per_token"] / (request_bw * self.tp))
         fixed = m["layers"] * r["layer_overhead"]
         if m.get("experts"):  # routing, top-k, sorting tokens by expert, the grouped GEMMs' launches: every MoE layer
             fixed += m["layers"] * r.get("moe_layer_overhead", 0.0)

@@ -110,7 +110,7 @@ def test_with_measurement_noise_every_identified_parameter_is_within_five_percen
         assert {
             "layer_overhead",
             "attention_bandwidth_efficiency",
-            "attention_request_bandwidth",
+            "attention_request_efficiency",
             "verify_attention_reads",
             "verify_request_attention_reads",
         } <= set(fit.identified), fit.not_identified
