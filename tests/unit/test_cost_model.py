@@ -310,7 +310,8 @@ def test_a_plan_past_its_bound_is_refused_naming_the_calibration_and_the_key(tmp
     without it: plan_bound names the calibration's file and confirm_plan_hours; confirm_plan_hours at the plan's
     hours allows it, below them not; a calibration that prices the plan near the roofline is within the bound, and
     a plan without calibration has none."""
-    slow = {**MEASURED_RUNTIME, "bandwidth_efficiency": 5e-4, "compute_efficiency": 5e-4, "request_latency": 0.9}
+    slow = {**MEASURED_RUNTIME, "request_latency": 0.9}
+    slow.update(dict.fromkeys(("bandwidth_efficiency", "compute_efficiency", "attention_bandwidth_efficiency"), 5e-5))
     path = write_calibration(tmp_path / "slow", runtime=slow)
     config = sglang_config()
     resolved = choose.resolve(config, environment_of(HOST), str(tmp_path / "slow"))
