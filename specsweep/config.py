@@ -33,7 +33,7 @@ from .launcher import ServerError, server_arguments
 from .methods import expand_methods
 from .sglang_options import FlagError, check_argv, decoding_variable
 from .modelling.acceptance import ACCEPTANCE
-from .modelling.profiles import ProfileError, profiles
+from .modelling.profiles import AUTO, ProfileError, auto_runtime, profiles
 from .workloads import WorkloadError, build, distinct_sessions
 
 MAX_VALUES = 100_000  # values in one configuration; a YAML anchor can make millions of a few lines
@@ -195,6 +195,7 @@ def normalise(config: dict) -> dict:
     if config["backend"] == "sglang" and not config["model"].get("path"):
         raise ConfigError("model.path: required on the sglang backend (the target model's path or hub id)")
     check_model_profiles(config)
+    resolve_auto_runtime(config)
     check_acceptance(config)
     if config["backend"] == "sim":
         check_sim_profiles(config)
@@ -410,6 +411,16 @@ def check_model_profiles(config: dict) -> None:
         profiles((config.get("sim") or {}).get("profiles"))
     except ProfileError as exc:
         raise ConfigError(f"sim.profiles: {exc}") from None
+
+
+def resolve_auto_runtime(config: dict) -> None:
+    """``sim.runtime: auto`` (the default), at the top level and in every engine's block, becomes the runtime profile it
+    means for that block's GPU and model profile (profiles.auto_runtime: the measured one where there is one, else the
+    generic ``sglang``), so that servers, cells, the plan and the report name the profile that priced them."""
+    blocks = [config["sim"]] + [e["sim"] for e in config.get("engines") or [] if isinstance(e.get("sim"), dict)]
+    for block in blocks:
+        if block.get("runtime") == AUTO:
+            block["runtime"] = auto_runtime(block["gpu"], block["model_profile"], block.get("profiles"))
 
 
 def check_sim_profiles(config: dict, where: str = "sim") -> None:

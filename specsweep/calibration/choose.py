@@ -54,7 +54,7 @@ from ..canon import digest, package_digest, yaml_data
 from ..errors import CalibrationError, ConfigError
 from ..layout import RESULTS, environment_path
 from ..modelling.cost import RUNTIME_BOUNDS, runtime_problems
-from ..modelling.profiles import profiles
+from ..modelling.profiles import profiles, runtime_description
 
 CALIBRATIONS = f"{RESULTS}/calibration"
 FINGERPRINTS = f"{CALIBRATIONS}/fingerprints.json"  # every configured TP's fingerprint and digest, per engine
@@ -175,9 +175,10 @@ def read_calibration(path: str | Path) -> dict:
 
 def label(calibration: dict | None, runtime: str) -> str:
     """What a cost model is called in plan.md, cells and the report: "measured on <GPU> on <date>, largest
-    deviation x%", or "not calibrated: generic roofline (runtime profile <sim.runtime>)"."""
+    deviation x%", or "not calibrated: <the runtime profile sim.runtime, as profiles.runtime_description says it>"
+    (the measured runtime, the generic one, or another profile)."""
     if calibration is None:
-        return f"not calibrated: generic roofline (runtime profile {runtime})"
+        return f"not calibrated: {runtime_description(runtime)}"
     return (
         f"measured on {calibration['gpu']} on {calibration['date']}, "
         f"largest deviation {calibration['largest_deviation'] * 100:.1f}%"

@@ -67,6 +67,30 @@ def model_problems(name: str, model: dict) -> list[str]:
     return out
 
 
+GENERIC_RUNTIME = "sglang"  # the generic runtime: the H200 fit in the form that transfers (sim_profiles.yaml)
+AUTO = "auto"  # sim.runtime: the measured runtime of the GPU and model where there is one, else GENERIC_RUNTIME
+
+
+def auto_runtime(gpu: str, model_profile: str, overrides: dict | None = None) -> str:
+    """The runtime profile ``sim.runtime: auto`` means for this GPU and model profile: the measured runtime (the
+    profiles' ``measured``: its gpu and models) where one was measured on them, else the generic one."""
+    for name, measured in profiles(overrides).get("measured", {}).items():
+        if measured.get("gpu") == gpu and model_profile in measured.get("models", []):
+            return name
+    return GENERIC_RUNTIME
+
+
+def runtime_description(runtime: str, overrides: dict | None = None) -> str:
+    """What a runtime profile is, as plan.md, cells and the report say it: "measured runtime <name> (<what>)", "generic
+    runtime sglang (...)", or "runtime profile <name>"."""
+    measured = profiles(overrides).get("measured", {})
+    if runtime in measured:
+        return f"measured runtime {runtime} ({measured[runtime].get('what', 'measured')})"
+    if runtime == GENERIC_RUNTIME:
+        return f"generic runtime {runtime} (the H200 fit on this GPU's datasheet)"
+    return f"runtime profile {runtime}"
+
+
 @lru_cache(maxsize=1)
 def default_profiles() -> dict:
     """Hardware, model and runtime profiles shipped in specsweep/data/sim_profiles.yaml."""

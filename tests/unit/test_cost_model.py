@@ -51,7 +51,7 @@ def test_a_matching_calibration_prices_the_plans_steps_and_start_ups(tmp_path):
         (plan.startup_seconds(config, 1)[0],) * 2
     }
     assert choose.of(calibrated, 1)["label"] == LABEL
-    assert choose.of(config, 1)["label"] == "not calibrated: generic roofline (runtime profile sglang)"
+    assert choose.of(config, 1)["label"] == "not calibrated: measured runtime sglang-0.5.16-h200 (fitted to SGLang 0.5.16 measured on an H200)"
 
 
 def test_the_plan_starts_the_first_server_of_each_host_cold_and_later_ones_warm(tmp_path):
@@ -114,11 +114,11 @@ def test_packing_starts_cold_what_starts_before_its_host_is_warm():
 def test_a_calibration_of_another_host_model_or_tp_is_ignored_and_the_plan_says_why(tmp_path, change, reason):
     path = write_calibration(tmp_path / "calibration", **change)
     config = choose.resolve(sglang_config(), environment_of(HOST), str(tmp_path / "calibration"))
-    assert choose.of(config, 1)["label"].startswith("not calibrated: generic roofline")
+    assert choose.of(config, 1)["label"].startswith("not calibrated: measured runtime sglang-0.5.16-h200")
     assert config["cost_model"]["ignored"] == [f"{path}: {reason}"]
     assert plan.predict(config) == plan.predict(sglang_config())
     lines = plan.cost_model_lines(config)
-    assert "- cost model, TP 1: not calibrated: generic roofline (runtime profile sglang)" in lines[0]
+    assert "- cost model, TP 1: not calibrated: measured runtime sglang-0.5.16-h200 (fitted to SGLang 0.5.16 measured on an H200)" in lines[0]
     assert lines[-1] == f"- calibrations not used: {path}: {reason}"
 
 
@@ -163,8 +163,8 @@ def test_the_simulated_server_runs_the_calibrated_profile(tmp_path):
     forced_off = fast_config()
     forced_off["sim"]["calibration"] = "none"
     off = choose.resolve(validated(forced_off), None, str(folder))
-    assert server_job(off, 1, "dflash").sim["runtime"] == "sglang"
-    assert choose.of(off, 1)["label"] == "not calibrated: generic roofline (runtime profile sglang)"
+    assert server_job(off, 1, "dflash").sim["runtime"] == "sglang-0.5.16-h200"
+    assert choose.of(off, 1)["label"] == "not calibrated: measured runtime sglang-0.5.16-h200 (fitted to SGLang 0.5.16 measured on an H200)"
     assert plan.predict(off) == plan.predict(config)
 
 
@@ -300,9 +300,9 @@ def test_labels_name_every_tp_size_when_they_differ(tmp_path):
     resolved = choose.resolve(validated(config), None, str(tmp_path / "calibration"))
     assert choose.labels(resolved) == (
         "TP 1: measured on NVIDIA H200 on 2026-12-01, largest deviation 4.2%; "
-        "TP 2: not calibrated: generic roofline (runtime profile sglang)"
+        "TP 2: not calibrated: measured runtime sglang-0.5.16-h200 (fitted to SGLang 0.5.16 measured on an H200)"
     )
-    assert choose.labels(validated(config)) == "not calibrated: generic roofline (runtime profile sglang)"
+    assert choose.labels(validated(config)) == "not calibrated: measured runtime sglang-0.5.16-h200 (fitted to SGLang 0.5.16 measured on an H200)"
 
 
 def test_a_plan_past_its_bound_is_refused_naming_the_calibration_and_the_key(tmp_path):

@@ -121,3 +121,32 @@ def test_the_simulator_with_the_generic_runtime_prices_the_forced_acceptance_rou
         assert abs(r["simulated"] / r["real"] - 1) < 0.10, r
         if r["method"] != "ar" and abs(r["real_speedup"] - 1) > 0.10:
             assert (r["simulated_speedup"] > 1) == (r["real_speedup"] > 1), r
+
+
+def test_the_default_runtime_is_the_measured_one_where_it_exists_else_the_generic_one():
+    """sim.runtime auto (the default) becomes the measured runtime for the H200 with Qwen3-8B or Qwen3-30B-A3B, the
+    generic one for any other GPU or model; a runtime named is kept; an engine's block resolves on its own GPU; the
+    label the plan, cells and report print says which."""
+    from conftest import fast_config, validated
+    from specsweep import engines
+    from specsweep.calibration import choose
+
+    def runtime(**sim) -> str:
+        config = fast_config()
+        config["sim"].update(sim)
+        return validated(config)["sim"]["runtime"]
+
+    assert runtime() == "sglang-0.5.16-h200"
+    assert runtime(model_profile="qwen3-30b-a3b") == "sglang-0.5.16-h200"
+    assert runtime(gpu="B200") == runtime(gpu="RTX-PRO-6000") == runtime(model_profile="hybrid-27b") == "sglang"
+    assert runtime(runtime="sglang") == "sglang" and runtime(gpu="B200", runtime="sglang-0.5.16-h200") != "sglang"
+    config = fast_config()
+    config["engines"] = [{"name": "h200"}, {"name": "b200", "sim": {"gpu": "B200"}}]
+    resolved = validated(config)
+    assert [engines.view(resolved, e)["sim"]["runtime"] for e in ("h200", "b200")] == ["sglang-0.5.16-h200", "sglang"]
+    assert choose.labels(resolved) == (
+        "not calibrated: measured runtime sglang-0.5.16-h200 (fitted to SGLang 0.5.16 measured on an H200)"
+    )
+    assert choose.labels(engines.view(resolved, "b200")) == (
+        "not calibrated: generic runtime sglang (the H200 fit on this GPU's datasheet)"
+    )

@@ -8,7 +8,8 @@ import json
 from calibrations import HOST, LABEL, environment_of, write_calibration
 from conftest import fast_config, report_text, snakemake, write_config
 
-GENERIC = "not calibrated: generic roofline (runtime profile sglang)"
+# a TP size without a calibration: the default sim.runtime auto, on the H200 with Qwen3-8B the measured runtime
+UNCALIBRATED = "not calibrated: measured runtime sglang-0.5.16-h200 (fitted to SGLang 0.5.16 measured on an H200)"
 
 
 def test_plan_cells_and_report_say_which_cost_model_they_used(workflow):
@@ -23,9 +24,9 @@ def test_plan_cells_and_report_say_which_cost_model_they_used(workflow):
 
     md = (workflow / "results" / "plan" / "plan.md").read_text()
     assert f"- cost model, TP 1: {LABEL} (results/calibration/tp1.yaml; qwen3-8b on H200, calibrated-tp1 runtime)" in md
-    assert f"- cost model, TP 2: {GENERIC} (qwen3-8b on H200, sglang runtime)" in md
+    assert f"- cost model, TP 2: {UNCALIBRATED} (qwen3-8b on H200, sglang-0.5.16-h200 runtime)" in md
     assert "results/calibration/tp2.yaml: model someone/other-model, not Qwen/Qwen3-8B or Qwen3-8B" in md
-    for tp, label, runtime in ((1, LABEL, "calibrated-tp1"), (2, GENERIC, "sglang")):
+    for tp, label, runtime in ((1, LABEL, "calibrated-tp1"), (2, UNCALIBRATED, "sglang-0.5.16-h200")):
         for c in (1, 2):
             cell = json.loads((workflow / f"results/cells/tp{tp}/ar/short/c{c}.json").read_text())
             assert cell["simulated"] and cell["provenance"]["cost_model"] == label
@@ -34,7 +35,7 @@ def test_plan_cells_and_report_say_which_cost_model_they_used(workflow):
     row = next(line for line in provenance.splitlines() if line.startswith("Cost model"))
     # as LaTeX typesets it: places to break, the per cent escaped, commas made semicolons (pgfplotstable's CSV)
     assert row.replace("\\allowbreak{}", "") == (
-        f"Cost model,TP 1: measured on NVIDIA H200 on 2026-12-01; largest deviation 4.2\\%; TP 2: {GENERIC}"
+        f"Cost model,TP 1: measured on NVIDIA H200 on 2026-12-01; largest deviation 4.2\\%; TP 2: {UNCALIBRATED}"
     )
     assert "measured on NVIDIA H200 on 2026-12-01; largest deviation 4.2%" in report_text(workflow)
 
@@ -67,6 +68,6 @@ def test_the_plan_on_sglang_matches_this_hosts_environment_record(workflow):
     record.write_text(json.dumps({**environment_of({**HOST, "driver": "550.1"}), "identity_digest": "x"}))
     snakemake(workflow, "plan", cores=1)
     md = (workflow / "results" / "plan" / "plan.md").read_text()
-    assert f"- cost model, TP 1: {GENERIC} (qwen3-8b on H200, sglang runtime)" in md
+    assert f"- cost model, TP 1: {UNCALIBRATED} (qwen3-8b on H200, sglang-0.5.16-h200 runtime)" in md
     assert "results/calibration/tp1.yaml: driver 570.86.15, not this host's 550.1" in md
     assert "start-up, TP 1: not measured:" in md and "| cold" not in md
