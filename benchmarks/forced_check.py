@@ -69,9 +69,7 @@ def simulate(row: dict, model_profile: str, runtime: dict) -> tuple[float | None
         if before is not None:
             os.environ["SGLANG_SIMULATE_ACC_LEN"] = before
     records = replay.closed_loop(sim, sessions, concurrency, {"ignore_eos": True})
-    tpot = statistics.median(
-        (r["chunk_times"][-1] - r["chunk_times"][0]) / (r["output_tokens"] - 1) for r in records
-    )
+    tpot = statistics.median((r["chunk_times"][-1] - r["chunk_times"][0]) / (r["output_tokens"] - 1) for r in records)
     return metrics.output_throughput(records, metrics.steady_window(records, concurrency)), tpot
 
 

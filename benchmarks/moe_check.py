@@ -89,21 +89,12 @@ def ratio_table() -> None:
         print(f"- {gpu}, accept length {tau}: DFlash/AR {ratio} ({source})")
 
 
-def fit() -> None:
-    """The grid fit of the record's two MoE parameters (see the module's docstring)."""
-    import math
-
-    base = CostModel.named("H200", "qwen3-30b-a3b", "sglang-0.5.16-h200")
-    rows = [r for r in record_rows() if r["kind"] == "ar-server" or r["batch"] >= 16]
-    best = None
-    for overhead in (i * 1e-6 for i in range(61)):
-        for share in (i / 100 for i in range(5, 101)):
-            runtime = {**base.runtime, "moe_layer_overhead": overhead, "moe_compute_efficiency": share}
-            cost = CostModel(base.gpu, base.model, runtime, 1, base.draft_model)
-            loss = sum(math.log(step_costs.simulated(cost, r) / r["seconds"]) ** 2 for r in rows)
-            if best is None or loss < best[0]:
-                best = (loss, overhead, share)
-    print(f"\nfit over {len(rows)} shapes: moe_layer_overhead {best[1]:.1e}, moe_compute_efficiency {best[2]:.2f}")
+def fit(runtime: str = "sglang-0.5.16-h200") -> None:
+    """The grid fit of the record's two MoE parameters for a runtime profile (step_costs.fit_moe, which the generic
+    runtime's derivation runs too)."""
+    base = CostModel.named("H200", "qwen3-30b-a3b", runtime)
+    overhead, share = step_costs.fit_moe(base.runtime, record_rows())
+    print(f"\nfit ({runtime}): moe_layer_overhead {overhead:.1e}, moe_compute_efficiency {share:.2f}")
 
 
 if __name__ == "__main__":

@@ -613,8 +613,9 @@ def fit_moe(runtime: dict, rows: list[dict]) -> tuple[float, float]:
 def generic_runtime(records: Path = HERE) -> dict:
     """The generic runtime ``sglang``: the cost model fitted to the H200 records of GENERIC_RECORDS (not the
     forced-acceptance ones, which check it), with NOT_MEASURED's values for what no record reaches, FROM_CALIBRATION's
-    from the workflow's calibration on the same H200 (CALIBRATION) and the MoE parameters fitted to MOE_RECORD. Every efficiency a share of the H200's datasheet bandwidth or flops, every
-    fixed cost as measured (specsweep.modelling.cost.SCALES): the form that transfers to another GPU."""
+    from the workflow's calibration on the same H200 (CALIBRATION) and the MoE parameters fitted to MOE_RECORD.
+    Every efficiency a share of the H200's datasheet bandwidth or flops, every fixed cost as measured
+    (specsweep.modelling.cost.SCALES): the form that transfers to another GPU."""
     import yaml
 
     from specsweep.calibration.fit import FITTED, fit_runtime
@@ -654,7 +655,11 @@ GRID = (
     ("standalone 4/1/5", "qwen3-8b", {"algorithm": "standalone", "num_steps": 4, "topk": 1, "num_draft_tokens": 5}),
     ("MoE AR", "qwen3-30b-a3b", {"algorithm": "ar"}),
     ("MoE DFlash 16", "qwen3-30b-a3b", {"algorithm": "dflash", "block_size": 16}),
-    ("MoE EAGLE-3 chain 3/1/4", "qwen3-30b-a3b", {"algorithm": "eagle3", "num_steps": 3, "topk": 1, "num_draft_tokens": 4}),
+    (
+        "MoE EAGLE-3 chain 3/1/4",
+        "qwen3-30b-a3b",
+        {"algorithm": "eagle3", "num_steps": 3, "topk": 1, "num_draft_tokens": 4},
+    ),
 )
 RECORDS_COMPARED = (*GENERIC_RECORDS, MOE_RECORD, "forced-2026-12-02", "forced-moe-2026-12-02")
 

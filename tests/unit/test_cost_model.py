@@ -51,7 +51,10 @@ def test_a_matching_calibration_prices_the_plans_steps_and_start_ups(tmp_path):
         (plan.startup_seconds(config, 1)[0],) * 2
     }
     assert choose.of(calibrated, 1)["label"] == LABEL
-    assert choose.of(config, 1)["label"] == "not calibrated: measured runtime sglang-0.5.16-h200 (fitted to SGLang 0.5.16 measured on an H200)"
+    assert (
+        choose.of(config, 1)["label"]
+        == "not calibrated: measured runtime sglang-0.5.16-h200 (fitted to SGLang 0.5.16 measured on an H200)"
+    )
 
 
 def test_the_plan_starts_the_first_server_of_each_host_cold_and_later_ones_warm(tmp_path):
@@ -118,7 +121,8 @@ def test_a_calibration_of_another_host_model_or_tp_is_ignored_and_the_plan_says_
     assert config["cost_model"]["ignored"] == [f"{path}: {reason}"]
     assert plan.predict(config) == plan.predict(sglang_config())
     lines = plan.cost_model_lines(config)
-    assert "- cost model, TP 1: not calibrated: measured runtime sglang-0.5.16-h200 (fitted to SGLang 0.5.16 measured on an H200)" in lines[0]
+    measured = "measured runtime sglang-0.5.16-h200 (fitted to SGLang 0.5.16 measured on an H200)"
+    assert f"- cost model, TP 1: not calibrated: {measured}" in lines[0]
     assert lines[-1] == f"- calibrations not used: {path}: {reason}"
 
 
@@ -164,7 +168,10 @@ def test_the_simulated_server_runs_the_calibrated_profile(tmp_path):
     forced_off["sim"]["calibration"] = "none"
     off = choose.resolve(validated(forced_off), None, str(folder))
     assert server_job(off, 1, "dflash").sim["runtime"] == "sglang-0.5.16-h200"
-    assert choose.of(off, 1)["label"] == "not calibrated: measured runtime sglang-0.5.16-h200 (fitted to SGLang 0.5.16 measured on an H200)"
+    assert (
+        choose.of(off, 1)["label"]
+        == "not calibrated: measured runtime sglang-0.5.16-h200 (fitted to SGLang 0.5.16 measured on an H200)"
+    )
     assert plan.predict(off) == plan.predict(config)
 
 
@@ -302,7 +309,10 @@ def test_labels_name_every_tp_size_when_they_differ(tmp_path):
         "TP 1: measured on NVIDIA H200 on 2026-12-01, largest deviation 4.2%; "
         "TP 2: not calibrated: measured runtime sglang-0.5.16-h200 (fitted to SGLang 0.5.16 measured on an H200)"
     )
-    assert choose.labels(validated(config)) == "not calibrated: measured runtime sglang-0.5.16-h200 (fitted to SGLang 0.5.16 measured on an H200)"
+    assert (
+        choose.labels(validated(config))
+        == "not calibrated: measured runtime sglang-0.5.16-h200 (fitted to SGLang 0.5.16 measured on an H200)"
+    )
 
 
 def test_a_plan_past_its_bound_is_refused_naming_the_calibration_and_the_key(tmp_path):
