@@ -330,8 +330,10 @@ def server_environment(wildcards):
 
 
 def sim_profile_text():
-    """What the simulated servers emulate, as the report prints it, and how fast their clock ran (sim.time_scale)."""
-    text = f"{CONFIG['sim']['model_profile']} on {CONFIG['sim']['gpu']}"
+    """What the simulated servers emulate, as the report prints it: model and GPU profiles, the runtime profile that
+    priced their steps (a calibrated one is calibrated-tp<TP>), and how fast their clock ran (sim.time_scale)."""
+    runtimes = ", ".join(dict.fromkeys(ss_choose.sim_settings(CONFIG, tp)["runtime"] for tp in CONFIG["tp"]))
+    text = f"{CONFIG['sim']['model_profile']} on {CONFIG['sim']['gpu']}, runtime {runtimes}"
     scale = CONFIG["sim"]["time_scale"]
     if scale != 1:
         text += (f", on a clock run {scale:g} times fast (sim.time_scale: every duration measured here is about "
