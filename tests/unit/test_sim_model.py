@@ -496,8 +496,13 @@ def test_every_shipped_profile_value_is_a_number():
     from specsweep.modelling.profiles import default_profiles
 
     # YAML 1.1 reads 2e-06 (no dot) as a string: a profile copied by hand must still be numbers throughout
-    for kind, entries in default_profiles().items():
+    shipped = default_profiles()
+    for kind, entries in shipped.items():
         for name, entry in entries.items():
+            if kind == "measured":  # which GPU and models a runtime was measured on: names of shipped profiles
+                assert name in shipped["runtimes"] and entry["gpu"] in shipped["gpus"], name
+                assert entry["models"] and set(entry["models"]) <= set(shipped["models"]), name
+                continue
             for key, value in entry.items():
                 assert isinstance(value, (int, float)), f"sim_profiles.yaml {kind}.{name}.{key} = {value!r}"
 
