@@ -575,7 +575,7 @@ NOT_MEASURED = {
     # one TP cannot tell a faster weight read from a larger fixed cost a layer, so it is measured apart)
     "allreduce_latency": 15.0e-6,  # one GPU measured: an NVLink all-reduce step's latency (NCCL's small messages)
     "tree_build_per_node": 2.0e-6,  # DDTree's heap (not in SGLang 0.5.16): a node's push and pop on the GPU
-    "hybrid_tree_per_node": 0.4e-3,  # the recurrent state a node beyond 8 (CALIBRATION.md: +0.4 ms a node)
+    "hybrid_tree_per_node": 0.4e-3,  # a node's recurrent state beyond 8 (published, consumer Blackwell: +0.4 ms)
     "rank_probe_cpu_per_request": 20.0e-6,  # DDTree's rank probe in Python: an estimate
     "startup_seconds": 120,  # launch to ready with CUDA graphs captured: 113-136 s measured on the H200
 }
