@@ -314,8 +314,11 @@ def params_text(value):
 
 
 def environment_params_json(engine=None):
-    """What the environment depends on: the backend and, for SGLang, how it (an engine's build) is built."""
+    """What the environment depends on: the backend and, for SGLang, how it (an engine's build) is built; for external
+    servers, the server jobs whose servers it describes (their URLs and methods)."""
     settings = {"backend": CONFIG["backend"]}
+    if CONFIG["backend"] == "external":
+        settings["servers"] = [jobs.server_job(CONFIG, s["tp"], s["method"]).as_dict() for s in jobs.servers(CONFIG)]
     if CONFIG["backend"] == "sglang":
         build = engines.view(CONFIG, engine)["sglang"]
         settings["sglang"] = {k: build[k] for k in ("python", "install", "build", "env_dir")}

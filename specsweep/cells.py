@@ -199,10 +199,11 @@ def _json_numbers(value):
 
 
 # What a server job holds that decides none of its numbers: which cells run and where they go; how long to wait for
-# a server; what the host passes it besides the platform's variables (server.pass_env, never a variable that
-# changes decoding: config.check_pass_env); and where its build lies and what it is called (sglang.python, env_dir,
+# a server; where an external server answers (its description is the environment's identity: external.environment);
+# what the host passes it besides the platform's variables (server.pass_env, never a variable that changes decoding:
+# config.check_pass_env); and where its build lies and what it is called (sglang.python, env_dir,
 # install, build), whose content the environment's identity holds (environment.build_identity)
-UNKEYED_JOB = ("workloads", "concurrency", "repetition", "cache_dir", "gpu_pool")
+UNKEYED_JOB = ("workloads", "concurrency", "repetition", "cache_dir", "gpu_pool", "endpoint")
 UNKEYED_SERVER = ("startup_timeout", "orphan_timeout", "pass_env")
 UNKEYED_BUILD = ("python", "env_dir", "install", "build")
 

@@ -200,6 +200,7 @@ def normalise(config: dict) -> dict:
         check_sim_profiles(config)
     check_engines(config)
     expand_methods(config)  # raises on parameters, drafters and spellings a method's algorithm refuses
+    check_external(config)
     check_expanded_names(config)
     check_pass_env(config)
     check_slo(config)
@@ -313,6 +314,49 @@ def check_expanded_names(config: dict) -> None:
             f"({len(method.name)} characters, its sweep tags{' and engine' if method.engine else ''} included) is "
             f"longer than the {MAX_EXPANDED_NAME} a name that becomes a folder and file names may have; shorten "
             f"{keys}"
+        )
+
+
+def check_external(config: dict) -> None:
+    """backend external: every method names its server (methods[].url), is one server (no sweep, no engines) at the
+    one TP size it runs at (one tp), and nothing starts a server (no calibration in the default target); on the
+    other backends a method names no URL."""
+    external = config["backend"] == "external"
+    for index, entry in enumerate(config["methods"]):
+        where = f"methods[{index}] ({entry['name']})"
+        if not external:
+            for key in ("url", "api_key_env"):
+                if key in entry:
+                    raise ConfigError(
+                        f"{where}.{key}: only backend external reaches servers at a URL (backend is "
+                        f"{config['backend']}, which starts its own); remove it or set backend: external"
+                    )
+            continue
+        if not entry.get("url"):
+            raise ConfigError(
+                f"{where}.url: required on backend external (the base URL of the server that runs this method, "
+                "e.g. http://10.0.0.5:30000)"
+            )
+    if not external:
+        return
+    if engine_names(config):
+        raise ConfigError("engines: backend external compares the servers the methods name; remove engines")
+    expanded = [m.name for m in expand_methods(config)]
+    swept = [e["name"] for e in config["methods"] if e["name"] not in expanded]
+    if swept:
+        raise ConfigError(
+            f"methods ({swept[0]}): a sweep needs one server per value, and backend external has one URL per method; "
+            "list one method per server, each with one value and its own url"
+        )
+    if len(config["tp"]) != 1:
+        raise ConfigError(
+            f"tp: {config['tp']}: backend external measures each method's server at the TP size it runs at; list "
+            "that one size (each /server_info is checked against it)"
+        )
+    if config["calibration"]["in_default_target"]:
+        raise ConfigError(
+            "calibration.in_default_target: a calibration starts servers, which backend external never does; "
+            "set it to false (calibrate on a host where specsweep starts SGLang)"
         )
 
 

@@ -133,7 +133,7 @@ LAYERS = {
     ),
     # SGLang (or the simulated server) run as a process: what a server job starts a server with (server_job, built
     # by the jobs above from a configuration), the launcher, the installed build's environment, the GPU pool
-    "sglang": ("server_job", "launcher", "environment", "gpus"),
+    "sglang": ("server_job", "launcher", "environment", "external", "gpus"),
     # the workflow's jobs: the configuration and its methods and engines, the server jobs, the cost model each TP
     # uses (calibration.choose), cells and their cache, the bench job, the SLOs (judged at aggregation), aggregation,
     # a calibration (its probe and fit need only the layers below, but are a calibration's parts), the plan, what a
