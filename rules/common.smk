@@ -326,7 +326,10 @@ def environment_params_json(engine=None):
 
 
 def server_environment(wildcards):
-    """The environment record a server job's engine runs in."""
+    """The environment record a server job's engine runs in; on backend external made again in every run that reaches a
+    server job (every server asked what it is now: its cells are keyed by that)."""
+    if CONFIG["backend"] == "external":
+        forced([layout.environment_path("external")])
     return rebuilt_when_missing(layout.environment_path(CONFIG["backend"], engines.split(wildcards.method)[1]))(
         wildcards
     )
@@ -371,7 +374,7 @@ wildcard_constraints:
     tp=r"\d+",
     method=r"[A-Za-z0-9][A-Za-z0-9_.-]*(@[A-Za-z0-9][A-Za-z0-9_.-]*)?",
     engine=r"[A-Za-z0-9][A-Za-z0-9_.-]*",
-    backend="sim|sglang",
+    backend="sim|sglang|external",
     rep=r"\d+",
 
 

@@ -16,7 +16,9 @@ if settings["backend"] == "sglang":
     environment = probe("sglang", python, pins=pins, build=settings["sglang"].get("build"))
 elif settings["backend"] == "external":  # every server checked against its method before any bench job
     environment = probe("external", sys.executable)
-    environment["servers"] = external.describe_servers(environment, [ServerJob.from_dict(s) for s in settings["servers"]])
+    environment["servers"] = external.describe_servers(
+        environment, [ServerJob.from_dict(s) for s in settings["servers"]]
+    )
 else:
     environment = probe("sim", sys.executable)
 atomic_write_json(snakemake.output[0], environment)

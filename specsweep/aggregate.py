@@ -236,14 +236,15 @@ def verified_cells(
 ) -> dict[str, dict]:
     """{path: cell} of the cells at these paths, each verified against the cell the configuration (its server
     ``jobs`` and the environment's identity: one digest, or {engine name: digest} where ``engines`` names several
-    builds) gives that path (cells.cell_problem) and final under the failure thresholds (cells.unfinished) unless
-    ``failures.keep_going``; AggregateError naming every other cell and what to do."""
+    builds, or {server job's name: digest} where each external server has its own) gives that path
+    (cells.cell_problem) and final under the failure thresholds (cells.unfinished) unless ``failures.keep_going``;
+    AggregateError naming every other cell and what to do."""
     built: dict = {}
     identity = identity_digest if isinstance(identity_digest, dict) else {None: identity_digest}
     expected = {
         os.path.normpath(c["path"]): c
         for job in jobs
-        for c in keyed_cells(job, identity[job.method.engine], built=built)[0]
+        for c in keyed_cells(job, identity.get(job.name) or identity[job.method.engine], built=built)[0]
     }
     cells, refused = {}, []
     for path in paths:

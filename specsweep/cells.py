@@ -26,7 +26,9 @@ from .client import LoadModel, measure
 from .counters import SERVER_INFO_KEYS, LoadSampler, counter_deltas, scrape, server_cumulative_acceptance, server_info
 from .gpus import gpu_memory_used
 from .jobs import cells_of_server
-from .launcher import Server, min_free_slots_delay, redact, stream_mode
+from .external import ExternalServer
+from .launcher import Server as StartedServer
+from .launcher import min_free_slots_delay, redact, stream_mode
 from .metrics import cell_metrics, failures, precision_of, relative_precision
 from .progress import Progress
 from .server_job import ServerJob
@@ -37,6 +39,9 @@ IDENTITY = ("tp", "method", "workload", "concurrency", "repetition")  # what nam
 
 class CellError(RuntimeError):
     """A cell could not be measured; the message names the cell and the cause."""
+
+
+Server = StartedServer | ExternalServer  # a server the cells measure: one specsweep started, or someone else's
 
 
 def cell_schema() -> dict:

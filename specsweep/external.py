@@ -262,7 +262,10 @@ def stream_flags(info: Mapping) -> list[str]:
     reads them): incremental streaming output where it is on."""
     return [
         flag
-        for flag, key in (("--incremental-streaming-output", "incremental_streaming_output"), ("--stream-output", "stream_output"))
+        for flag, key in (
+            ("--incremental-streaming-output", "incremental_streaming_output"),
+            ("--stream-output", "stream_output"),
+        )
         if info.get(key)
     ]
 
@@ -273,7 +276,20 @@ def description_of(environment_record: Mapping) -> dict:
 
 
 def describe_servers(host: Mapping, jobs: Sequence[ServerJob]) -> dict:
-    """{server job: its server's record (environment()'s ``server``)} of every external server, each checked against
-    its method: the environment rule's record, which refuses a server that is not what its method says before any
-    bench job runs."""
-    return {job.name: environment(host, job, (job.endpoint or {})["url"])["server"] for job in jobs}
+    """{server job: its server's record (environment()'s ``server``) with the identity its cells are keyed by
+    (``identity_digest``)} of every external server, each checked against its method: the environment rule's record
+    (made again in every run that reaches a server job), which refuses a server that is not what its method says
+    before any bench job runs, and against which the aggregation verifies the cells' keys."""
+    out = {}
+    for job in jobs:
+        record = environment(host, job, (job.endpoint or {})["url"])
+        out[job.name] = {**record["server"], "identity_digest": record["identity_digest"]}
+    return out
+
+
+def identity_digest(environment_record: Mapping, server: str) -> str:
+    """The identity digest a server job's cells are keyed by: its external server's (describe_servers), else the
+    environment's own."""
+    return (environment_record.get("servers") or {}).get(server, {}).get("identity_digest") or environment_record[
+        "identity_digest"
+    ]

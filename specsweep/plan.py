@@ -37,6 +37,7 @@ from .cache import CellCache
 from .calibration import choose
 from .canon import atomic_write_json, atomic_write_text, digest, package_digest
 from .cells import cell_digest, cell_key, cell_sessions
+from .external import identity_digest
 from .jobs import calibration_methods, cells_of_server, server_job, servers
 from .methods import expand_methods
 from .layout import plan_memo_path, server_name
@@ -412,7 +413,8 @@ def mark_cached(config: dict, rows: list[dict], environment: dict | None) -> boo
             "requests": r["requests"],
         }
         r["cached"] = (
-            cache.get(cell_key(job, cell, cell_digest(sessions, cell), environment["identity_digest"])) is not None
+            cache.get(cell_key(job, cell, cell_digest(sessions, cell), identity_digest(environment, job.name)))
+            is not None
         )
     return True
 
