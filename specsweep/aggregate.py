@@ -161,6 +161,7 @@ def cell_row(
         "stream": (cell.get("load") or {}).get("stream"),
         "min_free_slots_delay": str(cell["provenance"].get("min_free_slots_delay", "sglang")),
         "content_mix": ", ".join(f"{k} {v:.0%}" for k, v in sorted(cell["workload"]["content_mix"].items())),
+        "trace": trace_text(cell["workload"].get("trace")),
         "sessions": cell["workload"]["sessions"],
         "precision": m["precision"],
         "precision_target": (cell.get("precision") or {}).get("target"),
@@ -270,6 +271,19 @@ def verified_cells(
             "that is not final is measured again (or set failures.keep_going: true to aggregate it as it is)"
         )
     return cells
+
+
+def trace_text(trace: dict | None) -> str:
+    """A traced workload's account as the report states it: the file and format, the window and time scale, the
+    requests replayed and those clipped or dropped to fit the context (and the rule); "" for another workload."""
+    if not trace:
+        return ""
+    fitted = f"{trace['clipped']} clipped, {trace['dropped']} dropped over the context ({trace['over_context']})"
+    return (
+        f"trace {trace['file']} ({trace['format']}), {trace['window']}, lines {trace['lines'][0]}-{trace['lines'][1]}: "
+        f"{trace['requests']} requests at the traced times, inputs and outputs as traced (ignore_eos), text filled; "
+        f"{fitted}"
+    )
 
 
 def summarise_cells(cells: dict[str, dict], thresholds: dict | None = None, slo: Slo | None = None) -> pd.DataFrame:

@@ -32,7 +32,7 @@ from .launcher import min_free_slots_delay, redact, stream_mode
 from .metrics import cell_metrics, failures, precision_of, relative_precision
 from .progress import Progress
 from .server_job import ServerJob
-from .workloads import build, content_mix, warmup_sessions, workload_digest
+from .workloads import build, content_mix, trace_account, warmup_sessions, workload_digest
 
 IDENTITY = ("tp", "method", "workload", "concurrency", "repetition")  # what names a cell
 
@@ -457,6 +457,9 @@ def _workload_record(job: ServerJob, cell: dict, prompts_digest: str, measured: 
         "warmup": job.warmup,
         "content_mix": content_mix(measured),
         "max_new_tokens": workload["max_new_tokens"],
+        **(
+            {"trace": trace_account(workload, job.model["context_length"])} if workload.get("source") == "trace" else {}
+        ),
     }
 
 
@@ -525,10 +528,12 @@ def _run_load(
 
 
 def _load_model(job: ServerJob, cell: dict, server: Server, stream: str) -> LoadModel:
-    """The cell's load model as the configuration gives it, seeded by the seed and the cell's repetition."""
+    """The cell's load model as the configuration gives it (a trace workload's: its sessions' own arrival times),
+    seeded by the seed and the cell's repetition."""
     config = job.load
+    traced = job.workload(cell["workload"]).get("source") == "trace"  # open loop at the trace's arrival times
     return LoadModel(
-        config["model"],
+        "trace" if traced else config["model"],
         config.get("rate", 0.0),
         config["think_time"],
         config["protocol"],

@@ -34,7 +34,8 @@ from .methods import expand_methods
 from .sglang_options import FlagError, check_argv, decoding_variable
 from .modelling.acceptance import ACCEPTANCE
 from .modelling.profiles import ProfileError, profiles
-from .workloads import WorkloadError, build, distinct_sessions
+from .traces import TRACE_FORMATS
+from .workloads import WorkloadError, build, distinct_sessions, trace_account
 
 MAX_VALUES = 100_000  # values in one configuration; a YAML anchor can make millions of a few lines
 MAX_SESSIONS = 10_000  # sessions one cell may send (load.min_requests, load.waves x concurrency, requests)
@@ -250,12 +251,15 @@ def check_workloads(config: dict) -> None:
     in the model's context, and its name is its own; a workload with a path gets ``source: file``."""
     names = [w["name"] for w in config["workloads"]]
     for index, w in enumerate(config["workloads"]):
-        if w.get("source") == "file" and not w.get("path"):
-            raise ConfigError(f"workloads[{index}] ({w['name']}): source 'file' needs 'path' (a prompt file)")
-        if w.get("path") and w.get("source", "file") != "file":
-            raise ConfigError(f"workloads[{index}] ({w['name']}): 'path' is only read with source: file")
+        if w.get("source") in ("file", "trace") and not w.get("path"):
+            raise ConfigError(
+                f"workloads[{index}] ({w['name']}): source '{w['source']}' needs 'path' (a prompt file or a trace)"
+            )
+        if w.get("path") and w.get("source", "file") not in ("file", "trace"):
+            raise ConfigError(f"workloads[{index}] ({w['name']}): 'path' is only read with source: file or trace")
         if w.get("path"):
-            w["source"] = "file"
+            w["source"] = w.get("source", "file")
+        check_trace(w, index, config["model"]["context_length"])
         if w["max_new_tokens"] >= config["model"]["context_length"]:
             raise ConfigError(
                 f"workloads[{index}] ({w['name']}).max_new_tokens: {w['max_new_tokens']} leaves no room "
@@ -265,6 +269,41 @@ def check_workloads(config: dict) -> None:
     for name in names:
         if names.count(name) > 1:
             raise ConfigError(f"workloads: duplicated workload name '{name}'; give each workload a unique name")
+
+
+TRACE_KEYS = ("window", "time_scale", "over_context")
+
+
+def check_trace(w: dict, index: int, context_length: int) -> None:
+    """A trace workload's file reads (a malformed line refused naming it) and its window holds a request; its cells
+    send the window's requests (at most ``requests``); a workload of another source sets no trace key and no trace
+    format."""
+    where = f"workloads[{index}] ({w['name']})"
+    if w.get("source") != "trace":
+        defaults = {"time_scale": 1, "over_context": "clip"}  # the schema's, filled in every workload
+        given = [k for k in TRACE_KEYS if k in w and w[k] != defaults.get(k)]
+        if given or w.get("format") in TRACE_FORMATS:
+            raise ConfigError(f"{where}.{given[0] if given else 'format'}: only a trace has it (source: trace)")
+        w.pop("time_scale", None), w.pop("over_context", None)
+        w.setdefault("format", "jsonl")
+        return
+    if w.get("format") not in (None, *TRACE_FORMATS):
+        raise ConfigError(f"{where}.format: a trace is mooncake or azure, not {w['format']}")
+    window = w.get("window") or {}
+    if {"start_s", "duration_s"} & set(window) and {"first_line", "last_line"} & set(window):
+        raise ConfigError(f"{where}.window: give seconds (start_s, duration_s) or lines (first_line, last_line)")
+    if window.get("first_line", 1) > window.get("last_line", 10**12):
+        raise ConfigError(f"{where}.window: first_line {window['first_line']} is after last_line {window['last_line']}")
+    try:
+        available = trace_account(w, context_length)["requests"]
+    except WorkloadError as exc:
+        raise ConfigError(f"{where}: {exc}") from None
+    if w.get("requests", 0) > available:
+        raise ConfigError(
+            f"{where}.requests: {w['requests']}, but its trace window holds {available} requests that fit the context; "
+            "lower requests or widen the window"
+        )
+    w["requests"] = w.get("requests") or available
 
 
 def check_folders(config: dict) -> None:
@@ -562,6 +601,8 @@ def check_cells_reach_label(config: dict) -> None:
     1/MIN_WAVES of the distinct sessions its source has."""
     load, closed = config["load"], config["load"]["model"] == "closed"
     for index, w in enumerate(config["workloads"]):
+        if w.get("source") == "trace":  # open loop at the trace's times: its window's requests, whatever the level
+            continue
         available = distinct_sessions(w, config["model"]["context_length"])
         cap = MAX_SESSIONS if available is None else min(available, MAX_SESSIONS)  # sessions a cell may send
         levels = workload_concurrency(config, w)
