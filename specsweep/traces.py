@@ -35,6 +35,7 @@ BLOCK_TOKENS = 512  # tokens per hash id (Mooncake's block)
 TRACE_FORMATS = ("mooncake", "azure")
 AZURE_COLUMNS = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
 OVER_CONTEXT = ("clip", "drop")
+PAD = " the"  # a word of one token (a word of its own wherever it follows: after a cut, before nothing)
 
 
 class TraceError(ValueError):
@@ -279,6 +280,19 @@ class Corpus:
         return text + "\n"
 
 
+def cut_at_word(text: str, spans: Sequence[tuple[int, int]], tokens: int) -> str:
+    """``text`` cut to at most ``tokens`` of its tokens (``spans``: each token's characters), before the last token
+    within them that starts a word (its first character a space, or the first of a line): the tokenizer splits text
+    into words before it merges, so the cut text's tokens are exactly the whole text's first ones."""
+    if tokens >= len(spans):
+        return text
+    for index in range(tokens, 0, -1):
+        start = spans[index][0]
+        if text[start].isspace() or text[start - 1] == "\n":
+            return text[:start]
+    return ""
+
+
 def fill_prompt(
     request: TraceRequest,
     length: int,
@@ -288,8 +302,9 @@ def fill_prompt(
     salt: str,
 ) -> str:
     """A prompt of about ``length`` tokens for a traced request: one block per hash id in order (blocks past the
-    hash ids: blocks of the request's own, keyed by ``salt`` and its line), the last one cut (``cut(text, tokens)``)
-    to the tokens left (``count`` counts a text's). The same hash ids in the same order give the same text, so
+    hash ids: blocks of the request's own, keyed by ``salt`` and its line), the last one cut (``cut(text, tokens)``:
+    at most that many tokens, where the cut text's tokens are the whole block's first ones) to the tokens left
+    (``count`` counts a text's). The same hash ids in the same order give the same text, so
     requests whose hash ids begin alike begin alike."""
     parts: list[str] = []
     used = 0
@@ -300,11 +315,11 @@ def fill_prompt(
         )
         block = corpus.block(key)
         tokens = count(block)
-        if used + tokens > length:
-            block = cut(block, length - used)
-            tokens = count(block)
-            if not block.strip():
-                break
+        if used + tokens > length:  # the last block: cut where its own tokens are a prefix of the whole block's
+            last = cut(block, length - used)
+            # the cut falls before a word: one-token words make up what the word took (at most a few tokens)
+            parts.append(last + PAD * (length - used - count(last)))
+            break
         parts.append(block)
         used += tokens
         index += 1

@@ -701,8 +701,7 @@ def _trace_sessions(workload: dict, draw: _Draw) -> list[Session]:
         return known[text]
 
     def cut(text: str, tokens: int) -> str:
-        spans = encoder.encode(text, add_special_tokens=False).offsets
-        return text[: spans[tokens - 1][1]] if tokens >= 1 else ""
+        return traces.cut_at_word(text, encoder.encode(text, add_special_tokens=False).offsets, tokens)
 
     kinds = TRACE_KINDS.get(workload["family"], ("code",))
     empty = _prompt_tokens(draw.template, [{"role": "user", "content": ""}], draw.thinking, draw.model_path, path)
