@@ -161,7 +161,8 @@ def cell_row(
         "stream": (cell.get("load") or {}).get("stream"),
         "min_free_slots_delay": str(cell["provenance"].get("min_free_slots_delay", "sglang")),
         "content_mix": ", ".join(f"{k} {v:.0%}" for k, v in sorted(cell["workload"]["content_mix"].items())),
-        "trace": trace_text(cell["workload"].get("trace")),
+        # a traced workload's trace, window and time scale (a column only where a cell has one)
+        **({"trace": trace_text(cell["workload"]["trace"])} if cell["workload"].get("trace") else {}),
         "sessions": cell["workload"]["sessions"],
         "precision": m["precision"],
         "precision_target": (cell.get("precision") or {}).get("target"),
@@ -279,10 +280,12 @@ def trace_text(trace: dict | None) -> str:
     if not trace:
         return ""
     fitted = f"{trace['clipped']} clipped, {trace['dropped']} dropped over the context ({trace['over_context']})"
+    window = trace["window"]
+    if not window.startswith("lines"):  # a window of seconds: which lines it held
+        window += f", lines {trace['lines'][0]}-{trace['lines'][1]}"
     return (
-        f"trace {trace['file']} ({trace['format']}), {trace['window']}, lines {trace['lines'][0]}-{trace['lines'][1]}: "
-        f"{trace['requests']} requests at the traced times, inputs and outputs as traced (ignore_eos), text filled; "
-        f"{fitted}"
+        f"trace {trace['file']} ({trace['format']}), {window}: {trace['requests']} requests at the traced times, "
+        f"inputs and outputs as traced (ignore_eos), text filled; {fitted}"
     )
 
 

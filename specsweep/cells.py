@@ -420,7 +420,7 @@ def measure_cell(
         model=dict(job.model),
         workload=_workload_record(job, cell, prompts_digest, measured),
         sampling=dict(job.sampling),
-        load={**job.load, "stream": stream},
+        load={**job.load, "model": load.model, "stream": stream},  # the model run (a trace cell's: trace)
         seed=job.seed,
         provenance=_provenance(job, environment, server, argv, env, (began, ended), load, measured, info),
         server_counters=deltas,
