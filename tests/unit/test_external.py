@@ -177,6 +177,10 @@ def test_a_url_that_is_no_server_is_refused_naming_the_method_and_url():
     config = external_config({"ar": url, "dflash": url})
     with pytest.raises(external.ExternalServerError, match=rf"method 'ar': the server at {url} \(methods\[\]\.url\)"):
         external.environment(probe("external"), job_of(config, "ar"), url)
+    server = external.ExternalServer(url, {})
+    with pytest.raises(external.ExternalServerError, match=rf"{url} does not answer /health \(before cell x\)"):
+        server.check_alive("before cell x")
+    server.stop()  # nothing to stop: it is not ours
 
 
 @pytest.mark.parametrize(

@@ -234,3 +234,21 @@ def test_a_trace_cell_records_its_trace(tmp_path):
         "0 s to 8 s, time scale 2x",
     )
     assert trace["clipped"] + trace["dropped"] >= 1 and json.dumps(record)
+
+
+def test_a_line_with_an_id_names_its_request_and_warm_ups_are_sent_at_once(tmp_path):
+    """A Mooncake line's id names its request's sessions; a cell's warm-up sessions from a trace carry no arrival
+    (they go closed loop, before the measured ones) and share no prefix with them."""
+    path = tmp_path / "ids.jsonl"
+    rows = [
+        {"timestamp": 500 * i, "input_length": 300, "output_length": 8, "hash_ids": [0], "id": f"r{i}"}
+        for i in range(4)
+    ]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    workload = trace_workload(str(path), name="ids", requests=4)
+    measured = sessions_of(workload)
+    assert [s.id for s in measured] == ["ids-r0", "ids-r1", "ids-r2", "ids-r3"]
+    assert [s.arrival for s in measured] == [0.0, 0.5, 1.0, 1.5]
+    warm = workloads.warmup_sessions(workload, 2, 0, context_length=40960)
+    assert [s.arrival for s in warm] == [None, None]
+    assert all(common_prefix(token_ids(w), token_ids(measured[0])) < 8 for w in warm)
