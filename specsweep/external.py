@@ -191,7 +191,8 @@ def stable_description(job: ServerJob, info: Mapping) -> dict:
 def environment(host: Mapping, job: ServerJob, url: str) -> dict:
     """The environment record of an external server's cells: the host's record (``host``: environment.probe of the
     external backend: specsweep and the client's software) with the server's own description as its server, and an
-    identity of the host's client software and the server's stable description (the cells' keys hold its digest).
+    identity of the server's stable description alone (the cells' keys hold its digest, and specsweep's harness
+    version besides).
     Refused (ExternalServerError) where the server is unreachable, does not describe itself or is not what its
     method says."""
     headers = api_headers(job.method.name, (job.endpoint or {}).get("api_key_env"))
@@ -215,7 +216,7 @@ def environment(host: Mapping, job: ServerJob, url: str) -> dict:
         "unreported": unsaid,
         "description": redacted(info),
     }
-    identity = {"backend": "external", "client": host.get("identity", {}), "server": stable}
+    identity = {"backend": "external", "server": stable}  # never the client's host: its GPUs run nothing here
     return {
         **host,
         "backend": "external",
