@@ -47,7 +47,7 @@ from .modelling.decoding import Decoding
 from .modelling.method import Method
 from .modelling.profiles import profiles
 from .text import chat_prompt
-from .workloads import build
+from .workloads import build, trace_span
 
 OUTPUT_SHARE = 0.65
 # a run whose plan costs more than this many times the GPU-hours of the same plan with no calibration is refused
@@ -176,7 +176,12 @@ def cell_seconds(
     prefill = cost.request_latency(prompt_tokens) + cost.prefill(prompt_tokens, decoding=decoding)
     per_turn = prefill + math.ceil(output / tau) * step
     rounds = math.ceil(requests / batch)
-    return rounds * turns * per_turn / clock_scale(config)
+    seconds = rounds * turns * per_turn / clock_scale(config)
+    if workload.get("source") == "trace":  # open loop at the trace's times: at least until its last send
+        seconds = max(
+            seconds, trace_span(workload, requests, config["model"]["context_length"]) + per_turn / clock_scale(config)
+        )
+    return seconds
 
 
 def predict(config: dict, memo_dir: str | None = None) -> list[dict]:

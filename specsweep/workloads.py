@@ -662,6 +662,16 @@ def trace_account(workload: dict, context_length: int | None) -> dict:
     }
 
 
+def trace_span(workload: dict, requests: int, context_length: int | None) -> float:
+    """Seconds from a trace cell's start to its last request's send time (its first ``requests`` of the window that
+    fit, at the time scale): the least a trace cell takes, whatever the server's speed."""
+    path = workload["path"]
+    window = traces.Window.of(workload)
+    rows = window.select(_trace_rows(path, traces.trace_format(path, workload.get("format"))))
+    fitted = traces.fit_context(rows, context_length, workload.get("over_context", "clip")).requests[:requests]
+    return max(window.replay_times([r for r, _ in fitted]), default=0.0)
+
+
 @lru_cache(maxsize=8)
 def _trace_corpus(kind: str, model_path: str | None) -> traces.Corpus:
     """Real text of one content kind for filling trace prompts: the kind's prompts (code: HumanEval's and the

@@ -252,3 +252,19 @@ def test_a_line_with_an_id_names_its_request_and_warm_ups_are_sent_at_once(tmp_p
     warm = workloads.warmup_sessions(workload, 2, 0, context_length=40960)
     assert [s.arrival for s in warm] == [None, None]
     assert all(common_prefix(token_ids(w), token_ids(measured[0])) < 8 for w in warm)
+
+
+def test_the_plan_prices_a_trace_cell_at_least_until_its_last_send():
+    from specsweep import plan
+    from specsweep.methods import expand_methods
+
+    last = traces.read_trace(MOONCAKE, "mooncake")[-1].arrival_s
+    priced = {}
+    for scale in (1, 4):
+        config = fast_config()
+        config["workloads"] = [trace_workload(time_scale=scale)]
+        config = validated(config)
+        method = expand_methods(config)[0]
+        priced[scale] = plan.cell_seconds(config, 1, method, config["workloads"][0], 2, 24)
+        assert priced[scale] > last / scale
+    assert priced[4] < priced[1]
