@@ -314,8 +314,11 @@ def params_text(value):
 
 
 def environment_params_json(engine=None):
-    """What the environment depends on: the backend and, for SGLang, how it (an engine's build) is built."""
+    """What the environment depends on: the backend and, for SGLang, how it (an engine's build) is built; for external
+    servers, the server jobs whose servers it describes (their URLs and methods)."""
     settings = {"backend": CONFIG["backend"]}
+    if CONFIG["backend"] == "external":
+        settings["servers"] = [jobs.server_job(CONFIG, s["tp"], s["method"]).as_dict() for s in jobs.servers(CONFIG)]
     if CONFIG["backend"] == "sglang":
         build = engines.view(CONFIG, engine)["sglang"]
         settings["sglang"] = {k: build[k] for k in ("python", "install", "build", "env_dir")}
@@ -323,7 +326,10 @@ def environment_params_json(engine=None):
 
 
 def server_environment(wildcards):
-    """The environment record a server job's engine runs in."""
+    """The environment record a server job's engine runs in; on backend external made again in every run that reaches a
+    server job (every server asked what it is now: its cells are keyed by that)."""
+    if CONFIG["backend"] == "external":
+        forced([layout.environment_path("external")])
     return rebuilt_when_missing(layout.environment_path(CONFIG["backend"], engines.split(wildcards.method)[1]))(
         wildcards
     )
@@ -370,7 +376,7 @@ wildcard_constraints:
     tp=r"\d+",
     method=r"[A-Za-z0-9][A-Za-z0-9_.-]*(@[A-Za-z0-9][A-Za-z0-9_.-]*)?",
     engine=r"[A-Za-z0-9][A-Za-z0-9_.-]*",
-    backend="sim|sglang",
+    backend="sim|sglang|external",
     rep=r"\d+",
 
 

@@ -19,6 +19,8 @@ environments = {
     engine: json.loads(Path(path).read_text()) for engine, path in zip(engines or [None], snakemake.input.environment)
 }
 identity = {engine: record["identity_digest"] for engine, record in environments.items()}
+for record in environments.values():  # backend external: each server's own identity (external.describe_servers)
+    identity.update({server: described["identity_digest"] for server, described in record.get("servers", {}).items()})
 failures = json.loads(snakemake.params.failures)
 try:
     cells = verified_cells(list(snakemake.input.cells), jobs, identity, failures)

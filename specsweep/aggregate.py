@@ -161,6 +161,8 @@ def cell_row(
         "stream": (cell.get("load") or {}).get("stream"),
         "min_free_slots_delay": str(cell["provenance"].get("min_free_slots_delay", "sglang")),
         "content_mix": ", ".join(f"{k} {v:.0%}" for k, v in sorted(cell["workload"]["content_mix"].items())),
+        # a traced workload's trace, window and time scale (a column only where a cell has one)
+        **({"trace": trace_text(cell["workload"]["trace"])} if cell["workload"].get("trace") else {}),
         "sessions": cell["workload"]["sessions"],
         "precision": m["precision"],
         "precision_target": (cell.get("precision") or {}).get("target"),
@@ -236,14 +238,15 @@ def verified_cells(
 ) -> dict[str, dict]:
     """{path: cell} of the cells at these paths, each verified against the cell the configuration (its server
     ``jobs`` and the environment's identity: one digest, or {engine name: digest} where ``engines`` names several
-    builds) gives that path (cells.cell_problem) and final under the failure thresholds (cells.unfinished) unless
-    ``failures.keep_going``; AggregateError naming every other cell and what to do."""
+    builds, or {server job's name: digest} where each external server has its own) gives that path
+    (cells.cell_problem) and final under the failure thresholds (cells.unfinished) unless ``failures.keep_going``;
+    AggregateError naming every other cell and what to do."""
     built: dict = {}
     identity = identity_digest if isinstance(identity_digest, dict) else {None: identity_digest}
     expected = {
         os.path.normpath(c["path"]): c
         for job in jobs
-        for c in keyed_cells(job, identity[job.method.engine], built=built)[0]
+        for c in keyed_cells(job, identity.get(job.name) or identity[job.method.engine], built=built)[0]
     }
     cells, refused = {}, []
     for path in paths:
@@ -269,6 +272,21 @@ def verified_cells(
             "that is not final is measured again (or set failures.keep_going: true to aggregate it as it is)"
         )
     return cells
+
+
+def trace_text(trace: dict | None) -> str:
+    """A traced workload's account as the report states it: the file and format, the window and time scale, the
+    requests replayed and those clipped or dropped to fit the context (and the rule); "" for another workload."""
+    if not trace:
+        return ""
+    fitted = f"{trace['clipped']} clipped, {trace['dropped']} dropped over the context ({trace['over_context']})"
+    window = trace["window"]
+    if not window.startswith("lines"):  # a window of seconds: which lines it held
+        window += f", lines {trace['lines'][0]}-{trace['lines'][1]}"
+    return (
+        f"trace {trace['file']} ({trace['format']}), {window}: {trace['requests']} requests at the traced times, "
+        f"inputs and outputs as traced (ignore_eos), text filled; {fitted}"
+    )
 
 
 def summarise_cells(cells: dict[str, dict], thresholds: dict | None = None, slo: Slo | None = None) -> pd.DataFrame:

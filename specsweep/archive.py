@@ -41,12 +41,16 @@ import yaml
 from . import algorithms
 from .aggregate import write_tables
 from .cells import DEFAULT_FAILURES, cell_name, integrity_problem
+from .config import check_slo
+from .errors import ConfigError
 from .layout import REPORT_SECTIONS
 from .report import ReportError, build_report, plot_figures, prepare, write_data
 from .sections import sampling_text
+from .slo import Slo
 
 CELLS = "cells"
 SETTINGS = "record.yaml"
+CONFIG_SCHEMA = Path(__file__).resolve().parents[1] / "config" / "schema.yaml"  # the configuration's schema (its slo)
 ENVIRONMENT = "environment.json"  # one build's environment record; env/<backend>@<engine>.json per engine
 CELL_FILE = re.compile(r"tp(?P<tp>\d+)/(?P<method>[^/]+)/(?P<workload>[^/]+)/c(?P<concurrency>\d+)(-r(?P<rep>\d+))?$")
 
@@ -66,6 +70,11 @@ SETTINGS_SCHEMA = {
             "type": "array",
             "items": {"type": "string"},
             "description": "the engines' order, the first the reference (default: by name)",
+        },
+        "slo": {
+            "type": "object",
+            "description": "service-level objectives to judge the cells against, as the configuration's slo: "
+            "(objectives, attainment; config/schema.yaml); default: the configuration's defaults",
         },
         "digests": {
             "type": "object",
@@ -99,6 +108,26 @@ def read_settings(record: Path) -> dict:
         message = getattr(exc, "message", str(exc))
         raise ArchiveError(f"{path}: at {where}: {message} (its keys: docs/report.md, 'Archived records')") from exc
     return settings
+
+
+def record_slo(record: Path, settings: dict) -> Slo:
+    """The service-level objectives a record is judged against: record.yaml's ``slo`` (checked against the
+    configuration's own schema of ``slo`` and check_slo), each key it leaves out the configuration's default. SLOs
+    are analysis only (no cell key holds them), so today's defaults apply to a record measured before they existed."""
+    schema = yaml.safe_load(CONFIG_SCHEMA.read_text())
+    section_schema = {**schema["properties"]["slo"], "$defs": schema.get("$defs", {})}
+    section = settings.get("slo", {})
+    try:
+        jsonschema.validate(section, section_schema)
+        filled = {key: section.get(key, spec.get("default")) for key, spec in section_schema["properties"].items()}
+        check_slo({"slo": filled})
+    except (jsonschema.ValidationError, ConfigError) as exc:
+        where = "/".join(["slo", *(str(p) for p in getattr(exc, "absolute_path", ()))])
+        message = getattr(exc, "message", str(exc))
+        raise ArchiveError(
+            f"{record / SETTINGS}: at {where}: {message} (the keys of slo: docs/configuration.md)"
+        ) from exc
+    return Slo.from_config(filled)
 
 
 def cell_identity_problem(cell: dict, name: str) -> str | None:
@@ -247,7 +276,7 @@ def render(record: Path, out_pdf: Path | None = None, figures: Path | None = Non
         folder = Path(work) if work is not None else Path(temporary)
         (folder / "tables").mkdir(parents=True, exist_ok=True)
         (folder / "report").mkdir(exist_ok=True)
-        write_tables(cells, folder / "tables", DEFAULT_FAILURES, order, envs)
+        write_tables(cells, folder / "tables", DEFAULT_FAILURES, order, envs, record_slo(record, settings))
         context, csv = prepare(folder / "tables", envs[order[0] if order else None], view)
         data = folder / "report" / "data.json"
         write_data(context, csv, data)

@@ -33,6 +33,7 @@ from .cells import (
 from .modelling.method import Method
 from .server_job import ServerJob
 from .environment import check_methods
+from . import external
 from .gpus import GpuPool, lock_folder, visible_devices, wait_until_released
 from . import layout, runs
 from .layout import failure_path
@@ -114,6 +115,8 @@ def bench_server(
     failures = failures or DEFAULT_FAILURES
     check_host_environment()
     check_methods(all_methods or [job.method], environment, job.sglang["extra_flags"])
+    if job.backend == "external":  # the server as it describes itself now: checked, and its identity keys the cells
+        environment = external.environment(environment, job, job.endpoint["url"] if job.endpoint else "")
     server_name = job.name
     run = runs.current()
     journal = Journal(layout.journal_path(job.cache_dir, job.tp, job.method.name, job.repetition, run), run)
@@ -207,13 +210,18 @@ def _measure_missing(
         log_path = log_dir / layout.server_log_name(job.tp, job.method.name)
         previous = signal.signal(signal.SIGTERM, _raise_interrupt)
         stack.callback(signal.signal, signal.SIGTERM, previous)
-        key = stack.enter_context(ApiKeyFile(job.server.get("api_key_env")))
+        outside = job.backend == "external"  # a server someone else runs: reached, never started or stopped
+        key = stack.enter_context(ApiKeyFile(None if outside else job.server.get("api_key_env")))
         server = None
         try:
-            journal.write("server_start", server=server_name, gpus=gpus, offered=devices)
+            journal.write("server_start", server=server_name, gpus=gpus, offered=devices, external=outside)
             try:
-                server, argv, env = start_server(job, sessions, environment, log_path, gpus, key.args, key.headers)
-            except ServerError as exc:
+                server, argv, env = (
+                    _external_server(job, environment)
+                    if outside
+                    else start_server(job, sessions, environment, log_path, gpus, key.args, key.headers)
+                )
+            except (ServerError, external.ExternalServerError) as exc:
                 for cell in missing:
                     record_failure(cell, exc, None, journal, server_name)
                 raise
@@ -235,6 +243,16 @@ def _measure_missing(
                     wait_until_released(gpus)
             journal.write("server_stop", server=server_name)
     return True
+
+
+def _external_server(job: ServerJob, environment: dict) -> tuple[external.ExternalServer, list[str], dict]:
+    """(an external server as the cells measure it, the stream flags it reports, no environment of ours): checked to
+    answer before any cell."""
+    endpoint = job.endpoint or {}
+    headers = external.api_headers(job.method.name, endpoint.get("api_key_env"))
+    server = external.ExternalServer(endpoint["url"], headers)
+    server.check_alive("before its first cell")
+    return server, external.stream_flags(external.description_of(environment)), {}
 
 
 def _keep(

@@ -26,17 +26,22 @@ from .client import LoadModel, measure
 from .counters import SERVER_INFO_KEYS, LoadSampler, counter_deltas, scrape, server_cumulative_acceptance, server_info
 from .gpus import gpu_memory_used
 from .jobs import cells_of_server
-from .launcher import Server, min_free_slots_delay, redact, stream_mode
+from .external import ExternalServer
+from .launcher import Server as StartedServer
+from .launcher import min_free_slots_delay, redact, stream_mode
 from .metrics import cell_metrics, failures, precision_of, relative_precision
 from .progress import Progress
 from .server_job import ServerJob
-from .workloads import build, content_mix, warmup_sessions, workload_digest
+from .workloads import build, content_mix, trace_account, warmup_sessions, workload_digest
 
 IDENTITY = ("tp", "method", "workload", "concurrency", "repetition")  # what names a cell
 
 
 class CellError(RuntimeError):
     """A cell could not be measured; the message names the cell and the cause."""
+
+
+Server = StartedServer | ExternalServer  # a server the cells measure: one specsweep started, or someone else's
 
 
 def cell_schema() -> dict:
@@ -199,10 +204,11 @@ def _json_numbers(value):
 
 
 # What a server job holds that decides none of its numbers: which cells run and where they go; how long to wait for
-# a server; what the host passes it besides the platform's variables (server.pass_env, never a variable that
-# changes decoding: config.check_pass_env); and where its build lies and what it is called (sglang.python, env_dir,
+# a server; where an external server answers (its description is the environment's identity: external.environment);
+# what the host passes it besides the platform's variables (server.pass_env, never a variable that changes decoding:
+# config.check_pass_env); and where its build lies and what it is called (sglang.python, env_dir,
 # install, build), whose content the environment's identity holds (environment.build_identity)
-UNKEYED_JOB = ("workloads", "concurrency", "repetition", "cache_dir", "gpu_pool")
+UNKEYED_JOB = ("workloads", "concurrency", "repetition", "cache_dir", "gpu_pool", "endpoint")
 UNKEYED_SERVER = ("startup_timeout", "orphan_timeout", "pass_env")
 UNKEYED_BUILD = ("python", "env_dir", "install", "build")
 
@@ -414,7 +420,7 @@ def measure_cell(
         model=dict(job.model),
         workload=_workload_record(job, cell, prompts_digest, measured),
         sampling=dict(job.sampling),
-        load={**job.load, "stream": stream},
+        load={**job.load, "model": load.model, "stream": stream},  # the model run (a trace cell's: trace)
         seed=job.seed,
         provenance=_provenance(job, environment, server, argv, env, (began, ended), load, measured, info),
         server_counters=deltas,
@@ -451,6 +457,9 @@ def _workload_record(job: ServerJob, cell: dict, prompts_digest: str, measured: 
         "warmup": job.warmup,
         "content_mix": content_mix(measured),
         "max_new_tokens": workload["max_new_tokens"],
+        **(
+            {"trace": trace_account(workload, job.model["context_length"])} if workload.get("source") == "trace" else {}
+        ),
     }
 
 
@@ -519,10 +528,12 @@ def _run_load(
 
 
 def _load_model(job: ServerJob, cell: dict, server: Server, stream: str) -> LoadModel:
-    """The cell's load model as the configuration gives it, seeded by the seed and the cell's repetition."""
+    """The cell's load model as the configuration gives it (a trace workload's: its sessions' own arrival times),
+    seeded by the seed and the cell's repetition."""
     config = job.load
+    traced = job.workload(cell["workload"]).get("source") == "trace"  # open loop at the trace's arrival times
     return LoadModel(
-        config["model"],
+        "trace" if traced else config["model"],
         config.get("rate", 0.0),
         config["think_time"],
         config["protocol"],

@@ -6,7 +6,8 @@ Load models:
   prompt is the previous context + the reply + the next message). With think
   time, the slot is released while the session's user thinks, and the session
   continues on the next free slot afterwards.
-- open loop: sessions start at Poisson arrival times (``rate`` per second);
+- open loop: sessions start at Poisson arrival times (``rate`` per second),
+  or (``trace``) at each session's own arrival time (a traced request's);
   ``concurrency`` caps requests in flight, so a late send shows as queue delay.
 
 Protocols: SGLang's native ``/generate`` (default) or the OpenAI-compatible
@@ -52,7 +53,7 @@ PROTOCOLS = ("native", "openai-chat", "openai-completions")
 class LoadModel:
     """How requests are offered: closed loop (default) or Poisson arrivals; optional think time between turns."""
 
-    model: str = "closed"  # closed | poisson
+    model: str = "closed"  # closed | poisson | trace (each session at its own arrival time)
     rate: float = 0.0  # sessions per second (poisson)
     think_time: float = 0.0  # seconds between a reply and the session's next turn
     protocol: str = "native"
@@ -361,7 +362,7 @@ async def run_sessions(
         """Send the session's next turn and wait for its answer."""
         record = RequestRecord(state.session.id, state.turn, state.session.kind, t_sched=state.t_ready)
         params = dict(sampling, max_new_tokens=state.session.max_new_tokens)
-        if load.ignore_eos:
+        if load.ignore_eos or state.session.ignore_eos:
             params["ignore_eos"] = True
         await run.gate.wait()
         await send(
@@ -474,14 +475,16 @@ class _SessionRun:
 
 def _arrivals(sessions: list[Session], load: LoadModel, start: float) -> deque[_SessionState]:
     """Each session's first turn, due at ``start`` (closed loop: when a slot frees) or, under the Poisson model, at
-    start + its arrival time (exponential gaps of mean 1 / rate, seeded by the load's seed)."""
+    start + its arrival time (exponential gaps of mean 1 / rate, seeded by the load's seed), under the trace model
+    at start + the session's own arrival (a traced request's replay time)."""
     arrivals: deque[_SessionState] = deque()
     clock = 0.0
     rng = random.Random(f"arrivals:{load.seed}")
     for s in sessions:
         if load.model == "poisson":
             clock += rng.expovariate(load.rate)
-        arrivals.append(_SessionState(s, 0, list(s.messages), start + (clock if load.model == "poisson" else 0.0)))
+        due = {"poisson": clock, "trace": s.arrival or 0.0}.get(load.model, 0.0)
+        arrivals.append(_SessionState(s, 0, list(s.messages), start + due))
     return arrivals
 
 

@@ -34,7 +34,8 @@ from .methods import expand_methods
 from .sglang_options import FlagError, check_argv, decoding_variable
 from .modelling.acceptance import ACCEPTANCE
 from .modelling.profiles import AUTO, ProfileError, auto_runtime, profiles
-from .workloads import WorkloadError, build, distinct_sessions
+from .traces import TRACE_FORMATS
+from .workloads import WorkloadError, build, distinct_sessions, trace_account
 
 MAX_VALUES = 100_000  # values in one configuration; a YAML anchor can make millions of a few lines
 MAX_SESSIONS = 10_000  # sessions one cell may send (load.min_requests, load.waves x concurrency, requests)
@@ -201,6 +202,7 @@ def normalise(config: dict) -> dict:
         check_sim_profiles(config)
     check_engines(config)
     expand_methods(config)  # raises on parameters, drafters and spellings a method's algorithm refuses
+    check_external(config)
     check_expanded_names(config)
     check_pass_env(config)
     check_slo(config)
@@ -250,12 +252,15 @@ def check_workloads(config: dict) -> None:
     in the model's context, and its name is its own; a workload with a path gets ``source: file``."""
     names = [w["name"] for w in config["workloads"]]
     for index, w in enumerate(config["workloads"]):
-        if w.get("source") == "file" and not w.get("path"):
-            raise ConfigError(f"workloads[{index}] ({w['name']}): source 'file' needs 'path' (a prompt file)")
-        if w.get("path") and w.get("source", "file") != "file":
-            raise ConfigError(f"workloads[{index}] ({w['name']}): 'path' is only read with source: file")
+        if w.get("source") in ("file", "trace") and not w.get("path"):
+            raise ConfigError(
+                f"workloads[{index}] ({w['name']}): source '{w['source']}' needs 'path' (a prompt file or a trace)"
+            )
+        if w.get("path") and w.get("source", "file") not in ("file", "trace"):
+            raise ConfigError(f"workloads[{index}] ({w['name']}): 'path' is only read with source: file or trace")
         if w.get("path"):
-            w["source"] = "file"
+            w["source"] = w.get("source", "file")
+        check_trace(w, index, config["model"]["context_length"])
         if w["max_new_tokens"] >= config["model"]["context_length"]:
             raise ConfigError(
                 f"workloads[{index}] ({w['name']}).max_new_tokens: {w['max_new_tokens']} leaves no room "
@@ -265,6 +270,41 @@ def check_workloads(config: dict) -> None:
     for name in names:
         if names.count(name) > 1:
             raise ConfigError(f"workloads: duplicated workload name '{name}'; give each workload a unique name")
+
+
+TRACE_KEYS = ("window", "time_scale", "over_context")
+
+
+def check_trace(w: dict, index: int, context_length: int) -> None:
+    """A trace workload's file reads (a malformed line refused naming it) and its window holds a request; its cells
+    send the window's requests (at most ``requests``); a workload of another source sets no trace key and no trace
+    format."""
+    where = f"workloads[{index}] ({w['name']})"
+    if w.get("source") != "trace":
+        defaults = {"time_scale": 1, "over_context": "clip"}  # the schema's, filled in every workload
+        given = [k for k in TRACE_KEYS if k in w and w[k] != defaults.get(k)]
+        if given or w.get("format") in TRACE_FORMATS:
+            raise ConfigError(f"{where}.{given[0] if given else 'format'}: only a trace has it (source: trace)")
+        w.pop("time_scale", None), w.pop("over_context", None)
+        w.setdefault("format", "jsonl")
+        return
+    if w.get("format") not in (None, *TRACE_FORMATS):
+        raise ConfigError(f"{where}.format: a trace is mooncake or azure, not {w['format']}")
+    window = w.get("window") or {}
+    if {"start_s", "duration_s"} & set(window) and {"first_line", "last_line"} & set(window):
+        raise ConfigError(f"{where}.window: give seconds (start_s, duration_s) or lines (first_line, last_line)")
+    if window.get("first_line", 1) > window.get("last_line", 10**12):
+        raise ConfigError(f"{where}.window: first_line {window['first_line']} is after last_line {window['last_line']}")
+    try:
+        available = trace_account(w, context_length)["requests"]
+    except WorkloadError as exc:
+        raise ConfigError(f"{where}: {exc}") from None
+    if w.get("requests", 0) > available:
+        raise ConfigError(
+            f"{where}.requests: {w['requests']}, but its trace window holds {available} requests that fit the context; "
+            "lower requests or widen the window"
+        )
+    w["requests"] = w.get("requests") or available
 
 
 def check_folders(config: dict) -> None:
@@ -314,6 +354,49 @@ def check_expanded_names(config: dict) -> None:
             f"({len(method.name)} characters, its sweep tags{' and engine' if method.engine else ''} included) is "
             f"longer than the {MAX_EXPANDED_NAME} a name that becomes a folder and file names may have; shorten "
             f"{keys}"
+        )
+
+
+def check_external(config: dict) -> None:
+    """backend external: every method names its server (methods[].url), is one server (no sweep, no engines) at the
+    one TP size it runs at (one tp), and nothing starts a server (no calibration in the default target); on the
+    other backends a method names no URL."""
+    external = config["backend"] == "external"
+    for index, entry in enumerate(config["methods"]):
+        where = f"methods[{index}] ({entry['name']})"
+        if not external:
+            for key in ("url", "api_key_env"):
+                if key in entry:
+                    raise ConfigError(
+                        f"{where}.{key}: only backend external reaches servers at a URL (backend is "
+                        f"{config['backend']}, which starts its own); remove it or set backend: external"
+                    )
+            continue
+        if not entry.get("url"):
+            raise ConfigError(
+                f"{where}.url: required on backend external (the base URL of the server that runs this method, "
+                "e.g. http://10.0.0.5:30000)"
+            )
+    if not external:
+        return
+    if engine_names(config):
+        raise ConfigError("engines: backend external compares the servers the methods name; remove engines")
+    expanded = [m.name for m in expand_methods(config)]
+    swept = [e["name"] for e in config["methods"] if e["name"] not in expanded]
+    if swept:
+        raise ConfigError(
+            f"methods ({swept[0]}): a sweep needs one server per value, and backend external has one URL per method; "
+            "list one method per server, each with one value and its own url"
+        )
+    if len(config["tp"]) != 1:
+        raise ConfigError(
+            f"tp: {config['tp']}: backend external measures each method's server at the TP size it runs at; list "
+            "that one size (each /server_info is checked against it)"
+        )
+    if config["calibration"]["in_default_target"]:
+        raise ConfigError(
+            "calibration.in_default_target: a calibration starts servers, which backend external never does; "
+            "set it to false (calibrate on a host where specsweep starts SGLang)"
         )
 
 
@@ -529,6 +612,8 @@ def check_cells_reach_label(config: dict) -> None:
     1/MIN_WAVES of the distinct sessions its source has."""
     load, closed = config["load"], config["load"]["model"] == "closed"
     for index, w in enumerate(config["workloads"]):
+        if w.get("source") == "trace":  # open loop at the trace's times: its window's requests, whatever the level
+            continue
         available = distinct_sessions(w, config["model"]["context_length"])
         cap = MAX_SESSIONS if available is None else min(available, MAX_SESSIONS)  # sessions a cell may send
         levels = workload_concurrency(config, w)

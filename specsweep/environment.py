@@ -184,6 +184,8 @@ def probe(
         if help_text is None:
             help_text = command_output([python, "-m", "specsweep.sim", "--help"]) or ""
         server = {"name": "specsweep-sim", "version": __version__, "simulated": True, "python": python}
+    elif backend == "external":  # servers someone else runs: each describes itself to its job (external.environment)
+        help_text, server = help_text or "", {"name": "external", "simulated": False}
     else:
         server, help_text = _sglang_server(python, help_text, pins, build, software)
     caps = capabilities_from_help(help_text)

@@ -10,7 +10,7 @@ import os
 import random
 from typing import cast
 
-from . import algorithms, engines
+from . import algorithms, engines, external
 from .calibration.choose import sim_settings
 from .errors import ConfigError
 from .layout import cell_path
@@ -140,6 +140,7 @@ def server_job(config: dict, tp: int, method_name: str, repetition: int | None =
         load=cast(LoadSection, dict(config["load"])),
         adaptive=dict(config["adaptive"]) if config["adaptive"]["enabled"] else None,
         cache_dir=config["cache_dir"],
+        endpoint=external.endpoint(config, method.name) if config["backend"] == "external" else None,
     )
 
 

@@ -37,6 +37,7 @@ from .cache import CellCache
 from .calibration import choose
 from .canon import atomic_write_json, atomic_write_text, digest, package_digest
 from .cells import cell_digest, cell_key, cell_sessions
+from .external import identity_digest
 from .jobs import calibration_methods, cells_of_server, server_job, servers
 from .methods import expand_methods
 from .layout import plan_memo_path, server_name
@@ -46,7 +47,7 @@ from .modelling.decoding import Decoding
 from .modelling.method import Method
 from .modelling.profiles import profiles
 from .text import chat_prompt
-from .workloads import build
+from .workloads import build, trace_span
 
 OUTPUT_SHARE = 0.65
 # a run whose plan costs more than this many times the GPU-hours of the same plan with no calibration is refused
@@ -96,6 +97,13 @@ def _tau(prompts: tuple, decoding: Decoding, sim_json: str, max_new_tokens: int,
     )
 
 
+BACKEND_NOTE = {
+    "sim": " - simulated backend",
+    "external": " - servers at the methods' URLs, run by someone else: specsweep starts and stops none, and this plan "
+    "does not price start-ups (the cells' times assume each server's speed as the cost model predicts it)",
+}
+
+
 def clock_scale(config: dict) -> float:
     """How many times fast the servers' clock runs: the simulated backend's sim.time_scale (1 on SGLang)."""
     return config["sim"]["time_scale"] if config["backend"] == "sim" else 1.0
@@ -105,7 +113,9 @@ def startup_seconds(config: dict, tp: int) -> tuple[float, float]:
     """Predicted server start-up (cold: the first server on a host; warm: a later one), each with the job's own
     start: the simulator's configured delay; on SGLang the TP size's calibrated start-ups, else for both weights
     read from disk (none with dummy weights) + initialisation and CUDA-graph capture (the runtime profile's
-    startup_seconds where measured)."""
+    startup_seconds where measured); on external servers (specsweep starts none) the job's own start only."""
+    if config["backend"] == "external":
+        return JOB_OVERHEAD_SECONDS, JOB_OVERHEAD_SECONDS
     if config["backend"] == "sim":
         seconds = config["sim"]["startup_seconds"] / clock_scale(config) + JOB_OVERHEAD_SECONDS
         return seconds, seconds
@@ -124,6 +134,8 @@ def startup_text(config: dict, tp: int) -> str:
     """Where a TP size's predicted start-ups come from, for plan.md."""
     cold, warm = startup_seconds(config, tp)
     job = f"{JOB_OVERHEAD_SECONDS:g} s of job start included"
+    if config["backend"] == "external":
+        return f"not priced: backend external starts no server (only {job})"
     if config["backend"] == "sim":
         return f"simulated: {cold:.1f} s for every server (sim.startup_seconds on the servers' clock; {job})"
     if choose.of(config, tp)["startup"]:
@@ -164,7 +176,12 @@ def cell_seconds(
     prefill = cost.request_latency(prompt_tokens) + cost.prefill(prompt_tokens, decoding=decoding)
     per_turn = prefill + math.ceil(output / tau) * step
     rounds = math.ceil(requests / batch)
-    return rounds * turns * per_turn / clock_scale(config)
+    seconds = rounds * turns * per_turn / clock_scale(config)
+    if workload.get("source") == "trace":  # open loop at the trace's times: at least until its last send
+        seconds = max(
+            seconds, trace_span(workload, requests, config["model"]["context_length"]) + per_turn / clock_scale(config)
+        )
+    return seconds
 
 
 def predict(config: dict, memo_dir: str | None = None) -> list[dict]:
@@ -401,7 +418,8 @@ def mark_cached(config: dict, rows: list[dict], environment: dict | None) -> boo
             "requests": r["requests"],
         }
         r["cached"] = (
-            cache.get(cell_key(job, cell, cell_digest(sessions, cell), environment["identity_digest"])) is not None
+            cache.get(cell_key(job, cell, cell_digest(sessions, cell), identity_digest(environment, job.name)))
+            is not None
         )
     return True
 
@@ -458,7 +476,7 @@ def write_plan(
     lines = [
         f"# Plan: {len(packing['order'])} servers, {len(rows)} cells",
         "",
-        f"- backend: {config['backend']}" + (" - simulated backend" if config["backend"] == "sim" else ""),
+        f"- backend: {config['backend']}" + BACKEND_NOTE.get(config["backend"], ""),
         *cost_model_lines(config),
         *bound_line(plan_bound(config, config["cache_dir"])),
         f"- cells already cached: {int(frame['cached'].sum())} of {len(rows)}"

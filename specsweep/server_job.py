@@ -25,7 +25,7 @@ class ServerJob:
     sections' types name those the code reads).
     """
 
-    backend: str  # "sim" or "sglang"
+    backend: str  # "sim", "sglang" or "external"
     model: ModelSection
     tp: int
     method: Method
@@ -42,6 +42,7 @@ class ServerJob:
     load: LoadSection
     adaptive: dict | None  # None: fixed-size cells
     cache_dir: str
+    endpoint: dict | None = None  # backend external: the method's server, {url, api_key_env} (external.endpoint)
 
     @property
     def name(self) -> str:
@@ -51,6 +52,8 @@ class ServerJob:
         """Plain JSON values: every field as the configuration gave it, the method as Method.as_dict()."""
         out = {f.name: copy.deepcopy(getattr(self, f.name)) for f in fields(self)}
         out["method"] = self.method.as_dict()
+        if self.endpoint is None:  # a started server's job keeps the params it had
+            del out["endpoint"]
         return out
 
     @classmethod

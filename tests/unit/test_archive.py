@@ -107,6 +107,30 @@ def test_record_settings_are_checked(tmp_path):
         archive.method_order(cells, archive.read_settings(record))
 
 
+def test_a_record_is_judged_against_its_own_slos_or_the_configurations_defaults(tmp_path):
+    """record.yaml's slo (checked as the configuration checks it) sets the objectives the SLO tables judge; without
+    one, the configuration's defaults; the judged table names each objective and says where each cell met it."""
+    record = copy_record(tmp_path, SMALL)
+    defaults = archive.record_slo(record, {})
+    assert [o.name for o in defaults.objectives] == ["interactive", "fast"] and defaults.attainment == 0.9
+    own = archive.record_slo(record, {"slo": {"objectives": [{"name": "chat", "ttft_ms": 500}], "attainment": 0.8}})
+    assert [(o.name, o.targets) for o in own.objectives] == [
+        ("chat", {"ttft_ms": 500.0, "tpot_ms": None, "itl_ms": None})
+    ] and own.attainment == 0.8
+    for bad, says in (
+        ({"objectives": [{"name": "x"}]}, "sets no target"),
+        ({"objectives": [{"name": "x", "ttft_ms": -1}]}, "at slo/objectives/0/ttft_ms"),
+        ({"attainment": 2}, "at slo/attainment"),
+    ):
+        with pytest.raises(archive.ArchiveError, match=says):
+            archive.record_slo(record, {"slo": bad})
+    tables = tmp_path / "tables"
+    cells = archive.verified_cells(record, {})
+    written = archive.write_tables(cells, tables, archive.DEFAULT_FAILURES, slo=own)
+    assert set(written["slo"]["slo"]) == {"chat"}
+    assert "slo_chat_share" in written["summary"].columns
+
+
 def test_methods_are_ordered_by_algorithm_then_by_name_with_numbers_read_as_numbers():
     record = RECORDS / "spec-2026-12-01"
     cells = archive.verified_cells(record, archive.read_settings(record))

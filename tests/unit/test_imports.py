@@ -101,7 +101,7 @@ LAYERS = {
     # types, logs, a job's progress and run records, text and chat templates
     "foundation": ("", "errors", "canon", "layout", "coerce", "sections", "logs", "progress", "runs", "text"),
     # what to send and how to send it, time it and read the server's counters; what the records mean
-    "measuring": ("http1", "client", "counters", "metrics", "workloads"),
+    "measuring": ("http1", "client", "counters", "metrics", "workloads", "traces"),
     # SGLang's interface: its launch flags per release, a flag's spellings, the variables that change decoding.
     # Below the model, apart from the rest of SGLang's layer: the model (a DDTree build's decoding variables), the
     # simulated server (which accepts SGLang's flags) and the launcher all speak it
@@ -133,7 +133,7 @@ LAYERS = {
     ),
     # SGLang (or the simulated server) run as a process: what a server job starts a server with (server_job, built
     # by the jobs above from a configuration), the launcher, the installed build's environment, the GPU pool
-    "sglang": ("server_job", "launcher", "environment", "gpus"),
+    "sglang": ("server_job", "launcher", "environment", "external", "gpus"),
     # the workflow's jobs: the configuration and its methods and engines, the server jobs, the cost model each TP
     # uses (calibration.choose), cells and their cache, the bench job, the SLOs (judged at aggregation), aggregation,
     # a calibration (its probe and fit need only the layers below, but are a calibration's parts), the plan, what a

@@ -211,10 +211,17 @@ REAL_CELLS = [
     ("benchmarks/gpu/forced-moe-2026-12-02/cells/tp1/eagle3-*/*/c*.json", forced),  # the same on a MoE target
     # SGLang 0.5.16's NGRAM (8 draft tokens) on the H200, acceptance its own: a random model's looping output
     ("benchmarks/gpu/spec-2026-12-02/cells/tp1/ngram-d8/*/c*.json", None),
+    # the same record's other speculative methods: NGRAM with 32 draft tokens, and drafters with random weights
+    ("benchmarks/gpu/spec-2026-12-02/cells/tp1/ngram-d32/*/c*.json", None),
+    ("benchmarks/gpu/spec-2026-12-02/cells/tp1/dflash/*/c*.json", None),
+    ("benchmarks/gpu/spec-2026-12-02/cells/tp1/eagle3-*/*/c*.json", None),
+    ("benchmarks/gpu/spec-2026-12-02/cells/tp1/standalone/*/c*.json", None),
 ]
 
 
-@pytest.mark.parametrize(("pattern", "expected"), REAL_CELLS, ids=[p.split("/")[2] for p, _ in REAL_CELLS])
+@pytest.mark.parametrize(
+    ("pattern", "expected"), REAL_CELLS, ids=["/".join(p.split("/")[2:6:3]) for p, _ in REAL_CELLS]
+)
 def test_acceptance_per_depth_of_real_gpu_cells(pattern, expected):
     paths = sorted(REPO.glob(pattern))
     assert paths, f"no cell matches {pattern}"

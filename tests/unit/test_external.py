@@ -1,0 +1,218 @@
+"""backend external: servers the test starts itself (simulated SGLang servers, and a server of an older build's shape)
+on 127.0.0.1, reached at their URLs, checked against their methods, described and keyed; nothing started or stopped
+by specsweep."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import pytest
+
+from conftest import FIXTURES, fast_config, patience, start_sim, validated
+from specsweep import external, jobs, plan
+from specsweep.environment import probe
+from specsweep.errors import ConfigError
+from specsweep.launcher import Server, free_port
+
+DRAFTER = "z-lab/Qwen3-8B-DFlash-b16"
+
+
+def dflash_flags(block: int) -> list[str]:
+    return [
+        "--speculative-algorithm",
+        "DFLASH",
+        "--speculative-draft-model-path",
+        DRAFTER,
+        "--speculative-dflash-block-size",
+        str(block),
+    ]
+
+
+def external_config(urls: dict, **changes) -> dict:
+    """The fast plan on backend external: AR and DFlash (block 16), each at its URL."""
+    config = fast_config()
+    config["backend"] = "external"
+    config["methods"] = [
+        {"name": "ar", "algorithm": "ar", "url": urls["ar"]},
+        {"name": "dflash", "algorithm": "dflash", "url": urls["dflash"]},
+    ]
+    config.update(changes)
+    return validated(config)
+
+
+@pytest.fixture(scope="module")
+def servers(tmp_path_factory):
+    """Simulated servers started here: AR, DFlash block 16 (twice, on two ports) and DFlash block 8."""
+    folder = tmp_path_factory.mktemp("external")
+    started = {}
+    try:
+        started["ar"] = start_sim(folder)
+        started["dflash"] = start_sim(folder, *dflash_flags(16))
+        started["dflash-again"] = start_sim(folder, *dflash_flags(16))
+        started["dflash-b8"] = start_sim(folder, *dflash_flags(8))
+        yield started
+    finally:
+        for server in started.values():
+            server.stop()
+
+
+def job_of(config: dict, method: str):
+    return jobs.server_job(config, config["tp"][0], method)
+
+
+def test_a_server_that_is_what_its_method_says_is_described_and_keyed_by_its_stable_settings(servers):
+    config = external_config({"ar": servers["ar"].url, "dflash": servers["dflash"].url})
+    host = probe("external")
+    records = {m: external.environment(host, job_of(config, m), servers[m].url) for m in ("ar", "dflash")}
+    dflash = records["dflash"]
+    assert dflash["backend"] == "external" and dflash["server"]["external"] is True
+    assert dflash["simulated"] is True  # a simulated server says so, and its cells will too
+    assert dflash["server"]["info_endpoint"] == "/server_info"
+    described = dflash["server"]["description"]  # the server's own description, as it gave it
+    assert described["port"] == servers["dflash"].port and described["speculative_dflash_block_size"] == 16
+    stable = dflash["identity"]["server"]
+    assert stable["speculative_algorithm"] == "DFLASH" and stable["speculative_draft_model_path"] == DRAFTER
+    assert (stable["tp_size"], stable["model_path"], stable["version"]) == (1, "Qwen/Qwen3-8B", described["version"])
+    assert not {"port", "host", "internal_states", "sim_clock", "random_seed"} & set(stable)
+    assert records["ar"]["identity"]["server"]["speculative_algorithm"] is None
+    assert records["ar"]["identity_digest"] != dflash["identity_digest"]
+    # the same build and settings relaunched on another port: the same identity, so the cells stay cached
+    again = external.environment(host, job_of(config, "dflash"), servers["dflash-again"].url)
+    assert again["server"]["description"]["port"] != described["port"]
+    assert again["identity_digest"] == dflash["identity_digest"]
+    # the key a server's cells get holds the identity, never the URL
+    job = job_of(config, "dflash")
+    moved = external_config({"ar": servers["ar"].url, "dflash": servers["dflash-again"].url})
+    from specsweep.cells import keyed_cells
+
+    first, _ = keyed_cells(job, dflash["identity_digest"])
+    second, _ = keyed_cells(job_of(moved, "dflash"), again["identity_digest"])
+    assert [c["key"] for c in first] == [c["key"] for c in second]
+
+
+def test_a_server_that_is_not_what_its_method_says_is_refused_naming_method_field_and_values(servers):
+    host = probe("external")
+    swapped = external_config({"ar": servers["dflash"].url, "dflash": servers["ar"].url})
+    with pytest.raises(external.ExternalServerError) as ar_at_dflash:
+        external.environment(host, job_of(swapped, "ar"), servers["dflash"].url)
+    message = str(ar_at_dflash.value)
+    assert "method 'ar'" in message and "speculative_algorithm: declared None, served 'DFLASH'" in message
+    assert servers["dflash"].url in message and "methods[].url" in message
+    with pytest.raises(
+        external.ExternalServerError, match="(?s)method 'dflash'.*speculative_algorithm: declared 'DFLASH', served None"
+    ):
+        external.environment(host, job_of(swapped, "dflash"), servers["ar"].url)
+    # the same algorithm with another block size
+    other_block = external_config({"ar": servers["ar"].url, "dflash": servers["dflash-b8"].url})
+    with pytest.raises(external.ExternalServerError) as block:
+        external.environment(host, job_of(other_block, "dflash"), servers["dflash-b8"].url)
+    assert "speculative_dflash_block_size: declared '16', served 8" in str(block.value)
+    # another TP size, another model
+    wider = external_config({"ar": servers["ar"].url, "dflash": servers["dflash"].url}, tp=[2])
+    with pytest.raises(external.ExternalServerError, match="tp_size: declared 2, served 1"):
+        external.environment(host, job_of(wider, "ar"), servers["ar"].url)
+    config = fast_config()
+    config["model"] = {"name": "Llama-3.1-8B", "path": "meta-llama/Llama-3.1-8B-Instruct"}
+    other_model = external_config(
+        {"ar": servers["ar"].url, "dflash": servers["dflash"].url},
+        model=config["model"],
+        methods=[{"name": "ar", "algorithm": "ar", "url": servers["ar"].url}],
+    )
+    with pytest.raises(
+        external.ExternalServerError,
+        match="model_path: declared 'meta-llama/Llama-3.1-8B-Instruct', served 'Qwen/Qwen3-8B'",
+    ):
+        external.environment(host, job_of(other_model, "ar"), servers["ar"].url)
+
+
+def test_an_older_build_is_read_at_get_server_info_with_the_key_the_configuration_names(tmp_path, monkeypatch):
+    """A server whose /server_info is 404 describes itself at /get_server_info; its API key comes from the variable
+    methods[].api_key_env names, and a missing one is refused naming the variable."""
+    info = {
+        "version": "0.5.16",
+        "model_path": "Qwen/Qwen3-8B",
+        "tp_size": 1,
+        "speculative_algorithm": "DFLASH",
+        "speculative_draft_model_path": DRAFTER,
+        "speculative_dflash_block_size": None,  # left unset at launch: SGLang stores the block under its alias
+        "speculative_num_draft_tokens": 16,
+        "api_key": "s3cret",
+        "port": 1234,
+    }
+    (tmp_path / "info.json").write_text(json.dumps(info))
+    port = free_port()
+    server = Server(
+        [sys.executable, str(FIXTURES / "older_info_server.py"), str(port), str(tmp_path / "info.json"), "s3cret"],
+        {},
+        "127.0.0.1",
+        port,
+        tmp_path / "older.log",
+        headers={"Authorization": "Bearer s3cret"},
+    )
+    server.start(patience(6))
+    try:
+        config = external_config({"ar": server.url, "dflash": server.url + "/"})
+        config["methods"][1]["api_key_env"] = "OLDER_KEY"
+        job = jobs.server_job(config, 1, "dflash")
+        assert job.endpoint == {"url": server.url, "api_key_env": "OLDER_KEY"}
+        monkeypatch.delenv("OLDER_KEY", raising=False)
+        with pytest.raises(external.ExternalServerError, match=r"(?s)method .dflash..*\$OLDER_KEY.*unset or empty"):
+            external.environment(probe("external"), job, server.url)
+        monkeypatch.setenv("OLDER_KEY", "wrong")
+        with pytest.raises(external.ExternalServerError, match="/server_info: HTTP 401; /get_server_info: HTTP 401"):
+            external.environment(probe("external"), job, server.url)
+        monkeypatch.setenv("OLDER_KEY", "s3cret")
+        record = external.environment(probe("external"), job, server.url)
+        assert record["server"]["info_endpoint"] == "/get_server_info" and record["server"]["version"] == "0.5.16"
+        assert record["simulated"] is False and record["server"]["name"] == "sglang"
+        assert record["server"]["description"]["api_key"] == "<redacted>"  # never the key itself
+        assert "s3cret" not in json.dumps(record)
+    finally:
+        server.stop()
+
+
+def test_a_url_that_is_no_server_is_refused_naming_the_method_and_url():
+    url = f"http://127.0.0.1:{free_port()}"
+    config = external_config({"ar": url, "dflash": url})
+    with pytest.raises(external.ExternalServerError, match=rf"method 'ar': the server at {url} \(methods\[\]\.url\)"):
+        external.environment(probe("external"), job_of(config, "ar"), url)
+    server = external.ExternalServer(url, {})
+    with pytest.raises(external.ExternalServerError, match=rf"{url} does not answer /health \(before cell x\)"):
+        server.check_alive("before cell x")
+    server.stop()  # nothing to stop: it is not ours
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        (lambda c: c["methods"][0].pop("url"), r"methods\[0\] \(ar\)\.url: required on backend external"),
+        (lambda c: c.update(backend="sim"), r"methods\[0\] \(ar\)\.url: only backend external"),
+        (lambda c: c.update(tp=[1, 2]), "tp: .*the TP size it runs at"),
+        (
+            lambda c: c["methods"].append(
+                {"name": "dd", "algorithm": "ddtree", "budget": [8, 16], "url": "http://h:1"}
+            ),
+            r"methods \(dd\): a sweep needs one server per value",
+        ),
+    ],
+)
+def test_a_configuration_external_cannot_run_is_refused_naming_the_key(change, message):
+    config = fast_config()
+    config["backend"] = "external"
+    config["methods"] = [
+        {"name": "ar", "algorithm": "ar", "url": "http://10.0.0.5:30000"},
+        {"name": "dflash", "algorithm": "dflash", "url": "http://10.0.0.6:30000"},
+    ]
+    change(config)
+    with pytest.raises(ConfigError, match=message):
+        validated(config)
+
+
+def test_the_plan_prices_no_start_up_on_external_servers():
+    config = external_config({"ar": "http://10.0.0.5:30000", "dflash": "http://10.0.0.6:30000"})
+    cold, warm = plan.startup_seconds(config, 1)
+    assert cold == warm == plan.JOB_OVERHEAD_SECONDS
+    assert plan.startup_text(config, 1).startswith("not priced: backend external starts no server")
+    started = validated(dict(fast_config(), backend="sglang", sim={}))
+    assert plan.startup_seconds(started, 1)[0] > plan.JOB_OVERHEAD_SECONDS  # a started server's is priced

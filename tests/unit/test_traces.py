@@ -1,0 +1,270 @@
+"""Traces replayed (workloads[].source: trace): the shipped Mooncake and Azure samples read, a malformed line refused
+naming its file and line, prompts sharing exactly the prefixes the hash ids share, lengths as traced, over-context
+inputs clipped or dropped and counted, and arrivals sent at the scaled traced times within the loop's bounds (a
+simulated server the test starts, real HTTP on 127.0.0.1)."""
+
+from __future__ import annotations
+
+import itertools
+import json
+from importlib import resources
+
+import pytest
+
+from conftest import fast_config, start_sim, validated
+from specsweep import traces, workloads
+from specsweep.aggregate import trace_text
+from specsweep.client import LoadModel, measure
+from specsweep.errors import ConfigError
+
+MOONCAKE = str(resources.files("specsweep").joinpath("data/traces/sample-mooncake.jsonl"))
+AZURE = str(resources.files("specsweep").joinpath("data/traces/sample-azure.csv"))
+
+
+def trace_workload(path=MOONCAKE, **changes) -> dict:
+    return {"name": "moon", "family": "short", "source": "trace", "path": path, "max_new_tokens": 512, **changes}
+
+
+def sessions_of(workload: dict, context_length: int = 40960) -> list:
+    workload = dict(workload)
+    workload.setdefault("requests", workloads.trace_account(workload, context_length)["requests"])
+    return workloads.build(workload, 0, context_length=context_length)
+
+
+def token_ids(session) -> list[int]:
+    text = session.chat_template.render(session.messages, False)
+    return workloads.tokenizer(None).encode(text, add_special_tokens=False).ids
+
+
+def common_prefix(a: list, b: list) -> int:
+    return next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+
+
+def trailing_pads(text: str) -> int:
+    """The one-token words (traces.PAD) a filled prompt ends with (at most: the text may end with such a word)."""
+    count = 0
+    while text.endswith(traces.PAD):
+        text, count = text[: -len(traces.PAD)], count + 1
+    return count
+
+
+def test_prompts_share_exactly_the_prefixes_their_hash_ids_share():
+    """For every pair of requests of the shipped Mooncake trace: the token prefix they share covers the chat
+    template's header and every block their hash ids share, and ends inside the first block they do not share."""
+    sessions = sessions_of(trace_workload())
+    rows = {r.line: r for r in traces.read_trace(MOONCAKE, "mooncake")}
+    header = len(token_ids(sessions[0])) - sessions[0].tokens  # 0: tokens counts the whole rendered prompt
+    assert header == 0
+    opening = workloads.tokenizer(None).encode("<|im_start|>user\n", add_special_tokens=False).ids
+    empty = sessions[0].chat_template.render([{"role": "user", "content": ""}], False)
+    closing = workloads.tokenizer(None).encode(empty, add_special_tokens=False).ids[len(opening) :]  # end of turn
+    tokens = {s.trace["line"]: token_ids(s) for s in sessions}
+    kinds = {s.trace["line"]: s.kind for s in sessions}
+    padding = {s.trace["line"]: trailing_pads(s.messages[0]["content"]) for s in sessions}
+    shared_pairs = 0
+    for a, b in itertools.combinations(sorted(tokens), 2):
+        ha, hb = rows[a].hash_ids, rows[b].hash_ids
+        k = common_prefix(list(ha), list(hb))
+        corpus = workloads._trace_corpus(kinds[a], None)
+        block_tokens = [len(workloads.tokenizer(None).encode(corpus.block(f"hash:{h}")).ids) for h in ha[:k]]
+        shared = len(opening) + sum(block_tokens)
+        common = common_prefix(tokens[a], tokens[b])
+        # the content both hold (a request's last block is cut to its length, where its tokens are the block's first,
+        # then made up with one-token words)
+        whole = min(len(tokens[x]) - len(closing) - padding[x] for x in (a, b))
+        if k:
+            shared_pairs += 1
+            assert kinds[a] == kinds[b]  # the first block decides a request's content
+            assert common >= min(shared, whole), (a, b, k, common, shared)
+        if k < min(len(ha), len(hb)) and shared + 1 < whole:  # a block neither shares: they part inside it
+            assert common < shared + min(512, whole - shared), (a, b, k, common, shared)
+    assert shared_pairs >= 20  # the sample's conversations share their earlier turns' blocks
+
+
+def test_inputs_and_outputs_are_the_traced_lengths_and_every_request_names_its_line():
+    sessions = sessions_of(trace_workload())
+    rows = traces.read_trace(MOONCAKE, "mooncake")
+    assert [s.trace["line"] for s in sessions] == [r.line for r in rows]
+    for s, r in zip(sessions, rows):
+        assert s.id == f"moon-line{r.line}"
+        assert s.tokens == r.input_length, (r.line, s.tokens, r.input_length)
+        assert (s.max_new_tokens, s.ignore_eos) == (r.output_length, True)
+    azure = sessions_of(trace_workload(AZURE, name="az"))
+    lengths = [r.input_length for r in traces.read_trace(AZURE, "azure")]
+    assert [s.tokens for s in azure] == lengths
+    assert [s.id for s in azure][:2] == ["az-line2", "az-line3"]  # line 1 is the header
+
+
+def test_a_window_selects_by_seconds_or_lines_and_the_time_scale_divides_the_arrivals():
+    rows = traces.read_trace(MOONCAKE, "mooncake")
+    window = traces.Window.of({"window": {"start_s": 1.0, "duration_s": 5.0}, "time_scale": 4})
+    chosen = window.select(rows)
+    assert chosen and all(1.0 <= r.arrival_s < 6.0 for r in chosen)
+    assert len(chosen) == sum(1.0 <= r.arrival_s < 6.0 for r in rows)
+    assert window.replay_times(chosen) == pytest.approx([(r.arrival_s - 1.0) / 4 for r in chosen])
+    lines = traces.Window.of({"window": {"first_line": 5, "last_line": 9}})
+    picked = lines.select(rows)
+    assert [r.line for r in picked] == [5, 6, 7, 8, 9]
+    assert lines.replay_times(picked)[0] == 0.0
+    account = workloads.trace_account(trace_workload(window={"first_line": 5, "last_line": 9}, time_scale=2), 40960)
+    assert (account["requests"], account["lines"], account["time_scale"]) == (5, [5, 9], 2)
+    text = trace_text(account)
+    assert "sample-mooncake.jsonl (mooncake)" in text and "lines 5-9, time scale 2x" in text
+
+
+def test_inputs_over_the_context_are_clipped_or_dropped_by_the_stated_rule_and_counted():
+    rows = traces.read_trace(MOONCAKE, "mooncake")
+    context = 2048
+    over = [r for r in rows if r.input_length + r.output_length > context]
+    assert over  # the sample holds requests longer than this context
+    clipped = sessions_of(trace_workload(), context)
+    assert len(clipped) == len(rows)
+    for s in clipped:
+        if s.trace["clipped"]:
+            assert s.tokens == context - s.max_new_tokens
+        assert s.tokens + s.max_new_tokens <= context
+    assert sum(s.trace["clipped"] for s in clipped) == len(over)
+    account = workloads.trace_account(trace_workload(over_context="drop"), context)
+    assert (account["clipped"], account["dropped"], account["requests"]) == (0, len(over), len(rows) - len(over))
+    dropped = sessions_of(trace_workload(over_context="drop"), context)
+    assert {s.trace["line"] for s in dropped} == {r.line for r in rows} - {r.line for r in over}
+
+
+@pytest.mark.parametrize(
+    "fmt, content, message",
+    [
+        (
+            "mooncake",
+            '{"timestamp": 0, "input_length": 10, "output_length": 4, "hash_ids": [1]}\nnot json\n',
+            "line 2: not a JSON object",
+        ),
+        ("mooncake", '\n{"timestamp": 0, "output_length": 4, "hash_ids": [1]}\n', "line 2: no 'input_length'"),
+        (
+            "mooncake",
+            '{"timestamp": 0, "input_length": 10, "output_length": 4, "hash_ids": "1,2"}\n',
+            "line 1: 'hash_ids' must be a list",
+        ),
+        (
+            "mooncake",
+            '{"timestamp": -5, "input_length": 10, "output_length": 4}\n',
+            "line 1: 'timestamp' must be milliseconds",
+        ),
+        (
+            "mooncake",
+            '{"timestamp": 0, "input_length": 0, "output_length": 4}\n',
+            "line 1: 'input_length' must be a whole number of at least 1",
+        ),
+        ("azure", "TIMESTAMP,ContextTokens\n2023-11-16 18:15:46.0,10\n", "line 1: the header has no GeneratedTokens"),
+        (
+            "azure",
+            "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.0,10,4\nyesterday,10,4\n",
+            "line 3: TIMESTAMP 'yesterday'",
+        ),
+        (
+            "azure",
+            "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.0,ten,4\n",
+            "line 2: 'ContextTokens' must be a whole number",
+        ),
+    ],
+)
+def test_a_malformed_line_is_refused_naming_the_file_and_line(tmp_path, fmt, content, message):
+    path = tmp_path / ("trace.csv" if fmt == "azure" else "trace.jsonl")
+    path.write_text(content)
+    config = fast_config()
+    config["workloads"] = [trace_workload(str(path))]
+    with pytest.raises(ConfigError) as refused:
+        validated(config)
+    assert f"{path}: {message}" in str(refused.value)
+
+
+def test_trace_settings_on_another_source_and_too_many_requests_are_refused():
+    config = fast_config()
+    config["workloads"][0]["time_scale"] = 2
+    with pytest.raises(ConfigError, match=r"workloads\[0\] \(short\)\.time_scale: only a trace has it"):
+        validated(config)
+    config = fast_config()
+    config["workloads"] = [trace_workload(requests=25)]
+    with pytest.raises(ConfigError, match=r"requests: 25, but its trace window holds 24 requests"):
+        validated(config)
+    config["workloads"] = [trace_workload()]
+    assert validated(config)["workloads"][0]["requests"] == 24  # the window's requests, at every concurrency
+
+
+def test_arrivals_are_sent_at_the_scaled_traced_times_within_the_loop_bound(tmp_path):
+    """A simulated server started here: under concurrency 8 every request is scheduled at its traced arrival / time
+    scale and sent no earlier; under concurrency 1 the schedule is the same, and no request is sent before the one
+    in flight ends (the bound shows as queue delay). Outputs are the traced lengths (ignore_eos)."""
+    scale = 20.0
+    sessions = sessions_of(trace_workload(time_scale=scale, window={"first_line": 1, "last_line": 12}))
+    rows = traces.read_trace(MOONCAKE, "mooncake")[:12]
+    expected = [(r.arrival_s - rows[0].arrival_s) / scale for r in rows]
+    server = start_sim(tmp_path, "--sim-time-scale", "50", "--sim-tokenizer", "approximate")
+    try:
+        for concurrency in (8, 1):
+            records = measure(server.url, sessions, concurrency, {"temperature": 0.0}, 60, load=LoadModel("trace"))
+            by_session = {r.session: r for r in records}
+            assert len(records) == len(sessions) and all(r.ok for r in records)
+            for session, due in zip(sessions, expected):
+                record = by_session[session.id]
+                assert record.t_sched == pytest.approx(due, abs=1e-6)
+                assert record.t0 >= record.t_sched
+                assert record.output_tokens == record.expected_tokens == session.max_new_tokens
+            if concurrency == 1:
+                ordered = sorted(records, key=lambda r: r.t0)
+                assert all(b.t0 >= a.t_end for a, b in zip(ordered, ordered[1:]))
+    finally:
+        server.stop()
+
+
+def test_a_trace_cell_records_its_trace(tmp_path):
+    """The cell's workload record states the trace, its window and time scale, and what did not fit."""
+    from specsweep.cells import _workload_record
+    from specsweep.jobs import server_job
+
+    config = fast_config()
+    config["workloads"] = [trace_workload(window={"start_s": 0, "duration_s": 8}, time_scale=2)]
+    config["model"] = dict(config.get("model") or {}, name="Qwen3-8B", context_length=2048)
+    config = validated(config)
+    job = server_job(config, 1, "ar")
+    record = _workload_record(job, {"workload": "moon", "requests": 3}, "d", sessions_of(config["workloads"][0], 2048))
+    trace = record["trace"]
+    assert (trace["file"], trace["format"], trace["window"]) == (
+        "sample-mooncake.jsonl",
+        "mooncake",
+        "0 s to 8 s, time scale 2x",
+    )
+    assert trace["clipped"] + trace["dropped"] >= 1 and json.dumps(record)
+
+
+def test_a_line_with_an_id_names_its_request_and_warm_ups_are_sent_at_once(tmp_path):
+    """A Mooncake line's id names its request's sessions; a cell's warm-up sessions from a trace carry no arrival
+    (they go closed loop, before the measured ones) and share no prefix with them."""
+    path = tmp_path / "ids.jsonl"
+    rows = [
+        {"timestamp": 500 * i, "input_length": 300, "output_length": 8, "hash_ids": [0], "id": f"r{i}"}
+        for i in range(4)
+    ]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    workload = trace_workload(str(path), name="ids", requests=4)
+    measured = sessions_of(workload)
+    assert [s.id for s in measured] == ["ids-r0", "ids-r1", "ids-r2", "ids-r3"]
+    assert [s.arrival for s in measured] == [0.0, 0.5, 1.0, 1.5]
+    warm = workloads.warmup_sessions(workload, 2, 0, context_length=40960)
+    assert [s.arrival for s in warm] == [None, None]
+    assert all(common_prefix(token_ids(w), token_ids(measured[0])) < 8 for w in warm)
+
+
+def test_the_plan_prices_a_trace_cell_at_least_until_its_last_send():
+    from specsweep import plan
+    from specsweep.methods import expand_methods
+
+    last = traces.read_trace(MOONCAKE, "mooncake")[-1].arrival_s
+    priced = {}
+    for scale in (1, 4):
+        config = fast_config()
+        config["workloads"] = [trace_workload(time_scale=scale)]
+        config = validated(config)
+        method = expand_methods(config)[0]
+        priced[scale] = plan.cell_seconds(config, 1, method, config["workloads"][0], 2, 24)
+        assert priced[scale] > last / scale
+    assert priced[4] < priced[1]
