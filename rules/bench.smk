@@ -21,6 +21,13 @@ def server_cell_outputs(wildcards):
     return [c["path"] for c in cells]
 
 
+def verdict_reference(wildcards):
+    """Under budget: verdict, AR's cell outputs at this server's TP (jobs.verdict_reference_cells): a DAG edge, so
+    that AR's server is measured before the speculative servers whose cells stop against its cells; none
+    otherwise (budget: exhaustive runs every server at once)."""
+    return jobs.verdict_reference_cells(CONFIG, int(wildcards.tp), wildcards.method, _repetition(wildcards))
+
+
 def remeasured_cells(wildcards):
     """No input: the cells of this server that `--config remeasure=<globs>` names, made again in every run that
     gives it (forced, as --forcerun would), not only in the first: a request, not a setting whose change reruns."""
@@ -50,6 +57,7 @@ rule bench_server:
     input:
         environment=server_environment,
         remeasured=remeasured_cells,
+        reference=verdict_reference,
         # a broken calibration, or a plan past its bound, starts no job; with calibration.in_default_target, the
         # calibrations first (common.smk)
         calibrations=plan_within_bound,

@@ -375,7 +375,7 @@ wildcard_constraints:
 # Package code changes do not rerun rules by themselves; these digests do for
 # aggregation and the report (measurements are versioned by HARNESS_VERSION).
 AGGREGATE_CODE = package_digest(
-    "aggregate.py", "verdict.py", "cells.py", "metrics.py", "slo.py", "algorithms.py", "ddtree.py"
+    "aggregate.py", "verdict.py", "cells.py", "metrics.py", "slo.py", "algorithms.py", "ddtree.py", "sequential.py"
 )
 REPORT_CODE = package_digest(
     "report.py",

@@ -44,6 +44,8 @@ result = bench_server(
     failures=json.loads(snakemake.params.failures),
     # the cells `--config remeasure=<globs>` names (the workflow makes the job run for them: not a rerun trigger)
     remeasure=remeasured_outputs(snakemake.config["remeasure"], list(snakemake.output.cells)),
+    # budget: verdict: AR's cells of this TP, which this server's cells stop against (measured first: an input)
+    reference=list(snakemake.input.reference),
 )
 print(
     f"cells from cache: {result['hits']}, measured: {result['measured']}"

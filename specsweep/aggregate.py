@@ -21,6 +21,7 @@ from .slo import Slo, capacity, combined_columns, judge
 from .slo import cell_columns as slo_columns
 from .slo import cell_measures as slo_measures
 from .canon import atomic_write_text
+from .sequential import verdict_interval
 from .metrics import (
     acceptance_by_depth,
     acceptance_length,
@@ -273,7 +274,8 @@ def verified_cells(
 
 def summarise_cells(cells: dict[str, dict], thresholds: dict | None = None, slo: Slo | None = None) -> pd.DataFrame:
     """One row per cell ({cell file: cell JSON}), every metric computed from its records (cell_measures), with
-    speedup over AR at the same (engine, tp, workload, concurrency, repetition), with failure ``thresholds`` whether
+    speedup over AR at the same (engine, tp, workload, concurrency, repetition) (a cell measured under budget: verdict:
+    sequential.verdict_interval, the interval valid under its stopping), with failure ``thresholds`` whether
     each is final, and with ``slo`` each objective's share, goodput and request goodput (slo.cell_measures; their
     states are slo.judge's)."""
     measures = {p: cell_measures(c) for p, c in cells.items()}
@@ -287,7 +289,8 @@ def summarise_cells(cells: dict[str, dict], thresholds: dict | None = None, slo:
         base = baselines.get(path)
         versus_ar = lossless = None
         if base is not None:
-            versus_ar = speedup(
+            # a cell stopped under budget: verdict: the sequential interval of the look it stopped at
+            versus_ar = verdict_interval(cell, cells[base]) or speedup(
                 cell["requests"],
                 cells[base]["requests"],
                 measures[path]["concurrency"]["window"],

@@ -9,6 +9,7 @@ job's journal, always stops the server, and writes every cell to its output.
 from __future__ import annotations
 
 import fnmatch
+import json
 import os
 import signal
 import sys
@@ -96,6 +97,7 @@ def bench_server(
     planned=None,
     failures: dict | None = None,
     remeasure: Sequence[str] = (),
+    reference: Sequence[str] = (),
 ) -> dict:
     """Produce every cell output of one server, measuring only what the cache lacks.
 
@@ -104,7 +106,8 @@ def bench_server(
     seconds} for the progress lines' time left; it is asked only when a cell is to be measured, once the
     workloads are built. A cache entry is used only when it is verified (cells.cell_problem) and final under
     ``failures`` (cells.unfinished); any other entry is refused with a warning naming it, and the cell is measured
-    again, as are the outputs named in ``remeasure``. A measured cell that is not final is not cached: the job
+    again, as are the outputs named in ``remeasure``. ``reference``: AR's cell files of this TP, which the cells
+    stop against under ``budget: verdict`` (job.budget; jobs.verdict_reference_cells). A measured cell that is not final is not cached: the job
     says so and fails after its other cells (their outputs are then removed, the cache keeps them), or, with
     ``failures.keep_going``, writes it to its output and records it as failed, so that the next run measures it
     again. What the job does goes to the server's journal (layout.journal_path, in the cache); ``run_record`` (the
@@ -124,6 +127,9 @@ def bench_server(
     asked = {os.path.normpath(p) for p in remeasure}  # the outputs to measure again
     results: dict[str, dict] = {}
     missing = _from_cache(server_name, cells, (cache, journal), failures, asked, results)
+    if job.budget is not None:
+        for cell in missing:
+            cell["ar_records"] = _reference_records(reference, cell)
     not_final: list[tuple[str, str]] = []
     started = bool(missing) and _measure_missing(
         job,
@@ -152,6 +158,25 @@ def bench_server(
     if run_record is not None:
         write_run_record(run_record, server_name, journal, {c["key"] for c in cells})
     return done
+
+
+def _reference_records(reference: Sequence[str], cell: dict) -> list[dict]:
+    """The records of AR's cell (among the ``reference`` files) at the cell's workload and concurrency, which a cell
+    under ``budget: verdict`` stops against; a clear error where it is missing (AR's server measures it first)."""
+    for path in reference:
+        try:
+            ar = json.loads(Path(path).read_text())
+        except (OSError, ValueError) as exc:
+            raise CellError(
+                f"cell {cell['output']}: AR's cell {path} cannot be read ({exc}); rerun to measure it"
+            ) from exc
+        if (ar["cell"]["workload"], ar["cell"]["concurrency"]) == (cell["workload"], cell["concurrency"]):
+            return ar["requests"]
+    raise CellError(
+        f"cell {cell['output']}: budget: verdict stops it against AR's cell of {cell['workload']} at concurrency "
+        f"{cell['concurrency']}, which none of {len(reference)} reference file(s) is; the workflow measures AR's "
+        "server first (rules/bench.smk): run it through Snakemake, or set budget: exhaustive"
+    )
 
 
 def _not_final_error(server_name: str, not_final: list[tuple[str, str]]) -> CellError:
@@ -222,7 +247,16 @@ def _measure_missing(
             for cell in missing:
                 try:
                     result = measure_cell(
-                        server, job, cell, sessions[cell["workload"]], cell["digest"], environment, argv, env, progress
+                        server,
+                        job,
+                        cell,
+                        sessions[cell["workload"]],
+                        cell["digest"],
+                        environment,
+                        argv,
+                        env,
+                        progress,
+                        cell.get("ar_records"),
                     ).as_dict()
                 except Exception as exc:
                     record_failure(cell, exc, server, journal, server_name)

@@ -140,7 +140,28 @@ def server_job(config: dict, tp: int, method_name: str, repetition: int | None =
         load=cast(LoadSection, dict(config["load"])),
         adaptive=dict(config["adaptive"]) if config["adaptive"]["enabled"] else None,
         cache_dir=config["cache_dir"],
+        budget=dict(config["verdict_stopping"]) if verdict_reference_method(config, method) else None,
     )
+
+
+def verdict_reference_method(config: dict, method: Method) -> Method | None:
+    """Under ``budget: verdict``, the AR method (algorithm ar) on ``method``'s engine that its cells stop against;
+    None for AR itself, under ``budget: exhaustive``, or where that engine has no AR method (its cells are then
+    measured in full)."""
+    if config.get("budget", "exhaustive") != "verdict" or not method.spec.speculative:
+        return None
+    return next(
+        (m for m in expand_methods(config) if not m.spec.speculative and m.engine == method.engine),
+        None,
+    )
+
+
+def verdict_reference_cells(config: dict, tp: int, method_name: str, repetition: int | None = None) -> list[str]:
+    """The cell outputs of AR's server at ``tp`` that the server (tp, method_name) stops its cells against under
+    ``budget: verdict`` (AR's server then runs first: a DAG edge, rules/bench.smk), [] where it stops against none."""
+    method = next(m for m in expand_methods(config) if m.name == method_name)
+    reference = verdict_reference_method(config, method)
+    return [c["path"] for c in cells_of_server(config, tp, reference.name, repetition)] if reference else []
 
 
 def calibration_methods(config: dict) -> list[Method]:

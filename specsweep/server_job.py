@@ -42,6 +42,10 @@ class ServerJob:
     load: LoadSection
     adaptive: dict | None  # None: fixed-size cells
     cache_dir: str
+    # budget: verdict's settings (verdict_stopping) for a speculative method's server; None: every session measured
+    # (budget: exhaustive, and AR's server always). Left out of as_dict when None, so that exhaustive cells keep
+    # their keys.
+    budget: dict | None = None
 
     @property
     def name(self) -> str:
@@ -51,6 +55,8 @@ class ServerJob:
         """Plain JSON values: every field as the configuration gave it, the method as Method.as_dict()."""
         out = {f.name: copy.deepcopy(getattr(self, f.name)) for f in fields(self)}
         out["method"] = self.method.as_dict()
+        if out["budget"] is None:
+            del out["budget"]
         return out
 
     @classmethod
