@@ -187,7 +187,7 @@ class Looks:
         interval and decision, the session ids it was taken on (so the tables compute it again from the records)."""
         last = self.taken[-1] if self.taken else None
         return {
-            "metric": "speedup",
+            "metric": "output_throughput",  # the summary's precision column: the cell's own throughput's
             "adaptive": False,
             "budget": "verdict",
             **{k: self.settings[k] for k in DEFAULTS},
