@@ -109,8 +109,8 @@ def bench_server(
     again, as are the outputs named in ``remeasure``. ``reference``: AR's cell files of this TP, which the cells
     stop against under ``budget: verdict`` (job.budget; jobs.verdict_reference_cells). A measured cell that is not
     final is not cached: the job says so and fails after its other cells (their outputs are then removed, the cache
-    keeps them), or, with ``failures.keep_going``, writes it to its output and records it as failed, so that the next run measures it
-    again. What the job does goes to the server's journal (layout.journal_path, in the cache); ``run_record`` (the
+    keeps them), or, with ``failures.keep_going``, writes it to its output and records it as failed, so that the
+    next run measures it again. What the job does goes to the server's journal (layout.journal_path, in the cache); ``run_record`` (the
     job's declared output) gets its run record. Returns {"hits": n, "measured": n, "server_started": bool,
     "not_final": [outputs]}. Long because this docstring is the bench job's contract, in one place.
     """
