@@ -420,14 +420,14 @@ def measure_verdict(
     )
 
     def check(records, started: int) -> str | None:
-        look = looks.step([r.as_dict() for r in records], load.model)
+        look = looks.step([r.as_dict() for r in records])
         return f"decided {look['decision']} at look {look['look']} of {len(looks.counts)}" if look else None
 
     records, reason, started = _measure_until(
         server, sessions, len(sessions), check, concurrency, sampling, timeout, thinking, load, on_record
     )
     if reason == "request cap":
-        look = looks.step([r.as_dict() for r in records], load.model)
+        look = looks.step([r.as_dict() for r in records])
         reason = (
             f"decided {look['decision']} at look {look['look']} of {len(looks.counts)} (the cap)"
             if look

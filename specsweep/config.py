@@ -102,6 +102,13 @@ def check_budget(config: dict) -> None:
             "budget: verdict and adaptive.enabled both stop a cell early: set one of them (budget: exhaustive, or "
             "adaptive.enabled: false)"
         )
+    load = config["load"]
+    if load["model"] != "closed" or float(load["think_time"]):
+        raise ConfigError(
+            "budget: verdict prices each look's sessions by their time in a closed loop at full concurrency: it needs "
+            f"load.model: closed and load.think_time: 0 (given {load['model']}, {load['think_time']}); set them, or "
+            "budget: exhaustive"
+        )
     if config["repetitions"] > 1:
         raise ConfigError(
             f"budget: verdict stops each cell against AR's within one launch; repetitions: {config['repetitions']} "

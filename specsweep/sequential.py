@@ -38,7 +38,7 @@ from statistics import NormalDist
 
 import numpy as np
 
-from .metrics import MIN_SESSIONS, _shares_and_scale, steady_window
+from .metrics import MIN_SESSIONS, _shares_and_scale, _tokens_in, steady_window
 
 FASTER, SLOWER, EQUIVALENT, UNDECIDED = "faster", "slower", "equivalent", "undecided"
 DEFAULTS = {"looks": 4, "equivalence": 0.03, "level": 0.95}
@@ -102,24 +102,50 @@ def log_ratio_interval(
     return out
 
 
+def running_shares(records: list[dict], concurrency: int) -> dict:
+    """Per session of ``records``: (output tokens that arrived after the loop first held its concurrency, seconds
+    charged to it, its content kind), a request charged its time in flight after that moment / ``concurrency``.
+
+    In a closed loop without think time, ``concurrency`` requests are in flight from the moment the first
+    ``concurrency`` have started (w0, the concurrency-th earliest send) until the last session starts, so that this
+    is the engine time each request held one of the loop's slots: the charge of metrics' steady-state window where
+    the requests shared steps evenly. It needs no request but these: a look taken while sessions are still being
+    started is computed again from the finished cell's records of its sessions alone."""
+    sends = sorted(r["t0"] for r in records)
+    w0 = sends[min(concurrency, len(sends)) - 1] if sends else 0.0
+    out: dict = {}
+    for r in records:
+        n, d, _ = out.get(r["session"], (0, 0.0, None))
+        seconds = max(0.0, r["t_end"] - max(r["t0"], w0)) / concurrency if r.get("t_end") is not None else 0.0
+        out[r["session"]] = (n + _tokens_in(r, w0, math.inf), d + seconds, r["kind"])
+    return out
+
+
 def look_interval(
     method_records: list[dict],
     ar_records: list[dict],
     sessions: Sequence[str],
     concurrency: int,
     alpha: float,
-    load_model: str = "closed",
+    final: bool = False,
 ) -> dict:
-    """The speedup at one look: the method's records of the ``sessions`` looked at (their steady-state window of
-    their own), AR's cell in full (its own window), paired over the sessions both have; log_ratio_interval at
-    ``alpha``. The same records give the same interval here and in the aggregated tables."""
+    """The speedup at one look over the ``sessions`` looked at, paired with AR's cell on the same sessions;
+    log_ratio_interval at ``alpha``. Before the last look (sessions still being started) each side's sessions are
+    charged their time in the loop (running_shares); at the last look (``final``: every session of the cell) each
+    side's steady-state window, as metrics.speedup charges them. The same records give the same interval here and
+    in the aggregated tables."""
     chosen = set(sessions)
-    mine = [r for r in method_records if r["session"] in chosen]
     sides = []
-    for records in (mine, ar_records):
-        parts = _shares_and_scale(records, steady_window(records, concurrency, load_model)) if records else None
-        if parts is None:
+    for records in (method_records, ar_records):
+        mine = [r for r in records if r["session"] in chosen]
+        if not mine:
             return {"speedup": None, "speedup_ci": None, "pairs": 0}
+        if final:
+            parts = _shares_and_scale(mine, steady_window(mine, concurrency))
+            if parts is None:
+                return {"speedup": None, "speedup_ci": None, "pairs": 0}
+        else:
+            parts = (running_shares(mine, concurrency), 1.0)
         sides.append(parts)
     (m_shares, m_scale), (a_shares, a_scale) = sides
     common = [s for s in m_shares if s in a_shares and (m_shares[s][1] > 0 or a_shares[s][1] > 0)]
@@ -131,7 +157,9 @@ def look_interval(
             scale,
         )
 
-    return log_ratio_interval(side(m_shares, m_scale), side(a_shares, a_scale), [a_shares[s][2] for s in common], alpha)
+    return log_ratio_interval(
+        side(m_shares, m_scale), side(a_shares, a_scale), [a_shares[s][2] for s in common], alpha
+    )
 
 
 class Looks:
@@ -159,10 +187,11 @@ class Looks:
                 break
         return out
 
-    def take(self, k: int, records: list[dict], load_model: str = "closed") -> dict:
+    def take(self, k: int, records: list[dict]) -> dict:
         """Look ``k`` (0-based) on the records so far: its interval, decision and what it was taken on."""
         sessions = self.order[: self.counts[k]]
-        result = look_interval(records, self.ar, sessions, self.concurrency, self.alphas[k], load_model)
+        final = k == len(self.counts) - 1
+        result = look_interval(records, self.ar, sessions, self.concurrency, self.alphas[k], final)
         look = {
             "look": k + 1,
             "sessions": len(sessions),
@@ -174,10 +203,10 @@ class Looks:
         self.taken.append(look)
         return look
 
-    def step(self, records: list[dict], load_model: str = "closed") -> dict | None:
+    def step(self, records: list[dict]) -> dict | None:
         """Take every look that is ready, in order; the first decided one (None while none is)."""
         for k in self.ready(records):
-            look = self.take(k, records, load_model)
+            look = self.take(k, records)
             if look["decision"] != UNDECIDED:
                 return look
         return None
@@ -196,6 +225,7 @@ class Looks:
             "decision": last["decision"] if last else UNDECIDED,
             "look_sessions": self.order[: last["sessions"]] if last else [],
             "look_alpha": last["alpha"] if last else None,
+            "look_final": bool(last) and last["look"] == len(self.counts),
             "stopped": stopped,
         }
 
@@ -212,5 +242,5 @@ def verdict_interval(cell: dict, ar_cell: dict) -> dict | None:
         precision["look_sessions"],
         cell["cell"]["concurrency"],
         precision["look_alpha"],
-        (cell.get("load") or {}).get("model", "closed"),
+        precision["look_final"],
     )
