@@ -172,3 +172,18 @@ def calibration_methods(config: dict) -> list[Method]:
     if baseline is None:
         baseline = Method(algorithms.BASELINE, algorithms.BASELINE, {}, (), {})
     return [baseline] + [m for m in methods if m.spec.speculative]
+
+
+def verdict_family_cells(config: dict, tp: int, method_name: str, repetition: int | None = None) -> list[str]:
+    """Under ``budget: verdict``, for a server above the smallest TP size: the cell outputs at the smallest TP of
+    every setting of its algorithm on its engine (itself among them), from which it learns where it is dominated
+    (implied.dominated; its server then waits for them: a DAG edge); [] otherwise, and where the algorithm has one
+    setting."""
+    method = next(m for m in expand_methods(config) if m.name == method_name)
+    smallest = min(config["tp"])
+    if verdict_reference_method(config, method) is None or tp == smallest:
+        return []
+    family = [m for m in expand_methods(config) if m.algorithm == method.algorithm and m.engine == method.engine]
+    if len(family) < 2:
+        return []
+    return [c["path"] for m in family for c in cells_of_server(config, smallest, m.name, repetition)]

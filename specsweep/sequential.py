@@ -157,9 +157,7 @@ def look_interval(
             scale,
         )
 
-    return log_ratio_interval(
-        side(m_shares, m_scale), side(a_shares, a_scale), [a_shares[s][2] for s in common], alpha
-    )
+    return log_ratio_interval(side(m_shares, m_scale), side(a_shares, a_scale), [a_shares[s][2] for s in common], alpha)
 
 
 class Looks:
@@ -225,7 +223,7 @@ class Looks:
             "decision": last["decision"] if last else UNDECIDED,
             "look_sessions": self.order[: last["sessions"]] if last else [],
             "look_alpha": last["alpha"] if last else None,
-            "look_final": bool(last) and last["look"] == len(self.counts),
+            "look_final": last is not None and last["look"] == len(self.counts),
             "stopped": stopped,
         }
 
