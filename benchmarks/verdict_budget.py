@@ -205,7 +205,8 @@ def main() -> int:
     args = parser.parse_args()
     failed = False
     print(
-        "| configuration | seed | cells | agreement | faster<->slower flips | wrong-way verdicts (true speedup >5% from 1) "
+        "| configuration | seed | cells | agreement | faster<->slower flips "
+        "| wrong-way verdicts (true speedup >5% from 1) "
         "| GPU-h exhaustive | GPU-h verdict | share | share of cell time | cells stopped early |"
     )
     print("|---|---|---|---|---|---|---|---|---|---|---|")

@@ -103,21 +103,20 @@ def bench_server(
 ) -> dict:
     """Produce every cell output of one server, measuring only what the cache lacks.
 
-    ``all_methods`` (every configured method) are checked against the server's capabilities first, so that any job
-    stops the workflow before a server starts. ``planned(sessions)`` returns {cell output: predicted seconds} for
-    the progress lines' time left; it is asked only when a cell is to be measured, once the workloads are built. A
-    cache entry is used only when it is verified (cells.cell_problem) and final under ``failures``
-    (cells.unfinished); any other entry is refused with a warning naming it, and the cell is measured again, as are
-    the outputs named in ``remeasure``. ``reference``: AR's cell files of this TP, which the cells stop against
-    under ``budget: verdict`` (job.budget; jobs.verdict_reference_cells). A measured cell that is not final is not
-    cached: the job says so and fails after its other cells (their outputs are then removed, the cache keeps them),
-    or, with ``failures.keep_going``, writes it to its output and records it as failed, so that the next run
-    measures it again. What the job does goes to the server's journal (layout.journal_path, in the cache);
-    ``run_record`` (the job's declared output) gets its run record. Under ``budget: verdict`` the cells that decided
-    cells imply are not measured (implied; ``predicted``: the cost model's {(workload, concurrency): speedup},
-    ``family``: the cell files of this algorithm's settings at the smallest TP): each gets its skipped_record. Returns {"hits": n, "measured": n,
-    "server_started": bool, "not_final": [outputs]}. Long because this docstring is the bench job's contract, in one
-    place.
+    ``all_methods`` (every configured method) are checked against the server's capabilities first, so that any job stops
+    the workflow before a server starts. ``planned(sessions)`` returns {cell output: predicted seconds} for the progress
+    lines' time left; it is asked only when a cell is to be measured, once the workloads are built. A cache entry is
+    used only when it is verified (cells.cell_problem) and final under ``failures`` (cells.unfinished); any other entry
+    is refused with a warning naming it, and the cell is measured again, as are the outputs named in ``remeasure``.
+    ``reference``: AR's cell files of this TP, which the cells stop against under ``budget: verdict`` (job.budget;
+    jobs.verdict_reference_cells). A measured cell that is not final is not cached: the job says so and fails after its
+    other cells (their outputs are then removed, the cache keeps them), or, with ``failures.keep_going``, writes it to
+    its output and records it as failed, so that the next run measures it again. What the job does goes to the server's
+    journal (layout.journal_path, in the cache); ``run_record`` (the job's declared output) gets its run record. Under
+    ``budget: verdict`` the cells that decided cells imply are not measured (implied; ``predicted``: the cost model's
+    {(workload, concurrency): speedup}, ``family``: the cell files of this algorithm's settings at the smallest TP):
+    each gets its skipped_record. Returns {"hits": n, "measured": n, "server_started": bool, "not_final": [outputs]}.
+    Long because this docstring is the bench job's contract, in one place.
     """
     failures = failures or DEFAULT_FAILURES
     check_host_environment()
@@ -298,11 +297,12 @@ def _measure_missing(
     not_final: list[tuple[str, str]],
     order=None,
 ) -> bool:
-    """Measure the ``missing`` cells (in ``order(missing)`` where given: budget: verdict's, which may skip some) on one server of the job: take its GPUs from the pool (and the cells another
-    run measured meanwhile from the cache), start the server, measure each cell into ``results`` (a final one also
-    into the cache; one that is not final into ``not_final``), and always stop the server. Returns whether a
-    server started. Long because the server's whole life (its GPUs, SIGTERM, its API key's file, its start, every
-    cell, its stop) is one with-block, which must end in one place."""
+    """Measure the ``missing`` cells (in ``order(missing)`` where given: budget: verdict's, which may skip some) on one
+    server of the job: take its GPUs from the pool (and the cells another run measured meanwhile from the cache), start
+    the server, measure each cell into ``results`` (a final one also into the cache; one that is not final into
+    ``not_final``), and always stop the server. Returns whether a server started. Long because the server's whole life
+    (its GPUs, SIGTERM, its API key's file, its start, every cell, its stop) is one with-block, which must end in one
+    place."""
     cache, journal = store
     server_name = job.name
     _check_writable(cache.root, "cache_dir")
