@@ -31,9 +31,9 @@ def next_concurrency(
 ) -> tuple[int | None, dict[int, tuple[str, tuple[int, int]]]]:
     """(the next concurrency of a workload to measure, None when none is left; {concurrency: (why it is not measured,
     the two concurrencies it is implied from)}) from the ``decisions`` of its cells measured so far (sequential
-    decisions: faster, slower, equivalent, undecided) and the cost model's ``predicted`` speedup at each concurrency. Ascending,
-    except that the first cell decided slower below the top, with every higher concurrency predicted slower, sends the
-    next measurement to the top, and a top decided slower too skips the cells between."""
+    decisions: faster, slower, equivalent, undecided) and the cost model's ``predicted`` speedup at each
+    concurrency. Ascending, except that the first cell decided slower below the top, with every higher concurrency
+    predicted slower, sends the next measurement to the top, and a top decided slower too skips the cells between."""
     levels = sorted(levels)
     top, skipped = levels[-1], {}
     for c in levels[:-1]:
