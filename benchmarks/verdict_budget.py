@@ -18,8 +18,13 @@ between the budgets: agreement = share of speculative cells in the same state; a
 slower under the other. The true speedup of a cell is the mean of its exhaustive estimates over the seeds; a
 wrong-way verdict = a decided cell on the other side of 1 from a true speedup more than 5% from 1.
 
-Numbers are simulated (the simulator's H200 profile of Qwen3-8B); plan-full is replayed at TP 1 on a subset of its
-workloads and concurrencies (--full for all of it: an hour of CPU) so that the run takes minutes.
+Under budget: verdict the implied cells are not measured (specsweep.implied: implied slower, with the plan's
+predicted speedups; dominated at the smallest TP): they cost nothing; an implied-slower cell counts as slower, a
+dominated one has no state and is counted apart.
+
+Numbers are simulated (the simulator's H200 profile of Qwen3-8B); plan-full is replayed at TP 1 and 4 on a subset of
+its workloads and concurrencies with at most 128 new tokens (--full for all of it: hours of CPU) so that the run
+takes minutes.
 
     .venv/bin/python benchmarks/verdict_budget.py [--seeds 5] [--full]
 """
@@ -36,17 +41,19 @@ import numpy as np
 import yaml
 
 from specsweep import config as cfg
-from specsweep import metrics, sequential, verdict
+from specsweep import implied, metrics, sequential, verdict
+from specsweep.calibration.choose import resolve
 from specsweep.coerce import coerce_to_schema
 from specsweep.jobs import cell_requests, workload_concurrency
 from specsweep.methods import expand_methods
+from specsweep.plan import predict_server
 from specsweep.sim.replay import closed_loop, engine
 from specsweep.workloads import build
 
 REPO = Path(__file__).resolve().parents[1]
 STARTUP_SECONDS = 90.0  # one server's start-up on an H200 (weights, initialisation, CUDA graphs), under both budgets
 # plan-full's subset by default: TP 1, its short, long and agentic-2 workloads at these concurrencies, 128 new tokens
-SUBSET = {"tp": [1], "workloads": ["short", "long", "agentic-2"], "concurrency": [1, 4, 16, 64], "max_new_tokens": 128}
+SUBSET = {"tp": [1, 4], "workloads": ["short", "long", "agentic-2"], "concurrency": [1, 4, 16], "max_new_tokens": 128}
 
 
 def load(name: str, subset: dict | None) -> dict:
@@ -104,52 +111,94 @@ def method_engine(method, tp: int, seed: int):
     return engine(method.algorithm, tp=tp, random_seed=seed, **params)
 
 
+def predicted_speedups(config: dict, tp: int, method: str, ar: str) -> dict:
+    """The plan's predicted speedup of each cell of a method over AR's: {(workload, concurrency): AR's predicted
+    seconds / the method's}, as the bench job has it for the implied-slower rule."""
+    seconds = [
+        {(r["workload"], r["concurrency"]): r["measure_s"] for r in predict_server(config, tp, name)}
+        for name in (ar, method)
+    ]
+    return {cell: seconds[0][cell] / seconds[1][cell] for cell in seconds[1]}
+
+
 def replay(config: dict, seed: int) -> list[dict]:
-    """Every speculative cell of ``config`` for one seed: both budgets' state and seconds, and AR's seconds."""
+    """Every speculative cell of ``config`` for one seed: both budgets' state and seconds, and AR's seconds; under
+    budget: verdict a cell implied slower or dominated at the smallest TP (implied) costs nothing and has no state
+    of its own."""
     methods = expand_methods(config)
     ar_method = next(m for m in methods if not m.spec.speculative)
     settings = dict(config["verdict_stopping"])
-    rows = []
+    priced = resolve(config, None)
+    rows, smallest = [], min(config["tp"])
+    intervals: dict = {}  # {(workload, method): {concurrency: interval}} at the smallest TP, for implied.dominated
     for tp in config["tp"]:
         for w in config["workloads"]:
             levels = workload_concurrency(config, w)
             most = max(cell_requests(w, c, config["load"]) for c in levels)
             sessions = build(dict(w, requests=most), seed, False, None, config["model"]["context_length"])
-            for c in levels:
-                cell = sessions[: cell_requests(w, c, config["load"])]
-                ar = closed_loop(method_engine(ar_method, tp, seed), cell, c)
-                ar_window = metrics.steady_window(ar, c)
-                ar_seconds = max(r["t_end"] for r in ar)
-                for m in methods:
-                    if not m.spec.speculative:
-                        continue
-                    records = closed_loop(method_engine(m, tp, seed), cell, c)
-                    full = metrics.speedup(records, ar, metrics.steady_window(records, c), ar_window, seed=seed)
-                    lo, hi = full["speedup_ci"] or (None, None)
-                    stop = stopped(records, cell, ar, c, settings)
-                    ci = stop["look"]["speedup_ci"] or (None, None)
+            cells = {c: sessions[: cell_requests(w, c, config["load"])] for c in levels}
+            ar = {c: closed_loop(method_engine(ar_method, tp, seed), cells[c], c) for c in levels}
+            for m in methods:
+                if not m.spec.speculative:
+                    continue
+                family = [f.name for f in methods if f.algorithm == m.algorithm]
+                by = (
+                    implied.dominated(m.name, {f: intervals.get((w["name"], f), {}) for f in family}, levels)
+                    if tp > smallest
+                    else None
+                )
+                predicted = predicted_speedups(priced, tp, m.name, ar_method.name)
+                per_level = {c: method_cell(m, tp, seed, cells[c], ar[c], c, settings) for c in levels}
+                decisions: dict = {}
+                skipped: dict = {}
+                while by is None:
+                    nxt, skipped = implied.next_concurrency(
+                        levels, decisions, {c: predicted[(w["name"], c)] for c in levels}
+                    )
+                    if nxt is None:
+                        break
+                    decisions[nxt] = per_level[nxt]["decision"]
+                for c in levels:
+                    row = per_level[c]
+                    if by is not None or c in skipped:
+                        row.update(verdict_s=0.0, verdict=verdict.SLOWER if c in skipped else "dominated")
+                    if tp == smallest and c in decisions:  # a cell not measured is absent
+                        intervals.setdefault((w["name"], m.name), {})[c] = (
+                            tuple(row["ci"]) if row["ci"][0] is not None else None
+                        )
                     rows.append(
-                        {
-                            "key": (tp, m.name, w["name"], c),
-                            "server": (tp, m.name),
-                            "speedup": full["speedup"],
-                            "exhaustive": verdict.state(lo, hi),
-                            "verdict": verdict.state(*ci),
-                            "decision": stop["look"]["decision"],
-                            "exhaustive_s": max(r["t_end"] for r in records) * tp,
-                            "verdict_s": stop["cost"] * tp,
-                            "ar_s": ar_seconds * tp,
-                            "ar_key": (tp, w["name"], c),
-                            "sessions": len(cell),
-                            "sessions_verdict": stop["sessions"],
-                        }
+                        dict(row, key=(tp, m.name, w["name"], c), server=(tp, m.name), ar_key=(tp, w["name"], c))
                     )
     return rows
 
 
+def method_cell(m, tp: int, seed: int, cell: list, ar: list[dict], c: int, settings: dict) -> dict:
+    """One method's cell replayed once: its exhaustive speedup and state, where budget: verdict stops it, and both
+    budgets' GPU-seconds (and AR's cell's)."""
+    records = closed_loop(method_engine(m, tp, seed), cell, c)
+    full = metrics.speedup(records, ar, metrics.steady_window(records, c), metrics.steady_window(ar, c), seed=seed)
+    lo, hi = full["speedup_ci"] or (None, None)
+    stop = stopped(records, cell, ar, c, settings)
+    ci = stop["look"]["speedup_ci"] or (None, None)
+    return {
+        "speedup": full["speedup"],
+        "exhaustive": verdict.state(lo, hi),
+        "verdict": verdict.state(*ci),
+        "ci": list(ci),
+        "decision": stop["look"]["decision"],
+        "exhaustive_s": max(r["t_end"] for r in records) * tp,
+        "verdict_s": stop["cost"] * tp,
+        "ar_s": max(r["t_end"] for r in ar) * tp,
+        "sessions": len(cell),
+        "sessions_verdict": stop["sessions"],
+    }
+
+
 def gpu_hours(rows: list[dict], column: str) -> float:
-    """Start-ups of every server (AR's included) plus every cell's GPU-seconds, AR's cells counted once."""
-    servers = {r["server"] for r in rows} | {(k[0], "ar") for k in (r["ar_key"] for r in rows)}
+    """Start-ups of every server (AR's included) plus every cell's GPU-seconds, AR's cells counted once; under
+    budget: verdict a server whose every cell is dominated is not started."""
+    servers = {r["server"] for r in rows if column == "exhaustive_s" or r["verdict"] != "dominated"}
+    servers |= {(k[0], "ar") for k in (r["ar_key"] for r in rows)}
     ar = {r["ar_key"]: r["ar_s"] for r in rows}
     return (sum(tp * STARTUP_SECONDS for tp, _ in servers) + sum(ar.values()) + sum(r[column] for r in rows)) / 3600
 
@@ -162,7 +211,8 @@ def summarise(name: str, runs: list[list[dict]]) -> dict:
             truth.setdefault(r["key"], []).append(r["speedup"])
     truth = {k: float(np.mean([v for v in vs if v is not None])) for k, vs in truth.items()}
     out = []
-    for rows in runs:
+    for every in runs:
+        rows = [r for r in every if r["verdict"] != "dominated"]  # no verdict of its own: counted apart
         same = sum(r["exhaustive"] == r["verdict"] for r in rows)
         flips = [r for r in rows if {r["exhaustive"], r["verdict"]} == {verdict.FASTER, verdict.SLOWER}]
         clear = [r for r in rows if abs(truth[r["key"]] - 1) > 0.05]
@@ -172,9 +222,10 @@ def summarise(name: str, runs: list[list[dict]]) -> dict:
             if r["verdict"] in (verdict.FASTER, verdict.SLOWER)
             and (r["verdict"] == verdict.FASTER) != (truth[r["key"]] > 1)
         ]
-        exhaustive, verdict_hours = gpu_hours(rows, "exhaustive_s"), gpu_hours(rows, "verdict_s")
-        cells_exh = sum(r["exhaustive_s"] for r in rows) + sum({r["ar_key"]: r["ar_s"] for r in rows}.values())
-        cells_ver = sum(r["verdict_s"] for r in rows) + sum({r["ar_key"]: r["ar_s"] for r in rows}.values())
+        exhaustive, verdict_hours = gpu_hours(every, "exhaustive_s"), gpu_hours(every, "verdict_s")
+        ar_seconds = sum({r["ar_key"]: r["ar_s"] for r in every}.values())
+        cells_exh = sum(r["exhaustive_s"] for r in every) + ar_seconds
+        cells_ver = sum(r["verdict_s"] for r in every) + ar_seconds
         out.append(
             {
                 "cells": len(rows),
@@ -192,6 +243,8 @@ def summarise(name: str, runs: list[list[dict]]) -> dict:
                 "share": verdict_hours / exhaustive,
                 "cell_share": cells_ver / cells_exh,
                 "stopped_early": sum(r["sessions_verdict"] < r["sessions"] for r in rows) / len(rows),
+                "implied": sum(r["verdict_s"] == 0 and r["verdict"] == verdict.SLOWER for r in rows),
+                "dominated": len(every) - len(rows),
             }
         )
     return {"name": name, "seeds": out}
@@ -207,9 +260,10 @@ def main() -> int:
     print(
         "| configuration | seed | cells | agreement | faster<->slower flips "
         "| wrong-way verdicts (true speedup >5% from 1) "
-        "| GPU-h exhaustive | GPU-h verdict | share | share of cell time | cells stopped early |"
+        "| GPU-h exhaustive | GPU-h verdict | share | share of cell time | cells stopped early "
+        "| implied slower | dominated |"
     )
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for name, subset in (("config.yaml", None), ("plan-full.yaml", None if args.full else SUBSET)):
         config = load(name, subset)
         began = time.process_time()
@@ -221,7 +275,7 @@ def main() -> int:
                 f"| {name}{'' if subset is None else ' (subset)'} | {args.first_seed + i} | {row['cells']} | "
                 f"{row['agreement']:.1%} | {row['flips']} | {row['wrong_way']} of {row['clear_cells']} | "
                 f"{row['hours_exhaustive']:.3f} | {row['hours_verdict']:.3f} | {row['share']:.0%} | "
-                f"{row['cell_share']:.0%} | {row['stopped_early']:.0%} |",
+                f"{row['cell_share']:.0%} | {row['stopped_early']:.0%} | {row['implied']} | {row['dominated']} |",
                 flush=True,
             )
         for i, row in enumerate(table["seeds"]):

@@ -351,7 +351,6 @@ def _measure_missing(
                         argv,
                         env,
                         progress,
-                        cell.get("ar_records"),
                     ).as_dict()
                 except Exception as exc:
                     record_failure(cell, exc, server, journal, server_name)

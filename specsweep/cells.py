@@ -446,11 +446,9 @@ def measure_cell(
     argv: list[str],
     env: dict,
     progress: Progress | None = None,
-    ar_records: list[dict] | None = None,
 ) -> CellResult:
     """Measure one cell on a running server: flush its prefix cache, warm it up on sessions of their own, then run
-    the cell's load between two scrapes of its counters, sampling its load gauges meanwhile. ``ar_records``: AR's
-    cell of the same (TP, workload, concurrency), which a cell under ``budget: verdict`` stops against."""
+    the cell's load between two scrapes of its counters, sampling its load gauges meanwhile."""
     where = f"cell {cell['output']}"
     server.check_alive(f"before {where}")
     _flush_prefix_cache(server)
@@ -463,7 +461,7 @@ def measure_cell(
     before = scrape(server.url, server.headers)
     measured = sessions[: cell["requests"]]  # the cell's own sessions (an adaptive cell may go on past them)
     with LoadSampler(server.url, server.headers) as sampler:
-        records, precision = _run_load(server, job, cell, sessions, load, progress, ar_records)
+        records, precision = _run_load(server, job, cell, sessions, load, progress)
     deltas = counter_deltas(before, scrape(server.url, server.headers))
     info = server_info(server.url, server.headers)
     ended = datetime.now(timezone.utc)
@@ -553,10 +551,11 @@ def _run_load(
     sessions: list,
     load: LoadModel,
     progress: Progress | None,
-    ar_records: list[dict] | None = None,
 ) -> tuple[list, dict | None]:
     """The cell's measured requests (its sessions, or under ``adaptive`` as many as its precision needs, or under
-    ``budget: verdict`` as many as its verdict against AR needs) and how it stopped (None for a fixed cell)."""
+    ``budget: verdict`` as many as its verdict against AR's cell of its TP, workload and concurrency needs: the
+    cell's ``ar_records``, bench._reference_records) and how it stopped (None for a fixed cell)."""
+    ar_records = cell.get("ar_records")
     adaptive, measured = job.adaptive, sessions[: cell["requests"]]
     if progress is not None:
         progress.start(cell, adaptive["max_requests"] if adaptive else sum(1 + len(s.followups) for s in measured))

@@ -16,8 +16,10 @@ of a fixed maximum number of looks):
     se^2 = sum over content kinds h of n_h / (n_h - 1) x sum over i in h of (u_i - mean_h(u))^2
     interval = [S x exp(-z x se), S x exp(z x se)],  z = Phi^-1(1 - alpha_k / 2)
 
-(t: a session's output tokens inside its cell's steady-state window, s: the engine seconds charged to it, c: the
-cell's charged seconds per second of window, as metrics.speedup has them). Since the K intervals together miss the
+(t: a session's output tokens, s: the engine seconds charged to it, c: the cell's charged seconds per second of
+window. Before the last look, while sessions are still being started, a request is charged its time in the loop
+after the loop first held its concurrency, divided by the concurrency, and c = 1 (running_shares); at the last look
+every session's steady-state window charge, as metrics.speedup has it.) Since the K intervals together miss the
 true speedup with probability at most alpha_1 + ... + alpha_K = alpha (Bonferroni's inequality), the interval of the
 look at which the cell stops, whichever rule chose it, covers with probability at least ``level``.
 
