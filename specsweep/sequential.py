@@ -162,6 +162,31 @@ def look_interval(
     return log_ratio_interval(side(m_shares, m_scale), side(a_shares, a_scale), [a_shares[s][2] for s in common], alpha)
 
 
+SESSION_SPREAD = 0.25  # predicted sd of one session's influence on log S x sqrt(n) (DFlash on the simulator: 0.2-0.28)
+
+
+def sessions_needed(speedup: float, alpha: float, equivalence: float, spread: float = SESSION_SPREAD) -> float:
+    """Sessions a cell's interval at ``alpha`` needs to decide at a true ``speedup``: the half-width on the log scale,
+    z x spread / sqrt(n) (z = Phi^-1(1 - alpha / 2)), below |ln S| to exclude 1, or below ln(1 + equivalence) - |ln
+    S| to lie inside the equivalence band, whichever needs fewer: n = (z x spread / margin)^2 (infinite where
+    neither margin is positive)."""
+    z, distance = NormalDist().inv_cdf(1 - alpha / 2), abs(math.log(speedup))
+    margins = [m for m in (distance, math.log(1 + equivalence) - distance) if m > 0]
+    return min((z * spread / m) ** 2 for m in margins) if margins else math.inf
+
+
+def stopping_sessions(requests: int, speedup: float, settings: dict, spread: float = SESSION_SPREAD) -> int:
+    """The sessions a cell of ``requests`` sessions is predicted to stop after under budget: verdict at a true
+    ``speedup``: the first look whose session count is at least what its own alpha needs (sessions_needed), else
+    the cap."""
+    settings = {**DEFAULTS, **settings}
+    counts = look_sessions(requests, settings["looks"])
+    for n, alpha in zip(counts, look_alphas(counts, settings["level"])):
+        if n >= sessions_needed(speedup, alpha, settings["equivalence"], spread):
+            return n
+    return requests
+
+
 class Looks:
     """The looks of one cell: at each of look_sessions' counts, once those first sessions have all completed, the
     speedup interval at that look's alpha and its decision. ``order``: the cell's session ids in the order they are
