@@ -672,3 +672,35 @@ def _predicted_implied(rows: list[dict], ar: dict) -> set[str]:
             decisions[nxt] = "slower" if predicted[nxt] < 1 else "faster"
         out |= {cells[c][1]["path"] for c in skipped}
     return out
+
+
+def uncertainty(rows: list[dict], config: dict) -> dict[str, float]:
+    """Per speculative server: the predicted GPU-seconds its cells spend before they decide under budget: verdict
+    (each cell's predicted seconds x the share of its sessions sequential.stopping_sessions predicts it needs at its
+    predicted speedup over AR's cell), over its cells' predicted seconds: 1 where no cell is predicted to decide
+    before its cap, small where every cell decides at its first look."""
+    from . import sequential
+
+    settings = config.get("verdict_stopping") or {}
+    baseline = {m.name for m in expand_methods(config) if not m.spec.speculative}
+    ar = {(r["tp"], r["workload"], r["concurrency"]): r["measure_s"] for r in rows if r["method"] in baseline}
+    spent: dict[str, list[float]] = {}
+    for r in rows:
+        base = ar.get((r["tp"], r["workload"], r["concurrency"]))
+        if r["method"] in baseline or not base or not r["measure_s"]:
+            continue
+        share = sequential.stopping_sessions(r["requests"], base / r["measure_s"], settings) / r["requests"]
+        part = spent.setdefault(r["server"], [0.0, 0.0])
+        part[0] += r["measure_s"] * share
+        part[1] += r["measure_s"]
+    return {server: a / b if b else 1.0 for server, (a, b) in spent.items()}
+
+
+def verdict_priorities(rows: list[dict], config: dict, packing: Mapping[str, int]) -> dict[str, int]:
+    """Snakemake priorities under budget: verdict: AR's servers first (every other cell decides against theirs),
+    then the speculative servers whose verdicts are most uncertain by the plan's prediction (uncertainty), ties in
+    the plan's packing order (``packing``: priorities), so that a run cut short has decided the cells the plan could
+    not call."""
+    score = uncertainty(rows, config)
+    servers = sorted({r["server"] for r in rows}, key=lambda s: (s in score, -score.get(s, 0.0), -packing.get(s, 0)))
+    return {server: len(servers) - i for i, server in enumerate(servers)}
