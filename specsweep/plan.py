@@ -644,8 +644,8 @@ def budget_lines(config: dict, rows: list[dict]) -> list[str]:
     chosen = config.get("budget", "exhaustive")
     return [
         f"- budget (`budget: {chosen}`): exhaustive {_hours(full / 3600)} GPU-hours; verdict {_hours(least / 3600)} "
-        f"to {_hours(full / 3600)} GPU-hours (at the least: each cell stops at the first look its predicted speedup and a "
-        f"per-session spread of {sequential.SESSION_SPREAD} decide, and the cells the cost model predicts "
+        f"to {_hours(full / 3600)} GPU-hours (at the least: each cell stops at the first look its predicted speedup "
+        f"and a per-session spread of {sequential.SESSION_SPREAD} decide, and the cells the cost model predicts "
         f"{implied.IMPLIED_SLOWER.removeprefix('not measured: ')} cost nothing; at the most: every cell to its cap); "
         f"lower bound {_hours(bound / 3600)} GPU-hours (start-ups, AR's cells, and the sessions each interval needs)"
     ]
