@@ -93,9 +93,9 @@ def read_config_file(path: str | Path):
 def check_budget(config: dict) -> None:
     """``budget: verdict`` stops each speculative cell against AR's: it needs an AR method, one launch per server and
     no adaptive cells (both stop a cell; one rule at a time)."""
-    stopping = config["verdict_stopping"]
-    stopping.update({k: float(stopping[k]) for k in ("equivalence", "level")})
-    if config["budget"] != "verdict":
+    stopping = config.get("verdict_stopping") or {}
+    stopping.update({k: float(stopping[k]) for k in ("equivalence", "level") if k in stopping})
+    if config.get("budget", "exhaustive") != "verdict":
         return
     if config["adaptive"]["enabled"]:
         raise ConfigError(

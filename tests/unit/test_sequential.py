@@ -184,3 +184,47 @@ def test_a_look_waits_until_every_request_of_its_sessions_has_finished():
     looks = sequential.Looks(ids, {s: 2 if s == "s003" else 1 for s in ids}, ar, 1, {"looks": 4})
     assert looks.ready(method[: looks.counts[0]]) == []  # s003's second turn has not finished
     assert sequential.verdict_interval({"precision": {"budget": None}}, {"requests": ar}) is None
+
+
+@pytest.mark.parametrize(
+    "change, words",
+    [
+        ({"adaptive": {"enabled": True}}, "budget: verdict and adaptive.enabled both stop a cell early"),
+        ({"repetitions": 2}, "repetitions: 2 is not supported with it"),
+        ({"load": {"model": "poisson", "rate": 2.0}}, "it needs load.model: closed and load.think_time: 0"),
+    ],
+)
+def test_budget_verdict_refuses_what_its_looks_cannot_stop(change, words):
+    from conftest import fast_config, validated
+
+    from specsweep.errors import ConfigError
+
+    config = {**fast_config(), "budget": "verdict", **change}
+    with pytest.raises(ConfigError, match=words.replace(".", r"\.")):
+        validated(config)
+    assert validated(fast_config())["budget"] == "exhaustive"
+
+
+def test_exhaustive_cells_keep_their_keys_and_only_speculative_servers_stop_under_budget_verdict():
+    from conftest import fast_config, validated
+
+    from specsweep import jobs
+    from specsweep.cells import keyed_cells
+
+    exhaustive = validated(fast_config())
+    tighter = validated({**fast_config(), "verdict_stopping": {"looks": 8}})  # read only under budget: verdict
+    verdict_config = validated({**fast_config(), "budget": "verdict"})
+    assert "budget" not in jobs.server_job(exhaustive, 1, "dflash").as_dict()
+
+    def keys(config, method):
+        return [c["key"] for c in keyed_cells(jobs.server_job(config, 1, method), "identity")[0]]
+
+    assert keys(exhaustive, "dflash") == keys(tighter, "dflash")
+    assert keys(exhaustive, "ar") == keys(verdict_config, "ar")  # AR measures every session under both
+    assert jobs.server_job(verdict_config, 1, "ar").budget is None
+    assert jobs.server_job(verdict_config, 1, "dflash").budget == {"looks": 4, "equivalence": 0.03, "level": 0.95}
+    assert set(keys(verdict_config, "dflash")).isdisjoint(keys(exhaustive, "dflash"))
+    assert jobs.verdict_reference_cells(verdict_config, 1, "dflash") == [
+        c["path"] for c in jobs.cells_of_server(verdict_config, 1, "ar")
+    ]
+    assert jobs.verdict_reference_cells(exhaustive, 1, "dflash") == []
