@@ -228,3 +228,33 @@ def test_exhaustive_cells_keep_their_keys_and_only_speculative_servers_stop_unde
         c["path"] for c in jobs.cells_of_server(verdict_config, 1, "ar")
     ]
     assert jobs.verdict_reference_cells(exhaustive, 1, "dflash") == []
+
+
+def test_on_the_simulator_the_interval_a_cell_stops_at_covers_the_mean_of_independent_draws():
+    """Independent prompt draws (another seed each) of AR's and DFlash's cell at concurrency 4 on the simulated
+    engine in virtual time, stopped as budget: verdict stops them (the looks taken before each new session starts);
+    the truth is the mean of the draws' speedups over every session (as ci_coverage takes it). With 24 draws the
+    bound is loose, as ci_coverage's test has it: a calibrated interval covers 21-24 of them."""
+    import sys
+
+    from conftest import REPO
+
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    import verdict_budget
+
+    from specsweep.sim.replay import closed_loop, engine
+    from specsweep.workloads import build
+
+    settings = {"looks": 4, "equivalence": 0.03, "level": 0.95}
+    draws, estimates = [], []
+    for seed in range(3000, 3024):
+        sessions = build({"name": "short", "family": "short", "requests": 32, "max_new_tokens": 96}, seed=seed)
+        ar = closed_loop(engine("ar"), sessions, 4)
+        records = closed_loop(engine("dflash", random_seed=seed), sessions, 4)
+        whole = sequential.look_interval(records, ar, [s.id for s in sessions], 4, 0.05, final=True)
+        estimates.append(whole["speedup"])
+        draws.append(verdict_budget.stopped(records, sessions, ar, 4, settings))
+    truth = float(np.mean(estimates))
+    covered = [d["look"]["speedup_ci"][0] <= truth <= d["look"]["speedup_ci"][1] for d in draws]
+    assert sum(covered) >= 21, (truth, [d["look"] for d in draws])
+    assert any(d["sessions"] < 32 for d in draws)  # the stopping rule was exercised
