@@ -32,13 +32,14 @@ from functools import lru_cache
 from pathlib import Path
 from typing import NamedTuple
 
-from . import engines
+from . import engines, implied, sequential
 from .cache import CellCache
 from .calibration import choose
 from .canon import atomic_write_json, atomic_write_text, digest, package_digest
 from .cells import cell_digest, cell_key, cell_sessions
 from .jobs import calibration_methods, cells_of_server, server_job, servers
 from .methods import expand_methods
+from .metrics import MIN_SESSIONS
 from .layout import plan_memo_path, server_name
 from .modelling.acceptance import mean_tau
 from .modelling.cost import CostModel
@@ -614,9 +615,6 @@ def budget_lines(config: dict, rows: list[dict]) -> list[str]:
       highest (specsweep.implied) cost nothing;
     - lower bound: every server's start-up, AR's cells in full, and each speculative cell not predicted implied only
       the sessions its interval needs (sequential.sessions_needed at the whole alpha, at least MIN_SESSIONS)."""
-    from . import implied, sequential
-    from .metrics import MIN_SESSIONS
-
     settings = config.get("verdict_stopping") or {}
     level = float(settings.get("level", sequential.DEFAULTS["level"]))
     equivalence = float(settings.get("equivalence", sequential.DEFAULTS["equivalence"]))
@@ -654,8 +652,6 @@ def budget_lines(config: dict, rows: list[dict]) -> list[str]:
 def _predicted_implied(rows: list[dict], ar: dict) -> set[str]:
     """The cell paths implied.next_concurrency would skip if every cell were decided as the cost model predicts it
     (slower where its predicted speedup is below 1)."""
-    from . import implied
-
     groups: dict = {}
     for r in rows:
         base = ar.get((r["tp"], r["workload"], r["concurrency"]))
@@ -679,8 +675,6 @@ def uncertainty(rows: list[dict], config: dict) -> dict[str, float]:
     (each cell's predicted seconds x the share of its sessions sequential.stopping_sessions predicts it needs at its
     predicted speedup over AR's cell), over its cells' predicted seconds: 1 where no cell is predicted to decide
     before its cap, small where every cell decides at its first look."""
-    from . import sequential
-
     settings = config.get("verdict_stopping") or {}
     baseline = {m.name for m in expand_methods(config) if not m.spec.speculative}
     ar = {(r["tp"], r["workload"], r["concurrency"]): r["measure_s"] for r in rows if r["method"] in baseline}
