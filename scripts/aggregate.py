@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 from specsweep import ddtree
-from specsweep.aggregate import AggregateError, verified_cells, write_tables
+from specsweep.aggregate import AggregateError, skipped_cells, verified_cells, write_tables
 from specsweep.server_job import ServerJob
 from specsweep.slo import Slo
 
@@ -27,4 +27,12 @@ try:
 except AggregateError as exc:
     sys.exit(f"aggregate: {exc}")
 slo = Slo.from_config(json.loads(snakemake.params.slo))
-write_tables(cells, Path(snakemake.output.summary).parent, failures, engines, environments, slo)
+write_tables(
+    cells,
+    Path(snakemake.output.summary).parent,
+    failures,
+    engines,
+    environments,
+    slo,
+    skipped_cells(list(snakemake.input.cells)),
+)

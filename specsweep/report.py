@@ -1040,6 +1040,15 @@ def _read_table(tables_dir: str | Path, name: str, columns: list[str] | None = N
     return pd.read_csv(path, usecols=(lambda c: c in columns) if columns else None)
 
 
+def skipped_section(tables_dir: str | Path, data: dict[str, str]) -> dict:
+    """Section: the cells budget: verdict did not measure (skipped.csv: implied slower, dominated at the smallest
+    TP), each with its reason; none where every cell was measured."""
+    table = _read_table(tables_dir, "skipped", ["tp", "method", "workload", "concurrency", "reason"])
+    shown = table.sort_values(["tp", "method", "workload", "concurrency"]) if len(table) else table
+    has = _table(shown, data, "skipped.csv", ["method", "workload", "reason"])
+    return {"has_skipped": has, "skipped_count": len(table)}
+
+
 def slo_section(t: Tables, tables_dir: str | Path, figs: Figures, data: dict[str, str]) -> dict:
     """Section: service-level objectives (slo.csv, the summary's slo_<name>_* columns). Per objective, TP size and
     workload, the share of requests meeting it against concurrency per method with its 95% interval and the
@@ -1460,6 +1469,7 @@ def prepare(
         **slo_section(t, tables_dir, figs, data),
         **agentic(t, figs, data),
         **engines_section(tables_dir, data),
+        **skipped_section(tables_dir, data),
         **content_kinds(t, figs, data, tables_dir),
         **acceptance_per_depth(t, figs, data, tables_dir),
         **forced_break_even(t, tables_dir, data),
