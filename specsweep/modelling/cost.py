@@ -430,7 +430,7 @@ class CostModel:
                 if decoding.verifies_tree():  # choosing the tree's nodes from topk^2 candidates a step
                     gpu += r.get("draft_tree_per_node", 0.0) * width * len(contexts)
         cpu = self.cpu_seconds(decoding, len(contexts))
-        if decoding.overlap and spec.overlap:
+        if decoding.overlap and spec.overlapped(decoding.params()):
             return max(gpu, cpu) if "cpu_step" in r else gpu
         return gpu + cpu
 
