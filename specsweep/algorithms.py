@@ -279,8 +279,9 @@ class DDTree(Algorithm):
         return ddtree.build(params.get("tree_build")).overlap
 
     def check(self, params: Mapping, flags: list[str], attention_backend: str | None, spelling: dict) -> None:
-        refused = ddtree.refusals(ddtree.build(params.get("tree_build")), params.get("topk"), _page_size(flags),
-                                  attention_backend)
+        refused = ddtree.refusals(
+            ddtree.build(params.get("tree_build")), params.get("topk"), _page_size(flags), attention_backend
+        )
         if refused:
             raise AlgorithmError(refused, key="topk" if refused.startswith("topk") else None)
         required = spelling.get("attention_backend")
@@ -313,7 +314,10 @@ class DDTree(Algorithm):
 
     def from_server(self, values: Mapping, env: Mapping) -> dict:
         params = super().from_server(values, env)
-        params["block_size"] = DFLASH.from_server(values, env)["block_size"]
+        # the v2-runtime fork spells the block --speculative-ddtree-block-size; PR 29907 as DFlash does
+        params["block_size"] = int(
+            values.get("speculative_ddtree_block_size") or DFLASH.from_server(values, env)["block_size"]
+        )
         params["topk"] = (
             int(env["SGLANG_DDTREE_MAX_TOPK"]) if str(env.get("SGLANG_DDTREE_MAX_TOPK", "")).strip() else None
         )  # unset: the build's own cap
