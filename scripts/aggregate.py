@@ -27,4 +27,5 @@ try:
 except AggregateError as exc:
     sys.exit(f"aggregate: {exc}")
 slo = Slo.from_config(json.loads(snakemake.params.slo))
-write_tables(cells, Path(snakemake.output.summary).parent, failures, engines, environments, slo)
+stage_costs = json.loads(snakemake.params.stage_costs)  # the cost models beside DDTree's stage records
+write_tables(cells, Path(snakemake.output.summary).parent, failures, engines, environments, slo, stage_costs)

@@ -272,3 +272,71 @@ class SimulatedProfiler:
         with open(self.path, "a", encoding="utf-8") as out:
             out.write(json.dumps(record, sort_keys=True) + "\n")
         self._reset()
+
+
+STAGE_COLUMNS = (
+    ["simulated", "tp", "method", "engine", "workload", "concurrency", "budget", "verify_width", "batch", "context"]
+    + ["rounds", "records", "unknown"]
+    + [f"measured_ms_{p}" for p in PARTS]
+    + ["measured_ms_round"]
+    + [f"modelled_ms_{p}" for p in PARTS]
+    + ["modelled_ms_round", "cost_model"]
+)
+
+
+def stage_rows(cells: Mapping[str, dict], costs: Mapping[str, dict] | None = None):
+    """One row per cell with stage records (``stages``): its split in milliseconds per verify round, measured (the
+    build's records; on the simulated backend its cost model's, written as the build writes them) beside the
+    simulator's split of the same round (``simulated_split`` at the cell's mean batch of the profiled rounds and its
+    mean context, prompt + output / 2 of its completed requests), with the cost model ``costs`` gives for
+    "<engine>|<tp>" (a cost model's settings: calibration.choose.sim_settings; none: no modelled columns).
+    ``unknown`` names the stages kept as other."""
+    import pandas as pd
+
+    from . import algorithms
+    from .modelling.cost import CostModel
+    from .modelling.decoding import Decoding
+
+    rows = []
+    for cell in cells.values():
+        stages = cell.get("stages")
+        if not stages:
+            continue
+        method, where = cell["method"], cell["cell"]
+        params = method.get("params") or {}
+        done = [r for r in cell["requests"] if r.get("error") is None]
+        prompt = sum(r.get("prompt_tokens") or 0 for r in done) / max(len(done), 1)
+        output = sum(r.get("output_tokens") or 0 for r in done) / max(len(done), 1)
+        batch = stages["meta"].get("batch_size") or float(where["concurrency"])
+        row = {
+            "simulated": bool(cell["simulated"]),
+            "tp": where["tp"],
+            "method": where["method"],
+            "engine": method.get("engine") or "",
+            "workload": where["workload"],
+            "concurrency": where["concurrency"],
+            "budget": params.get("budget"),
+            "verify_width": stages["meta"].get("verify_width"),
+            "batch": batch,
+            "context": prompt + output / 2,
+            "rounds": stages["rounds"],
+            "records": stages["records"],
+            "unknown": ";".join(stages["unknown"]),
+            **{f"measured_ms_{p}": stages["seconds_per_round"][p] * 1000 for p in PARTS},
+            "measured_ms_round": sum(stages["seconds_per_round"].values()) * 1000,
+        }
+        settings = (costs or {}).get(f"{row['engine']}|{where['tp']}")
+        if settings is not None and algorithms.get(method["algorithm"]).builds_trees:
+            cost = CostModel.named(
+                settings["gpu"], settings["model_profile"], settings["runtime"], where["tp"],
+                settings.get("profiles"), settings.get("draft_model_profile"),
+            )  # fmt: skip
+            decoding = Decoding.of_params(method["algorithm"], params, "--disable-overlap-schedule" not in
+                                          (cell["provenance"].get("command") or []), {})  # fmt: skip
+            parts = simulated_split(cost, decoding, [int(row["context"])] * max(1, round(batch)))
+            row.update({f"modelled_ms_{p}": parts[p] * 1000 for p in PARTS})
+            row["modelled_ms_round"] = sum(parts.values()) * 1000
+            row["cost_model"] = (settings.get("cost_model") or {}).get("label", settings["runtime"])
+        rows.append(row)
+    frame = pd.DataFrame(rows, columns=STAGE_COLUMNS)
+    return frame.sort_values(["tp", "workload", "concurrency", "method"]).reset_index(drop=True)

@@ -38,6 +38,7 @@ TABLES = (
     "kinds",
     "acceptance_depth",
     "slo",
+    "ddtree_stages",
 )
 
 # report sections: key -> title (the PDF's sections and the HTML report's categories)

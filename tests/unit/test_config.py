@@ -80,7 +80,8 @@ def test_tree_build_is_a_known_build_and_only_for_ddtree():
     assert paper.params["tree_build"] == "paper" and default.params["tree_build"] == "sglang-pr29907"
     config["methods"] = [{"name": "t", "algorithm": "ddtree", "budget": 8, "tree_build": "my-fork"}]
     with pytest.raises(
-        cfg.ConfigError, match=r"methods\[0\] \(t\)\.tree_build.*my-fork.*known builds: paper, rancy-wang-ddtree-v2, sglang-pr29907"
+        cfg.ConfigError,
+        match=r"methods\[0\] \(t\)\.tree_build.*my-fork.*known builds: paper, rancy-wang-ddtree-v2, sglang-pr29907",
     ):
         validated(config)
     config["methods"] = [{"name": "d", "algorithm": "dflash", "tree_build": "paper"}]

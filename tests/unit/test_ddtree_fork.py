@@ -133,8 +133,8 @@ def record(stages: dict, rounds: int = 10, **meta) -> dict:
 
 def gpu(ms_per_round: float, rounds: int = 10) -> dict:
     total = ms_per_round * rounds
-    return {"cpu_count": rounds, "cpu_sum_ms": 0.01 * rounds, "cpu_avg_ms": 0.01, "cpu_max_ms": 0.02,
-            "gpu_count": rounds, "gpu_sum_ms": total, "gpu_avg_ms": ms_per_round, "gpu_max_ms": ms_per_round}  # fmt: skip
+    host = {"cpu_count": rounds, "cpu_sum_ms": 0.01 * rounds, "cpu_avg_ms": 0.01, "cpu_max_ms": 0.02}
+    return {**host, "gpu_count": rounds, "gpu_sum_ms": total, "gpu_avg_ms": ms_per_round, "gpu_max_ms": ms_per_round}
 
 
 def test_split_reads_gpu_time_per_round_into_parts_and_keeps_unknown_stages_by_name():
