@@ -267,3 +267,27 @@ def test_the_simulated_profiler_writes_records_the_reader_reads_back(tmp_path):
     for part, seconds in split.items():
         assert found["seconds_per_round"][part] == pytest.approx(seconds)
     assert found["unknown"] == ["simulated_other"] and found["meta"]["verify_width"] == pytest.approx(17)
+
+
+def test_the_installed_package_must_read_the_variables_its_build_declares():
+    from specsweep.environment import ServerEnvironmentError, check_methods
+
+    method = expand_methods(validated(fork_config({"budget": 16})))[0]
+
+    def installed(found):
+        return {
+            "backend": "sglang",
+            "capabilities": {"algorithms": [], "flags": []},
+            "server": {"ddtree_variables": found},
+        }
+
+    check_methods([method], installed([]))  # the fork reads none, as its rules say
+    check_methods([method], installed(None))  # not searched (the simulated backend, an older record): no check
+    with pytest.raises(ServerEnvironmentError, match=r"not the DDTree build 'rancy-wang-ddtree-v2'.*reads "
+                       r"SGLANG_DDTREE_MAX_TOPK, which the rules do not declare"):  # fmt: skip
+        check_methods([method], installed(["SGLANG_DDTREE_MAX_TOPK"]))
+    config = load_default_config()
+    config["methods"] = [{"name": "t", "algorithm": "ddtree", "budget": 32}]
+    pr = expand_methods(validated(config))[0]
+    with pytest.raises(ServerEnvironmentError, match=r"it reads no SGLANG_DDTREE_DEPTH_BONUS, SGLANG_DDTREE_RANK"):
+        check_methods([pr], installed(["SGLANG_DDTREE_MAX_TOPK"]))

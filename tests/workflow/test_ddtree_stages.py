@@ -40,7 +40,7 @@ def test_a_profiled_ddtree_build_writes_its_stages_into_each_cell_and_the_report
             stages = cell["stages"]
             assert stages["rounds"] >= 2 and stages["unknown"] == ["simulated_other"]
             assert stages["meta"]["verify_width"] == pytest.approx(budget + 1)
-            assert stages["seconds_per_round"]["verify"] > stages["seconds_per_round"]["follow"] > 0
+            assert stages["seconds_per_round"]["verify"] > stages["seconds_per_round"]["follow"] >= 0
     # a cell without the profiler has no stages
     assert "stages" not in json.loads((workflow / "results/cells/tp1/ar@fork/short/c1.json").read_text())
 
@@ -49,11 +49,11 @@ def test_a_profiled_ddtree_build_writes_its_stages_into_each_cell_and_the_report
     assert table["simulated"].all()
     # the simulated records are the cost model's split of the same rounds: the modelled split at the rounds' mean
     # batch and the cells' mean context is close to them (the records average over the contexts as they grew)
-    for part in ("draft", "verify", "follow"):
+    for part in ("draft", "verify"):
         ratio = table[f"measured_ms_{part}"] / table[f"modelled_ms_{part}"]
         assert ratio.between(0.8, 1.25).all(), (part, list(ratio))
     assert (table.loc[table["budget"] == 16, "measured_ms_round"].values > 0).all()
 
     text = report_text(workflow)
-    assert "Where a DDTree verify round's time goes" in text
+    assert "Where a DDTree verify round" in text and "Verify*" in text
     assert "simulated_other" in text or "simulated other" in text
