@@ -276,7 +276,7 @@ class SimulatedProfiler:
 
 STAGE_COLUMNS = (
     ["simulated", "tp", "method", "engine", "workload", "concurrency", "budget", "verify_width", "batch", "context"]
-    + ["rounds", "records", "unknown"]
+    + ["rounds", "records", "cuda_graph_share", "unknown"]
     + [f"measured_ms_{p}" for p in PARTS]
     + ["measured_ms_round"]
     + [f"modelled_ms_{p}" for p in PARTS]
@@ -321,6 +321,8 @@ def stage_rows(cells: Mapping[str, dict], costs: Mapping[str, dict] | None = Non
             "context": prompt + output / 2,
             "rounds": stages["rounds"],
             "records": stages["records"],
+            # the share of profiled rounds whose verify ran as a captured CUDA graph (the build's can_run_cuda_graph)
+            "cuda_graph_share": stages["meta"].get("can_run_cuda_graph"),
             "unknown": ";".join(stages["unknown"]),
             **{f"measured_ms_{p}": stages["seconds_per_round"][p] * 1000 for p in PARTS},
             "measured_ms_round": sum(stages["seconds_per_round"].values()) * 1000,

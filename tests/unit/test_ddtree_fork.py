@@ -291,3 +291,35 @@ def test_the_installed_package_must_read_the_variables_its_build_declares():
     pr = expand_methods(validated(config))[0]
     with pytest.raises(ServerEnvironmentError, match=r"it reads no SGLANG_DDTREE_DEPTH_BONUS, SGLANG_DDTREE_RANK"):
         check_methods([pr], installed(["SGLANG_DDTREE_MAX_TOPK"]))
+
+
+def test_the_stage_table_puts_each_cells_records_beside_the_cost_models_split_of_the_same_round():
+    stages = ddtree_profile.split(
+        [record({"draft_forward": gpu(2.0), "target_verify": gpu(11.0), "odd": gpu(0.5)}, batch_size=4.0,
+                verify_width=17.0, can_run_cuda_graph=1.0)]
+    )  # fmt: skip
+    requests = [{"error": None, "prompt_tokens": 1000, "output_tokens": 64}] * 3 + [{"error": "timeout"}]
+    params = {"budget": 16, "block_size": 16, "tree_build": FORK}
+    cell = {
+        "simulated": False,
+        "cell": {"tp": 1, "method": "ddtree-b16@fork", "workload": "long", "concurrency": 4},
+        "method": {"algorithm": "ddtree", "params": params, "engine": "fork"},
+        "provenance": {"command": ["python3", "-m", "sglang.launch_server"]},
+        "requests": requests,
+        "stages": stages,
+    }
+    plain = {**cell, "cell": {**cell["cell"], "method": "dflash@fork"}, "stages": None}
+    settings = {"gpu": "H200", "model_profile": "qwen3-8b", "runtime": "sglang-0.5.16-h200"}
+    table = ddtree_profile.stage_rows({"a.json": cell, "b.json": plain}, {"fork|1": settings})
+    assert list(table["method"]) == ["ddtree-b16@fork"]  # a cell without records has no row
+    row = table.iloc[0]
+    assert row["measured_ms_draft"] == pytest.approx(2.0) and row["measured_ms_verify"] == pytest.approx(11.0)
+    assert row["measured_ms_other"] == pytest.approx(0.5) and row["unknown"] == "odd"
+    assert row["batch"] == 4.0 and row["context"] == pytest.approx(1032) and row["cuda_graph_share"] == 1.0
+    decoding = Decoding.of_params("ddtree", params, True, {})
+    expected = ddtree_profile.simulated_split(cost_model(), decoding, [1032] * 4)
+    for part in ddtree_profile.PARTS:
+        assert row[f"modelled_ms_{part}"] == pytest.approx(expected[part] * 1000)
+    # no cost model for the engine: the records alone
+    alone = ddtree_profile.stage_rows({"a.json": cell}, {})
+    assert alone["modelled_ms_round"].isna().all() and alone["measured_ms_round"].iloc[0] == pytest.approx(13.5)
