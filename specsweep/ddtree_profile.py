@@ -38,6 +38,12 @@ import os
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
+import pandas as pd
+
+from . import algorithms
+from .modelling.cost import CostModel
+from .modelling.decoding import Decoding
+
 RECORD_TYPE = "sglang_speculative_tree_profile"
 PARTS = ("draft", "tree_build", "verify", "follow", "other")
 PART_TITLES = {"draft": "draft", "tree_build": "tree build", "verify": "verify", "follow": "follow", "other": "other"}
@@ -200,7 +206,7 @@ def cell_stages(tail: ProfileTail | None) -> dict | None:
     return found
 
 
-def simulated_split(cost, decoding, contexts: list[int], shared: float = 0.0) -> dict[str, float]:
+def simulated_split(cost: CostModel, decoding: Decoding, contexts: list[int], shared: float = 0.0) -> dict[str, float]:
     """The simulator's split of one verify round (seconds by part; the parts sum to its modelled step,
     CostModel.decode_step): draft = draft_seconds; tree build = tree_build_per_node x budget x batch where the build
     grows a tree; verify = the target's pass over width x batch tokens (verify_seconds) + the tree-mask read
@@ -284,19 +290,13 @@ STAGE_COLUMNS = (
 )
 
 
-def stage_rows(cells: Mapping[str, dict], costs: Mapping[str, dict] | None = None):
+def stage_rows(cells: Mapping[str, dict], costs: Mapping[str, dict] | None = None) -> pd.DataFrame:
     """One row per cell with stage records (``stages``): its split in milliseconds per verify round, measured (the
     build's records; on the simulated backend its cost model's, written as the build writes them) beside the
     simulator's split of the same round (``simulated_split`` at the cell's mean batch of the profiled rounds and its
     mean context, prompt + output / 2 of its completed requests), with the cost model ``costs`` gives for
     "<engine>|<tp>" (a cost model's settings: calibration.choose.sim_settings; none: no modelled columns).
     ``unknown`` names the stages kept as other."""
-    import pandas as pd
-
-    from . import algorithms
-    from .modelling.cost import CostModel
-    from .modelling.decoding import Decoding
-
     rows = []
     for cell in cells.values():
         stages = cell.get("stages")

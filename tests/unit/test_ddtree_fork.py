@@ -112,11 +112,14 @@ def test_gpu_ddtree_config_runs_ar_and_dflash_on_both_engines_and_ddtree_on_the_
     assert sorted(names) == sorted(
         [f"{m}@{e}" for m in ("ar", "dflash") for e in ("sglang-0.5.16", "ddtree-v2")]
         + [f"ddtree-b{b}@ddtree-v2" for b in (8, 15, 16, 22, 32, 64)]
+        + [f"ddtree-plain-b{b}@ddtree-v2" for b in (15, 16)]
     )
-    ddtree_b16 = next(m for m in expand_methods(config) if m.name == "ddtree-b16@ddtree-v2")
+    methods = {m.name: m for m in expand_methods(config)}
+    ddtree_b16 = methods["ddtree-b16@ddtree-v2"]
     assert ddtree_profile.output_path(list(ddtree_b16.flags)) == "results/ddtree-profile/b16.jsonl"
     assert ddtree_b16.env == {} and ddtree_b16.params["tree_build"] == FORK
-    assert len(all_cells(config)) == 80
+    assert ddtree_profile.output_path(list(methods["ddtree-plain-b16@ddtree-v2"].flags)) is None  # its control
+    assert len(all_cells(config)) == 96
 
 
 # ------------------------------------------------------------------ the stage profiler's records

@@ -19,14 +19,14 @@ def test_a_profiled_ddtree_build_writes_its_stages_into_each_cell_and_the_report
     config = fast_config(requests=4, max_new_tokens=48)
     config["concurrency"] = [1, 2]
     config["engines"] = [{"name": "release"}, {"name": "fork", "sglang": fork["engines"][1]["sglang"]}]
-    spelling = fork["algorithms"]["ddtree"]
-    spelling["flags"][spelling["flags"].index("--speculative-ddtree-profile-interval") + 1] = "2"
-    config["algorithms"] = {"ddtree": spelling}
+    config["algorithms"] = {"ddtree": fork["algorithms"]["ddtree"]}
+    profiled = next(m for m in fork["methods"] if m["name"] == "ddtree")
+    flags = profiled["flags"]
+    flags[flags.index("--speculative-ddtree-profile-interval") + 1] = "2"
     config["methods"] = [
         {"name": "ar", "algorithm": "ar"},
-        {"name": "ddtree", "algorithm": "ddtree", "engines": ["fork"], "budget": [15, 16],
-         "tree_build": "rancy-wang-ddtree-v2", "attention_backend": "triton"},
-    ]  # fmt: skip
+        {**profiled, "engines": ["fork"], "budget": [15, 16], "flags": flags},
+    ]
     write_config(workflow, config)
     snakemake(workflow, "results/report/report.pdf", timeout=300)
 
