@@ -210,7 +210,7 @@ case $step in
     targets=""; for m in "${@:2}"; do case $m in results/*) targets="$targets $m" ;; *) targets="$targets $(cells $m)" ;; esac; done
     date -u +%FT%TZ >> "$OUT/started"; nvidia-smi > "$OUT/nvidia-smi.txt"
     LIMIT="timeout ${DDTREE_LIMIT:-540}"
-    snake $targets results/env/sglang.json > "$OUT/ddtree.log" 2>&1
+    snake $targets > "$OUT/ddtree.log" 2>&1  # each cell needs its engine's environment record (results/env/sglang@*)
     echo "snakemake exit $?" >> "$OUT/ddtree.log"; tail -5 "$OUT/ddtree.log"
     gpu_apps > "$OUT/gpu-apps-after.txt"
     tar czf "$OUT/ddtree-profile.tgz" results/ddtree-profile 2>/dev/null; pack ddtree ;;

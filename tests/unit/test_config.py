@@ -512,7 +512,7 @@ def test_config_files_without_repeated_keys_read_as_yaml_does(tmp_path):
     path = tmp_path / "anchors.yaml"
     path.write_text("base: &base {block_size: 16, topk: 8}\nddtree: {<<: *base, topk: 4}\n")
     assert cfg.read_config_file(path) == yaml.safe_load(path.read_text())
-    for name in ("config.yaml", "plan-full.yaml", "gpu-check.yaml", "gpu-spec.yaml"):
+    for name in ("config.yaml", "plan-full.yaml", "gpu-check.yaml", "gpu-spec.yaml", "gpu-ddtree.yaml"):
         assert cfg.read_config_file(REPO / "config" / name) == yaml.safe_load((REPO / "config" / name).read_text())
 
 
