@@ -358,6 +358,17 @@ def plan_profile_text():
     return f"{runtimes} ({CONFIG['sim']['model_profile']} on {gpus})"
 
 
+def stage_costs():
+    """{"<engine>|<tp>": the simulator's settings (its cost model)} of every engine and TP that runs a DDTree method:
+    the DDTree stage table's modelled split of each measured round (specsweep.ddtree_profile.stage_rows)."""
+    out = {}
+    for engine in sorted({m.engine or "" for m in expand_methods(CONFIG) if m.spec.builds_trees}):
+        view = engines.view(CONFIG, engine or None)
+        for tp in CONFIG["tp"]:
+            out[f"{engine}|{tp}"] = ss_choose.sim_settings(view, tp)
+    return out
+
+
 def report_view():
     """What the report's data depends on besides its input files."""
     view = {

@@ -27,6 +27,7 @@ try:
 except AggregateError as exc:
     sys.exit(f"aggregate: {exc}")
 slo = Slo.from_config(json.loads(snakemake.params.slo))
+stage_costs = json.loads(snakemake.params.stage_costs)  # the cost models beside DDTree's stage records
 write_tables(
     cells,
     Path(snakemake.output.summary).parent,
@@ -34,5 +35,6 @@ write_tables(
     engines,
     environments,
     slo,
-    skipped_cells(list(snakemake.input.cells)),
+    skipped=skipped_cells(list(snakemake.input.cells)),
+    stage_costs=stage_costs,
 )

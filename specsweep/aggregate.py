@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from . import algorithms, engines, verdict
+from . import algorithms, ddtree_profile, engines, verdict
 from .cells import cell_problem, keyed_cells, unfinished
 from .server_job import ServerJob
 from .slo import Slo, capacity, combined_columns, judge
@@ -826,6 +826,7 @@ def write_tables(
     environments: dict | None = None,
     slo: Slo | None = None,
     skipped: pd.DataFrame | None = None,
+    stage_costs: dict | None = None,
 ) -> dict[str, pd.DataFrame]:
     """All aggregated tables of these cells ({cell file: cell JSON}), each as CSV and Parquet in out_dir: summary
     (one row per launch of a cell), combined (repetitions combined), requests, turns, best_budget, break_even
@@ -833,8 +834,9 @@ def write_tables(
     of forced methods breaks even with AR), pareto (the last four from combined), engines and engine_builds
     (engine_comparison, engine_builds, with the engines' environment records ``environments``; empty with one
     engine), kinds (per content kind: kind_rows, launches combined), acceptance_depth (depth_rows) and slo
-    (slo.capacity: the highest concurrency meeting each of the ``slo`` objectives, none without one) and skipped
-    (``skipped``: skipped_cells, the cells budget: verdict did not measure)."""
+    (slo.capacity: the highest concurrency meeting each of the ``slo`` objectives, none without one), skipped
+    (``skipped``: skipped_cells, the cells budget: verdict did not measure) and ddtree_stages
+    (ddtree_profile.stage_rows: a DDTree build's stage profiler per cell, beside the cost models ``stage_costs``)."""
     out_dir = Path(out_dir)
     slo = slo or Slo((), 0.9)
     summary = judge(summarise_cells(cells, thresholds, slo), slo)
@@ -855,6 +857,7 @@ def write_tables(
         "acceptance_depth": depth_rows(cells),
         "slo": capacity(combined, slo),
         "skipped": skipped if skipped is not None else pd.DataFrame(columns=implied.SKIPPED_COLUMNS),
+        "ddtree_stages": ddtree_profile.stage_rows(cells, stage_costs),
     }
     for name, frame in tables.items():
         atomic_write_text(out_dir / f"{name}.csv", frame.to_csv(index=False))

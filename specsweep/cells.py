@@ -20,7 +20,7 @@ from importlib import resources
 import jsonschema
 import requests
 
-from . import CELL_SCHEMA_VERSION, HARNESS_VERSION, __version__, algorithms, engines, sequential
+from . import CELL_SCHEMA_VERSION, HARNESS_VERSION, __version__, algorithms, ddtree_profile, engines, sequential
 from .canon import canonical_json, digest
 from .client import LoadModel, measure
 from .counters import SERVER_INFO_KEYS, LoadSampler, counter_deltas, scrape, server_cumulative_acceptance, server_info
@@ -177,11 +177,16 @@ class CellResult:
     metrics: dict  # cell_metrics: each metric with its interval
     precision: dict
     requests: list  # one record per request (client.RequestRecord.as_dict)
+    # a DDTree build's stage profiler over the cell's load: seconds per verify round by part and stage
+    # (specsweep.ddtree_profile.split); None, and no key, without a profiler
+    stages: dict | None = None
 
     def as_dict(self) -> dict:
         """The cell's JSON with its digest: plain JSON values only (NaN refused), validated against the cell
         schema."""
         result = json.loads(json.dumps(asdict(self), allow_nan=False))
+        if result["stages"] is None:
+            del result["stages"]
         result["digest"] = content_digest(result)
         validate_cell(result)
         return result
@@ -465,10 +470,13 @@ def measure_cell(
         _warm_up(server, job, cell, load)
         server.check_alive(f"after warm-up of {where}")
     before = scrape(server.url, server.headers)
+    profile = ddtree_profile.output_path(argv)  # a DDTree build's stage profiler: the records of this cell's load
+    tail = ddtree_profile.ProfileTail(profile) if profile else None
     measured = sessions[: cell["requests"]]  # the cell's own sessions (an adaptive cell may go on past them)
     with LoadSampler(server.url, server.headers) as sampler:
         records, precision = _run_load(server, job, cell, sessions, load, progress)
     deltas = counter_deltas(before, scrape(server.url, server.headers))
+    stages = ddtree_profile.cell_stages(tail)
     info = server_info(server.url, server.headers)
     ended = datetime.now(timezone.utc)
     server.check_alive(f"after {where}")
@@ -501,6 +509,7 @@ def measure_cell(
             "achieved": precision_of(metrics["output_throughput"], metrics["output_throughput_ci"]),
         },
         requests=rows,
+        stages=stages,
     )
 
 

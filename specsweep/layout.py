@@ -39,6 +39,7 @@ TABLES = (
     "acceptance_depth",
     "slo",
     "skipped",
+    "ddtree_stages",
 )
 
 # report sections: key -> title (the PDF's sections and the HTML report's categories)

@@ -111,6 +111,7 @@ LAYERS = {
     "modelling": (
         "algorithms",
         "ddtree",
+        "ddtree_profile",
         "modelling",
         "modelling.decoding",
         "modelling.method",
