@@ -9,6 +9,7 @@ from pathlib import Path
 from specsweep.bench import bench_server, remeasured_outputs
 from specsweep.jobs import verdict_reference_method
 from specsweep.calibration.choose import resolve
+from specsweep.config import normalise
 from specsweep.server_job import ServerJob
 from specsweep.methods import expand_methods
 from specsweep.plan import predict_server
@@ -22,10 +23,16 @@ job = ServerJob.from_dict(json.loads(snakemake.params.job))
 all_methods = [m for m in expand_methods(snakemake.config) if m.engine == job.method.engine]
 
 
+def plan_config() -> dict:
+    """The configuration as the plan reads it: normalised (sim.runtime auto resolved, methods expanded) and its cost
+    models chosen (on the sglang backend, for the environment measured)."""
+    return resolve(normalise(snakemake.config), environment if job.backend == "sglang" else None)
+
+
 def planned(sessions: dict) -> dict | None:
     """The plan's seconds per cell, for the progress lines' time left (from the config, not a rerun trigger)."""
     try:
-        config = resolve(snakemake.config, environment if job.backend == "sglang" else None)  # its cost models
+        config = plan_config()
         rows = predict_server(config, job.tp, job.method.name, job.repetition, sessions)
     except Exception as exc:  # progress lines then go without a time estimate
         print(f"no time estimate from the plan ({type(exc).__name__}: {exc})", file=sys.stderr)
@@ -39,7 +46,7 @@ def predicted_speedups() -> dict:
     if job.budget is None:
         return {}
     try:
-        config = resolve(snakemake.config, environment if job.backend == "sglang" else None)
+        config = plan_config()
         ar = verdict_reference_method(config, job.method)
         seconds = [
             {
