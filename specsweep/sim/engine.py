@@ -27,7 +27,7 @@ from ..modelling.acceptance import (
     request_drafter,
     request_skill,
 )
-from ..modelling.cost import CHUNKED_PREFILL_SIZE, CostModel
+from ..modelling.cost import CHUNKED_PREFILL_SIZE, CostModel, ngram_trie_tokens
 from ..modelling.decoding import Decoding
 from ..modelling.profiles import profiles
 from ..text import split_tokens
@@ -258,7 +258,9 @@ class Engine:
                 step += self.cost.decode_step(Decoding(), [r.length for r in done])
             return done, [], step
         batch = list(self.running)
-        step = self.cost.decode_step(self.decoding, [r.length + r.produced for r in batch], self.shared_tokens(batch))
+        contexts = [r.length + r.produced for r in batch]
+        trie = ngram_trie_tokens([r.length for r in batch], [r.produced for r in batch])
+        step = self.cost.decode_step(self.decoding, contexts, self.shared_tokens(batch), trie)
         return [], batch, step
 
     def commit_step(self, admitted: list[Request], batch: list[Request]) -> None:
