@@ -41,7 +41,7 @@ from .external import identity_digest
 from .jobs import calibration_methods, cells_of_server, server_job, servers
 from .methods import expand_methods
 from .layout import plan_memo_path, server_name
-from .modelling.acceptance import mean_tau
+from .modelling.acceptance import mean_tau, model_drafter_family
 from .modelling.cost import CostModel
 from .modelling.decoding import Decoding
 from .modelling.method import Method
@@ -86,14 +86,16 @@ def _tau(prompts: tuple, decoding: Decoding, sim_json: str, max_new_tokens: int,
     if not decoding.spec.speculative or dummy and decoding.spec.drafting != "lookup":
         return 1.0
     sim = json.loads(sim_json)
+    profile_set = profiles(sim.get("profiles"))
     return mean_tau(
         list(prompts),
         decoding,
         rounds=60,
         acceptance=sim.get("acceptance") or None,
         max_new_tokens=max_new_tokens,
-        profile_set=profiles(sim.get("profiles")),
+        profile_set=profile_set,
         looping=dummy,
+        family=model_drafter_family(profile_set, sim.get("model_profile", "qwen3-8b")),  # the target's drafters
     )
 
 
@@ -165,7 +167,13 @@ def cell_seconds(
     tau = _tau(
         prompts,
         decoding,
-        json.dumps({k: config["sim"].get(k) or {} for k in ("acceptance", "profiles")}, sort_keys=True),
+        json.dumps(
+            {
+                **{k: config["sim"].get(k) or {} for k in ("acceptance", "profiles")},
+                "model_profile": config["sim"].get("model_profile") or "qwen3-8b",
+            },
+            sort_keys=True,
+        ),
         workload["max_new_tokens"],
         config["model"].get("load_format") == "dummy",
     )

@@ -22,6 +22,7 @@ from ..modelling.acceptance import (
     Drafter,
     Skill,
     drafter_acceptance,
+    model_drafter_family,
     random_weights_reply,
     reply_tokens,
     request_drafter,
@@ -90,8 +91,13 @@ class Engine:
             overrides,
             args.sim_draft_model_profile,
         )
+        profile_set = profiles(overrides)
+        self.drafter_family = model_drafter_family(profile_set, args.sim_model_profile)  # whose drafters it runs
         self.acceptance = drafter_acceptance(
-            self.decoding, profiles(overrides), json.loads(args.sim_acceptance) if args.sim_acceptance else None
+            self.decoding,
+            profile_set,
+            json.loads(args.sim_acceptance) if args.sim_acceptance else None,
+            self.drafter_family,
         )
         # dummy weights (--load-format dummy; the drafter's --speculative-draft-load-format, which follows the target's
         # where not given, as in SGLang): the target's greedy output loops, a drafter model never proposes its choice
