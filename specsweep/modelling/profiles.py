@@ -70,8 +70,9 @@ def model_problems(name: str, model: dict) -> list[str]:
 def family_problems(profile_set: dict) -> list[str]:
     """Why the drafter families do not hold together, one message each: a model profile's ``drafter_family`` that
     ``drafter_families`` does not have, a family entry for a drafter that is neither ``dflash`` nor one of
-    ``drafters``, or a parameter that drafter's acceptance model does not have (acceptance.ACCEPTANCE, or the
-    drafter profile's own keys)."""
+    ``drafters`` nor an algorithm of the registry, or a parameter that drafter's acceptance model does not have
+    (acceptance.ACCEPTANCE, or the drafter profile's own keys)."""
+    from ..algorithms import REGISTRY
     from .acceptance import ACCEPTANCE  # the acceptance model imports this module
 
     families = profile_set.get("drafter_families", {})
@@ -87,7 +88,8 @@ def family_problems(profile_set: dict) -> list[str]:
             )
     for family, entries in families.items():
         for drafter, params in (entries or {}).items():
-            if drafter != "dflash" and drafter not in drafters:
+            # a draft-model algorithm whose drafters profile is missing is the method's error (its acceptance)
+            if drafter != "dflash" and drafter not in drafters and drafter not in REGISTRY:
                 out.append(
                     f"drafter family '{family}': '{drafter}' is not a drafter (dflash, {', '.join(sorted(drafters))})"
                 )
