@@ -3,6 +3,8 @@
     .venv/bin/python benchmarks/calibrate_sim.py                  # DFlash and DDTree against the DDTree paper
     .venv/bin/python benchmarks/calibrate_sim.py --draft-models   # EAGLE, EAGLE-3, standalone against engines
     .venv/bin/python benchmarks/calibrate_sim.py --draft-models --fit   # and fit their drafter profiles
+    .venv/bin/python benchmarks/calibrate_sim.py --ngram          # NGRAM by content against published lookup
+    .venv/bin/python benchmarks/calibrate_sim.py --families [--fit]   # each target family's drafters
 
 DFlash and DDTree: specsweep.sim.calibration on the published Qwen3-8B rows of
 the DDTree paper (HF transformers on H200: runtime profile hf-eager), predicted
@@ -16,6 +18,16 @@ specsweep/data/sim_profiles.yaml (``drafters``). With --fit, each algorithm's
 profile (base, cap, digit weight, depth decay, and for EAGLE-3, whose trees are
 measured too, tree confidence) is fitted to its rows by least squares on
 log(predicted / published), and printed as YAML.
+
+NGRAM: the simulated lookup's tokens a round by content kind (SGLang 0.5.16's
+defaults) against PUBLISHED_NGRAM_BY_CONTENT, and whether every copying-heavy
+kind (code, JSON tool calls, long documents) accepts more than every open one
+(chat, math), as published lookup does.
+
+Families: every row of PUBLISHED_FAMILY_DRAFTERS predicted with its family's
+drafter (sim_profiles.yaml drafter_families); with --fit each family's entry
+(FAMILY_FIT_PARAMETERS of its drafter) is fitted to its rows by least squares
+on log(predicted / published) and printed as YAML.
 """
 
 import argparse
@@ -29,15 +41,22 @@ from specsweep.modelling.cost import CostModel
 from specsweep.modelling.decoding import Decoding
 from specsweep.modelling.profiles import default_profiles
 from specsweep.modelling.published import (
+    COPYING_KINDS,
+    FAMILY_FIT_PARAMETERS,
+    OPEN_KINDS,
     PAPER_ROW_KIND,
     PUBLISHED_DFLASH_BY_CONTENT,
     PUBLISHED_DRAFT_MODELS,
+    PUBLISHED_FAMILY_DRAFTERS,
+    PUBLISHED_NGRAM_BY_CONTENT,
     PUBLISHED_QWEN3_8B,
     calibration_prompts,
     content_prompts,
     predict,
     predict_content,
     predict_draft_models,
+    predict_families,
+    predict_ngram_content,
 )
 
 
@@ -220,12 +239,75 @@ def draft_models(do_fit: bool) -> None:
         )
 
 
+def ngram() -> None:
+    """Print the simulated NGRAM by content kind against the published lookup figures, and the order check."""
+    taus = predict_ngram_content()
+    print("| kind | published (low-high) | simulated | in range | sources |")
+    print("|---|---|---|---|---|")
+    for kind, (low, high, source) in PUBLISHED_NGRAM_BY_CONTENT.items():
+        tau = taus[kind]
+        print(f"| {kind} | {low:.2f}-{high:.2f} | {tau:.2f} | {'yes' if low <= tau <= high else 'no'} | {source} |")
+    ordered = min(taus[k] for k in COPYING_KINDS) > max(taus[k] for k in OPEN_KINDS)
+    print(f"\ncopying-heavy kinds above open ones: {ordered}")
+
+
+def fit_families(profiles: dict) -> dict:
+    """Each family's drafter entries fitted to its PUBLISHED_FAMILY_DRAFTERS rows (FAMILY_FIT_PARAMETERS of the
+    drafter, least squares on log(predicted / published), Nelder-Mead from the shipped values)."""
+    families = {
+        name: {k: dict(v) for k, v in entries.items()} for name, entries in profiles["drafter_families"].items()
+    }
+    for family, algorithm in sorted({(r[0], r[1]) for r in PUBLISHED_FAMILY_DRAFTERS}):
+        rows = [r for r in PUBLISHED_FAMILY_DRAFTERS if r[:2] == (family, algorithm)]
+        names = FAMILY_FIT_PARAMETERS[algorithm]
+        base = ACCEPTANCE if algorithm == "dflash" else profiles["drafters"][algorithm]
+        entry = families[family].setdefault(algorithm, {})
+        start = [_free(n, entry.get(n, base[n])) for n in names]
+
+        def loss(x, family=family, algorithm=algorithm, rows=rows, names=names):
+            trial = {n: _bounded(n, v) for n, v in zip(names, x)}
+            fams = {**families, family: {**families[family], algorithm: {**families[family][algorithm], **trial}}}
+            predicted = predict_families({**profiles, "drafter_families": fams}, count=10, rounds=150)
+            mine = [p for p in predicted if (p["family"], p["algorithm"]) == (family, algorithm)]
+            return sum(math.log(p["predicted"] / p["published"]) ** 2 for p in mine)
+
+        best = nelder_mead(loss, start, steps=60)
+        entry.update({n: float(f"{_bounded(n, v):.4g}") for n, v in zip(names, best)})
+    return families
+
+
+def families(do_fit: bool) -> None:
+    """Print (and with ``do_fit`` fit first) each family's drafters against their published figures."""
+    import yaml
+
+    profiles = default_profiles()
+    if do_fit:
+        fitted = fit_families(profiles)
+        print(yaml.safe_dump({"drafter_families": fitted}, sort_keys=False))
+        profiles = {**profiles, "drafter_families": fitted}
+    print("| family | drafter | prompts | published | predicted | error | source |")
+    print("|---|---|---|---|---|---|---|")
+    for r in predict_families(profiles):
+        print(
+            f"| {r['family']} | {r['algorithm']} | {r['prompts']} | {r['published']:.2f} | {r['predicted']:.2f} | "
+            f"{r['predicted'] / r['published'] - 1:+.0%} | {r['source']} |"
+        )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--draft-models", action="store_true", help="EAGLE, EAGLE-3 and standalone drafters")
     parser.add_argument("--fit", action="store_true", help="fit the drafter profiles to the published rows")
     parser.add_argument("--fit-dflash", action="store_true", help="fit DFlash's acceptance (ACCEPTANCE) first")
+    parser.add_argument("--ngram", action="store_true", help="NGRAM's acceptance by content against published")
+    parser.add_argument("--families", action="store_true", help="each target family's drafters against published")
     args = parser.parse_args()
+    if args.families:
+        families(args.fit)
+        return
+    if args.ngram:
+        ngram()
+        return
     if args.draft_models:
         draft_models(args.fit)
         return

@@ -16,6 +16,8 @@ from specsweep import gpus as ss_gpus
 from specsweep.calibration import choose as ss_choose
 from specsweep.coerce import coerce_to_schema
 from specsweep.methods import expand_methods
+from specsweep.modelling.acceptance import model_drafter_family
+from specsweep.modelling.profiles import profiles as sim_profile_set
 from specsweep.sections import sampling_text
 from specsweep.canon import canonical_json, package_digest
 
@@ -340,9 +342,11 @@ def server_environment(wildcards):
 
 def sim_profile_text():
     """What the simulated servers emulate, as the report prints it: model and GPU profiles, the runtime profile that
-    priced their steps (a calibrated one is calibrated-tp<TP>), and how fast their clock ran (sim.time_scale)."""
+    priced their steps (a calibrated one is calibrated-tp<TP>), the drafter family whose acceptance they drew from
+    (the model profile's drafter_family), and how fast their clock ran (sim.time_scale)."""
     runtimes = ", ".join(dict.fromkeys(ss_choose.sim_settings(CONFIG, tp)["runtime"] for tp in CONFIG["tp"]))
-    text = f"{CONFIG['sim']['model_profile']} on {CONFIG['sim']['gpu']}, runtime {runtimes}"
+    family = model_drafter_family(sim_profile_set(CONFIG["sim"].get("profiles")), CONFIG["sim"]["model_profile"])
+    text = f"{CONFIG['sim']['model_profile']} on {CONFIG['sim']['gpu']}, runtime {runtimes}, {family} drafters"
     scale = CONFIG["sim"]["time_scale"]
     if scale != 1:
         text += (f", on a clock run {scale:g} times fast (sim.time_scale: every duration measured here is about "

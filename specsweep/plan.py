@@ -42,11 +42,11 @@ from .jobs import calibration_methods, cells_of_server, server_job, servers
 from .methods import expand_methods
 from .metrics import MIN_SESSIONS
 from .layout import plan_memo_path, server_name
-from .modelling.acceptance import mean_tau
+from .modelling.acceptance import mean_tau, model_drafter_family
 from .modelling.cost import CostModel
 from .modelling.decoding import Decoding
 from .modelling.method import Method
-from .modelling.profiles import profiles
+from .modelling.profiles import AUTO, auto_runtime, profiles
 from .text import chat_prompt
 from .workloads import build, trace_span
 
@@ -87,14 +87,16 @@ def _tau(prompts: tuple, decoding: Decoding, sim_json: str, max_new_tokens: int,
     if not decoding.spec.speculative or dummy and decoding.spec.drafting != "lookup":
         return 1.0
     sim = json.loads(sim_json)
+    profile_set = profiles(sim.get("profiles"))
     return mean_tau(
         list(prompts),
         decoding,
         rounds=60,
         acceptance=sim.get("acceptance") or None,
         max_new_tokens=max_new_tokens,
-        profile_set=profiles(sim.get("profiles")),
+        profile_set=profile_set,
         looping=dummy,
+        family=model_drafter_family(profile_set, sim.get("model_profile", "qwen3-8b")),  # the target's drafters
     )
 
 
@@ -123,7 +125,7 @@ def startup_seconds(config: dict, tp: int) -> tuple[float, float]:
     measured = choose.of(config, tp)["startup"]
     if measured:
         return measured["cold_s"] + JOB_OVERHEAD_SECONDS, measured["warm_s"] + JOB_OVERHEAD_SECONDS
-    sim = choose.sim_settings(config, tp)
+    sim = _settled(choose.sim_settings(config, tp))
     p = profiles(sim["profiles"])
     model, runtime = p["models"][sim["model_profile"]], p["runtimes"][sim["runtime"]]
     weights = 0.0 if config["model"].get("load_format") == "dummy" else model["weight_bytes"] / DISK_BYTES_PER_SECOND
@@ -144,6 +146,15 @@ def startup_text(config: dict, tp: int) -> str:
     return f"not measured: {cold:.0f} s for every server, cold or warm (weights, initialisation; {job})"
 
 
+def _settled(sim: dict) -> dict:
+    """The simulator's settings with ``runtime: auto`` as the runtime it means for their GPU and model profile
+    (profiles.auto_runtime), for a configuration that reached the plan without validation settling it (a job's
+    copy of Snakemake's configuration)."""
+    if sim.get("runtime", AUTO) != AUTO:
+        return sim
+    return {**sim, "runtime": auto_runtime(sim["gpu"], sim["model_profile"], sim.get("profiles"))}
+
+
 def cell_seconds(
     config: dict, tp: int, method: Method, workload: dict, concurrency: int, requests: int, sessions: list | None = None
 ) -> float:
@@ -153,7 +164,7 @@ def cell_seconds(
 
     ``sessions``, the workload's sessions where they are built already (a server job), spare building a sample.
     """
-    sim = choose.sim_settings(config, tp)
+    sim = _settled(choose.sim_settings(config, tp))
     cost = CostModel.named(
         sim["gpu"], sim["model_profile"], sim["runtime"], tp, sim["profiles"], sim.get("draft_model_profile")
     )
@@ -166,7 +177,13 @@ def cell_seconds(
     tau = _tau(
         prompts,
         decoding,
-        json.dumps({k: config["sim"].get(k) or {} for k in ("acceptance", "profiles")}, sort_keys=True),
+        json.dumps(
+            {
+                **{k: config["sim"].get(k) or {} for k in ("acceptance", "profiles")},
+                "model_profile": config["sim"].get("model_profile") or "qwen3-8b",
+            },
+            sort_keys=True,
+        ),
         workload["max_new_tokens"],
         config["model"].get("load_format") == "dummy",
     )

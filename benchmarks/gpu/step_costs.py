@@ -371,8 +371,11 @@ def measured_steps(*records: Path) -> list[dict]:
     trees/trees.jsonl: NGRAM and EAGLE-3 tree rounds; cells/: the workflow's own cells, each a shape: its batch the
     concurrency it held, its context the requests' mean prompt plus half their output, its step the median gap
     between a request's chunks (after its second: the first gap holds the prefill) inside the cell's steady
-    window (the label's concurrency in flight)."""
+    window (the label's concurrency in flight); trie_tokens: what NGRAM's trie holds for the batch at mid-request
+    (specsweep.modelling.cost.ngram_trie_tokens)."""
     import numpy as np
+
+    from specsweep.modelling.cost import ngram_trie_tokens
 
     rows = []
     for record in records:
@@ -417,6 +420,10 @@ def measured_steps(*records: Path) -> list[dict]:
                     "seconds": float(np.median(round_gaps(r["chunk_times"]))),
                     "decoding": decoding,
                     "source": "trees",
+                    # random-token prompts: each request's prompt tail is new to the trie, its output at mid-round
+                    "trie_tokens": ngram_trie_tokens(
+                        [r["prompt"]] * r["concurrency"], [r["new_tokens"] // 2] * r["concurrency"]
+                    ),
                 }
             )
         for path in sorted((record / "cells").rglob("*.json")) if (record / "cells").is_dir() else []:
@@ -458,17 +465,19 @@ def cell_step(cell: dict) -> dict:
     """One workflow cell as a measured shape (see measured_steps)."""
     import numpy as np
 
+    from specsweep.modelling.cost import ngram_trie_tokens
     from specsweep.modelling.method import Method
 
     method = cell["method"]
     decoding = Method.from_dict(method).decoding
     start, end = cell["metrics"]["concurrency"]["window"]
-    gaps, contexts = [], []
+    gaps, contexts, tries = [], [], []
     for r in cell["requests"]:
         if r["error"] is None:
             times = r["chunk_times"]
             gaps += [b - a for a, b in zip(times[1:], times[2:]) if start <= a and b <= end]
             contexts.append(r["prompt_tokens"] + r["output_tokens"] / 2)
+            tries.append(ngram_trie_tokens([r["prompt_tokens"]], [r["output_tokens"] // 2]))
     fields = {
         k: getattr(decoding, k)
         for k in (
@@ -492,6 +501,7 @@ def cell_step(cell: dict) -> dict:
         "seconds": float(np.median(gaps)),
         "decoding": fields,
         "shared": shared_prompt_tokens(cell["requests"], start, end),
+        "trie_tokens": float(np.mean(tries)) * cell["cell"]["concurrency"],  # what NGRAM's trie holds, mid-request
         "source": f"cell {cell['cell']['method']}/{cell['cell']['workload']}/c{cell['cell']['concurrency']}",
         "gaps": len(gaps),
     }
@@ -610,10 +620,54 @@ def fit_moe(runtime: dict, rows: list[dict]) -> tuple[float, float]:
     return best[1], best[2]
 
 
+def fit_ngram_trie(runtime: dict, rows: list[dict]) -> dict:
+    """NGRAM's per-request host work a round with what its trie holds (ngram_cpu_per_request and
+    ngram_cpu_per_trie_token of ``runtime``), fitted with the rest held to the NGRAM rounds of ``rows`` (random-token
+    prompts of 1,024 and 8,192 tokens, trees.jsonl; natural prompts of about 134 and 2,985 tokens, the cells):
+    weighted least squares of measured - simulated without them = (per_request + per_trie_token x trie_tokens) x
+    batch, each row weighted by 1 / measured (a relative error), the slope held at 0 or above. Returns both values
+    and their standard errors (``*_se``) and the median host time a request (less ngram_step_overhead) of the rows of
+    16 and more requests by prompt kind."""
+    import numpy as np
+
+    from specsweep.modelling.cost import CostModel
+    from specsweep.modelling.profiles import profiles
+
+    p = profiles()
+    rows = [r for r in rows if r["kind"] == "ngram"]
+    held = {**runtime, "ngram_cpu_per_request": 0.0, "ngram_cpu_per_trie_token": 0.0}
+    cost = CostModel(p["gpus"]["H200"], p["models"][RECIPE_MODEL], held, 1, p["models"]["qwen3-0.6b"])
+    host = np.array([r["seconds"] - simulated(cost, r) for r in rows])
+    x = np.array([[r["batch"], r["batch"] * r["trie_tokens"]] for r in rows], dtype=float)
+    w = 1 / np.array([r["seconds"] for r in rows])
+    coef, *_ = np.linalg.lstsq(x * w[:, None], host * w, rcond=None)
+    if coef[1] < 0:  # no slope: the per-request constant alone
+        coef = np.array([float(np.sum(x[:, 0] * host * w * w) / np.sum((x[:, 0] * w) ** 2)), 0.0])
+    residual = (host - x @ coef) * w
+    covariance = np.linalg.inv((x * w[:, None]).T @ (x * w[:, None])) * residual.var(ddof=2)
+    se = np.sqrt(np.diag(covariance))
+    kinds = {}
+    for name, random_prompt in (("random", True), ("natural", False)):
+        per = [
+            (h - held.get("ngram_step_overhead", 0.0)) / r["batch"]
+            for h, r in zip(host, rows)
+            if (r.get("source") == "trees") == random_prompt and r["batch"] >= 16
+        ]
+        kinds[name] = float(np.median(per))
+    return {
+        "ngram_cpu_per_request": float(f"{coef[0]:.4g}"),
+        "ngram_cpu_per_trie_token": float(f"{coef[1]:.4g}"),
+        "ngram_cpu_per_request_se": float(se[0]),
+        "ngram_cpu_per_trie_token_se": float(se[1]),
+        "host_per_request_median": kinds,
+    }
+
+
 def generic_runtime(records: Path = HERE) -> dict:
     """The generic runtime ``sglang``: the cost model fitted to the H200 records of GENERIC_RECORDS (not the
     forced-acceptance ones, which check it), with NOT_MEASURED's values for what no record reaches, FROM_CALIBRATION's
-    from the workflow's calibration on the same H200 (CALIBRATION) and the MoE parameters fitted to MOE_RECORD.
+    from the workflow's calibration on the same H200 (CALIBRATION), NGRAM's per-request host work with its trie's
+    content fitted to the NGRAM rounds (fit_ngram_trie) and the MoE parameters fitted to MOE_RECORD.
     Every efficiency a share of the H200's datasheet bandwidth or flops, every fixed cost as measured
     (specsweep.modelling.cost.SCALES): the form that transfers to another GPU."""
     import yaml
@@ -624,11 +678,15 @@ def generic_runtime(records: Path = HERE) -> dict:
     rows = [package_row(r) for r in measured_steps(*(records / name for name in GENERIC_RECORDS))]
     assert not any(r.get("forced") for r in rows), "a generic record holds cells at forced acceptance"
     p = profiles()
-    fixed = {**NOT_MEASURED, "drafter_per_token": True}
+    # the main fit without the trie term (fit_ngram_trie fits it after, with the rest held)
+    fixed = {**NOT_MEASURED, "drafter_per_token": True, "ngram_cpu_per_trie_token": 0.0}
     result = fit_runtime(rows, p["gpus"]["H200"], p["models"]["qwen3-8b"], p["models"]["qwen3-0.6b"], 1, fixed)
     runtime = {k: v for k, v in result.runtime.items() if k in FITTED or k in fixed}  # nothing of the shipped one
     calibrated = yaml.safe_load((records / CALIBRATION).read_text())["runtime"]
     runtime.update({k: float(f"{calibrated[k]:.4g}") for k in FROM_CALIBRATION})
+    steps = measured_steps(*(records / name for name in GENERIC_RECORDS))
+    trie = fit_ngram_trie(runtime, steps)
+    runtime.update({k: trie[k] for k in ("ngram_cpu_per_request", "ngram_cpu_per_trie_token")})
     overhead, share = fit_moe(runtime, measured_steps(records / MOE_RECORD))
     return {**runtime, "moe_layer_overhead": overhead, "moe_compute_efficiency": share}
 
@@ -710,9 +768,33 @@ def compare() -> None:
     print(f"\n{within} of {len(rows)} shapes within 15%")
 
 
+def ngram() -> None:
+    """Print NGRAM's trie fit (fit_ngram_trie) and the generic runtime's NGRAM rounds against the measured ones,
+    random-token and natural prompts, every record of GENERIC_RECORDS."""
+    from specsweep.modelling.cost import CostModel
+
+    steps = measured_steps(*(HERE / name for name in GENERIC_RECORDS))
+    runtime = CostModel.named("H200", RECIPE_MODEL, "sglang").runtime
+    print(fit_ngram_trie(runtime, steps))
+    cost = CostModel.named("H200", RECIPE_MODEL, "sglang")
+    print("| prompts | draft tokens | concurrency | context | trie tokens | measured (ms) | simulated (ms) | ratio |")
+    print("|---|---|---|---|---|---|---|---|")
+    rows = [r for r in steps if r["kind"] == "ngram"]
+    rows.sort(key=lambda r: (r.get("source") != "trees", r["width"], r["context"] // 500, r["batch"]))
+    for r in rows:
+        kind = "random" if r.get("source") == "trees" else "natural"
+        s = simulated(cost, r)
+        print(
+            f"| {kind} | {r['width']} | {r['batch']} | {r['context']} | {r['trie_tokens']:.0f} | "
+            f"{1000 * r['seconds']:.2f} | {1000 * s:.2f} | {s / r['seconds']:.3f} |"
+        )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("step", choices=["one-batch", "dflash", "trees", "numerics", "fit", "generic", "compare"])
+    parser.add_argument(
+        "step", choices=["one-batch", "dflash", "trees", "numerics", "fit", "generic", "compare", "ngram"]
+    )
     parser.add_argument("dir", type=Path, nargs="?", help="where a measurement goes; fit: the first record folder")
     parser.add_argument("--also", nargs="*", type=Path, default=[], help="fit: more record folders")
     parser.add_argument(
@@ -743,6 +825,8 @@ def main() -> None:
         generic(args.write)
     elif args.step == "compare":
         compare()
+    elif args.step == "ngram":
+        ngram()
     else:
         fit([args.dir, *args.also], args.write)
 

@@ -112,7 +112,8 @@ def modelled_seconds(cost: CostModel, row: dict) -> float:
     not say; each step prefill(n, n x done + n^2 / 2) with the server's drafter's extend) + an AR step of the
     admitted request + the streaming request's step of the server's decoding;
     a first-token row: the request's request_latency + the same prefill steps and AR step of the request alone;
-    a step row: one decode_step of its decoding over ``batch`` requests at its context."""
+    a step row: one decode_step of its decoding over ``batch`` requests at its context (NGRAM's trie holding the
+    row's trie_tokens where it says)."""
     decoding = Decoding(**row["decoding"])
     if row["kind"] in ("prefill", "first-token"):
         c, chunk = row["context"], row.get("chunk") or CHUNKED_PREFILL_SIZE
@@ -126,7 +127,7 @@ def modelled_seconds(cost: CostModel, row: dict) -> float:
     if row["kind"] == "one-batch-prefill":  # bench_one_batch's prefill of the whole batch, no decode
         tokens = row["batch"] * row["width"]
         return cost.prefill(tokens, row["batch"] * row["width"] ** 2 / 2)
-    return cost.decode_step(decoding, [row["context"]] * row["batch"], row.get("shared", 0.0))
+    return cost.decode_step(decoding, [row["context"]] * row["batch"], row.get("shared", 0.0), row.get("trie_tokens"))
 
 
 def _from_free(name: str, x: float) -> float:

@@ -543,31 +543,84 @@ def random_weights_reply(reply: list) -> list:
     return (reply[:3] * len(reply))[: len(reply)]
 
 
-def drafter_acceptance(decoding: Decoding, profile_set: dict, dflash_overrides: dict | None = None) -> dict:
-    """The acceptance parameters of a decoding's drafter: DFlash's (ACCEPTANCE, with ``sim.acceptance``
-    overrides) for DFlash and DDTree, the drafter profile of its algorithm (profiles ``drafters``) for draft
-    models."""
+DEFAULT_DRAFTER_FAMILY = "qwen3"  # a model profile that names no drafter_family: Qwen3-8B's drafters (ACCEPTANCE's)
+
+
+def model_drafter_family(profile_set: dict, model_profile: str | None) -> str:
+    """The drafter family of a model profile: its ``drafter_family`` (sim_profiles.yaml, overridable under
+    sim.profiles.models), DEFAULT_DRAFTER_FAMILY where it names none or no model profile is given."""
+    model = profile_set.get("models", {}).get(model_profile or "", {})
+    return model.get("drafter_family", DEFAULT_DRAFTER_FAMILY)
+
+
+def drafter_acceptance(
+    decoding: Decoding, profile_set: dict, dflash_overrides: dict | None = None, family: str | None = None
+) -> dict:
+    """The acceptance parameters of a decoding's drafter for a target of drafter ``family`` (profiles
+    ``drafter_families``; None: the defaults alone, as the published rows of other targets are predicted):
+    DFlash's (ACCEPTANCE, the family's ``dflash`` entry over it, ``sim.acceptance`` overrides over both) for DFlash
+    and DDTree; for draft models the drafter profile of its algorithm (profiles ``drafters``) with the family's
+    entry of that algorithm over it."""
+    own = profile_set.get("drafter_families", {}).get(family, {}) if family else {}
     if decoding.spec.drafting == "draft-model":  # fitted without hard positions
-        return {**ACCEPTANCE, "hard_share": 0.0, **profile_set["drafters"][decoding.algorithm]}
-    return {**ACCEPTANCE, **(dflash_overrides or {})}
+        drafter = profile_set["drafters"][decoding.algorithm]
+        return {**ACCEPTANCE, "hard_share": 0.0, **drafter, **own.get(decoding.algorithm, {})}
+    return {**ACCEPTANCE, **own.get("dflash", {}), **(dflash_overrides or {})}
+
+
+# How a reply copies, by how grounded its content is in what it was given (copying(): 0 open chat, 1 code, tool
+# calls, long documents): the chance a token continues the current run of copied text, the chance a token is the
+# reply's own (not in the prompt: open generation writes what it was not given), and the chance a jump goes back to
+# a passage the reply already wrote (code re-uses its names and lines, a tool call its keys, a summary its terms).
+REPLY = {
+    "run": (0.6, 0.9),  # continue the run: open, grounded (linear between)
+    "novel": (0.5, 0.0),  # a token of its own
+    "self": (0.0, 0.7),  # a jump back into its own reply, not into the prompt
+}
+GROUNDED_SYMBOLS = 0.4  # a share of structure symbols (text_features) at which content counts as fully grounded
+GROUNDED_CHARACTERS = 6000  # a prompt this long is a document to work from, whatever its symbols
+
+
+def copying(prompt: str) -> float:
+    """How much a reply to this prompt copies (0 to 1): structured content (code, tool calls: text_features'
+    symbols over GROUNDED_SYMBOLS) and long documents (characters over GROUNDED_CHARACTERS) are worked from, open
+    chat is not. Published n-gram lookup accepts most on such content (code editing, summarisation, retrieval) and
+    least on open chat (benchmarks/README.md, "NGRAM's acceptance by content")."""
+    symbols = text_features(prompt)["symbols"]
+    return min(1.0, max(symbols / GROUNDED_SYMBOLS, len(_MARKUP.sub(" ", prompt)) / GROUNDED_CHARACTERS))
 
 
 def reply_tokens(prompt: str, max_new_tokens: int, ignore_eos: bool = False) -> tuple[list[str], bool]:
     """The target's greedy reply to a prompt: tokens and whether it stopped by itself.
 
-    Deterministic per prompt and independent of the decoding method (lossless).
-    The reply reuses the prompt's own vocabulary, so its content resembles it.
+    Deterministic per prompt and independent of the decoding method (lossless). The reply walks the prompt's own
+    vocabulary in runs (REPLY, by copying(prompt) = g, each chance linear in g between its open and grounded
+    value): a token continues the run with chance run(g); else it is one of the reply's own with chance novel(g)
+    (a prompt token with a letter appended: a word the prompt does not have); else the run jumps, back to a
+    position the reply already copied with chance self(g), else anywhere in the prompt. So open chat writes new
+    words and seldom repeats itself, and grounded content copies long runs and re-uses its own passages.
     """
     rng = random.Random(_seed("reply", prompt))
     natural = rng.randint(max(8, max_new_tokens // 5), max(9, int(max_new_tokens * 1.1)))
     length = max_new_tokens if ignore_eos else min(natural, max_new_tokens)
     vocab = [t for t in split_tokens(prompt[-4000:]) if t.strip()] or [" ok"]
-    out, i = [], rng.randrange(len(vocab))
+    g = copying(prompt)
+    run, novel, back = ((open_ + (grounded - open_) * g) for open_, grounded in REPLY.values())
+    out: list[str] = []
+    i, visited = rng.randrange(len(vocab)), list[int]()  # visited: prompt positions the reply copied, in order
     for _ in range(length):
-        if rng.random() < 0.7:  # continue the current run of prompt text
+        draw = rng.random()
+        if draw < run:  # continue the current run of prompt text
             i = (i + 1) % len(vocab)
+        elif draw < run + (1 - run) * novel:  # a word of its own
+            tok = vocab[rng.randrange(len(vocab))] + chr(ord("a") + rng.randrange(26))
+            out.append(tok if tok[0].isspace() or not tok[0].isalnum() else " " + tok)
+            continue
+        elif visited and rng.random() < back:  # back to a passage it already wrote
+            i = visited[rng.randrange(len(visited))]
         else:
             i = rng.randrange(len(vocab))
+        visited.append(i)
         tok = vocab[i]
         out.append(tok if tok[0].isspace() or not tok[0].isalnum() else " " + tok)
     return out, natural <= max_new_tokens and not ignore_eos
@@ -581,14 +634,16 @@ def mean_tau(
     max_new_tokens: int = 256,
     profile_set: dict | None = None,
     looping: bool = False,
+    family: str | None = None,
 ) -> float:
     """Mean tokens per verify round over prompts (the prefill token excluded).
 
     Drafter models: ``rounds`` draws per prompt, the drafter's acceptance from the prompt's text (DFlash's with
     ``acceptance`` overrides, a draft model's from its profile). NGRAM: every round of each prompt's greedy reply
     of ``max_new_tokens`` tokens, drafted from the reply itself; with ``looping``, the reply of a randomly
-    initialised model, whose greedy output repeats its first three tokens."""
-    params = drafter_acceptance(decoding, profile_set or profiles(), acceptance)
+    initialised model, whose greedy output repeats its first three tokens. ``family``: the target's drafter family
+    (drafter_acceptance)."""
+    params = drafter_acceptance(decoding, profile_set or profiles(), acceptance, family)
     taus = []
     for i, prompt in enumerate(prompts):
         if decoding.spec.drafting == "lookup":

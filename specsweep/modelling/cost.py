@@ -25,6 +25,18 @@ from .profiles import profiles
 
 
 CHUNKED_PREFILL_SIZE = 8192  # new prompt tokens a prefill step takes at most, as SGLang 0.5.16 picks on an H200
+NGRAM_TRIE_DEPTH = 18  # SGLang 0.5.16's --speculative-ngram-max-trie-depth: the longest n-gram its trie keeps
+NGRAM_TRIE_CAPACITY = 10_000_000  # its --speculative-ngram-capacity: trie nodes at most (least recently used evicted)
+
+
+def ngram_trie_tokens(prompts: list[int], generated: list[int]) -> float:
+    """Tokens NGRAM's trie holds for these requests in flight (their prompt lengths and tokens generated so far):
+    sum of min(prompt, NGRAM_TRIE_DEPTH) + generated, at most NGRAM_TRIE_CAPACITY / NGRAM_TRIE_DEPTH (a token
+    brings up to NGRAM_TRIE_DEPTH nodes). SGLang 0.5.16 inserts each round a request's last NGRAM_TRIE_DEPTH
+    tokens, so its prompt's body never reaches the trie, only its tail and what it generates. SGLang keeps finished
+    requests' n-grams too, until the capacity evicts them: this counts the requests in flight, a lower bound."""
+    held = sum(min(p, NGRAM_TRIE_DEPTH) + g for p, g in zip(prompts, generated))
+    return float(min(held, NGRAM_TRIE_CAPACITY // NGRAM_TRIE_DEPTH))
 
 
 # How a runtime parameter's cost follows the GPU it prices (Bound.scales): what makes the generic runtime, fitted on
@@ -316,6 +328,16 @@ RUNTIME_BOUNDS = {
     ),
     "ngram_cpu_per_node": Bound(
         0.0, 1e-3, "seconds a tree node", False, "NGRAM's tree mask built on the CPU, a node", "host"
+    ),
+    "ngram_cpu_per_trie_token": Bound(
+        0.0,
+        1e-6,
+        "seconds a request a round, per token the trie holds",
+        False,
+        "NGRAM's match and insert for a request walk the shared trie's hash maps and LRU lists (SGLang 0.5.16's "
+        "C++ trie, every request's prompt tail and output as n-grams of up to 18 tokens): the more the trie holds, "
+        "the more of each walk misses the CPU's caches (ngram_trie_tokens says what it holds)",
+        "host",
     ),
     "request_latency": Bound(
         0.0,
@@ -655,9 +677,13 @@ class CostModel:
             seconds += r.get("rank_probe_cpu_per_request", 0.0) * batch
         return seconds + (r.get("spec_cpu_per_request", 0.0) * batch if decoding.spec.speculative else 0.0)
 
-    def decode_step(self, decoding: Decoding, contexts: list[int], shared: float = 0.0) -> float:
+    def decode_step(
+        self, decoding: Decoding, contexts: list[int], shared: float = 0.0, trie_tokens: float | None = None
+    ) -> float:
         """Seconds for one decode/verify step of a batch with these context lengths (``shared`` of their tokens read
-        by two or more of its requests: see verify_seconds).
+        by two or more of its requests: see verify_seconds; ``trie_tokens``: what NGRAM's trie holds,
+        ngram_trie_tokens, where the caller knows its requests' prompts and outputs apart, else the prompt tails
+        alone: ngram_trie_tokens(contexts, 0 each)).
 
         step = GPU + exposed CPU. GPU = verify(width x batch tokens) + drafting (draft_seconds) + for a tree
         verified with a custom mask (DDTree at every budget, NGRAM, a draft model's tree) the mask read per layer
@@ -666,10 +692,11 @@ class CostModel:
         the drafter's logits (batch x (block - 1) x vocab x 4 bytes). The overlap scheduler prepares the next step
         on the CPU while the GPU runs this one, so only CPU work longer than the GPU's shows; without it (and for
         DDTree, which runs without it) all of it adds. NGRAM's lookup (ngram_step_overhead + (ngram_cpu_per_request +
-        ngram_cpu_per_node x nodes) x batch) runs between two steps whatever the scheduler: it needs the last round's
-        tokens. Every speculative round adds verify_per_request x batch on the GPU (each request's acceptance walk
-        and sampling over its drafted tokens); a draft model adds draft_per_request x batch (its per-request work
-        beside its forwards), and for a tree draft_tree_per_node x nodes x batch (choosing the nodes).
+        ngram_cpu_per_node x nodes + ngram_cpu_per_trie_token x trie_tokens) x batch) runs between two steps whatever
+        the scheduler: it needs the last round's tokens. Every speculative round adds verify_per_request x batch on
+        the GPU (each request's acceptance walk and sampling over its drafted tokens); a draft model adds
+        draft_per_request x batch (its per-request work beside its forwards), and for a tree draft_tree_per_node x
+        nodes x batch (choosing the nodes).
         """
         if not contexts:
             return 0.0
@@ -691,7 +718,13 @@ class CostModel:
                 if self.model["hybrid"]:
                     gpu += r.get("hybrid_tree_per_node", 0.0) * max(0, width - 8) * len(contexts)
             if spec.drafting == "lookup":  # SGLang's n-gram match and tree mask, built for each request
-                per_request = r.get("ngram_cpu_per_request", 0.0) + r.get("ngram_cpu_per_node", 0.0) * width
+                if trie_tokens is None:
+                    trie_tokens = ngram_trie_tokens(contexts, [0] * len(contexts))
+                per_request = (
+                    r.get("ngram_cpu_per_request", 0.0)
+                    + r.get("ngram_cpu_per_node", 0.0) * width
+                    + r.get("ngram_cpu_per_trie_token", 0.0) * trie_tokens
+                )
                 gpu += r.get("ngram_step_overhead", 0.0) + per_request * len(contexts)
             elif spec.drafting == "draft-model":  # a draft model's per-request work a round (its tree, its sampling)
                 gpu += r.get("draft_per_request", 0.0) * len(contexts)

@@ -67,6 +67,43 @@ def model_problems(name: str, model: dict) -> list[str]:
     return out
 
 
+def family_problems(profile_set: dict) -> list[str]:
+    """Why the drafter families do not hold together, one message each: a model profile's ``drafter_family`` that
+    ``drafter_families`` does not have, a family entry for a drafter that is neither ``dflash`` nor one of
+    ``drafters`` nor an algorithm of the registry, or a parameter that drafter's acceptance model does not have
+    (acceptance.ACCEPTANCE, or the drafter profile's own keys)."""
+    from ..algorithms import REGISTRY
+    from .acceptance import ACCEPTANCE  # the acceptance model imports this module
+
+    families = profile_set.get("drafter_families", {})
+    drafters = profile_set.get("drafters", {})
+    out = []
+    for name, model in profile_set.get("models", {}).items():
+        family = model.get("drafter_family")
+        if family is not None and family not in families:
+            out.append(
+                f"model profile '{name}': drafter_family '{family}' is not a drafter family (one of "
+                f"{', '.join(sorted(families))}, sim_profiles.yaml drafter_families, or your own under "
+                "sim.profiles.drafter_families)"
+            )
+    for family, entries in families.items():
+        for drafter, params in (entries or {}).items():
+            # a draft-model algorithm whose drafters profile is missing is the method's error (its acceptance)
+            if drafter != "dflash" and drafter not in drafters and drafter not in REGISTRY:
+                out.append(
+                    f"drafter family '{family}': '{drafter}' is not a drafter (dflash, {', '.join(sorted(drafters))})"
+                )
+                continue
+            known = set(ACCEPTANCE) | set(drafters.get(drafter, {}))
+            for key in params or {}:
+                if key not in known:
+                    out.append(
+                        f"drafter family '{family}': {drafter}.{key} is not a parameter of its acceptance model "
+                        "(specsweep/modelling/acceptance.py ACCEPTANCE, or the drafters profile's keys)"
+                    )
+    return out
+
+
 GENERIC_RUNTIME = "sglang"  # the generic runtime: the H200 fit in the form that transfers (sim_profiles.yaml)
 AUTO = "auto"  # sim.runtime: the measured runtime of the GPU and model where there is one, else GENERIC_RUNTIME
 
@@ -106,6 +143,7 @@ def profiles(overrides: dict | None = None) -> dict:
         for name, entry in entries.items():
             out.setdefault(kind, {}).setdefault(name, {}).update(entry)
     problems = [why for name, model in out.get("models", {}).items() for why in model_problems(name, model)]
+    problems += family_problems(out)
     if problems:
         raise ProfileError("; ".join(problems))
     return out

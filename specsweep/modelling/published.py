@@ -94,6 +94,55 @@ def predict_content(acceptance: dict | None = None, count: int = 20, rounds: int
     return {kind: mean_tau(ps, chain, rounds, acceptance) for kind, ps in content_prompts(count).items()}
 
 
+# Published n-gram lookup acceptance by content (tokens per verify round, the bonus token included, batch 1,
+# temperature 0), as (low, high, sources): what the simulated NGRAM's replies of each kind should land in, and the
+# order they should keep: copying-heavy content (code, tool calls, long documents) above open generation (chat,
+# math). Spec-Bench's PLD rows are speedups at batch 1, which for a lookup that drafts for free and verifies ~10
+# tokens at an AR step's cost are tokens a round less the verify's small extra cost (a lower bound of them).
+SPECDECODE_BENCH = "vLLM n-gram, 3 draft tokens, Llama-3.1-8B, replayed from SpecDecode-Bench's per-token traces"
+PLD_EAGLE = "prompt lookup decoding in EAGLE's harness, Vicuna-13B"
+SPEC_BENCH = "Spec-Bench leaderboard (hemingkx/Spec-Bench Leaderboard.md), PLD on Vicuna-7B-v1.3, A100, speedup"
+PUBLISHED_NGRAM_BY_CONTENT = {
+    "chat": (1.40, 1.64, f"{SPECDECODE_BENCH}: ShareGPT 1.40; {PLD_EAGLE}: MT-bench 1.63; {SPEC_BENCH}: 1.64x"),
+    "math": (1.16, 1.73, f"{SPECDECODE_BENCH}: GSM8K 1.16; {PLD_EAGLE}: GSM8K 1.73; {SPEC_BENCH}: 1.61x"),
+    "code": (1.93, 2.03, f"{SPECDECODE_BENCH}: InstructCoder (code editing) 2.03; {PLD_EAGLE}: HumanEval 1.93"),
+    "json": (
+        1.93,
+        2.5,
+        "no published n-gram figure for JSON tool calls: held at or above code's (a call copies the function's name "
+        "and keys from its schema) and below the summarisation row",
+    ),
+    "long": (1.71, 2.43, f"{SPEC_BENCH}: retrieval-augmented generation 1.71x, summarisation 2.43x"),
+}
+COPYING_KINDS = ("code", "json", "long")  # the content published lookup accepts most on
+OPEN_KINDS = ("chat", "math")  # open generation: least (chat and math are not ordered alike by the sources)
+
+
+def long_prompts(count: int = 10, tokens: int = 2000) -> list[str]:
+    """Long-context prompts as the long workload builds them (standard-library code of about ``tokens`` tokens from
+    ``count`` distinct definitions, with a question about it), rendered as sent."""
+    from .. import workloads
+
+    starts = list(workloads._definition_starts())
+    out = []
+    for module, line in starts[:: max(1, len(starts) // count)][:count]:
+        names, document = workloads._stdlib_document(module, tokens, None, line)
+        user = (
+            f"Here is some Python code from line {line + 1} of {workloads._DOCUMENT_MODULES[module]} on ({names})."
+            f"\n\n```python\n{document}```\n\n{workloads._QUESTIONS[0]}"
+        )
+        out.append(chat_prompt([SYSTEM, {"role": "user", "content": user}]))
+    return out
+
+
+def predict_ngram_content(decoding: Decoding | None = None, count: int = 20, new_tokens: int = 256) -> dict:
+    """The simulated NGRAM's mean tokens a round (SGLang 0.5.16's defaults: 12 draft tokens, breadth 10, unless
+    ``decoding``) on each content kind's prompts: content_prompts' chat, math, code and JSON, and long_prompts."""
+    decoding = decoding or Decoding("ngram", num_draft_tokens=12, max_bfs_breadth=10)
+    prompts = {**content_prompts(count), "long": long_prompts(max(1, count // 2))}
+    return {kind: mean_tau(ps, decoding, max_new_tokens=new_tokens) for kind, ps in prompts.items()}
+
+
 # the DDTree paper's rows, by the content kind whose prompts stand for them (content_prompts)
 PAPER_ROW_KIND = {"gsm8k": "math", "humaneval": "code", "alpaca": "chat"}
 
@@ -172,4 +221,50 @@ def predict_draft_models(rows=None, profile_set: dict | None = None, count: int 
                 "source": source,
             }
         )
+    return out
+
+
+# Published acceptance of each target family's drafters (tokens a round, the bonus token included, temperature 0):
+# (family, algorithm, content kind whose prompts stand for the dataset, decoding fields, tau, source). The family's
+# entry of sim_profiles.yaml drafter_families is fitted to its rows (benchmarks/calibrate_sim.py --families --fit).
+PUBLISHED_FAMILY_DRAFTERS: list[tuple[str, str, str, dict, float, str]] = [
+    (
+        "qwen3",
+        "eagle3",
+        "chat",
+        {"num_steps": 3, "topk": 1, "num_draft_tokens": 4},
+        2.26,
+        "vLLM tests/v1/e2e: Qwen3-8B's EAGLE-3 head, at least 2.26 at 3 steps (its test's floor)",
+    ),
+    (
+        "qwen3.5",
+        "dflash",
+        "chat",
+        {"block_size": 16},
+        5.47,
+        "z-lab/Qwen3.5-27B-DFlash model card: MT-Bench 5.47",
+    ),
+    (
+        "qwen3.5",
+        "dflash",
+        "code",
+        {"block_size": 16},
+        9.18,
+        "z-lab/Qwen3.5-27B-DFlash model card: HumanEval 9.18 in SGLang",
+    ),
+]
+# the parameters each fit moves (the rest of the family's drafter as its defaults)
+FAMILY_FIT_PARAMETERS = {"dflash": ("base", "hard_share", "hard_top1"), "eagle3": ("cap",)}
+
+
+def predict_families(profile_set: dict | None = None, count: int = 20, rounds: int = 300) -> list[dict]:
+    """Predicted against published for every row of PUBLISHED_FAMILY_DRAFTERS, each with its family's drafter
+    (acceptance.drafter_acceptance) over the content kind's prompts (content_prompts)."""
+    prompts = content_prompts(count)
+    out = []
+    for family, algorithm, kind, fields, tau, source in PUBLISHED_FAMILY_DRAFTERS:
+        decoding = Decoding(algorithm, overlap=False, **fields)
+        predicted = mean_tau(prompts[kind], decoding, rounds=rounds, profile_set=profile_set, family=family)
+        row = {"family": family, "algorithm": algorithm, "prompts": kind, "published": tau}
+        out.append({**row, "predicted": predicted, "source": source})
     return out

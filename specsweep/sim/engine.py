@@ -23,12 +23,13 @@ from ..modelling.acceptance import (
     Drafter,
     Skill,
     drafter_acceptance,
+    model_drafter_family,
     random_weights_reply,
     reply_tokens,
     request_drafter,
     request_skill,
 )
-from ..modelling.cost import CHUNKED_PREFILL_SIZE, CostModel
+from ..modelling.cost import CHUNKED_PREFILL_SIZE, CostModel, ngram_trie_tokens
 from ..modelling.decoding import Decoding
 from ..modelling.profiles import profiles
 from ..text import split_tokens
@@ -91,8 +92,13 @@ class Engine:
             overrides,
             args.sim_draft_model_profile,
         )
+        profile_set = profiles(overrides)
+        self.drafter_family = model_drafter_family(profile_set, args.sim_model_profile)  # whose drafters it runs
         self.acceptance = drafter_acceptance(
-            self.decoding, profiles(overrides), json.loads(args.sim_acceptance) if args.sim_acceptance else None
+            self.decoding,
+            profile_set,
+            json.loads(args.sim_acceptance) if args.sim_acceptance else None,
+            self.drafter_family,
         )
         # dummy weights (--load-format dummy; the drafter's --speculative-draft-load-format, which follows the target's
         # where not given, as in SGLang): the target's greedy output loops, a drafter model never proposes its choice
@@ -268,7 +274,8 @@ class Engine:
             return done, [], step
         batch = list(self.running)
         contexts, shared = [r.length + r.produced for r in batch], self.shared_tokens(batch)
-        step = self.cost.decode_step(self.decoding, contexts, shared)
+        trie = ngram_trie_tokens([r.length for r in batch], [r.produced for r in batch])
+        step = self.cost.decode_step(self.decoding, contexts, shared, trie)
         if self.stage_profiler is not None and batch:
             self.stage_profiler.record_round(
                 simulated_split(self.cost, self.decoding, contexts, shared),

@@ -37,6 +37,8 @@ TRUTH = {
     "request_latency_per_token": 1e-6,
     "drafter_prefill_fraction": 0.1,
     "drafter_prefill_fixed": 4.7e-3,
+    # NGRAM's host work with its trie's content: not fitted by a calibration (held at the generic runtime's)
+    "ngram_cpu_per_trie_token": profiles()["runtimes"]["sglang"]["ngram_cpu_per_trie_token"],
 }
 
 

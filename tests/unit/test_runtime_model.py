@@ -150,3 +150,47 @@ def test_the_default_runtime_is_the_measured_one_where_it_exists_else_the_generi
     assert choose.labels(engines.view(resolved, "b200")) == (
         "not calibrated: generic runtime sglang (the H200 fit on this GPU's datasheet)"
     )
+
+
+def test_an_ngram_round_costs_more_the_more_its_trie_holds_at_the_same_batch_and_context():
+    """NGRAM's per-request host work grows with what the trie holds (ngram_cpu_per_trie_token): at one batch and
+    one context, a round whose trie holds more costs more by that slope x the tokens added x the batch; AR's step
+    does not change."""
+    cost = CostModel.named("H200", "qwen3-8b", "sglang")
+    slope = cost.runtime["ngram_cpu_per_trie_token"]
+    assert slope > 0
+    ngram = Decoding("ngram", num_draft_tokens=8, max_bfs_breadth=8)
+    contexts = [1100] * 16
+    small, large = (cost.decode_step(ngram, contexts, 0.0, trie) for trie in (1_000.0, 100_000.0))
+    assert large > small
+    assert large - small == pytest.approx(slope * 99_000 * 16, rel=1e-9)
+    assert cost.decode_step(Decoding("ar"), contexts, 0.0, 1_000.0) == cost.decode_step(
+        Decoding("ar"), contexts, 0.0, 100_000.0
+    )
+
+
+def test_the_trie_holds_prompt_tails_and_outputs_up_to_its_capacity():
+    """What NGRAM's trie holds (cost.ngram_trie_tokens): a prompt's body never reaches it (only its last
+    NGRAM_TRIE_DEPTH tokens), every generated token does, and the capacity bounds it."""
+    tail = cost_module.NGRAM_TRIE_DEPTH
+    assert cost_module.ngram_trie_tokens([1_000, 8_000], [10, 10]) == 2 * (tail + 10)
+    assert cost_module.ngram_trie_tokens([5], [40]) == 45
+    assert cost_module.ngram_trie_tokens([100] * 4, [50] * 4) > cost_module.ngram_trie_tokens([100] * 4, [10] * 4)
+    huge = cost_module.ngram_trie_tokens([100] * 1000, [10**6] * 1000)
+    assert huge == cost_module.NGRAM_TRIE_CAPACITY // tail
+
+
+def test_the_plan_prices_a_job_copy_with_runtime_auto_as_the_runtime_it_means():
+    """A job's copy of the configuration (Snakemake's, not validated again) keeps ``sim.runtime: auto``: the plan's
+    time estimate prices it with the runtime auto means (the measured H200 one for qwen3-8b), never a KeyError."""
+    from conftest import fast_config, validated
+    from specsweep import plan
+    from specsweep.methods import expand_methods
+
+    config = validated(fast_config())
+    assert config["sim"]["runtime"] == "sglang-0.5.16-h200"  # validation settled auto
+    raw = {**config, "sim": {**config["sim"], "runtime": "auto"}}
+    method = next(m for m in expand_methods(config) if m.name == "dflash")
+    workload = config["workloads"][0]
+    assert plan.cell_seconds(raw, 1, method, workload, 2, 4) == plan.cell_seconds(config, 1, method, workload, 2, 4)
+    assert plan.startup_seconds(raw, 1) == plan.startup_seconds(config, 1)

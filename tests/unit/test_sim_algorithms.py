@@ -60,6 +60,44 @@ def test_ngram_indexes_the_output_and_the_prompts_last_tokens_as_sglang_0_5_16_i
     assert drafter.round(2)[0] > 1
 
 
+def test_simulated_ngram_accepts_most_on_copying_heavy_content_and_least_on_open_generation():
+    """As published n-gram lookup does (specsweep.modelling.published.PUBLISHED_NGRAM_BY_CONTENT): every
+    copying-heavy kind (code, JSON tool calls, long documents) accepts more a round than every open one (chat,
+    math), with SGLang 0.5.16's defaults over the workloads' own prompts."""
+    from specsweep.modelling.published import COPYING_KINDS, OPEN_KINDS, predict_ngram_content
+
+    taus = predict_ngram_content(count=10, new_tokens=192)
+    assert set(taus) == set(COPYING_KINDS) | set(OPEN_KINDS)
+    assert min(taus[k] for k in COPYING_KINDS) > max(taus[k] for k in OPEN_KINDS), taus
+
+
+def test_a_reply_to_open_chat_writes_its_own_words_and_a_grounded_one_repeats_itself():
+    """The simulated reply (acceptance.reply_tokens) by copying(): open chat brings words its prompt does not
+    have; code copies from its prompt (far fewer words of its own) and re-uses its own passages, so more of its
+    4-grams recur."""
+    from specsweep.modelling.acceptance import copying, reply_tokens
+    from specsweep.modelling.published import content_prompts
+
+    prompts = content_prompts(10)
+
+    def recurring(reply):
+        grams = [tuple(reply[i : i + 4]) for i in range(len(reply) - 3)]
+        return 1 - len(set(grams)) / len(grams)
+
+    chat, code = prompts["chat"], prompts["code"]
+    assert max(map(copying, chat)) < min(map(copying, code))
+
+    def new_words(prompt):
+        reply, _ = reply_tokens(prompt, 256, ignore_eos=True)
+        return sum(t.strip() not in prompt for t in reply) / len(reply)
+
+    assert min(map(new_words, chat)) > 0.05
+    assert sum(map(new_words, code)) / len(code) < min(map(new_words, chat)) / 2
+    chat_repeat = sum(recurring(reply_tokens(p, 256, ignore_eos=True)[0]) for p in chat) / len(chat)
+    code_repeat = sum(recurring(reply_tokens(p, 256, ignore_eos=True)[0]) for p in code) / len(code)
+    assert code_repeat > chat_repeat
+
+
 def test_ngram_tree_keeps_its_node_budget_and_breadth():
     prompt = [f"p{i}" for i in range(5)]
     # many different continuations of the same token: a bushy tree
