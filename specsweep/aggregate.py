@@ -16,6 +16,7 @@ import pandas as pd
 
 from . import algorithms, engines, verdict
 from .cells import cell_problem, keyed_cells, unfinished
+from .external import server_key
 from .server_job import ServerJob
 from .slo import Slo, capacity, combined_columns, judge
 from .slo import cell_columns as slo_columns
@@ -238,7 +239,7 @@ def verified_cells(
 ) -> dict[str, dict]:
     """{path: cell} of the cells at these paths, each verified against the cell the configuration (its server
     ``jobs`` and the environment's identity: one digest, or {engine name: digest} where ``engines`` names several
-    builds, or {server job's name: digest} where each external server has its own) gives that path
+    builds, or {external.server_key: digest} where each external server has its own) gives that path
     (cells.cell_problem) and final under the failure thresholds (cells.unfinished) unless ``failures.keep_going``;
     AggregateError naming every other cell and what to do."""
     built: dict = {}
@@ -246,7 +247,7 @@ def verified_cells(
     expected = {
         os.path.normpath(c["path"]): c
         for job in jobs
-        for c in keyed_cells(job, identity.get(job.name) or identity[job.method.engine], built=built)[0]
+        for c in keyed_cells(job, identity.get(server_key(job)) or identity[job.method.engine], built=built)[0]
     }
     cells, refused = {}, []
     for path in paths:

@@ -22,6 +22,7 @@ from collections.abc import Mapping, Sequence
 import requests
 
 from .canon import digest
+from .layout import server_name
 from .server_job import ServerJob
 
 INFO_PATHS = ("/server_info", "/get_server_info")  # the second is SGLang's older spelling
@@ -29,6 +30,8 @@ INFO_PATHS = ("/server_info", "/get_server_info")  # the second is SGLang's olde
 STABLE_KEYS = ("version", "commit", "git_commit", "sglang_commit", "model_path", "served_model_name", "tp_size")
 # a flag SGLang stores under another name where the flag itself is left unset (its alias)
 ALIASES = {"speculative_dflash_block_size": "speculative_num_draft_tokens"}
+# algorithms SGLang stores under another name: server_args rewrites NEXTN (a target's own MTP head) to EAGLE
+SAME_ALGORITHM = {"NEXTN": "EAGLE"}
 # names whose values a description never keeps (a server may report its own API key)
 SECRET_SUFFIXES = ("api_key", "password", "secret", "access_token", "auth_token")
 
@@ -122,6 +125,14 @@ def _same(declared, served) -> bool:
         return str(declared).strip().lower() == str(served).strip().lower()
 
 
+def _algorithm(value) -> str | None:
+    """An algorithm's name as a server reports it once running (NEXTN as EAGLE), upper case; None stays None."""
+    if value is None:
+        return None
+    name = str(value).strip().upper()
+    return SAME_ALGORITHM.get(name, name)
+
+
 def mismatches(job: ServerJob, info: Mapping) -> tuple[list[tuple[str, object, object]], list[str]]:
     """([(field, declared, served)] where the server is not what its method says, [fields it leaves unsaid]).
 
@@ -141,7 +152,7 @@ def mismatches(job: ServerJob, info: Mapping) -> tuple[list[tuple[str, object, o
         if served is None and key in ALIASES and info.get(ALIASES[key]) is not None:
             served = info[ALIASES[key]]
         if key == "speculative_algorithm":
-            if (declared is None) != (served is None) or (declared is not None and not _same(declared, served)):
+            if _algorithm(declared) != _algorithm(served):
                 wrong.append((key, declared, served))
         elif served is None:
             unsaid.append(key)
@@ -282,21 +293,38 @@ def description_of(environment_record: Mapping) -> dict:
     return dict((environment_record.get("server") or {}).get("description") or {})
 
 
+def server_key(job: ServerJob) -> str:
+    """The name an external server's description is kept under: its TP size and method (tp{tp}/{method}), the same
+    for every repetition (each repetition measures the same server again)."""
+    return server_name(job.tp, job.method.name)
+
+
 def describe_servers(host: Mapping, jobs: Sequence[ServerJob]) -> dict:
-    """{server job: its server's record (environment()'s ``server``) with the identity its cells are keyed by
-    (``identity_digest``)} of every external server, each checked against its method: the environment rule's record
-    (made again in every run that reaches a server job), which refuses a server that is not what its method says
-    before any bench job runs, and against which the aggregation verifies the cells' keys."""
+    """{server_key: its server's record (environment()'s ``server``) with the identity its cells are keyed by
+    (``identity_digest``)} of every external server, each checked against its method once (repetitions share it):
+    the environment rule's record (made again in every run that reaches a server job), which refuses a server that
+    is not what its method says before any bench job runs, and against which the aggregation verifies the cells'
+    keys."""
     out = {}
     for job in jobs:
+        if server_key(job) in out:
+            continue
         record = environment(host, job, (job.endpoint or {})["url"])
-        out[job.name] = {**record["server"], "identity_digest": record["identity_digest"]}
+        out[server_key(job)] = {**record["server"], "identity_digest": record["identity_digest"]}
     return out
 
 
-def identity_digest(environment_record: Mapping, server: str) -> str:
+def identities(environment_records: Mapping) -> dict:
+    """{engine: identity digest} of each environment record ({engine name or None: record}), and {server_key:
+    identity digest} of each external server they describe: what a server job's cells are keyed by
+    (identity_digest)."""
+    out = {engine: record["identity_digest"] for engine, record in environment_records.items()}
+    for record in environment_records.values():
+        out.update({key: described["identity_digest"] for key, described in (record.get("servers") or {}).items()})
+    return out
+
+
+def identity_digest(environment_record: Mapping, job: ServerJob) -> str:
     """The identity digest a server job's cells are keyed by: its external server's (describe_servers), else the
     environment's own."""
-    return (environment_record.get("servers") or {}).get(server, {}).get("identity_digest") or environment_record[
-        "identity_digest"
-    ]
+    return identities({None: environment_record}).get(server_key(job)) or environment_record["identity_digest"]

@@ -152,3 +152,10 @@ def calibration_methods(config: dict) -> list[Method]:
     if baseline is None:
         baseline = Method(algorithms.BASELINE, algorithms.BASELINE, {}, (), {})
     return [baseline] + [m for m in methods if m.spec.speculative]
+
+
+def external_servers(config: dict) -> list[ServerJob]:
+    """The server job of each external server, once (repetitions measure the same server again): the servers the
+    environment record describes (external.describe_servers), keyed as external.server_key."""
+    pairs = dict.fromkeys((s["tp"], s["method"]) for s in servers(config))
+    return [server_job(config, tp, method) for tp, method in pairs]

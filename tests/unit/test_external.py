@@ -4,6 +4,7 @@ by specsweep."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 
@@ -126,6 +127,51 @@ def test_a_server_that_is_not_what_its_method_says_is_refused_naming_method_fiel
         external.environment(host, job_of(other_model, "ar"), servers["ar"].url)
 
 
+@contextlib.contextmanager
+def info_server(folder, info: dict, key: str = "s3cret"):
+    """A server of an older build's shape started here, describing itself with ``info`` at /get_server_info."""
+    (folder / "info.json").write_text(json.dumps(info))
+    port = free_port()
+    server = Server(
+        [sys.executable, str(FIXTURES / "older_info_server.py"), str(port), str(folder / "info.json"), key],
+        {},
+        "127.0.0.1",
+        port,
+        folder / f"info-{port}.log",
+        headers={"Authorization": f"Bearer {key}"},
+    )
+    server.start(patience(6))
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def test_a_nextn_method_is_served_as_eagle_as_sglang_stores_it(tmp_path, monkeypatch):
+    """SGLang's server_args rewrites NEXTN to EAGLE: a real NEXTN server reports EAGLE, and is what its method says;
+    a server of another algorithm is still refused."""
+    served = {
+        "version": "0.5.16",
+        "model_path": "Qwen/Qwen3-8B",
+        "tp_size": 1,
+        "speculative_algorithm": "EAGLE",
+        "speculative_num_steps": 3,
+        "speculative_eagle_topk": 1,
+        "speculative_num_draft_tokens": 4,
+    }
+    monkeypatch.setenv("MTP_KEY", "s3cret")
+    with info_server(tmp_path, served) as server:
+        config = external_config({"ar": server.url, "dflash": server.url})
+        config["methods"] = [{"name": "mtp", "algorithm": "nextn", "url": server.url, "api_key_env": "MTP_KEY"}]
+        config = validated(config)
+        record = external.environment(probe("external"), job_of(config, "mtp"), server.url)
+        assert record["server"]["description"]["speculative_algorithm"] == "EAGLE"
+    with info_server(tmp_path, {**served, "speculative_algorithm": "NGRAM"}) as server:
+        config["methods"][0]["url"] = server.url
+        with pytest.raises(external.ExternalServerError, match="speculative_algorithm: declared 'NEXTN', served 'NGRAM'"):
+            external.environment(probe("external"), job_of(config, "mtp"), server.url)
+
+
 def test_an_older_build_is_read_at_get_server_info_with_the_key_the_configuration_names(tmp_path, monkeypatch):
     """A server whose /server_info is 404 describes itself at /get_server_info; its API key comes from the variable
     methods[].api_key_env names, and a missing one is refused naming the variable."""
@@ -216,3 +262,22 @@ def test_the_plan_prices_no_start_up_on_external_servers():
     assert plan.startup_text(config, 1).startswith("not priced: backend external starts no server")
     started = validated(dict(fast_config(), backend="sglang", sim={}))
     assert plan.startup_seconds(started, 1)[0] > plan.JOB_OVERHEAD_SECONDS  # a started server's is priced
+
+
+def test_repeated_cells_on_an_external_server_are_keyed_by_its_description(servers):
+    """With repetitions, each repetition's server job measures the same external server: the environment record
+    describes it once, and every repetition's cells are keyed by its identity (never the client host's), which the
+    plan and the aggregation read."""
+    config = external_config({"ar": servers["ar"].url, "dflash": servers["dflash"].url}, repetitions=2)
+    host = probe("external")
+    described = jobs.external_servers(config)
+    assert sorted(external.server_key(j) for j in described) == ["tp1/ar", "tp1/dflash"]
+    record = dict(host, servers=external.describe_servers(host, described))
+    repeated = [jobs.server_job(config, s["tp"], s["method"], s["repetition"]) for s in jobs.servers(config)]
+    assert {j.repetition for j in repeated} == {0, 1}
+    identities = external.identities({None: record})
+    for job in repeated:
+        own = external.environment(host, job, servers[job.method.name].url)["identity_digest"]
+        assert own != host["identity_digest"]
+        assert external.identity_digest(record, job) == own
+        assert identities[external.server_key(job)] == own
