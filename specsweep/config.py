@@ -211,6 +211,13 @@ def normalise(config: dict) -> dict:
         objective.update({k: float(v) for k, v in objective.items() if k.endswith("_ms")})
     config["adaptive"]["target"] = float(config["adaptive"]["target"])
     if config["adaptive"]["enabled"]:
+        traced = [w["name"] for w in config["workloads"] if w.get("source") == "trace"]
+        if traced:
+            raise ConfigError(
+                f"adaptive.enabled: workload '{traced[0]}' replays a trace (its window's requests at their traced "
+                "times), which no stopping rule may cut short or extend; set adaptive.enabled: false or measure the "
+                "trace in a configuration of its own"
+            )
         metric = config["adaptive"]["metric"]
         if metric != "output_throughput" and not re.match(
             r"^(ttft|tpot|itl|e2e|interactivity)\.(mean|p50|p90|p95|p99)$", metric
@@ -305,6 +312,12 @@ def check_trace(w: dict, index: int, context_length: int) -> None:
             "lower requests or widen the window"
         )
     w["requests"] = w.get("requests") or available
+    if w["requests"] > MAX_SESSIONS:
+        raise ConfigError(
+            f"{where}: its trace window holds {available} requests that fit the context, more than the {MAX_SESSIONS} "
+            "a cell may send; narrow workloads[].window (duration_s, or first_line and last_line) or set "
+            f"workloads[].requests to at most {MAX_SESSIONS}"
+        )
 
 
 def check_folders(config: dict) -> None:

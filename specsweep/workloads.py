@@ -636,14 +636,27 @@ def _trace_rows(path: str, fmt: str) -> tuple[traces.TraceRequest, ...]:
         raise WorkloadError(str(exc)) from None
 
 
-def trace_account(workload: dict, context_length: int | None) -> dict:
-    """A trace workload's account: its file and format, the window and time scale, the requests it replays, how many
-    were clipped or dropped to fit the context (and the rule), the first and last line replayed."""
+def _trace_fitted(workload: dict, context_length: int | None, requests: int | None) -> traces.Fitted:
+    """What of a trace window a cell of ``requests`` sessions sends (None: the whole window): its first ``requests``
+    requests that fit the context, and how many of the window's requests before its last one were clipped or dropped
+    (a request after the last one sent is not counted: the cell never reached it)."""
     path = workload["path"]
-    fmt = traces.trace_format(path, workload.get("format"))
-    window = traces.Window.of(workload)
+    rows = traces.Window.of(workload).select(_trace_rows(path, traces.trace_format(path, workload.get("format"))))
     rule = workload.get("over_context", "clip")
-    fitted = traces.fit_context(window.select(_trace_rows(path, fmt)), context_length, rule)
+    fitted = traces.fit_context(rows, context_length, rule)
+    if requests is None or requests >= len(fitted.requests):
+        return fitted
+    last = fitted.requests[requests - 1][0]
+    return traces.fit_context(rows[: rows.index(last) + 1], context_length, rule)
+
+
+def trace_account(workload: dict, context_length: int | None, requests: int | None = None) -> dict:
+    """A trace workload's account of what a cell of ``requests`` sessions sends (None: the whole window): its file
+    and format, the window and time scale, the requests it replays, how many were clipped or dropped to fit the
+    context (and the rule) up to its last one, the first and last line replayed."""
+    path = workload["path"]
+    window = traces.Window.of(workload)
+    fitted = _trace_fitted(workload, context_length, requests)
     if not fitted.requests:
         raise WorkloadError(
             f"workload '{workload['name']}': the window of {path} ({window.text()}) holds no request that fits "
@@ -651,11 +664,11 @@ def trace_account(workload: dict, context_length: int | None) -> dict:
         )
     return {
         "file": os.path.basename(path),
-        "format": fmt,
+        "format": traces.trace_format(path, workload.get("format")),
         "window": window.text(),
         "time_scale": window.time_scale,
         "requests": len(fitted.requests),
-        "over_context": rule,
+        "over_context": workload.get("over_context", "clip"),
         "clipped": fitted.clipped,
         "dropped": fitted.dropped,
         "lines": [fitted.requests[0][0].line, fitted.requests[-1][0].line],

@@ -226,14 +226,46 @@ def test_a_trace_cell_records_its_trace(tmp_path):
     config["model"] = dict(config.get("model") or {}, name="Qwen3-8B", context_length=2048)
     config = validated(config)
     job = server_job(config, 1, "ar")
-    record = _workload_record(job, {"workload": "moon", "requests": 3}, "d", sessions_of(config["workloads"][0], 2048))
+    rows = traces.Window.of(config["workloads"][0]).select(traces.read_trace(MOONCAKE, "mooncake"))
+    fits = [r for r in rows if 1 <= r.output_length < 2048]  # every one fits: clipped where it is over
+    over = next(i for i, r in enumerate(fits) if r.input_length + r.output_length > 2048)
+    sent = fits[: over + 1]  # a cell that sends up to the first clipped request, and no further
+    assert len(sent) < len(fits)
+    cell = {"workload": "moon", "requests": len(sent)}
+    record = _workload_record(job, cell, "d", sessions_of(config["workloads"][0], 2048)[: len(sent)])
     trace = record["trace"]
     assert (trace["file"], trace["format"], trace["window"]) == (
         "sample-mooncake.jsonl",
         "mooncake",
         "0 s to 8 s, time scale 2x",
     )
-    assert trace["clipped"] + trace["dropped"] >= 1 and json.dumps(record)
+    # the account is of what the cell sent: its requests, their lines, what was clipped or dropped up to its last
+    assert (trace["requests"], trace["lines"], trace["clipped"]) == (len(sent), [sent[0].line, sent[-1].line], 1)
+    assert trace["dropped"] == sum(r.output_length < 1 for r in rows[: rows.index(sent[-1]) + 1])
+    assert record["sessions"] == trace["requests"] and json.dumps(record)
+    whole = workloads.trace_account(config["workloads"][0], 2048)
+    assert whole["requests"] == len(fits) > trace["requests"]
+
+
+def test_a_trace_window_over_the_session_limit_and_adaptive_stopping_are_refused(tmp_path):
+    """A trace window holding more requests than a cell may send is refused (naming the window and requests); so is
+    adaptive stopping on a configuration with a trace workload (a replay sends its window's requests)."""
+    from specsweep.config import MAX_SESSIONS
+
+    path = tmp_path / "long.jsonl"
+    count = MAX_SESSIONS + 5
+    path.write_text("".join(json.dumps({"timestamp": i, "input_length": 40, "output_length": 4}) + "\n" for i in range(count)))
+    config = fast_config()
+    config["workloads"] = [trace_workload(str(path), name="long")]
+    with pytest.raises(ConfigError, match=rf"holds {count} requests .* more than the {MAX_SESSIONS}.*workloads\[\]\.window"):
+        validated(config)
+    config["workloads"] = [trace_workload(str(path), name="long", requests=MAX_SESSIONS)]
+    assert validated(config)["workloads"][0]["requests"] == MAX_SESSIONS
+    config["workloads"] = [trace_workload(str(path), name="long", window={"first_line": 1, "last_line": 50})]
+    assert validated(config)["workloads"][0]["requests"] == 50
+    config["adaptive"] = {"enabled": True}
+    with pytest.raises(ConfigError, match=r"adaptive\.enabled: workload 'long' replays a trace"):
+        validated(config)
 
 
 def test_a_line_with_an_id_names_its_request_and_warm_ups_are_sent_at_once(tmp_path):
