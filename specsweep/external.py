@@ -7,10 +7,12 @@ server it reads the server's own description (``/server_info``, or ``/get_server
 launch settings as SGLang's argparse stored them, its version, and on the simulated server ``simulated: true``) and
 refuses a server that is not what its method says: its speculative algorithm, every flag the method's spelling
 sets (draft model, block size, budget, steps, top-k, attention backend, ...), its TP size and its model. The
-description is the environment record of the cells measured on it; a stable part of it (``stable_description``:
-version, commit, algorithm and draft settings, model, TP; never the start time, port or host) is part of their keys,
-so a server relaunched elsewhere with the same build and settings keeps its cells, and one relaunched with another
-build or other settings measures them again.
+description is the environment record of the cells measured on it; all of it that stays put across relaunches
+(``stable_description``: every launch setting it reports, its version and commit, less its host, port, seed drawn
+at launch, counters, clocks, folders and secrets) is part of their keys, so a server relaunched elsewhere with the
+same build and settings keeps its cells, and one relaunched with other settings it reports measures them again. A
+build that reports no commit is known by its version string alone: two builds of one version with the same settings
+share cells.
 """
 
 from __future__ import annotations
@@ -26,8 +28,29 @@ from .layout import server_name
 from .server_job import ServerJob
 
 INFO_PATHS = ("/server_info", "/get_server_info")  # the second is SGLang's older spelling
-# what a description's key holds beside the method's own flags' settings (stable_description)
-STABLE_KEYS = ("version", "commit", "git_commit", "sglang_commit", "model_path", "served_model_name", "tp_size")
+# what a description's key leaves out (stable_description): what differs between launches of one build with one set
+# of settings (where it listens, its seed drawn at launch, its counters and clocks), never what changes a number
+VOLATILE_KEYS = frozenset(
+    {
+        "host",
+        "port",
+        "nccl_port",
+        "dist_init_addr",
+        "node_rank",
+        "base_gpu_id",
+        "random_seed",
+        "internal_states",
+        "sim_clock",
+        "sim_startup_seconds",
+        "pid",
+        "status",
+        "uptime",
+        "start_time",
+        "launched_at",
+        "last_gen_throughput",
+    }
+)
+VOLATILE_SUFFIXES = ("_port", "_host", "_addr", "_dir", "_folder", "_timestamp")  # where, not how, it serves
 # a flag SGLang stores under another name where the flag itself is left unset (its alias)
 ALIASES = {"speculative_dflash_block_size": "speculative_num_draft_tokens"}
 # algorithms SGLang stores under another name: server_args rewrites NEXTN (a target's own MTP head) to EAGLE
@@ -190,13 +213,20 @@ def redacted(info: Mapping) -> dict:
     }
 
 
-def stable_description(job: ServerJob, info: Mapping) -> dict:
-    """What of a description decides a cell's numbers and stays put across relaunches: version and commit, model and
-    TP, every speculative setting, and every setting the method's flags set; never its start time, port, host, pid
-    or counters."""
-    keys = set(STABLE_KEYS) | set(declared_settings(job)) | {k for k in info if k.startswith("speculative_")}
-    keys |= {"simulated", "sim_time_scale", "sim_model_profile", "sim_gpu", "sim_runtime"} & set(info)
-    return {k: info[k] for k in sorted(keys) if k in info}
+def stable(key: str) -> bool:
+    """Whether a description's field may decide a cell's numbers and stays put across relaunches of one build with
+    one set of settings: every field but those of VOLATILE_KEYS, the addresses, ports and folders (VOLATILE_SUFFIXES)
+    and secrets (SECRET_SUFFIXES)."""
+    name = key.lower()
+    return name not in VOLATILE_KEYS and not name.endswith(VOLATILE_SUFFIXES) and not name.endswith(SECRET_SUFFIXES)
+
+
+def stable_description(info: Mapping) -> dict:
+    """What of a description keys its cells: the whole description (version and commit, model, TP, every
+    speculative setting, and every other launch setting it reports: dtype, quantization, KV cache dtype, page size,
+    attention backend, batch and memory limits, chunked prefill, CUDA graphs, DP, radix cache, ...), less what
+    differs between launches (stable: its host, port, seed, counters, clocks, folders) and secrets."""
+    return {k: info[k] for k in sorted(info) if stable(k)}
 
 
 def environment(host: Mapping, job: ServerJob, url: str) -> dict:
@@ -215,7 +245,7 @@ def environment(host: Mapping, job: ServerJob, url: str) -> dict:
             file=sys.stderr,
             flush=True,
         )
-    stable = stable_description(job, info)
+    stable = stable_description(info)
     simulated = bool(info.get("simulated"))
     server = {
         "name": "specsweep-sim" if simulated else "sglang",

@@ -281,3 +281,60 @@ def test_repeated_cells_on_an_external_server_are_keyed_by_its_description(serve
         assert own != host["identity_digest"]
         assert external.identity_digest(record, job) == own
         assert identities[external.server_key(job)] == own
+
+
+def test_every_reported_setting_that_changes_numbers_keys_the_cells_and_launch_details_do_not(tmp_path, monkeypatch):
+    """Two launches of one build with one set of settings (other port, host, seed, counters) share an identity; a
+    server relaunched with another KV cache dtype, quantization, page size, attention backend, batch limit or radix
+    cache setting (none of them a flag of the method) gets another one."""
+    base = {
+        "version": "0.5.16",
+        "model_path": "Qwen/Qwen3-8B",
+        "tp_size": 1,
+        "speculative_algorithm": None,
+        "kv_cache_dtype": "auto",
+        "quantization": None,
+        "page_size": 1,
+        "attention_backend": "fa3",
+        "max_running_requests": 256,
+        "disable_radix_cache": False,
+        "dp_size": 1,
+        "host": "10.0.0.5",
+        "port": 30000,
+        "random_seed": 12345,
+        "internal_states": [{"avg_spec_accept_length": None, "launched_at": 1.0}],
+        "metrics_http_port": 9000,
+        "api_key": "s3cret",
+    }
+    relaunched = {
+        **base,
+        "host": "10.0.0.6",
+        "port": 30001,
+        "random_seed": 999,
+        "internal_states": [{"launched_at": 2.0}],
+        "metrics_http_port": 9001,
+    }
+    changed = [
+        ("kv_cache_dtype", "fp8_e4m3"),
+        ("quantization", "fp8"),
+        ("page_size", 16),
+        ("attention_backend", "flashinfer"),
+        ("max_running_requests", 64),
+        ("disable_radix_cache", True),
+        ("dp_size", 2),
+    ]
+    monkeypatch.setenv("INFO_KEY", "s3cret")
+
+    def identity(info: dict, folder) -> str:
+        folder.mkdir()
+        with info_server(folder, info) as server:
+            config = external_config({"ar": server.url, "dflash": server.url})
+            config["methods"] = [{"name": "ar", "algorithm": "ar", "url": server.url, "api_key_env": "INFO_KEY"}]
+            record = external.environment(probe("external"), job_of(validated(config), "ar"), server.url)
+            assert "s3cret" not in json.dumps(record["identity"])
+            return record["identity_digest"]
+
+    first = identity(base, tmp_path / "base")
+    assert identity(relaunched, tmp_path / "relaunched") == first
+    for index, (field, value) in enumerate(changed):
+        assert identity({**base, field: value}, tmp_path / f"changed{index}") != first, field
