@@ -24,10 +24,10 @@ from collections.abc import Mapping, Sequence
 import requests
 
 from .canon import digest
+from .counters import read_server_info
 from .layout import server_name
 from .server_job import ServerJob
 
-INFO_PATHS = ("/server_info", "/get_server_info")  # the second is SGLang's older spelling
 # what a description's key leaves out (stable_description): what differs between launches of one build with one set
 # of settings (where it listens, its seed drawn at launch, its counters and clocks), never what changes a number
 VOLATILE_KEYS = frozenset(
@@ -90,23 +90,9 @@ def api_headers(method_name: str, api_key_env: str | None, environ: Mapping[str,
 def describe(method_name: str, url: str, headers: Mapping[str, str]) -> tuple[dict, str]:
     """(the server's own description, the path that gave it): /server_info, else /get_server_info; refused, naming
     the method and URL, when neither answers with a JSON object."""
-    tried = []
-    for path in INFO_PATHS:
-        try:
-            resp = requests.get(url + path, timeout=15, headers=dict(headers))
-        except requests.RequestException as exc:
-            tried.append(f"{path}: {type(exc).__name__}")
-            continue
-        if resp.status_code == 200:
-            try:
-                info = resp.json()
-            except ValueError:
-                info = None
-            if isinstance(info, dict):
-                return info, path
-            tried.append(f"{path}: not a JSON object")
-        else:
-            tried.append(f"{path}: HTTP {resp.status_code}")
+    info, path, tried = read_server_info(url, dict(headers), timeout=15)
+    if info is not None:
+        return info, path
     raise ExternalServerError(
         f"method '{method_name}': the server at {url} (methods[].url) does not describe itself ({'; '.join(tried)}); "
         "give the base URL of an SGLang server (not a path under it), check it runs and, behind a gateway, that the "
