@@ -1338,12 +1338,11 @@ def provenance(summary: pd.DataFrame, environment: dict, view: dict, simulated: 
     value, or each method's), and the simulated profile."""
     prov = [
         ("Backend", environment["backend"] + (" (simulated)" if simulated else "")),
-        ("Server", f"{environment['server']['name']} {environment['server'].get('version')}"),
-        ("Server build", environment["server"].get("build") or "release"),
+        ("Server", verdict.engine_text(environment)),
         ("Python", environment["software"]["python"]),
         ("specsweep", environment["software"]["specsweep"]),
         ("Snakemake", environment["software"].get("snakemake")),
-        ("GPUs", ", ".join(g["name"] for g in environment["hardware"]["gpus"]) or "none"),
+        ("GPUs", verdict.gpus_text(environment)),
         ("Model", view["model"]),
         ("Sampling", view.get("sampling", "")),
     ]

@@ -8,6 +8,7 @@ import contextlib
 import json
 import sys
 
+import pandas as pd
 import pytest
 
 from conftest import FIXTURES, fast_config, patience, start_sim, validated
@@ -338,3 +339,21 @@ def test_every_reported_setting_that_changes_numbers_keys_the_cells_and_launch_d
     assert identity(relaunched, tmp_path / "relaunched") == first
     for index, (field, value) in enumerate(changed):
         assert identity({**base, field: value}, tmp_path / f"changed{index}") != first, field
+
+
+def test_the_stamp_and_provenance_describe_the_external_servers_not_the_client(servers):
+    """On backend external the verdict's stamp and the report's provenance name the engines the servers describe
+    (never "external") and say their GPUs are not reported (never the client's, which run none of them)."""
+    from specsweep import report, verdict
+
+    config = external_config({"ar": servers["ar"].url, "dflash": servers["dflash"].url})
+    host = probe("external")
+    assert host["hardware"]["gpus"] == []  # the client's GPUs are not the servers'
+    record = dict(host, servers=external.describe_servers(host, jobs.external_servers(config)))
+    version = record["servers"]["tp1/ar"]["version"]
+    assert version and version.startswith("specsweep-sim")
+    engine = verdict.engine_text(record)
+    assert engine == f"{version} (release; no commit recorded)" and "external" not in engine
+    assert verdict.gpus_text(record) == "GPUs not reported by the external servers"
+    rows = dict(report.provenance(pd.DataFrame(), record, {"model": "Qwen3-8B"}, True))
+    assert (rows["Server"], rows["GPUs"]) == (engine, verdict.gpus_text(record))

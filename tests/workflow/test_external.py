@@ -38,6 +38,10 @@ def test_external_servers_are_measured_as_they_are_and_left_running(workflow, tm
         snakemake(workflow, "results/report/report.pdf", timeout=240)
         report = pdf_text(workflow / "results/report/report.pdf")
         assert "SIMULATED" in report  # the servers measured are simulated ones: the report says so
+        words = " ".join(report.split())
+        # the stamp and provenance name the servers' engine and that their GPUs are not reported (never the client's)
+        assert "Measured on GPUs not reported by the external servers, specsweep-sim" in words, words[:3000]
+        assert "a host whose GPUs" not in words and "Server external" not in words
         for method, server in servers.items():
             assert server.alive(), f"the {method} server was stopped by the run"
             cell = json.loads((workflow / f"results/cells/tp1/{method}/short/c1.json").read_text())
@@ -45,6 +49,7 @@ def test_external_servers_are_measured_as_they_are_and_left_running(workflow, tm
             assert described["external"] is True and described["description"]["port"] == server.port
             assert cell["simulated"] is True  # the servers are simulated ones and say so: so do their cells
             assert cell["provenance"]["startup_seconds"] is None
+            assert cell["provenance"]["gpus"] == []  # the client's GPUs ran nothing of it
             assert len(cell["requests"]) == 4 and all(r["error"] is None for r in cell["requests"])
         record = json.loads((workflow / "results/env/external.json").read_text())
         assert record["servers"]["tp1/dflash"]["description"]["speculative_algorithm"] == "DFLASH"
