@@ -628,6 +628,15 @@ def build(
 TRACE_KINDS = {"short": SHORT_MIX}  # a trace's content kinds by family (every other family: code)
 
 
+def trace_kinds(family: str, model_path: str | None) -> tuple[str, ...]:
+    """The content kinds a family's trace prompts are filled with: the family's (TRACE_KINDS, else code) whose corpus
+    has at least traces.MIN_BLOCKS distinct blocks (a smaller one would repeat its text across and within prompts);
+    code where none has."""
+    kinds = TRACE_KINDS.get(family, ("code",))
+    enough = tuple(k for k in kinds if len(_trace_corpus(k, model_path).starts) >= traces.MIN_BLOCKS)
+    return enough or ("code",)
+
+
 @lru_cache(maxsize=4)
 def _trace_rows(path: str, fmt: str) -> tuple[traces.TraceRequest, ...]:
     try:
@@ -726,15 +735,19 @@ def _trace_sessions(workload: dict, draw: _Draw) -> list[Session]:
     def cut(text: str, tokens: int) -> str:
         return traces.cut_at_word(text, encoder.encode(text, add_special_tokens=False).offsets, tokens)
 
-    kinds = TRACE_KINDS.get(workload["family"], ("code",))
+    kinds = trace_kinds(workload["family"], draw.model_path)
+
+    def corpus_of(request: traces.TraceRequest) -> tuple[str, traces.Corpus]:
+        kind = kinds[(request.hash_ids[0] if request.hash_ids else request.line) % len(kinds)]
+        return kind, _trace_corpus(kind, draw.model_path)
+
     empty = _prompt_tokens(draw.template, [{"role": "user", "content": ""}], draw.thinking, draw.model_path, path)
+    sized = [(request, max(1, length - empty)) for request, length in fitted.requests]
+    blocks = traces.assign_blocks(sized, corpus_of)  # over the whole window: a cell's count changes no prompt
     sessions = []
-    for (request, length), at in zip(chosen, times):
-        first = request.hash_ids[0] if request.hash_ids else request.line
-        kind = kinds[first % len(kinds)]
-        text = traces.fill_prompt(
-            request, max(1, length - empty), _trace_corpus(kind, draw.model_path), count, cut, name
-        )
+    for (request, length), at, indices in zip(chosen, times, blocks):
+        kind, corpus = corpus_of(request)
+        text = traces.fill_prompt(indices, max(1, length - empty), corpus, count, cut)
         messages = [{"role": "user", "content": text}]
         tokens = _prompt_tokens(draw.template, messages, draw.thinking, draw.model_path, f"{path}: line {request.line}")
         record = {

@@ -48,37 +48,111 @@ def trailing_pads(text: str) -> int:
     return count
 
 
+def opening_and_closing(session) -> tuple[list[int], list[int]]:
+    """The chat template's tokens before a user's text, and after it (the end of the turn)."""
+    opening = workloads.tokenizer(None).encode("<|im_start|>user\n", add_special_tokens=False).ids
+    empty = session.chat_template.render([{"role": "user", "content": ""}], False)
+    return opening, workloads.tokenizer(None).encode(empty, add_special_tokens=False).ids[len(opening) :]
+
+
+# two blocks of different names part within this many tokens of the first: OPENING_TOKENS, and a block's own line
+# past its corpus's blocks, "(n)\n"
+PARTING = traces.OPENING_TOKENS + 4
+
+
 def test_prompts_share_exactly_the_prefixes_their_hash_ids_share():
     """For every pair of requests of the shipped Mooncake trace: the token prefix they share covers the chat
-    template's header and every block their hash ids share, and ends inside the first block they do not share."""
+    template's header and every block their hash ids share, and ends within a few tokens of the first block they do
+    not share."""
     sessions = sessions_of(trace_workload())
     rows = {r.line: r for r in traces.read_trace(MOONCAKE, "mooncake")}
     header = len(token_ids(sessions[0])) - sessions[0].tokens  # 0: tokens counts the whole rendered prompt
     assert header == 0
-    opening = workloads.tokenizer(None).encode("<|im_start|>user\n", add_special_tokens=False).ids
-    empty = sessions[0].chat_template.render([{"role": "user", "content": ""}], False)
-    closing = workloads.tokenizer(None).encode(empty, add_special_tokens=False).ids[len(opening) :]  # end of turn
+    opening, closing = opening_and_closing(sessions[0])
     tokens = {s.trace["line"]: token_ids(s) for s in sessions}
     kinds = {s.trace["line"]: s.kind for s in sessions}
     padding = {s.trace["line"]: trailing_pads(s.messages[0]["content"]) for s in sessions}
-    shared_pairs = 0
+    shared_pairs = parted_pairs = 0
     for a, b in itertools.combinations(sorted(tokens), 2):
         ha, hb = rows[a].hash_ids, rows[b].hash_ids
         k = common_prefix(list(ha), list(hb))
-        corpus = workloads._trace_corpus(kinds[a], None)
-        block_tokens = [len(workloads.tokenizer(None).encode(corpus.block(f"hash:{h}")).ids) for h in ha[:k]]
-        shared = len(opening) + sum(block_tokens)
         common = common_prefix(tokens[a], tokens[b])
         # the content both hold (a request's last block is cut to its length, where its tokens are the block's first,
         # then made up with one-token words)
         whole = min(len(tokens[x]) - len(closing) - padding[x] for x in (a, b))
+        # a block holds BLOCK_TOKENS - 1 tokens of text and a line's end (which may merge with its last token)
+        least, most = len(opening) + k * (traces.BLOCK_TOKENS - 2), len(opening) + k * traces.BLOCK_TOKENS
         if k:
             shared_pairs += 1
             assert kinds[a] == kinds[b]  # the first block decides a request's content
-            assert common >= min(shared, whole), (a, b, k, common, shared)
-        if k < min(len(ha), len(hb)) and shared + 1 < whole:  # a block neither shares: they part inside it
-            assert common < shared + min(512, whole - shared), (a, b, k, common, shared)
-    assert shared_pairs >= 20  # the sample's conversations share their earlier turns' blocks
+            assert common >= min(least, whole), (a, b, k, common, least)
+        if k < min(len(ha), len(hb)) and most + PARTING < whole:  # a block neither shares: they part at its start
+            parted_pairs += 1
+            assert common < most + PARTING, (a, b, k, common, most)
+    assert shared_pairs and parted_pairs
+
+
+def test_requests_that_share_no_hash_id_share_no_text_and_no_prompt_repeats_a_block(tmp_path):
+    """Hundreds of requests whose hash ids are all different (more blocks than the content's corpora hold): no two
+    prompts share more than a few tokens past the chat template's opening."""
+    path = tmp_path / "disjoint.jsonl"
+    lines = [
+        {"timestamp": 10 * i, "input_length": 1400 + 37 * (i % 5), "output_length": 8, "hash_ids": [3 * i, 3 * i + 1, 3 * i + 2]}
+        for i in range(300)
+    ]
+    long = {"timestamp": 3000, "input_length": 16 * 512, "output_length": 8, "hash_ids": list(range(10**6, 10**6 + 16))}
+    path.write_text("".join(json.dumps(r) + "\n" for r in [*lines, long]))
+    sessions = sessions_of(trace_workload(str(path), name="disjoint"))
+    assert len(sessions) == 301 and {s.kind for s in sessions} <= set(workloads.SHORT_MIX)
+    blocks = sum(len(r["hash_ids"]) for r in lines)
+    assert blocks > sum(len(workloads._trace_corpus(k, None).starts) for k in {s.kind for s in sessions})
+    opening, _ = opening_and_closing(sessions[0])
+    tokens = [token_ids(s) for s in sessions]
+    worst = max(common_prefix(a, b) for a, b in itertools.combinations(tokens, 2)) - len(opening)
+    assert worst < PARTING, worst
+
+
+def test_a_block_name_keeps_its_block_and_no_prompt_uses_a_block_twice_while_its_corpus_has_others():
+    """assign_blocks over a window: a hash id shared by two requests is one block in both, different names are
+    different blocks, and a request holds no block twice (modulo the corpus's blocks) while the corpus has more
+    blocks than it holds; identical requests (the same hash ids) get the same blocks, past their hash ids too."""
+    size = 5
+    corpus = traces.Corpus("x", ((0, 1),), tuple(range(size)))  # block() is not called: only its count matters
+    requests = [
+        traces.TraceRequest(1, 0.0, 900, 4, (1, 2)),
+        traces.TraceRequest(2, 1.0, 1400, 4, (3, 4, 5)),
+        traces.TraceRequest(3, 2.0, 1900, 4, (1, 6, 7, 8)),
+        traces.TraceRequest(4, 3.0, 5000, 4, (1, 6, 7, 8)),  # the same hash ids, longer: blocks of its own past them
+        traces.TraceRequest(5, 4.0, 5000, 4, (1, 6, 7, 8)),
+        traces.TraceRequest(6, 5.0, 3000, 4, tuple(range(20, 27))),  # more blocks than the corpus holds
+        traces.TraceRequest(7, 6.0, 1200, 4),  # no hash ids: blocks of its own
+    ]
+    window = [(r, r.input_length) for r in requests]
+    blocks = traces.assign_blocks(window, lambda r: ("code", corpus))
+    named: dict[str, int] = {}
+    for (request, length), indices in zip(window, blocks):
+        keys = traces.block_keys(request, length)
+        assert len(indices) == len(keys) and len(indices) * (traces.BLOCK_TOKENS - 16) >= length
+        for key, index in zip(keys, indices):
+            assert named.setdefault(key, index) == index  # a name keeps its block
+        if len(indices) <= size:
+            assert len({i % size for i in indices}) == len(indices), (request.line, indices)
+    assert len(set(named.values())) == len(named)  # different names, different blocks (past the corpus: a line of their own)
+    assert blocks[2][0] == blocks[0][0] and blocks[3] == blocks[4] and blocks[3][: len(blocks[2])] == blocks[2]
+    assert len(set(blocks[5][:size])) == size
+
+
+def test_a_content_corpus_too_small_to_fill_distinct_blocks_is_not_used():
+    """The short family's trace prompts come only from content whose corpus holds at least MIN_BLOCKS distinct
+    blocks; each corpus's blocks begin unlike each other."""
+    kinds = workloads.trace_kinds("short", None)
+    assert kinds and set(kinds) < set(workloads.SHORT_MIX)
+    for kind in workloads.SHORT_MIX:
+        corpus = workloads._trace_corpus(kind, None)
+        assert (kind in kinds) == (len(corpus.starts) >= traces.MIN_BLOCKS)
+        openings = [corpus.text[corpus.spans[i][0] : corpus.spans[i + traces.OPENING_TOKENS - 1][1]] for i in corpus.starts]
+        assert len(set(openings)) == len(openings)
+    assert {s.kind for s in sessions_of(trace_workload())} <= set(kinds)
 
 
 def test_inputs_and_outputs_are_the_traced_lengths_and_every_request_names_its_line():
