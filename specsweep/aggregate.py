@@ -278,10 +278,13 @@ def verified_cells(
 
 def trace_text(trace: dict | None) -> str:
     """A traced workload's account as the report states it: the file and format, the window and time scale, the
-    requests replayed and those clipped or dropped to fit the context (and the rule); "" for another workload."""
+    requests replayed, those clipped or dropped to fit the context (and the rule) and those asking for no output
+    (dropped); "" for another workload."""
     if not trace:
         return ""
     fitted = f"{trace['clipped']} clipped, {trace['dropped']} dropped over the context ({trace['over_context']})"
+    if trace.get("no_output"):
+        fitted += f", {trace['no_output']} asking for no output dropped"
     window = trace["window"]
     if not window.startswith("lines"):  # a window of seconds: which lines it held
         window += f", lines {trace['lines'][0]}-{trace['lines'][1]}"

@@ -29,10 +29,10 @@ from __future__ import annotations
 
 import csv
 import json
-import random
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timezone
 from pathlib import Path
 
 BLOCK_TOKENS = 512  # tokens per hash id (Mooncake's block)
@@ -70,7 +70,7 @@ def read_trace(path: str, fmt: str) -> list[TraceRequest]:
     """Every request of a trace file, in arrival order (a line's order where arrivals tie), arrival times from its
     first arrival on."""
     try:
-        text = Path(path).read_text(encoding="utf-8")
+        text = Path(path).read_text(encoding="utf-8-sig")  # a byte-order mark (as spreadsheets write) is no field
     except FileNotFoundError:
         raise TraceError(f"{path}: no such trace file (workloads[].path)") from None
     except (OSError, UnicodeDecodeError) as exc:
@@ -97,6 +97,7 @@ def _count(value, where: str, field: str, least: int) -> int:
 
 def _mooncake(path: str, text: str) -> list[TraceRequest]:
     rows = []
+    named: dict[str, int] = {}  # each id's line
     for number, raw in enumerate(text.splitlines(), 1):
         if not raw.strip():
             continue
@@ -113,19 +114,30 @@ def _mooncake(path: str, text: str) -> list[TraceRequest]:
                 f"{where}: no '{missing[0]}' (a Mooncake line has timestamp, input_length, output_length, hash_ids)"
             )
         stamp = entry["timestamp"]
-        if not isinstance(stamp, (int, float)) or isinstance(stamp, bool) or not stamp >= 0:
+        if not isinstance(stamp, (int, float)) or isinstance(stamp, bool) or not 0 <= stamp < math.inf:
             raise TraceError(f"{where}: 'timestamp' must be milliseconds (a number from 0), not {stamp!r}")
         hashes = entry.get("hash_ids", [])
         if not isinstance(hashes, list) or not all(isinstance(h, int) and not isinstance(h, bool) for h in hashes):
             raise TraceError(f"{where}: 'hash_ids' must be a list of whole numbers, not {hashes!r}")
+        input_length = _count(entry["input_length"], where, "input_length", 1)
+        if len(hashes) > -(-input_length // BLOCK_TOKENS):
+            raise TraceError(
+                f"{where}: {len(hashes)} hash_ids for an input of {input_length} tokens, which holds at most "
+                f"{-(-input_length // BLOCK_TOKENS)} blocks of {BLOCK_TOKENS}"
+            )
+        name = str(entry["id"]) if entry.get("id") is not None else None
+        if name is not None and name in named:
+            raise TraceError(f"{where}: id {name!r} is line {named[name]}'s too; every request's id must be its own")
+        if name is not None:
+            named[name] = number
         rows.append(
             TraceRequest(
                 number,
                 stamp / 1000.0,
-                _count(entry["input_length"], where, "input_length", 1),
+                input_length,
                 _count(entry["output_length"], where, "output_length", 0),
                 tuple(hashes),
-                str(entry["id"]) if entry.get("id") is not None else None,
+                name,
             )
         )
     return rows
@@ -147,7 +159,9 @@ def _azure_time(value: str, where: str) -> float:
         ) from None
     if fraction and not fraction.isdigit():
         raise TraceError(f"{where}: TIMESTAMP {value!r} has a fraction of a second that is not digits")
-    return moment.timestamp() + (float("0." + fraction) if fraction else 0.0)
+    # read as UTC (the Azure traces' clock), never the host's time zone: only differences count, and a host's zone
+    # would shift an hour across a daylight-saving change
+    return moment.replace(tzinfo=timezone.utc).timestamp() + (float("0." + fraction) if fraction else 0.0)
 
 
 def _azure(path: str, text: str) -> list[TraceRequest]:
@@ -232,19 +246,23 @@ class Fitted:
 
     requests: list[tuple[TraceRequest, int]]
     clipped: int
-    dropped: int
+    dropped: int  # over the context (drop), or an output that leaves no room for an input token
+    no_output: int = 0  # asking for no output (dropped by either rule: nothing to measure)
 
 
 def fit_context(rows: Sequence[TraceRequest], context_length: int | None, rule: str) -> Fitted:
     """The requests under the context length (input + output at most ``context_length``): a longer input is clipped
     to the room its output leaves (``rule`` clip) or the request dropped (``drop``); a request whose output leaves no
-    room for one input token, or that asks for no output, is dropped by either rule. Each counted."""
+    room for one input token is dropped by either rule, as is one that asks for no output (counted apart: it is no
+    matter of the context). Each counted."""
     kept: list[tuple[TraceRequest, int]] = []
-    clipped = dropped = 0
+    clipped = dropped = no_output = 0
     limit = context_length or 10**12
     for r in rows:
         room = limit - r.output_length
-        if r.output_length < 1 or room < 1:
+        if r.output_length < 1:
+            no_output += 1
+        elif room < 1:
             dropped += 1
         elif r.input_length <= room:
             kept.append((r, r.input_length))
@@ -253,7 +271,7 @@ def fit_context(rows: Sequence[TraceRequest], context_length: int | None, rule: 
             clipped += 1
         else:
             dropped += 1
-    return Fitted(kept, clipped, dropped)
+    return Fitted(kept, clipped, dropped, no_output)
 
 
 MIN_BLOCKS = 64  # distinct blocks a content corpus needs to fill trace prompts (32k tokens; a smaller one is not used)

@@ -662,7 +662,8 @@ def _trace_fitted(workload: dict, context_length: int | None, requests: int | No
 def trace_account(workload: dict, context_length: int | None, requests: int | None = None) -> dict:
     """A trace workload's account of what a cell of ``requests`` sessions sends (None: the whole window): its file
     and format, the window and time scale, the requests it replays, how many were clipped or dropped to fit the
-    context (and the rule) up to its last one, the first and last line replayed."""
+    context (and the rule) and how many asked for no output (dropped), up to its last one, the first and last line
+    replayed."""
     path = workload["path"]
     window = traces.Window.of(workload)
     fitted = _trace_fitted(workload, context_length, requests)
@@ -680,6 +681,7 @@ def trace_account(workload: dict, context_length: int | None, requests: int | No
         "over_context": workload.get("over_context", "clip"),
         "clipped": fitted.clipped,
         "dropped": fitted.dropped,
+        "no_output": fitted.no_output,
         "lines": [fitted.requests[0][0].line, fitted.requests[-1][0].line],
     }
 

@@ -169,7 +169,9 @@ def test_a_nextn_method_is_served_as_eagle_as_sglang_stores_it(tmp_path, monkeyp
         assert record["server"]["description"]["speculative_algorithm"] == "EAGLE"
     with info_server(tmp_path, {**served, "speculative_algorithm": "NGRAM"}) as server:
         config["methods"][0]["url"] = server.url
-        with pytest.raises(external.ExternalServerError, match="speculative_algorithm: declared 'NEXTN', served 'NGRAM'"):
+        with pytest.raises(
+            external.ExternalServerError, match="speculative_algorithm: declared 'NEXTN', served 'NGRAM'"
+        ):
             external.environment(probe("external"), job_of(config, "mtp"), server.url)
 
 

@@ -97,7 +97,12 @@ def test_requests_that_share_no_hash_id_share_no_text_and_no_prompt_repeats_a_bl
     prompts share more than a few tokens past the chat template's opening."""
     path = tmp_path / "disjoint.jsonl"
     lines = [
-        {"timestamp": 10 * i, "input_length": 1400 + 37 * (i % 5), "output_length": 8, "hash_ids": [3 * i, 3 * i + 1, 3 * i + 2]}
+        {
+            "timestamp": 10 * i,
+            "input_length": 1400 + 37 * (i % 5),
+            "output_length": 8,
+            "hash_ids": [3 * i, 3 * i + 1, 3 * i + 2],
+        }
         for i in range(300)
     ]
     long = {"timestamp": 3000, "input_length": 16 * 512, "output_length": 8, "hash_ids": list(range(10**6, 10**6 + 16))}
@@ -137,7 +142,9 @@ def test_a_block_name_keeps_its_block_and_no_prompt_uses_a_block_twice_while_its
             assert named.setdefault(key, index) == index  # a name keeps its block
         if len(indices) <= size:
             assert len({i % size for i in indices}) == len(indices), (request.line, indices)
-    assert len(set(named.values())) == len(named)  # different names, different blocks (past the corpus: a line of their own)
+    assert len(set(named.values())) == len(
+        named
+    )  # different names, different blocks (past the corpus: a line of their own)
     assert blocks[2][0] == blocks[0][0] and blocks[3] == blocks[4] and blocks[3][: len(blocks[2])] == blocks[2]
     assert len(set(blocks[5][:size])) == size
 
@@ -150,7 +157,9 @@ def test_a_content_corpus_too_small_to_fill_distinct_blocks_is_not_used():
     for kind in workloads.SHORT_MIX:
         corpus = workloads._trace_corpus(kind, None)
         assert (kind in kinds) == (len(corpus.starts) >= traces.MIN_BLOCKS)
-        openings = [corpus.text[corpus.spans[i][0] : corpus.spans[i + traces.OPENING_TOKENS - 1][1]] for i in corpus.starts]
+        openings = [
+            corpus.text[corpus.spans[i][0] : corpus.spans[i + traces.OPENING_TOKENS - 1][1]] for i in corpus.starts
+        ]
         assert len(set(openings)) == len(openings)
     assert {s.kind for s in sessions_of(trace_workload())} <= set(kinds)
 
@@ -228,6 +237,22 @@ def test_inputs_over_the_context_are_clipped_or_dropped_by_the_stated_rule_and_c
             '{"timestamp": 0, "input_length": 0, "output_length": 4}\n',
             "line 1: 'input_length' must be a whole number of at least 1",
         ),
+        (
+            "mooncake",
+            '{"timestamp": Infinity, "input_length": 10, "output_length": 4}\n',
+            "line 1: 'timestamp' must be milliseconds",
+        ),
+        (
+            "mooncake",
+            '{"timestamp": 0, "input_length": 600, "output_length": 4, "hash_ids": [1, 2, 3]}\n',
+            "line 1: 3 hash_ids for an input of 600 tokens, which holds at most 2 blocks",
+        ),
+        (
+            "mooncake",
+            '{"timestamp": 0, "input_length": 9, "output_length": 4, "id": "a"}\n'
+            '{"timestamp": 1, "input_length": 9, "output_length": 4, "id": "a"}\n',
+            "line 2: id 'a' is line 1's too",
+        ),
         ("azure", "TIMESTAMP,ContextTokens\n2023-11-16 18:15:46.0,10\n", "line 1: the header has no GeneratedTokens"),
         (
             "azure",
@@ -249,6 +274,39 @@ def test_a_malformed_line_is_refused_naming_the_file_and_line(tmp_path, fmt, con
     with pytest.raises(ConfigError) as refused:
         validated(config)
     assert f"{path}: {message}" in str(refused.value)
+
+
+def test_azure_times_are_utc_whatever_the_host_zone_and_a_byte_order_mark_is_read(tmp_path, monkeypatch):
+    """Two arrivals an hour apart across New York's change from summer time are an hour apart on a host in that zone
+    (read in local time they were two); a file starting with a byte-order mark reads its header."""
+    import time
+
+    path = tmp_path / "dst.csv"
+    path.write_text(
+        "\ufeffTIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-05 01:30:00.0,10,4\n2023-11-05 02:30:00.0,12,4\n",
+        encoding="utf-8",
+    )
+    monkeypatch.setenv("TZ", "America/New_York")
+    time.tzset()
+    try:
+        rows = traces.read_trace(str(path), "azure")
+    finally:
+        monkeypatch.undo()
+        time.tzset()
+    assert [r.arrival_s for r in rows] == [0.0, 3600.0]
+
+
+def test_a_request_asking_for_no_output_is_counted_apart_from_those_over_the_context(tmp_path):
+    path = tmp_path / "zero.jsonl"
+    lines = [
+        {"timestamp": 0, "input_length": 100, "output_length": 8},
+        {"timestamp": 10, "input_length": 100, "output_length": 0},
+        {"timestamp": 20, "input_length": 3000, "output_length": 8},
+    ]
+    path.write_text("".join(json.dumps(r) + "\n" for r in lines))
+    account = workloads.trace_account(trace_workload(str(path), over_context="drop"), 2048)
+    assert (account["requests"], account["dropped"], account["no_output"]) == (1, 1, 1)
+    assert "1 dropped over the context (drop), 1 asking for no output dropped" in trace_text(account)
 
 
 def test_trace_settings_on_another_source_and_too_many_requests_are_refused():
@@ -315,7 +373,8 @@ def test_a_trace_cell_records_its_trace(tmp_path):
     )
     # the account is of what the cell sent: its requests, their lines, what was clipped or dropped up to its last
     assert (trace["requests"], trace["lines"], trace["clipped"]) == (len(sent), [sent[0].line, sent[-1].line], 1)
-    assert trace["dropped"] == sum(r.output_length < 1 for r in rows[: rows.index(sent[-1]) + 1])
+    assert trace["no_output"] == sum(r.output_length < 1 for r in rows[: rows.index(sent[-1]) + 1])
+    assert trace["dropped"] == 0  # clipped, not dropped: no output fills the context alone
     assert record["sessions"] == trace["requests"] and json.dumps(record)
     whole = workloads.trace_account(config["workloads"][0], 2048)
     assert whole["requests"] == len(fits) > trace["requests"]
@@ -328,10 +387,14 @@ def test_a_trace_window_over_the_session_limit_and_adaptive_stopping_are_refused
 
     path = tmp_path / "long.jsonl"
     count = MAX_SESSIONS + 5
-    path.write_text("".join(json.dumps({"timestamp": i, "input_length": 40, "output_length": 4}) + "\n" for i in range(count)))
+    path.write_text(
+        "".join(json.dumps({"timestamp": i, "input_length": 40, "output_length": 4}) + "\n" for i in range(count))
+    )
     config = fast_config()
     config["workloads"] = [trace_workload(str(path), name="long")]
-    with pytest.raises(ConfigError, match=rf"holds {count} requests .* more than the {MAX_SESSIONS}.*workloads\[\]\.window"):
+    with pytest.raises(
+        ConfigError, match=rf"holds {count} requests .* more than the {MAX_SESSIONS}.*workloads\[\]\.window"
+    ):
         validated(config)
     config["workloads"] = [trace_workload(str(path), name="long", requests=MAX_SESSIONS)]
     assert validated(config)["workloads"][0]["requests"] == MAX_SESSIONS
