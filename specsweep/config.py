@@ -390,6 +390,11 @@ def check_external(config: dict) -> None:
                 f"{where}.url: required on backend external (the base URL of the server that runs this method, "
                 "e.g. http://10.0.0.5:30000)"
             )
+        if "@" in entry["url"]:  # user:password@host: a secret in the configuration, its cells and logs
+            raise ConfigError(
+                f"{where}.url: holds credentials (user@ or user:password@); a URL is written into plans, cells and "
+                "logs: give the bare http://host:port and the key in the variable api_key_env names"
+            )
     if not external:
         return
     if engine_names(config):

@@ -759,6 +759,8 @@ def _trace_sessions(workload: dict, draw: _Draw) -> list[Session]:
             "input_length": request.input_length,
             "output_length": request.output_length,
             "clipped": length < request.input_length,
+            # an input shorter than the chat template's own tokens: sent as the template with one token of text
+            "lengthened": tokens > length,
         }
         label = f"{name}-{request.id}" if request.id else f"{name}-line{request.line}"
         sessions.append(

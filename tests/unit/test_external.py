@@ -239,6 +239,10 @@ def test_a_url_that_is_no_server_is_refused_naming_the_method_and_url():
         (lambda c: c.update(backend="sim"), r"methods\[0\] \(ar\)\.url: only backend external"),
         (lambda c: c.update(tp=[1, 2]), "tp: .*the TP size it runs at"),
         (
+            lambda c: c["methods"][0].update(url="http://me:s3cret@10.0.0.5:30000"),
+            r"methods\[0\] \(ar\)\.url: holds credentials",
+        ),
+        (
             lambda c: c["methods"].append(
                 {"name": "dd", "algorithm": "ddtree", "budget": [8, 16], "url": "http://h:1"}
             ),

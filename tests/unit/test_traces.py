@@ -296,6 +296,19 @@ def test_azure_times_are_utc_whatever_the_host_zone_and_a_byte_order_mark_is_rea
     assert [r.arrival_s for r in rows] == [0.0, 3600.0]
 
 
+def test_an_input_shorter_than_the_chat_template_is_marked_lengthened(tmp_path):
+    path = tmp_path / "tiny.jsonl"
+    path.write_text(
+        json.dumps({"timestamp": 0, "input_length": 3, "output_length": 4})
+        + "\n"
+        + json.dumps({"timestamp": 5, "input_length": 300, "output_length": 4})
+        + "\n"
+    )
+    tiny, fine = sessions_of(trace_workload(str(path), name="tiny"))
+    assert tiny.tokens > 3 and tiny.trace["lengthened"] is True
+    assert fine.tokens == 300 and fine.trace["lengthened"] is False
+
+
 def test_a_request_asking_for_no_output_is_counted_apart_from_those_over_the_context(tmp_path):
     path = tmp_path / "zero.jsonl"
     lines = [
@@ -322,6 +335,10 @@ def test_trace_settings_on_another_source_and_too_many_requests_are_refused():
     assert validated(config)["workloads"][0]["requests"] == 24  # the window's requests, at every concurrency
 
 
+def ordered_by_send(records) -> list:
+    return sorted(records, key=lambda r: r.t0)
+
+
 def test_arrivals_are_sent_at_the_scaled_traced_times_within_the_loop_bound(tmp_path):
     """A simulated server started here: under concurrency 8 every request is scheduled at its traced arrival / time
     scale and sent no earlier; under concurrency 1 the schedule is the same, and no request is sent before the one
@@ -341,9 +358,13 @@ def test_arrivals_are_sent_at_the_scaled_traced_times_within_the_loop_bound(tmp_
                 assert record.t_sched == pytest.approx(due, abs=1e-6)
                 assert record.t0 >= record.t_sched
                 assert record.output_tokens == record.expected_tokens == session.max_new_tokens
+            sends = [by_session[s.id].t0 for s in sessions]
+            assert sends == sorted(sends)  # sent in the schedule's order
             if concurrency == 1:
                 ordered = sorted(records, key=lambda r: r.t0)
                 assert all(b.t0 >= a.t_end for a, b in zip(ordered, ordered[1:]))
+            else:  # open loop: a request due goes while an earlier one is still in flight
+                assert any(b.t0 < a.t_end for a, b in itertools.combinations(ordered_by_send(records), 2))
     finally:
         server.stop()
 
