@@ -109,8 +109,8 @@ def bench_server(
     says so and fails after its other cells (their outputs are then removed, the cache keeps them), or, with
     ``failures.keep_going``, writes it to its output and records it as failed, so that the next run measures it
     again. What the job does goes to the server's journal (layout.journal_path, in the cache); ``run_record`` (the
-    job's declared output) gets its run record. Returns {"hits": n, "measured": n, "server_started": bool,
-    "not_final": [outputs]}. Long because this docstring is the bench job's contract, in one place.
+    job's declared output) gets its run record. Returns {"hits": n, "measured": n, "server_started" (on
+    backend external "server_reached"): bool, "not_final": [outputs]}. Long because this docstring is the bench job's contract, in one place.
     """
     failures = failures or DEFAULT_FAILURES
     check_host_environment()
@@ -149,7 +149,8 @@ def bench_server(
     done = {
         "hits": len(cells) - len(missing),
         "measured": len(missing),
-        "server_started": started,
+        # an external server is reached, never started (its operator's): "reached" where the run reached it
+        ("server_reached" if job.backend == "external" else "server_started"): started,
         "not_final": [output for output, _ in not_final],
     }
     if run_record is not None:
@@ -190,7 +191,8 @@ def _measure_missing(
     server_name = job.name
     _check_writable(cache.root, "cache_dir")
     pool_config = job.gpu_pool
-    pooled = job.backend == "sglang" or pool_config["devices"]
+    # an external server's GPUs are its operator's: its job takes none of this host's (nor waits for them)
+    pooled = job.backend != "external" and (job.backend == "sglang" or pool_config["devices"])
     devices = visible_devices(pool_config["devices"]) if pooled else []
     with ExitStack() as stack:
         gpus = None
@@ -214,7 +216,14 @@ def _measure_missing(
         key = stack.enter_context(ApiKeyFile(None if outside else job.server.get("api_key_env")))
         server = None
         try:
-            journal.write("server_start", server=server_name, gpus=gpus, offered=devices, external=outside)
+            journal.write(  # an external server's span in the journal: reached (specsweep starts none)
+                "server_start",
+                server=server_name,
+                gpus=gpus,
+                offered=devices,
+                external=outside,
+                **({"note": "external server: reached at its URL, not started"} if outside else {}),
+            )
             try:
                 server, argv, env = (
                     _external_server(job, environment)
@@ -241,7 +250,11 @@ def _measure_missing(
                 server.stop()
                 if gpus and job.backend == "sglang":
                     wait_until_released(gpus)
-            journal.write("server_stop", server=server_name)
+            journal.write(
+                "server_stop",
+                server=server_name,
+                **({"note": "external server: left running, not stopped"} if outside else {}),
+            )
     return True
 
 

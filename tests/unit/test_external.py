@@ -363,3 +363,36 @@ def test_the_stamp_and_provenance_describe_the_external_servers_not_the_client(s
     assert verdict.gpus_text(record) == "GPUs not reported by the external servers"
     rows = dict(report.provenance(pd.DataFrame(), record, {"model": "Qwen3-8B"}, True))
     assert (rows["Server"], rows["GPUs"]) == (engine, verdict.gpus_text(record))
+
+
+def test_an_external_job_takes_no_gpu_of_this_host_and_its_journal_says_reached_not_started(
+    servers, tmp_path, monkeypatch
+):
+    """A configured GPU pool is the host's: a job on an external server takes none of it (nor waits for it), and its
+    journal and result say the server was reached, not started or stopped."""
+    from dataclasses import replace
+
+    from conftest import Journal
+    from specsweep.bench import bench_server
+    from specsweep.cells import keyed_cells
+
+    config = external_config(
+        {"ar": servers["ar"].url, "dflash": servers["dflash"].url},
+        gpu_pool={"devices": 1, "lock_dir": str(tmp_path / "locks")},
+        workloads=[{"name": "short", "family": "short", "requests": 2, "max_new_tokens": 8}],
+        concurrency=[1],
+        warmup=0,
+    )
+    job = replace(job_of(config, "ar"), cache_dir=str(tmp_path / "cache"))
+    assert job.gpu_pool["devices"] == 1
+    environment = external.environment(probe("external"), job, servers["ar"].url)
+    expected, _ = keyed_cells(job, environment["identity_digest"])
+    journal = Journal(tmp_path, "cache")
+    monkeypatch.chdir(tmp_path)
+    done = bench_server(job, [c["path"] for c in expected], probe("external"), tmp_path / "logs")
+    assert done["server_reached"] is True and "server_started" not in done
+    events = {e["event"]: e for e in journal.new_events()}
+    start, stop = events["server_start"], events["server_stop"]
+    assert (start["gpus"], start["offered"], start["external"]) == (None, [], True)
+    assert "not started" in start["note"] and "not stopped" in stop["note"]
+    assert servers["ar"].alive()
