@@ -27,6 +27,7 @@ from .canon import digest
 from .counters import read_server_info
 from .layout import server_name
 from .server_job import ServerJob
+from .sglang_options import destinations
 
 # what a description's key leaves out (stable_description): what differs between launches of one build with one set
 # of settings (where it listens, its seed drawn at launch, its counters and clocks), never what changes a number
@@ -102,8 +103,11 @@ def describe(method_name: str, url: str, headers: Mapping[str, str]) -> tuple[di
 
 def declared_settings(job: ServerJob) -> dict:
     """{server_info key: declared value} of what a method's server must report: its speculative algorithm (None for
-    a method without one), every setting its flags set (a flag followed by a value: that value; a flag alone: True),
-    its TP size."""
+    a method without one), every setting its flags set (a flag followed by a value: that value; a flag alone: True,
+    or False for a switch's ``--no-`` spelling), each under the name SGLang stores it (its option's ``dest`` in the
+    recorded option tables: ``--speculative-draft-model`` is ``speculative_draft_model_path``; a flag no table has,
+    its own spelling), its TP size."""
+    known = destinations()
     flags = list(job.method.flags)
     declared: dict = {"speculative_algorithm": None}
     i = 0
@@ -113,13 +117,14 @@ def declared_settings(job: ServerJob) -> dict:
             i += 1
             continue
         name, equals, value = flag.partition("=")
-        key = name.lstrip("-").replace("-", "_")
+        spelling = next((f for f in name.split("|") if f in known), name.split("|")[0])  # --new|--old: either
+        key, alone = known.get(spelling, (spelling.lstrip("-").replace("-", "_"), True))
         if equals:
             declared[key], i = value, i + 1
         elif i + 1 < len(flags) and not flags[i + 1].startswith("--"):
             declared[key], i = flags[i + 1], i + 2
         else:
-            declared[key], i = True, i + 1
+            declared[key], i = alone, i + 1
     declared["tp_size"] = job.tp
     return declared
 

@@ -396,3 +396,28 @@ def test_an_external_job_takes_no_gpu_of_this_host_and_its_journal_says_reached_
     assert (start["gpus"], start["offered"], start["external"]) == (None, [], True)
     assert "not started" in start["note"] and "not stopped" in stop["note"]
     assert servers["ar"].alive()
+
+
+def test_a_flag_is_checked_under_the_name_sglang_stores_it(tmp_path, monkeypatch):
+    """A method's flag in another spelling (--data-parallel-size, SGLang's dp_size) is checked against the field
+    SGLang stores it under: a server with another value is refused, one with the declared value accepted and
+    nothing is left unsaid."""
+    served = {"version": "0.5.23", "model_path": "Qwen/Qwen3-8B", "tp_size": 1, "speculative_algorithm": None}
+    served |= {"dp_size": 1, "fp8_gemm_runner_backend": "cutlass"}
+    monkeypatch.setenv("DP_KEY", "s3cret")
+    flags = ["--data-parallel-size", "2", "--fp8-gemm-backend", "cutlass"]
+    for dp, refused in ((1, True), (2, False)):
+        folder = tmp_path / f"dp{dp}"
+        folder.mkdir()
+        with info_server(folder, {**served, "dp_size": dp}) as server:
+            config = external_config({"ar": server.url, "dflash": server.url})
+            config["methods"] = [
+                {"name": "ar", "algorithm": "ar", "url": server.url, "api_key_env": "DP_KEY", "flags": flags}
+            ]
+            job = job_of(validated(config), "ar")
+            assert {"dp_size": "2", "fp8_gemm_runner_backend": "cutlass"}.items() <= external.declared_settings(job).items()
+            if refused:
+                with pytest.raises(external.ExternalServerError, match="dp_size: declared '2', served 1"):
+                    external.environment(probe("external"), job, server.url)
+            else:
+                assert external.environment(probe("external"), job, server.url)["server"]["unreported"] == []
