@@ -110,7 +110,8 @@ def bench_server(
     ``failures.keep_going``, writes it to its output and records it as failed, so that the next run measures it
     again. What the job does goes to the server's journal (layout.journal_path, in the cache); ``run_record`` (the
     job's declared output) gets its run record. Returns {"hits": n, "measured": n, "server_started" (on
-    backend external "server_reached"): bool, "not_final": [outputs]}. Long because this docstring is the bench job's contract, in one place.
+    backend external "server_reached"): bool, "not_final": [outputs]}. Long because this docstring is the bench
+    job's contract, in one place.
     """
     failures = failures or DEFAULT_FAILURES
     check_host_environment()

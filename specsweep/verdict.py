@@ -661,8 +661,8 @@ def stamp(
         )
     else:
         text = (
-            f"Measured on {gpus_text(environment)}, {engine_text(environment)}; model {model}, weights {weights}, TP {tps}, "
-            f"{when}."
+            f"Measured on {gpus_text(environment)}, {engine_text(environment)}; model {model}, weights {weights}, "
+            f"TP {tps}, {when}."
         )
     caveats = []
     if simulated:

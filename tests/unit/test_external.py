@@ -415,7 +415,9 @@ def test_a_flag_is_checked_under_the_name_sglang_stores_it(tmp_path, monkeypatch
                 {"name": "ar", "algorithm": "ar", "url": server.url, "api_key_env": "DP_KEY", "flags": flags}
             ]
             job = job_of(validated(config), "ar")
-            assert {"dp_size": "2", "fp8_gemm_runner_backend": "cutlass"}.items() <= external.declared_settings(job).items()
+            assert {"dp_size": "2", "fp8_gemm_runner_backend": "cutlass"}.items() <= external.declared_settings(
+                job
+            ).items()
             if refused:
                 with pytest.raises(external.ExternalServerError, match="dp_size: declared '2', served 1"):
                     external.environment(probe("external"), job, server.url)

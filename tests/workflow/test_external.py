@@ -16,7 +16,8 @@ DFLASH_B16 = [
     "--speculative-dflash-block-size",
     "16",
 ]
-FAST = ["--sim-time-scale", "10", "--sim-tokenizer", "approximate"]
+KEY = "ext-s3cret-0417"  # the servers' API key: sent as a bearer token, written into no file
+FAST = ["--sim-time-scale", "10", "--sim-tokenizer", "approximate", "--api-key", KEY]
 
 
 def config_for(urls: dict) -> dict:
@@ -24,11 +25,17 @@ def config_for(urls: dict) -> dict:
     config["backend"] = "external"
     config["concurrency"] = [1]
     config.pop("sim")  # nothing simulated is started: the servers are the test's
-    config["methods"] = [{"name": m, "algorithm": m, "url": url} for m, url in urls.items()]
+    config["methods"] = [{"name": m, "algorithm": m, "url": url, "api_key_env": "EXT_KEY"} for m, url in urls.items()]
     return config
 
 
-def test_external_servers_are_measured_as_they_are_and_left_running(workflow, tmp_path):
+def files_holding(folder, text: str) -> list[str]:
+    """Every file under ``folder`` whose bytes hold ``text``."""
+    return [str(p) for p in folder.rglob("*") if p.is_file() and text.encode() in p.read_bytes()]
+
+
+def test_external_servers_are_measured_as_they_are_and_left_running(workflow, tmp_path, monkeypatch):
+    monkeypatch.setenv("EXT_KEY", KEY)
     servers = {"ar": start_sim(tmp_path, *FAST), "dflash": start_sim(tmp_path, *FAST, *DFLASH_B16)}
     try:
         write_config(workflow, config_for({m: s.url for m, s in servers.items()}))
@@ -51,6 +58,7 @@ def test_external_servers_are_measured_as_they_are_and_left_running(workflow, tm
             assert cell["provenance"]["startup_seconds"] is None
             assert cell["provenance"]["gpus"] == []  # the client's GPUs ran nothing of it
             assert len(cell["requests"]) == 4 and all(r["error"] is None for r in cell["requests"])
+        assert not files_holding(workflow, KEY)  # the key is in no cell, journal, log, table or report
         record = json.loads((workflow / "results/env/external.json").read_text())
         assert record["servers"]["tp1/dflash"]["description"]["speculative_algorithm"] == "DFLASH"
         starts = [e for e in journal.new_events() if e["event"] == "server_start"]
