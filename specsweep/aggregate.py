@@ -160,7 +160,6 @@ def cell_row(
         "temperature": cell["sampling"]["temperature"],
         "finished_at": cell["provenance"]["finished_at"],
         "stream": (cell.get("load") or {}).get("stream"),
-        "load_model": (cell.get("load") or {}).get("model"),  # the cell's own (a trace cell's: trace, open loop)
         "min_free_slots_delay": str(cell["provenance"].get("min_free_slots_delay", "sglang")),
         "content_mix": ", ".join(f"{k} {v:.0%}" for k, v in sorted(cell["workload"]["content_mix"].items())),
         # a traced workload's trace, window and time scale (a column only where a cell has one)

@@ -1299,10 +1299,10 @@ def _check_tables(summary: pd.DataFrame, view: dict, data: dict[str, str]) -> di
         ["tp", "method", "workload", "concurrency", "concurrency_mean", "concurrency_peak"]
     ]
     has_below = _table(below, data, "below_label.csv", ["method", "workload"])
-    # waiting for a slot is open-loop load's (poisson, a trace's replay): under closed loop a late client (host
-    # jitter) is no wait; each cell's own load model, the configuration's where a cell did not record one
-    models = summary["load_model"] if "load_model" in summary else pd.Series(None, index=summary.index, dtype=object)
-    open_loop = models.fillna(view["load_model"]) != "closed"
+    # waiting for a slot is open-loop load's (poisson; a trace's replay, whatever load.model says: a cell with a
+    # trace column): under closed loop a late client (host jitter) is no wait
+    traced = summary["trace"].fillna("").astype(str) != "" if "trace" in summary else False
+    open_loop = (view["load_model"] != "closed") | traced
     queued = summary[open_loop & (summary["queue_delay_p99"].fillna(0) > 0.001)][
         ["tp", "method", "workload", "concurrency", "ttft_p50", "queue_delay_p50", "user_ttft_p50", "user_ttft_p99"]
     ]

@@ -41,13 +41,13 @@ def test_waiting_for_a_slot_lists_open_loop_cells_only():
 
 
 def test_waiting_for_a_slot_lists_a_trace_cell_under_a_closed_loop_configuration():
-    """A trace cell runs open loop whatever load.model says: the check lists its queued requests by the cell's own
-    load model (a summary column), and still no closed-loop cell's late client."""
+    """A trace cell runs open loop whatever load.model says: the check lists its queued requests (a cell with a
+    trace column), and still no closed-loop cell's late client."""
     record = REPO / "benchmarks" / "gpu" / "spec-2026-12-01"
     summary = pd.read_csv(record / "summary.csv")
     late = summary.index[summary["queue_delay_p99"] > 0.001]
     traced = list(late[:2])
-    summary["load_model"] = ["trace" if i in traced else "closed" for i in summary.index]
+    summary["trace"] = [f"trace t.jsonl (mooncake), line {i}" if i in traced else None for i in summary.index]
     tables = report.Tables(summary, *(pd.DataFrame() for _ in range(4)))
     environment = json.loads((record / "environment.json").read_text())
     view = {"model": "Qwen3-8B", "sampling": "temperature 0", "load_model": "closed"}
