@@ -1344,7 +1344,12 @@ def provenance(summary: pd.DataFrame, environment: dict, view: dict, simulated: 
         ("Python", environment["software"]["python"]),
         ("specsweep", environment["software"]["specsweep"]),
         ("Snakemake", environment["software"].get("snakemake")),
-        ("GPUs", verdict.gpus_text(environment)),
+        (
+            "GPUs",
+            verdict.gpus_text(environment)
+            if environment["backend"] == "external"  # the servers' GPUs: not reported (the client's run none)
+            else ", ".join(g["name"] for g in environment["hardware"]["gpus"]) or "none",
+        ),
         ("Model", view["model"]),
         ("Sampling", view.get("sampling", "")),
     ]
