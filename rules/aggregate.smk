@@ -30,6 +30,8 @@ rule aggregate:
         # analysis only, in no cell's key: an edit aggregates again and measures nothing
         slo=canonical_json(CONFIG["slo"]),
         engines=canonical_json(engines.names(CONFIG)),
+        # the simulator's cost model of each engine and TP, which the DDTree stage table prices the same rounds with
+        stage_costs=canonical_json(stage_costs()),
         code=AGGREGATE_CODE,
     log:
         "logs/aggregate.log",

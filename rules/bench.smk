@@ -21,6 +21,19 @@ def server_cell_outputs(wildcards):
     return [c["path"] for c in cells]
 
 
+def verdict_reference(wildcards):
+    """Under budget: verdict, AR's cell outputs at this server's TP (jobs.verdict_reference_cells): a DAG edge, so
+    that AR's server is measured before the speculative servers whose cells stop against its cells; none
+    otherwise (budget: exhaustive runs every server at once)."""
+    return jobs.verdict_reference_cells(CONFIG, int(wildcards.tp), wildcards.method, _repetition(wildcards))
+
+
+def verdict_family(wildcards):
+    """Under budget: verdict, above the smallest TP: the smallest TP's cells of every setting of this server's
+    algorithm (jobs.verdict_family_cells), which decide where it is dominated: a DAG edge; none otherwise."""
+    return jobs.verdict_family_cells(CONFIG, int(wildcards.tp), wildcards.method, _repetition(wildcards))
+
+
 def remeasured_cells(wildcards):
     """No input: the cells of this server that `--config remeasure=<globs>` names, made again in every run that
     gives it (forced, as --forcerun would), not only in the first: a request, not a setting whose change reruns."""
@@ -50,6 +63,8 @@ rule bench_server:
     input:
         environment=server_environment,
         remeasured=remeasured_cells,
+        reference=verdict_reference,
+        family=verdict_family,
         # a broken calibration, or a plan past its bound, starts no job; with calibration.in_default_target, the
         # calibrations first (common.smk)
         calibrations=plan_within_bound,

@@ -218,17 +218,20 @@ _PACKING = {}
 
 
 def server_job_priority(wildcards):
-    """Repetitions: the seeded random method order; otherwise the plan's packing order (see specsweep.plan)."""
+    """Repetitions: the seeded random method order; otherwise the plan's packing order (see specsweep.plan), under
+    budget: verdict AR's servers first, then the most uncertain verdicts (plan.verdict_priorities)."""
     rep = _repetition(wildcards)
     if rep is not None:
         return jobs.server_priority(CONFIG, int(wildcards.tp), wildcards.method, rep)
     if not _PACKING:
-        from specsweep.plan import gpus_per_host, priorities
+        from specsweep.plan import gpus_per_host, priorities, verdict_priorities
 
         gpus = plan_gpus()[0]
         _PACKING.update(
             priorities(predicted_durations(), gpus, CONFIG["gpu_pool"]["exclusive"], gpus_per_host(CONFIG, gpus))
         )
+        if CONFIG["budget"] == "verdict":  # AR first, then the most uncertain verdicts (specsweep.plan)
+            _PACKING.update(verdict_priorities(plan_rows(), CONFIG, dict(_PACKING)))
     return _PACKING.get(f"tp{wildcards.tp}/{wildcards.method}", 0)
 
 
@@ -355,6 +358,17 @@ def plan_profile_text():
     return f"{runtimes} ({CONFIG['sim']['model_profile']} on {gpus})"
 
 
+def stage_costs():
+    """{"<engine>|<tp>": the simulator's settings (its cost model)} of every engine and TP that runs a DDTree method:
+    the DDTree stage table's modelled split of each measured round (specsweep.ddtree_profile.stage_rows)."""
+    out = {}
+    for engine in sorted({m.engine or "" for m in expand_methods(CONFIG) if m.spec.builds_trees}):
+        view = engines.view(CONFIG, engine or None)
+        for tp in CONFIG["tp"]:
+            out[f"{engine}|{tp}"] = ss_choose.sim_settings(view, tp)
+    return out
+
+
 def report_view():
     """What the report's data depends on besides its input files."""
     view = {
@@ -383,7 +397,7 @@ wildcard_constraints:
 # Package code changes do not rerun rules by themselves; these digests do for
 # aggregation and the report (measurements are versioned by HARNESS_VERSION).
 AGGREGATE_CODE = package_digest(
-    "aggregate.py", "verdict.py", "cells.py", "metrics.py", "slo.py", "algorithms.py", "ddtree.py"
+    "aggregate.py", "verdict.py", "cells.py", "metrics.py", "slo.py", "algorithms.py", "ddtree.py", "sequential.py"
 )
 REPORT_CODE = package_digest(
     "report.py",

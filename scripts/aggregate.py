@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 from specsweep import ddtree, external
-from specsweep.aggregate import AggregateError, verified_cells, write_tables
+from specsweep.aggregate import AggregateError, skipped_cells, verified_cells, write_tables
 from specsweep.server_job import ServerJob
 from specsweep.slo import Slo
 
@@ -25,4 +25,14 @@ try:
 except AggregateError as exc:
     sys.exit(f"aggregate: {exc}")
 slo = Slo.from_config(json.loads(snakemake.params.slo))
-write_tables(cells, Path(snakemake.output.summary).parent, failures, engines, environments, slo)
+stage_costs = json.loads(snakemake.params.stage_costs)  # the cost models beside DDTree's stage records
+write_tables(
+    cells,
+    Path(snakemake.output.summary).parent,
+    failures,
+    engines,
+    environments,
+    slo,
+    skipped=skipped_cells(list(snakemake.input.cells)),
+    stage_costs=stage_costs,
+)

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from . import algorithms, engines, verdict
+from . import algorithms, ddtree_profile, engines, verdict
 from .cells import cell_problem, keyed_cells, unfinished
 from .external import server_key
 from .server_job import ServerJob
@@ -22,6 +22,8 @@ from .slo import Slo, capacity, combined_columns, judge
 from .slo import cell_columns as slo_columns
 from .slo import cell_measures as slo_measures
 from .canon import atomic_write_text
+from . import implied
+from .sequential import verdict_interval
 from .metrics import (
     acceptance_by_depth,
     acceptance_length,
@@ -257,6 +259,10 @@ def verified_cells(
         except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
             refused.append(f"{path}: it cannot be read as JSON ({exc})")
             continue
+        if implied.is_skipped(cell):  # not measured under budget: verdict: kept aside (skipped_cells), never a number
+            if want is None or cell.get("key") != want["key"]:
+                refused.append(f"{path}: a cell not measured, recorded for another configuration")
+            continue
         problem = "the configuration has no such cell" if want is None else cell_problem(cell, want)
         if problem is None and not failures["keep_going"]:
             why = unfinished(cell["requests"], failures)
@@ -295,7 +301,8 @@ def trace_text(trace: dict | None) -> str:
 
 def summarise_cells(cells: dict[str, dict], thresholds: dict | None = None, slo: Slo | None = None) -> pd.DataFrame:
     """One row per cell ({cell file: cell JSON}), every metric computed from its records (cell_measures), with
-    speedup over AR at the same (engine, tp, workload, concurrency, repetition), with failure ``thresholds`` whether
+    speedup over AR at the same (engine, tp, workload, concurrency, repetition) (a cell measured under budget: verdict:
+    sequential.verdict_interval, the interval valid under its stopping), with failure ``thresholds`` whether
     each is final, and with ``slo`` each objective's share, goodput and request goodput (slo.cell_measures; their
     states are slo.judge's)."""
     measures = {p: cell_measures(c) for p, c in cells.items()}
@@ -309,7 +316,8 @@ def summarise_cells(cells: dict[str, dict], thresholds: dict | None = None, slo:
         base = baselines.get(path)
         versus_ar = lossless = None
         if base is not None:
-            versus_ar = speedup(
+            # a cell stopped under budget: verdict: the sequential interval of the look it stopped at
+            versus_ar = verdict_interval(cell, cells[base]) or speedup(
                 cell["requests"],
                 cells[base]["requests"],
                 measures[path]["concurrency"]["window"],
@@ -800,6 +808,20 @@ def depth_rows(cells: dict[str, dict]) -> pd.DataFrame:
     return frame.sort_values(["tp", "workload", "concurrency", "method", "kind", "depth"]).reset_index(drop=True)
 
 
+def skipped_cells(paths: list[str]) -> pd.DataFrame:
+    """The cells budget: verdict did not measure (their outputs are implied.skipped_record), one row each with its
+    reason and the cells it is implied from (implied.SKIPPED_COLUMNS)."""
+    records = {}
+    for path in paths:
+        try:
+            cell = json.loads(Path(path).read_text())
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+            continue  # verified_cells says why
+        if implied.is_skipped(cell):
+            records[path] = cell
+    return pd.DataFrame(implied.skipped_rows(records), columns=implied.SKIPPED_COLUMNS)
+
+
 def write_tables(
     cells: dict[str, dict],
     out_dir: str | Path,
@@ -807,6 +829,8 @@ def write_tables(
     engine_order: list | None = None,
     environments: dict | None = None,
     slo: Slo | None = None,
+    skipped: pd.DataFrame | None = None,
+    stage_costs: dict | None = None,
 ) -> dict[str, pd.DataFrame]:
     """All aggregated tables of these cells ({cell file: cell JSON}), each as CSV and Parquet in out_dir: summary
     (one row per launch of a cell), combined (repetitions combined), requests, turns, best_budget, break_even
@@ -814,7 +838,9 @@ def write_tables(
     of forced methods breaks even with AR), pareto (the last four from combined), engines and engine_builds
     (engine_comparison, engine_builds, with the engines' environment records ``environments``; empty with one
     engine), kinds (per content kind: kind_rows, launches combined), acceptance_depth (depth_rows) and slo
-    (slo.capacity: the highest concurrency meeting each of the ``slo`` objectives, none without one)."""
+    (slo.capacity: the highest concurrency meeting each of the ``slo`` objectives, none without one), skipped
+    (``skipped``: skipped_cells, the cells budget: verdict did not measure) and ddtree_stages
+    (ddtree_profile.stage_rows: a DDTree build's stage profiler per cell, beside the cost models ``stage_costs``)."""
     out_dir = Path(out_dir)
     slo = slo or Slo((), 0.9)
     summary = judge(summarise_cells(cells, thresholds, slo), slo)
@@ -834,6 +860,8 @@ def write_tables(
         "kinds": combine_kind_launches(kind_rows(cells)),
         "acceptance_depth": depth_rows(cells),
         "slo": capacity(combined, slo),
+        "skipped": skipped if skipped is not None else pd.DataFrame(columns=implied.SKIPPED_COLUMNS),
+        "ddtree_stages": ddtree_profile.stage_rows(cells, stage_costs),
     }
     for name, frame in tables.items():
         atomic_write_text(out_dir / f"{name}.csv", frame.to_csv(index=False))

@@ -85,7 +85,7 @@ class Algorithm:
     drafter: str | None = None
     drafting: str = "none"  # the simulator's mechanism (specsweep.modelling.acceptance.DRAFTING)
     size: str | None = None  # the parameter the report's sweep charts vary
-    overlap: bool = True  # runs under SGLang's overlap scheduler (DDTree: forced off)
+    overlap: bool = True  # runs under SGLang's overlap scheduler (DDTree: forced off, unless its build runs it)
     custom_mask: bool = False  # verified with a per-request tree mask in attention (any shape)
     spelling: dict = field(default_factory=lambda: {"flags": [], "env": {}, "attention_backend": None})
     reference: bool = False  # the report's sweep charts draw its methods as the reference line of the others'
@@ -140,6 +140,10 @@ class Algorithm:
             return None, None, None
         build = ddtree.build(params.get("tree_build")).name if self.builds_trees else None
         return build, shape[0], shape[1]
+
+    def overlapped(self, params: Mapping) -> bool:
+        """Whether it runs under SGLang's overlap scheduler with these parameters (DDTree: as its build runs it)."""
+        return self.overlap
 
     def check(self, params: Mapping, flags: list[str], attention_backend: str | None, spelling: dict) -> None:
         """Settings the server refuses for this algorithm (AlgorithmError)."""
@@ -271,7 +275,15 @@ class DDTree(Algorithm):
         # a path of the tree takes one node a depth, from the drafter's block_size - 1 per-depth distributions
         return min(params["budget"], params.get("block_size", 16) - 1)
 
+    def overlapped(self, params: Mapping) -> bool:
+        return ddtree.build(params.get("tree_build")).overlap
+
     def check(self, params: Mapping, flags: list[str], attention_backend: str | None, spelling: dict) -> None:
+        refused = ddtree.refusals(
+            ddtree.build(params.get("tree_build")), params.get("topk"), _page_size(flags), attention_backend
+        )
+        if refused:
+            raise AlgorithmError(refused, key="topk" if refused.startswith("topk") else None)
         required = spelling.get("attention_backend")
         if required and attention_backend != required and params["budget"] > params.get("block_size", 16) - 1:
             raise AlgorithmError(
@@ -281,18 +293,31 @@ class DDTree(Algorithm):
             )
 
     def check_environment(self, params: Mapping, env: Mapping) -> None:
-        """The build's tuning read from the environment (its depth bonus) must be a number."""
+        """The build's tuning read from the environment (its depth bonus) must be a number, and every SGLANG_DDTREE_
+        variable one the build reads (where it declares its ``variables``)."""
+        tree_build = ddtree.build(params["tree_build"])
         try:
-            ddtree.with_environment(ddtree.build(params["tree_build"]), env)
+            ddtree.with_environment(tree_build, env)
         except ValueError as exc:
             raise AlgorithmError(str(exc), key="env") from None
+        unread = ddtree.unread_variables(tree_build, env)
+        if unread:
+            raise AlgorithmError(
+                f"{', '.join(unread)}: the DDTree build {tree_build.name!r} reads none of these (it reads "
+                f"{', '.join(tree_build.variables or ()) or 'no SGLANG_DDTREE_ variable'}); remove them from the "
+                "method's env (or the spelling's, algorithms.ddtree.env)",
+                key="env",
+            )
 
     def server_default(self, parameter: Parameter):
         return None if parameter.name == "topk" else parameter.default  # no SGLANG_DDTREE_MAX_TOPK: the build's cap
 
     def from_server(self, values: Mapping, env: Mapping) -> dict:
         params = super().from_server(values, env)
-        params["block_size"] = DFLASH.from_server(values, env)["block_size"]
+        # the v2-runtime fork spells the block --speculative-ddtree-block-size; PR 29907 as DFlash does
+        params["block_size"] = int(
+            values.get("speculative_ddtree_block_size") or DFLASH.from_server(values, env)["block_size"]
+        )
         params["topk"] = (
             int(env["SGLANG_DDTREE_MAX_TOPK"]) if str(env.get("SGLANG_DDTREE_MAX_TOPK", "")).strip() else None
         )  # unset: the build's own cap

@@ -9,11 +9,12 @@ job's journal, always stops the server, and writes every cell to its output.
 from __future__ import annotations
 
 import fnmatch
+import json
 import os
 import signal
 import sys
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from contextlib import ExitStack
 from datetime import datetime, timezone
 from pathlib import Path
@@ -35,7 +36,7 @@ from .server_job import ServerJob
 from .environment import check_methods
 from . import external
 from .gpus import GpuPool, lock_folder, visible_devices, wait_until_released
-from . import layout, runs
+from . import implied, layout, runs
 from .layout import failure_path
 from .launcher import ApiKeyFile, ServerError, check_host_environment, start_server
 from .progress import Progress
@@ -97,21 +98,27 @@ def bench_server(
     planned=None,
     failures: dict | None = None,
     remeasure: Sequence[str] = (),
+    reference: Sequence[str] = (),
+    predicted: Mapping[tuple, float] | None = None,
+    family: Sequence[str] = (),
 ) -> dict:
     """Produce every cell output of one server, measuring only what the cache lacks.
 
-    ``all_methods`` (every configured method) are checked against the server's capabilities first, so that
-    any job stops the workflow before a server starts. ``planned(sessions)`` returns {cell output: predicted
-    seconds} for the progress lines' time left; it is asked only when a cell is to be measured, once the
-    workloads are built. A cache entry is used only when it is verified (cells.cell_problem) and final under
-    ``failures`` (cells.unfinished); any other entry is refused with a warning naming it, and the cell is measured
-    again, as are the outputs named in ``remeasure``. A measured cell that is not final is not cached: the job
-    says so and fails after its other cells (their outputs are then removed, the cache keeps them), or, with
-    ``failures.keep_going``, writes it to its output and records it as failed, so that the next run measures it
-    again. What the job does goes to the server's journal (layout.journal_path, in the cache); ``run_record`` (the
-    job's declared output) gets its run record. Returns {"hits": n, "measured": n, "server_started" (on
-    backend external "server_reached"): bool, "not_final": [outputs]}. Long because this docstring is the bench
-    job's contract, in one place.
+    ``all_methods`` (every configured method) are checked against the server's capabilities first, so that any job stops
+    the workflow before a server starts. ``planned(sessions)`` returns {cell output: predicted seconds} for the progress
+    lines' time left; it is asked only when a cell is to be measured, once the workloads are built. A cache entry is
+    used only when it is verified (cells.cell_problem) and final under ``failures`` (cells.unfinished); any other entry
+    is refused with a warning naming it, and the cell is measured again, as are the outputs named in ``remeasure``.
+    ``reference``: AR's cell files of this TP, which the cells stop against under ``budget: verdict`` (job.budget;
+    jobs.verdict_reference_cells). A measured cell that is not final is not cached: the job says so and fails after its
+    other cells (their outputs are then removed, the cache keeps them), or, with ``failures.keep_going``, writes it to
+    its output and records it as failed, so that the next run measures it again. What the job does goes to the server's
+    journal (layout.journal_path, in the cache); ``run_record`` (the job's declared output) gets its run record. Under
+    ``budget: verdict`` the cells that decided cells imply are not measured (implied; ``predicted``: the cost model's
+    {(workload, concurrency): speedup}, ``family``: the cell files of this algorithm's settings at the smallest TP):
+    each gets its skipped_record. Returns {"hits": n, "measured": n, "skipped": n, "server_started" (on backend
+    external "server_reached"): bool, "not_final": [outputs]}. Long because this docstring is the bench job's
+    contract, in one place.
     """
     failures = failures or DEFAULT_FAILURES
     check_host_environment()
@@ -128,6 +135,15 @@ def bench_server(
     asked = {os.path.normpath(p) for p in remeasure}  # the outputs to measure again
     results: dict[str, dict] = {}
     missing = _from_cache(server_name, cells, (cache, journal), failures, asked, results)
+    order = None
+    if job.budget is not None:
+        skip = _skipper(cells, results, journal, server_name, environment["simulated"])
+        for cell in _dominated_cells(job, cells, missing, family, asked):
+            skip(cell, *cell.pop("dominated"))
+            missing.remove(cell)
+        for cell in missing:
+            cell["ar_records"] = _reference_records(reference, cell)
+        order = _verdict_order(cells, results, predicted or {}, asked, skip)
     not_final: list[tuple[str, str]] = []
     started = bool(missing) and _measure_missing(
         job,
@@ -142,14 +158,18 @@ def bench_server(
         (cache, journal),
         results,
         not_final,
+        order,
     )
     if not_final and not failures["keep_going"]:
         raise _not_final_error(server_name, not_final)
     for cell in cells:  # verified cache entries and final measurements, as the cache holds them
         atomic_write_json(cell["output"], results[cell["output"]])
+    skipped = sum(implied.is_skipped(results[c["output"]]) for c in cells)
+    measured = len([c for c in missing if not implied.is_skipped(results[c["output"]])])
     done = {
-        "hits": len(cells) - len(missing),
-        "measured": len(missing),
+        "hits": len(cells) - measured - skipped,
+        "measured": measured,
+        "skipped": skipped,
         # an external server is reached, never started (its operator's): "reached" where the run reached it
         ("server_reached" if job.backend == "external" else "server_started"): started,
         "not_final": [output for output, _ in not_final],
@@ -157,6 +177,104 @@ def bench_server(
     if run_record is not None:
         write_run_record(run_record, server_name, journal, {c["key"] for c in cells})
     return done
+
+
+def _skipper(cells: list[dict], results: dict[str, dict], journal: Journal, server_name: str, simulated: bool):
+    """skip(cell, reason, implied_by): a cell not measured, its skipped_record its result, said in the journal."""
+
+    def skip(cell: dict, reason: str, implied_by: Sequence[str]) -> None:
+        results[cell["output"]] = implied.skipped_record(cell, reason, implied_by, bool(simulated))
+        journal.write("cell_skipped", server=server_name, cell=cell["output"], key=cell["key"], reason=reason)
+        print(f"server {server_name}: cell {cell['output']} {reason}", file=sys.stderr, flush=True)
+
+    return skip
+
+
+def _dominated_cells(
+    job: ServerJob, cells: list[dict], missing: list[dict], family: Sequence[str], asked: set[str]
+) -> list[dict]:
+    """The ``missing`` cells (none that remeasure names) on workloads where this setting is dominated at the
+    smallest TP by another of its algorithm (implied.dominated over the ``family`` cell files' last looks), each
+    with ``dominated``: (reason, the cells it is implied from)."""
+    intervals: dict = {}  # {workload: {method: {concurrency: (lo, hi)}}}
+    paths: dict = {}
+    tp = None
+    for path in family:
+        cell = json.loads(Path(path).read_text())
+        c = cell["cell"]
+        tp = c["tp"]
+        paths.setdefault(c["workload"], {}).setdefault(c["method"], []).append(path)
+        mine = intervals.setdefault(c["workload"], {}).setdefault(c["method"], {})
+        if implied.is_skipped(cell):
+            continue  # not measured: absent
+        looks = (cell.get("precision") or {}).get("looks_taken") or []
+        mine[c["concurrency"]] = tuple(looks[-1]["speedup_ci"]) if looks and looks[-1]["speedup_ci"] else None
+    out = []
+    for workload in dict.fromkeys(c["workload"] for c in cells):
+        levels = [c["concurrency"] for c in cells if c["workload"] == workload]
+        by = implied.dominated(job.method.name, intervals.get(workload, {}), levels)
+        if by is None:
+            continue
+        basis = paths[workload].get(job.method.name, []) + paths[workload].get(by, [])
+        for cell in missing:
+            if cell["workload"] == workload and os.path.normpath(cell["output"]) not in asked:
+                cell["dominated"] = (f"{implied.DOMINATED.format(tp=tp)} by {by}", basis)
+                out.append(cell)
+    return out
+
+
+def _verdict_order(cells: list[dict], results: dict[str, dict], predicted: Mapping[tuple, float], asked: set, skip):
+    """order(missing): the missing cells of a job under budget: verdict in the order it measures them: per workload
+    as implied.next_concurrency gives them from the decisions so far (``results``, read each time a cell is asked
+    for, after the one before it was measured), the cells it skips given to ``skip`` as they are found (never one
+    that remeasure names)."""
+
+    def decision(cell: dict, yielded: set) -> str | None:
+        result = results.get(cell["output"])
+        if result is None:  # not measured yet, or measured but not final (not kept): undecided
+            return "undecided" if cell["output"] in yielded else None
+        if implied.is_skipped(result):
+            return "not measured"
+        return (result.get("precision") or {}).get("decision") or "undecided"
+
+    def order(missing: list[dict]):
+        yielded: set = set()
+        for workload in dict.fromkeys(c["workload"] for c in missing):
+            mine = {c["concurrency"]: c for c in cells if c["workload"] == workload}
+            while True:
+                decisions = {k: d for k, c in mine.items() if (d := decision(c, yielded)) is not None}
+                predicted_here = {k: predicted.get((workload, k), 1.0) for k in mine}
+                nxt, skipped = implied.next_concurrency(list(mine), decisions, predicted_here)
+                for k, (why, basis) in skipped.items():
+                    if mine[k] in missing and os.path.normpath(mine[k]["output"]) not in asked:
+                        skip(mine[k], why, [mine[b]["output"] for b in basis])
+                if nxt is None or mine[nxt] not in missing:
+                    break
+                yielded.add(mine[nxt]["output"])
+                yield mine[nxt]
+        # any cell the order did not reach (none expected) is measured rather than left without an output
+        yield from [c for c in missing if c["output"] not in yielded and c["output"] not in results]
+
+    return order
+
+
+def _reference_records(reference: Sequence[str], cell: dict) -> list[dict]:
+    """The records of AR's cell (among the ``reference`` files) at the cell's workload and concurrency, which a cell
+    under ``budget: verdict`` stops against; a clear error where it is missing (AR's server measures it first)."""
+    for path in reference:
+        try:
+            ar = json.loads(Path(path).read_text())
+        except (OSError, ValueError) as exc:
+            raise CellError(
+                f"cell {cell['output']}: AR's cell {path} cannot be read ({exc}); rerun to measure it"
+            ) from exc
+        if (ar["cell"]["workload"], ar["cell"]["concurrency"]) == (cell["workload"], cell["concurrency"]):
+            return ar["requests"]
+    raise CellError(
+        f"cell {cell['output']}: budget: verdict stops it against AR's cell of {cell['workload']} at concurrency "
+        f"{cell['concurrency']}, which none of {len(reference)} reference file(s) is; the workflow measures AR's "
+        "server first (rules/bench.smk): run it through Snakemake, or set budget: exhaustive"
+    )
 
 
 def _not_final_error(server_name: str, not_final: list[tuple[str, str]]) -> CellError:
@@ -182,12 +300,14 @@ def _measure_missing(
     store: tuple[CellCache, Journal],
     results: dict[str, dict],
     not_final: list[tuple[str, str]],
+    order=None,
 ) -> bool:
-    """Measure the ``missing`` cells on one server of the job: take its GPUs from the pool (and the cells another
-    run measured meanwhile from the cache), start the server, measure each cell into ``results`` (a final one also
-    into the cache; one that is not final into ``not_final``), and always stop the server. Returns whether a
-    server started. Long because the server's whole life (its GPUs, SIGTERM, its API key's file, its start, every
-    cell, its stop) is one with-block, which must end in one place."""
+    """Measure the ``missing`` cells (in ``order(missing)`` where given: budget: verdict's, which may skip some) on one
+    server of the job: take its GPUs from the pool (and the cells another run measured meanwhile from the cache), start
+    the server, measure each cell into ``results`` (a final one also into the cache; one that is not final into
+    ``not_final``), and always stop the server. Returns whether a server started. Long because the server's whole life
+    (its GPUs, SIGTERM, its API key's file, its start, every cell, its stop) is one with-block, which must end in one
+    place."""
     cache, journal = store
     server_name = job.name
     _check_writable(cache.root, "cache_dir")
@@ -237,10 +357,18 @@ def _measure_missing(
                 raise
             key.remove()  # the server read it when it started
             progress = Progress(server_name, cells, missing, planned(sessions) if planned else None)
-            for cell in missing:
+            for cell in order(missing) if order else missing:
                 try:
                     result = measure_cell(
-                        server, job, cell, sessions[cell["workload"]], cell["digest"], environment, argv, env, progress
+                        server,
+                        job,
+                        cell,
+                        sessions[cell["workload"]],
+                        cell["digest"],
+                        environment,
+                        argv,
+                        env,
+                        progress,
                     ).as_dict()
                 except Exception as exc:
                     record_failure(cell, exc, server, journal, server_name)

@@ -20,7 +20,7 @@ from importlib import resources
 import jsonschema
 import requests
 
-from . import CELL_SCHEMA_VERSION, HARNESS_VERSION, __version__, algorithms, engines
+from . import CELL_SCHEMA_VERSION, HARNESS_VERSION, __version__, algorithms, ddtree_profile, engines, sequential
 from .canon import canonical_json, digest
 from .client import LoadModel, measure
 from .counters import SERVER_INFO_KEYS, LoadSampler, counter_deltas, scrape, server_cumulative_acceptance, server_info
@@ -177,11 +177,16 @@ class CellResult:
     metrics: dict  # cell_metrics: each metric with its interval
     precision: dict
     requests: list  # one record per request (client.RequestRecord.as_dict)
+    # a DDTree build's stage profiler over the cell's load: seconds per verify round by part and stage
+    # (specsweep.ddtree_profile.split); None, and no key, without a profiler
+    stages: dict | None = None
 
     def as_dict(self) -> dict:
         """The cell's JSON with its digest: plain JSON values only (NaN refused), validated against the cell
         schema."""
         result = json.loads(json.dumps(asdict(self), allow_nan=False))
+        if result["stages"] is None:
+            del result["stages"]
         result["digest"] = content_digest(result)
         validate_cell(result)
         return result
@@ -314,6 +319,49 @@ def cell_digest(sessions: dict, cell: dict) -> str:
     return workload_digest(sessions[cell["workload"]][: cell["requests"]])
 
 
+def _measure_until(
+    server,
+    sessions: list,
+    cap: int,
+    check,
+    concurrency: int,
+    sampling: dict,
+    timeout: float,
+    thinking: bool,
+    load,
+    on_record=None,
+) -> tuple[list, str, int]:
+    """One closed loop over the first ``cap`` sessions that asks ``check(records, started)`` before each new session
+    starts; once it answers a reason (a string) no new session starts, and the sessions under way finish (the
+    rounds of adaptive cells and of ``budget: verdict``). Returns the records (as client.measure writes them), why
+    it stopped ("request cap" when no check stopped it) and how many sessions it started."""
+    state: dict = {"started": 0, "reason": "request cap"}
+
+    def stop(records) -> bool:
+        if state["started"] >= cap:
+            return True
+        reason = check(records, state["started"])
+        if reason:
+            state["reason"] = reason
+            return True
+        state["started"] += 1
+        return False
+
+    records = measure(
+        server.url,
+        sessions[:cap],
+        concurrency,
+        sampling,
+        timeout,
+        thinking,
+        server.alive,
+        load,
+        on_record=on_record,
+        stop=stop,
+    )
+    return records, state["reason"], state["started"]
+
+
 def measure_adaptive(
     server,
     sessions: list,
@@ -333,34 +381,21 @@ def measure_adaptive(
     zero width) never stops it. Returns the records (the same records as ``client.measure``) and the precision,
     recomputed on every record."""
     cap = min(adaptive["max_requests"], len(sessions))
-    state: dict = {"started": 0, "next_check": first, "reason": "request cap", "at_stop": None}
+    state: dict = {"next_check": first, "at_stop": None}
 
-    def stop(records) -> bool:
-        if state["started"] >= cap:
-            return True
-        if state["started"] >= first and len(records) >= state["next_check"]:
+    def check(records, started: int) -> str | None:
+        if started >= first and len(records) >= state["next_check"]:
             state["next_check"] = len(records) + adaptive["batch"]
             achieved = relative_precision(
                 [r.as_dict() for r in records], adaptive["metric"], concurrency, load.model, seed
             )
             state["at_stop"] = achieved
             if achieved is not None and achieved <= adaptive["target"]:
-                state["reason"] = "target reached"
-                return True
-        state["started"] += 1
-        return False
+                return "target reached"
+        return None
 
-    records = measure(
-        server.url,
-        sessions[:cap],
-        concurrency,
-        sampling,
-        timeout,
-        thinking,
-        server.alive,
-        load,
-        on_record=on_record,
-        stop=stop,
+    records, reason, started = _measure_until(
+        server, sessions, cap, check, concurrency, sampling, timeout, thinking, load, on_record
     )
     achieved = relative_precision([r.as_dict() for r in records], adaptive["metric"], concurrency, load.model, seed)
     return records, {
@@ -369,9 +404,47 @@ def measure_adaptive(
         "target": adaptive["target"],
         "achieved": achieved,
         "achieved_at_last_check": state["at_stop"],
-        "requests": state["started"],
-        "stopped": state["reason"],
+        "requests": started,
+        "stopped": reason,
     }
+
+
+def measure_verdict(
+    server,
+    sessions: list,
+    settings: dict,
+    ar_records: list[dict],
+    concurrency: int,
+    sampling: dict,
+    timeout: float,
+    thinking: bool,
+    load,
+    on_record=None,
+) -> tuple[list, dict]:
+    """``budget: verdict``: one closed loop over the cell's ``sessions`` (its cap) that takes the looks of
+    sequential.Looks as their sessions complete, against AR's cell of the same (TP, workload, concurrency)
+    (``ar_records``), and starts no new session once a look is decided (faster, slower or equivalent); the
+    sessions under way finish. Looks still due when the loop ends (the cap reached) are taken on every record.
+    Returns the records and the cell's account of its stopping (Looks.record, with the sessions started)."""
+    looks = sequential.Looks(
+        [s.id for s in sessions], {s.id: 1 + len(s.followups) for s in sessions}, ar_records, concurrency, settings
+    )
+
+    def check(records, started: int) -> str | None:
+        look = looks.step([r.as_dict() for r in records])
+        return f"decided {look['decision']} at look {look['look']} of {len(looks.counts)}" if look else None
+
+    records, reason, started = _measure_until(
+        server, sessions, len(sessions), check, concurrency, sampling, timeout, thinking, load, on_record
+    )
+    if reason == "request cap":
+        look = looks.step([r.as_dict() for r in records])
+        reason = (
+            f"decided {look['decision']} at look {look['look']} of {len(looks.counts)} (the cap)"
+            if look
+            else "session cap: undecided"
+        )
+    return records, {**looks.record(reason), "requests": started}
 
 
 def measure_cell(
@@ -397,10 +470,13 @@ def measure_cell(
         _warm_up(server, job, cell, load)
         server.check_alive(f"after warm-up of {where}")
     before = scrape(server.url, server.headers)
+    profile = ddtree_profile.output_path(argv)  # a DDTree build's stage profiler: the records of this cell's load
+    tail = ddtree_profile.ProfileTail(profile) if profile else None
     measured = sessions[: cell["requests"]]  # the cell's own sessions (an adaptive cell may go on past them)
     with LoadSampler(server.url, server.headers) as sampler:
         records, precision = _run_load(server, job, cell, sessions, load, progress)
     deltas = counter_deltas(before, scrape(server.url, server.headers))
+    stages = ddtree_profile.cell_stages(tail)
     info = server_info(server.url, server.headers)
     ended = datetime.now(timezone.utc)
     server.check_alive(f"after {where}")
@@ -433,6 +509,7 @@ def measure_cell(
             "achieved": precision_of(metrics["output_throughput"], metrics["output_throughput_ci"]),
         },
         requests=rows,
+        stages=stages,
     )
 
 
@@ -488,16 +565,27 @@ def _warm_up(server: Server, job: ServerJob, cell: dict, load: LoadModel) -> Non
 
 
 def _run_load(
-    server: Server, job: ServerJob, cell: dict, sessions: list, load: LoadModel, progress: Progress | None
+    server: Server,
+    job: ServerJob,
+    cell: dict,
+    sessions: list,
+    load: LoadModel,
+    progress: Progress | None,
 ) -> tuple[list, dict | None]:
-    """The cell's measured requests (its sessions, or under ``adaptive`` as many as its precision needs) and the
-    adaptive precision reached (None for a fixed cell)."""
+    """The cell's measured requests (its sessions, or under ``adaptive`` as many as its precision needs, or under
+    ``budget: verdict`` as many as its verdict against AR's cell of its TP, workload and concurrency needs: the
+    cell's ``ar_records``, bench._reference_records) and how it stopped (None for a fixed cell)."""
+    ar_records = cell.get("ar_records")
     adaptive, measured = job.adaptive, sessions[: cell["requests"]]
     if progress is not None:
         progress.start(cell, adaptive["max_requests"] if adaptive else sum(1 + len(s.followups) for s in measured))
     on_record = progress.request_done if progress is not None else None
     sampling, timeout, thinking = _sampling(job), job.server["request_timeout"], job.sampling.get("thinking", False)
-    if adaptive:
+    if job.budget is not None and ar_records is not None:
+        records, precision = measure_verdict(
+            server, measured, job.budget, ar_records, cell["concurrency"], sampling, timeout, thinking, load, on_record
+        )
+    elif adaptive:
         records, precision = measure_adaptive(
             server,
             sessions,

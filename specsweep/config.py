@@ -91,6 +91,32 @@ def read_config_file(path: str | Path):
         loader.dispose()
 
 
+def check_budget(config: dict) -> None:
+    """``budget: verdict`` stops each speculative cell against AR's: it needs an AR method, one launch per server and
+    no adaptive cells (both stop a cell; one rule at a time)."""
+    stopping = config.get("verdict_stopping") or {}
+    stopping.update({k: float(stopping[k]) for k in ("equivalence", "level") if k in stopping})
+    if config.get("budget", "exhaustive") != "verdict":
+        return
+    if config["adaptive"]["enabled"]:
+        raise ConfigError(
+            "budget: verdict and adaptive.enabled both stop a cell early: set one of them (budget: exhaustive, or "
+            "adaptive.enabled: false)"
+        )
+    load = config["load"]
+    if load["model"] != "closed" or float(load["think_time"]):
+        raise ConfigError(
+            "budget: verdict prices each look's sessions by their time in a closed loop at full concurrency: it needs "
+            f"load.model: closed and load.think_time: 0 (given {load['model']}, {load['think_time']}); set them, or "
+            "budget: exhaustive"
+        )
+    if config["repetitions"] > 1:
+        raise ConfigError(
+            f"budget: verdict stops each cell against AR's within one launch; repetitions: {config['repetitions']} "
+            "is not supported with it: set repetitions: 1 or budget: exhaustive"
+        )
+
+
 def check_values(config) -> None:
     """Refuse what a schema cannot see, before anything copies or prints the configuration: more than MAX_VALUES
     values (a YAML anchor expanded into copies), numbers that are not finite (NaN, infinity: every number the
@@ -226,6 +252,7 @@ def normalise(config: dict) -> dict:
                 f"adaptive.metric: '{metric}' is not output_throughput or <metric>.<stat> "
                 "(metric: ttft, tpot, itl, e2e, interactivity; stat: mean, p50, p90, p95, p99)"
             )
+    check_budget(config)
     if config["load"]["model"] == "poisson" and not config["load"].get("rate"):
         raise ConfigError("load.rate: required when load.model is poisson (sessions per second)")
     config["load"]["think_time"] = float(config["load"]["think_time"])

@@ -37,8 +37,22 @@ class TreeBuild:
     depth_bonus: float
     early_stop_margin: float | None
     depth_bonus_env: str | None = None  # the environment variable that sets depth_bonus in this build, if any
+    # whether a method's topk caps the width (SGLANG_DDTREE_MAX_TOPK in PR 29907); False: the build has no cap, its
+    # proposal top-k is its own (a fork's: the budget) and a method must say topk "uncapped"
+    topk_cap: bool = True
+    # the SGLANG_ variables the build reads, as its source was read (None: not declared, nothing checked); a method's
+    # SGLANG_DDTREE_ variable the build does not read is refused before any job, and on the GPU host the installed
+    # package's speculative sources must name each one (environment.check_methods)
+    variables: tuple[str, ...] | None = None
+    overlap: bool = False  # DDTree runs under SGLang's overlap scheduler (PR 29907: off; a v2-runtime fork: on)
+    page_size: int | None = None  # the one --page-size its tree verify takes (None: any)
+    attention_backends: tuple[str, ...] | None = None  # the attention backends its tree verify takes (None: any)
+    profiler: bool = False  # it has the stage profiler (--speculative-ddtree-profile; specsweep.ddtree_profile)
 
 
+# how wide a tree is at a depth: "budget": PR 29907's rule from the budget; "topk": the method's cap (else
+# max_topk); "proposal": the budget itself (a fork that proposes min(budget, vocab) candidates a depth, no cap)
+WIDTHS = ("budget", "topk", "proposal")
 MAX_CANDIDATES = 32  # ranked candidates per depth a build may take (the simulator's and the plan's lists)
 
 
@@ -66,8 +80,8 @@ def tree_build(name: str, fields: Mapping, where: str) -> TreeBuild:
     missing = sorted(n for n, f in declared.items() if f.default is MISSING and n not in fields)
     if missing:
         raise ValueError(f"{where}.{name}: '{missing[0]}' is required (the fields: specsweep/data/ddtree_builds.yaml)")
-    if fields["width"] not in ("budget", "topk"):
-        raise ValueError(f"{where}.{name}.width: 'budget' or 'topk', not {fields['width']!r}")
+    if fields["width"] not in WIDTHS:
+        raise ValueError(f"{where}.{name}.width: one of {', '.join(WIDTHS)}, not {fields['width']!r}")
     if not isinstance(fields["max_topk"], int) or not 1 <= fields["max_topk"] <= MAX_CANDIDATES:
         raise ValueError(f"{where}.{name}.max_topk: an integer from 1 to {MAX_CANDIDATES}, not {fields['max_topk']!r}")
     variable = fields.get("depth_bonus_env")
@@ -78,7 +92,21 @@ def tree_build(name: str, fields: Mapping, where: str) -> TreeBuild:
             "(PATH, HOME, ...) would reach the server as the build's depth bonus. Name the build's own variable, "
             "e.g. SGLANG_DDTREE_DEPTH_BONUS, or null"
         )
-    return TreeBuild(name=name, **fields)
+    listed = {}
+    for key in ("variables", "attention_backends"):
+        value = fields.get(key)
+        if value is not None and not (isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value)):
+            raise ValueError(f"{where}.{name}.{key}: a list of names, or null, not {value!r}")
+        listed[key] = None if value is None else tuple(value)
+    for variable in listed["variables"] or ():
+        if not decoding_variable(variable):
+            raise ValueError(
+                f"{where}.{name}.variables: {variable!r} is not a variable of SGLang's kind ({DECODING_PREFIX}...)"
+            )
+    page = fields.get("page_size")
+    if page is not None and not (isinstance(page, int) and page >= 1):
+        raise ValueError(f"{where}.{name}.page_size: a positive integer or null, not {page!r}")
+    return TreeBuild(name=name, **{**fields, **listed})
 
 
 def define(defined: Mapping | None) -> dict[str, TreeBuild]:
@@ -134,11 +162,14 @@ def shape(tree_build: TreeBuild, block_size: int, budget: int, topk: int | None)
     """What a build verifies at a budget: ("chain", 1) in spine mode, else ("tree", width).
 
     Width (candidates per depth) = topk for the paper's tree; for PR 29907's
-    min(max(budget // (block_size - 1) + 1, 2), cap), cap = topk or the build's max_topk.
+    min(max(budget // (block_size - 1) + 1, 2), cap), cap = topk or the build's max_topk; for a build whose width is
+    its proposal (a v2-runtime fork), the budget: it ranks min(budget, vocab) candidates a depth, uncapped.
     """
     depths = block_size - 1
     if tree_build.spine_mode and budget <= depths:
         return "chain", 1
+    if tree_build.width == "proposal":
+        return "tree", budget
     cap = topk or tree_build.max_topk
     if tree_build.width == "budget":
         return "tree", min(max(budget // max(depths, 1) + 1, 2), cap)
@@ -175,6 +206,40 @@ def tree_prefixes(tree_build: TreeBuild, log_probs: tuple, budget: int, width: i
         if depth + 1 < depths:
             heapq.heappush(heap, (-(logw + log_probs[depth + 1][0] + tree_build.depth_bonus), prefix + (0,)))
     return frozenset(tree)
+
+
+def refusals(tree_build: TreeBuild, topk: int | None, page_size: int, attention_backend: str | None) -> str | None:
+    """Why a build refuses a method's settings (None: it takes them), known before any job: a width cap on a build
+    without one, a page size or attention backend its tree verify does not take (the fork: page size 1, triton,
+    flashinfer or fa3; anything else fails at the server's first verify round, not at its start)."""
+    if topk is not None and not tree_build.topk_cap:
+        return (
+            f"topk {topk}: the DDTree build {tree_build.name!r} has no width cap (it ranks min(budget, vocab) "
+            "candidates a depth and reads no SGLANG_DDTREE_MAX_TOPK); set topk: uncapped on its methods"
+        )
+    if tree_build.page_size is not None and page_size != tree_build.page_size:
+        return (
+            f"--page-size {page_size}: the DDTree build {tree_build.name!r} verifies its tree only with "
+            f"--page-size {tree_build.page_size}"
+        )
+    backends = tree_build.attention_backends
+    if backends is not None and attention_backend is not None and attention_backend not in backends:
+        return (
+            f"attention backend {attention_backend!r}: the DDTree build {tree_build.name!r} verifies its tree only "
+            f"on {', '.join(backends)} attention"
+        )
+    return None
+
+
+def unread_variables(tree_build: TreeBuild, env: Mapping) -> list[str]:
+    """The SGLANG_DDTREE_ variables of a method's environment that its build does not read (none where the build
+    declares no ``variables``): a knob the server would silently ignore."""
+    if tree_build.variables is None:
+        return []
+    return sorted(v for v in env if v.startswith(VARIABLE_PREFIX) and v not in tree_build.variables)
+
+
+VARIABLE_PREFIX = "SGLANG_DDTREE_"  # a DDTree build's own knobs (the installed package's sources are searched for it)
 
 
 def rank_probe_on(env: Mapping) -> bool:

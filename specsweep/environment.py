@@ -25,7 +25,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from . import HARNESS_VERSION, __version__
+from . import HARNESS_VERSION, __version__, ddtree
 from .canon import atomic_write_text, digest
 from .modelling.method import Method
 from .sglang_options import choose_flags
@@ -151,6 +151,14 @@ except Exception: out["sglang_source"] = None
 try:
     import torch; out["cuda"] = torch.version.cuda
 except Exception: out["cuda"] = None
+try:  # the DDTree variables the installed package's speculative sources name (a build's knobs), without importing it
+    import glob, importlib.util, os, re
+    root = os.path.dirname(importlib.util.find_spec("sglang").origin)
+    names = set()
+    for path in glob.glob(os.path.join(root, "srt", "speculative", "*.py")):
+        names |= set(re.findall(r"SGLANG_DDTREE_[A-Z0-9_]+", open(path, encoding="utf-8", errors="replace").read()))
+    out["ddtree_variables"] = sorted(names)
+except Exception: out["ddtree_variables"] = None
 out["python"] = sys.version.split()[0]
 print(json.dumps(out))
 """
@@ -232,6 +240,7 @@ def _sglang_server(
             )
         help_text = command_output([python, "-m", "sglang.launch_server", "--help"], timeout=600) or ""
     software["server_python"] = server_versions.pop("python", None)
+    ddtree_variables = server_versions.pop("ddtree_variables", None)
     software.update({k: v for k, v in server_versions.items()})
     server = {
         "name": "sglang",
@@ -243,6 +252,8 @@ def _sglang_server(
         "simulated": False,
         "python": python,
     }
+    if ddtree_variables is not None:
+        server["ddtree_variables"] = ddtree_variables  # checked against the DDTree builds' rules (check_methods)
     return server, help_text
 
 
@@ -252,7 +263,7 @@ def build_identity(server: dict) -> dict:
     the wheel or archive it was installed from, and only where pip records neither (a local folder) where it came
     from. Never its interpreter's path or its configured label (sglang.build): a build moved to another folder, or
     named otherwise, is the same build."""
-    identity = {k: v for k, v in server.items() if k not in ("python", "build", "pins", "source")}
+    identity = {k: v for k, v in server.items() if k not in ("python", "build", "pins", "source", "ddtree_variables")}
     if "pins" in server:
         identity["pins"] = [pin["commit"] for pin in server["pins"]]
     if "source" in server:
@@ -294,6 +305,7 @@ def check_methods(methods: list[Method], environment: dict, extra_flags: Sequenc
     backend = environment["backend"]
     offered = offered_flags(environment, extra_flags)
     for method in methods:
+        _check_ddtree_variables(method, environment)
         flags = choose_flags(list(method.flags), offered) if offered else list(method.flags)
         if "--speculative-algorithm" in flags:
             wanted = flags[flags.index("--speculative-algorithm") + 1]
@@ -309,3 +321,31 @@ def check_methods(methods: list[Method], environment: dict, extra_flags: Sequenc
                     f"method '{method.name}': the installed {backend} server does not accept {flag}; "
                     "install a build that has it (sglang.install) or fix the method's flags"
                 )
+
+
+def _check_ddtree_variables(method: Method, environment: dict) -> None:
+    """A DDTree method's build rules against the installed package (where its sources were searched: the environment
+    record's server ``ddtree_variables``): every variable the build declares it reads must be named there, and every
+    SGLANG_DDTREE_ variable named there must be declared (else the rules describe another build)."""
+    found = (environment.get("server") or {}).get("ddtree_variables")
+    if found is None or not method.spec.builds_trees:
+        return
+    rules = ddtree.build(method.params.get("tree_build"))
+    if rules.variables is None:
+        return
+    declared = set(rules.variables)
+    missing, undeclared = sorted(declared - set(found)), sorted(set(found) - declared)
+    if missing or undeclared:
+        said = "; ".join(
+            text
+            for text in (
+                f"it reads no {', '.join(missing)}" if missing else "",
+                f"it reads {', '.join(undeclared)}, which the rules do not declare" if undeclared else "",
+            )
+            if text
+        )
+        raise ServerEnvironmentError(
+            f"method '{method.name}': the installed server is not the DDTree build '{rules.name}' its rules describe "
+            f"({said}; searched its speculative sources); install that build, or name the build it is (tree_build, "
+            "ddtree_builds.<name>.variables)"
+        )

@@ -141,7 +141,28 @@ def server_job(config: dict, tp: int, method_name: str, repetition: int | None =
         adaptive=dict(config["adaptive"]) if config["adaptive"]["enabled"] else None,
         cache_dir=config["cache_dir"],
         endpoint=external.endpoint(config, method.name) if config["backend"] == "external" else None,
+        budget=dict(config["verdict_stopping"]) if verdict_reference_method(config, method) else None,
     )
+
+
+def verdict_reference_method(config: dict, method: Method) -> Method | None:
+    """Under ``budget: verdict``, the AR method (algorithm ar) on ``method``'s engine that its cells stop against;
+    None for AR itself, under ``budget: exhaustive``, or where that engine has no AR method (its cells are then
+    measured in full)."""
+    if config.get("budget", "exhaustive") != "verdict" or not method.spec.speculative:
+        return None
+    return next(
+        (m for m in expand_methods(config) if not m.spec.speculative and m.engine == method.engine),
+        None,
+    )
+
+
+def verdict_reference_cells(config: dict, tp: int, method_name: str, repetition: int | None = None) -> list[str]:
+    """The cell outputs of AR's server at ``tp`` that the server (tp, method_name) stops its cells against under
+    ``budget: verdict`` (AR's server then runs first: a DAG edge, rules/bench.smk), [] where it stops against none."""
+    method = next(m for m in expand_methods(config) if m.name == method_name)
+    reference = verdict_reference_method(config, method)
+    return [c["path"] for c in cells_of_server(config, tp, reference.name, repetition)] if reference else []
 
 
 def calibration_methods(config: dict) -> list[Method]:
@@ -159,3 +180,18 @@ def external_servers(config: dict) -> list[ServerJob]:
     environment record describes (external.describe_servers), keyed as external.server_key."""
     pairs = dict.fromkeys((s["tp"], s["method"]) for s in servers(config))
     return [server_job(config, tp, method) for tp, method in pairs]
+
+
+def verdict_family_cells(config: dict, tp: int, method_name: str, repetition: int | None = None) -> list[str]:
+    """Under ``budget: verdict``, for a server above the smallest TP size: the cell outputs at the smallest TP of
+    every setting of its algorithm on its engine (itself among them), from which it learns where it is dominated
+    (implied.dominated; its server then waits for them: a DAG edge); [] otherwise, and where the algorithm has one
+    setting."""
+    method = next(m for m in expand_methods(config) if m.name == method_name)
+    smallest = min(config["tp"])
+    if verdict_reference_method(config, method) is None or tp == smallest:
+        return []
+    family = [m for m in expand_methods(config) if m.algorithm == method.algorithm and m.engine == method.engine]
+    if len(family) < 2:
+        return []
+    return [c["path"] for m in family for c in cells_of_server(config, smallest, m.name, repetition)]

@@ -38,6 +38,8 @@ TABLES = (
     "kinds",
     "acceptance_depth",
     "slo",
+    "skipped",
+    "ddtree_stages",
 )
 
 # report sections: key -> title (the PDF's sections and the HTML report's categories)

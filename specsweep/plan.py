@@ -32,7 +32,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import NamedTuple
 
-from . import engines
+from . import engines, implied, sequential
 from .cache import CellCache
 from .calibration import choose
 from .canon import atomic_write_json, atomic_write_text, digest, package_digest
@@ -40,6 +40,7 @@ from .cells import cell_digest, cell_key, cell_sessions
 from .external import identity_digest
 from .jobs import calibration_methods, cells_of_server, server_job, servers
 from .methods import expand_methods
+from .metrics import MIN_SESSIONS
 from .layout import plan_memo_path, server_name
 from .modelling.acceptance import mean_tau
 from .modelling.cost import CostModel
@@ -486,6 +487,7 @@ def write_plan(
             f"{config['backend']}.json` to check the cache)"
         ),
         f"- GPU-hours: {hours:.2f} (sum over servers of TP x predicted duration)",
+        *budget_lines(config, rows),
         f"- GPUs: {gpus}"
         + (" (all servers serialised: gpu_pool.exclusive)" if config["gpu_pool"]["exclusive"] else "")
         + (f", on hosts of {gpus_per_host(config, gpus)}" if gpus_per_host(config, gpus) < gpus else "")
@@ -617,3 +619,99 @@ def cost_model_lines(config: dict) -> list[str]:
     if ignored:
         lines.append("- calibrations not used: " + "; ".join(ignored))
     return lines
+
+
+def budget_lines(config: dict, rows: list[dict]) -> list[str]:
+    """plan.md's budgets (packed rows: each with its start-up): GPU-hours under budget: exhaustive (every session of
+    every cell), under budget: verdict as a range, and a lower bound, each the sum over cells of TP x seconds:
+
+    - verdict, most: every speculative cell reaches its cap (nothing decided early, nothing implied);
+    - verdict, least: each speculative cell stops at the first look whose sessions its interval needs at the cost
+      model's predicted speedup over AR's cell and a predicted per-session spread (sequential.stopping_sessions),
+      and the cells the implied-slower rule skips where the cost model predicts slower from a concurrency up to the
+      highest (specsweep.implied) cost nothing;
+    - lower bound: every server's start-up, AR's cells in full, and each speculative cell not predicted implied only
+      the sessions its interval needs (sequential.sessions_needed at the whole alpha, at least MIN_SESSIONS)."""
+    settings = config.get("verdict_stopping") or {}
+    level = float(settings.get("level", sequential.DEFAULTS["level"]))
+    equivalence = float(settings.get("equivalence", sequential.DEFAULTS["equivalence"]))
+    baseline = {m.name for m in expand_methods(config) if not m.spec.speculative}
+    ar = {(r["tp"], r["workload"], r["concurrency"]): r["measure_s"] for r in rows if r["method"] in baseline}
+    fixed = sum(r["tp"] * (r["startup_s"] + r["warmup_s"]) for r in rows)
+    fixed += sum(r["tp"] * r["measure_s"] for r in rows if r["method"] in baseline)
+    full = least = bound = fixed
+    skipped = _predicted_implied(rows, ar)
+    for r in rows:
+        base = ar.get((r["tp"], r["workload"], r["concurrency"]))
+        if r["method"] in baseline:
+            continue
+        full += r["tp"] * r["measure_s"]
+        if not base or not r["measure_s"]:
+            least, bound = least + r["tp"] * r["measure_s"], bound + r["tp"] * r["measure_s"]
+            continue
+        speedup, n = base / r["measure_s"], r["requests"]
+        stops = sequential.stopping_sessions(n, speedup, settings)
+        if r["path"] in skipped:
+            continue
+        least += r["tp"] * r["measure_s"] * stops / n
+        needed = min(n, max(MIN_SESSIONS, sequential.sessions_needed(speedup, 1 - level, equivalence)))
+        bound += r["tp"] * r["measure_s"] * needed / n
+    chosen = config.get("budget", "exhaustive")
+    return [
+        f"- budget (`budget: {chosen}`): exhaustive {_hours(full / 3600)} GPU-hours; verdict {_hours(least / 3600)} "
+        f"to {_hours(full / 3600)} GPU-hours (at the least: each cell stops at the first look its predicted speedup "
+        f"and a per-session spread of {sequential.SESSION_SPREAD} decide, and the cells the cost model predicts "
+        f"{implied.IMPLIED_SLOWER.removeprefix('not measured: ')} cost nothing; at the most: every cell to its cap); "
+        f"lower bound {_hours(bound / 3600)} GPU-hours (start-ups, AR's cells, and the sessions each interval needs)"
+    ]
+
+
+def _predicted_implied(rows: list[dict], ar: dict) -> set[str]:
+    """The cell paths implied.next_concurrency would skip if every cell were decided as the cost model predicts it
+    (slower where its predicted speedup is below 1)."""
+    groups: dict = {}
+    for r in rows:
+        base = ar.get((r["tp"], r["workload"], r["concurrency"]))
+        if base and r["measure_s"]:
+            groups.setdefault((r["tp"], r["method"], r["workload"]), {})[r["concurrency"]] = (base / r["measure_s"], r)
+    out = set()
+    for cells in groups.values():
+        predicted = {c: s for c, (s, _) in cells.items()}
+        decisions: dict = {}
+        while True:
+            nxt, skipped = implied.next_concurrency(list(cells), decisions, predicted)
+            if nxt is None:
+                break
+            decisions[nxt] = "slower" if predicted[nxt] < 1 else "faster"
+        out |= {cells[c][1]["path"] for c in skipped}
+    return out
+
+
+def uncertainty(rows: list[dict], config: dict) -> dict[str, float]:
+    """Per speculative server: the predicted GPU-seconds its cells spend before they decide under budget: verdict
+    (each cell's predicted seconds x the share of its sessions sequential.stopping_sessions predicts it needs at its
+    predicted speedup over AR's cell), over its cells' predicted seconds: 1 where no cell is predicted to decide
+    before its cap, small where every cell decides at its first look."""
+    settings = config.get("verdict_stopping") or {}
+    baseline = {m.name for m in expand_methods(config) if not m.spec.speculative}
+    ar = {(r["tp"], r["workload"], r["concurrency"]): r["measure_s"] for r in rows if r["method"] in baseline}
+    spent: dict[str, list[float]] = {}
+    for r in rows:
+        base = ar.get((r["tp"], r["workload"], r["concurrency"]))
+        if r["method"] in baseline or not base or not r["measure_s"]:
+            continue
+        share = sequential.stopping_sessions(r["requests"], base / r["measure_s"], settings) / r["requests"]
+        part = spent.setdefault(r["server"], [0.0, 0.0])
+        part[0] += r["measure_s"] * share
+        part[1] += r["measure_s"]
+    return {server: a / b if b else 1.0 for server, (a, b) in spent.items()}
+
+
+def verdict_priorities(rows: list[dict], config: dict, packing: Mapping[str, int]) -> dict[str, int]:
+    """Snakemake priorities under budget: verdict: AR's servers first (every other cell decides against theirs),
+    then the speculative servers whose verdicts are most uncertain by the plan's prediction (uncertainty), ties in
+    the plan's packing order (``packing``: priorities), so that a run cut short has decided the cells the plan could
+    not call."""
+    score = uncertainty(rows, config)
+    servers = sorted({r["server"] for r in rows}, key=lambda s: (s in score, -score.get(s, 0.0), -packing.get(s, 0)))
+    return {server: len(servers) - i for i, server in enumerate(servers)}

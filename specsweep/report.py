@@ -764,6 +764,28 @@ def acceptance_per_depth(t: Tables, figs: Figures, data: dict[str, str], tables_
     }
 
 
+def ddtree_stages(tables_dir: str | Path, data: dict[str, str]) -> dict:
+    """Section 3's subsection on where a DDTree verify round's time goes (results/ddtree_stages.csv, a build's stage
+    profiler per cell): per cell, milliseconds a round by part as its records say (measured; on the simulated backend
+    the cost model's records) beside the simulator's split of the same round, and the stages kept as other by name."""
+    table = _read_table(tables_dir, "ddtree_stages")
+    if table.empty:
+        return {"has_stages": False}
+    shown = table.assign(
+        engine=table["engine"].fillna(""),
+        unknown=table["unknown"].fillna("").map(lambda v: v.replace(";", " ") or "--"),
+    )
+    _table(shown, data, "ddtree_stages.csv", ["method", "workload", "unknown"])
+    return {
+        "has_stages": True,
+        "stages_simulated": bool(table["simulated"].astype(bool).all()),
+        "stages_modelled": bool(table["modelled_ms_round"].notna().any()),
+        "stages_unknown": ", ".join(
+            tex_name(n) for n in sorted({n for v in table["unknown"].dropna() for n in str(v).split(";") if n})
+        ),
+    }
+
+
 def budget_sweep(t: Tables, figs: Figures, data: dict[str, str]) -> dict:
     """Section 3: for every speculative algorithm measured at two or more settings of its size (the registry's
     ``size``: DDTree's budget, NGRAM's and draft models' num_draft_tokens, DFlash's block), one figure of small
@@ -1038,6 +1060,15 @@ def _read_table(tables_dir: str | Path, name: str, columns: list[str] | None = N
     if not path.exists() or path.stat().st_size <= 1:
         return pd.DataFrame(columns=columns or [])
     return pd.read_csv(path, usecols=(lambda c: c in columns) if columns else None)
+
+
+def skipped_section(tables_dir: str | Path, data: dict[str, str]) -> dict:
+    """Section: the cells budget: verdict did not measure (skipped.csv: implied slower, dominated at the smallest
+    TP), each with its reason; none where every cell was measured."""
+    table = _read_table(tables_dir, "skipped", ["tp", "method", "workload", "concurrency", "reason"])
+    shown = table.sort_values(["tp", "method", "workload", "concurrency"]) if len(table) else table
+    has = _table(shown, data, "skipped.csv", ["method", "workload", "reason"])
+    return {"has_skipped": has, "skipped_count": len(table)}
 
 
 def slo_section(t: Tables, tables_dir: str | Path, figs: Figures, data: dict[str, str]) -> dict:
@@ -1466,8 +1497,10 @@ def prepare(
         **slo_section(t, tables_dir, figs, data),
         **agentic(t, figs, data),
         **engines_section(tables_dir, data),
+        **skipped_section(tables_dir, data),
         **content_kinds(t, figs, data, tables_dir),
         **acceptance_per_depth(t, figs, data, tables_dir),
+        **ddtree_stages(tables_dir, data),
         **forced_break_even(t, tables_dir, data),
         **setup_tables(t, environment, view, simulated, data),
         **plan_against_runs(

@@ -43,6 +43,10 @@ class ServerJob:
     adaptive: dict | None  # None: fixed-size cells
     cache_dir: str
     endpoint: dict | None = None  # backend external: the method's server, {url, api_key_env} (external.endpoint)
+    # budget: verdict's settings (verdict_stopping) for a speculative method's server; None: every session measured
+    # (budget: exhaustive, and AR's server always). Left out of as_dict when None, so that exhaustive cells keep
+    # their keys.
+    budget: dict | None = None
 
     @property
     def name(self) -> str:
@@ -54,6 +58,8 @@ class ServerJob:
         out["method"] = self.method.as_dict()
         if self.endpoint is None:  # a started server's job keeps the params it had
             del out["endpoint"]
+        if out["budget"] is None:
+            del out["budget"]
         return out
 
     @classmethod

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The GPU record's steps, run on the lent GPU machine from the repository root (see README.md here):
-#   bash benchmarks/gpu/device.sh install-a|install-b|install-c|install-0514|calibrate|check|cells|fault|compare|tp2|spec|trees|engines|steps|stage|forced|forced-moe
+#   bash benchmarks/gpu/device.sh install-a|install-b|install-c|install-0514|install-d|calibrate|check|cells|fault|compare|tp2|spec|trees|engines|steps|stage|forced|forced-moe|ddtree-options|ddtree
 # install-a/-b/check install SGLang 0.5.16 from the staged payload (.gpu-payload, .gpu-tools: the GPU recipe)
 # and specsweep's own wheels (.whl); `check` then records SGLang's option table and runs the workflow on
 # config/gpu-check.yaml (AR and DFlash side by side through the GPU pool); `fault` kills a server mid-cell
@@ -177,6 +177,43 @@ case $step in
     echo "exit $?" >> "$OUT/$2.log"; tail -12 "$OUT/$2.log"
     gpu_apps > "$OUT/gpu-apps-after.txt"
     tar czf "$OUT/$2.tgz" -C "$OUT" "$2" && rm -rf "${OUT:?}/$2" ;;
+  install-d)  # (after install-c; carry .gpu-payload/d, staged by ../shared/gpu/stage-ddtree.sh): the DDTree build
+    # (github.com/Rancy-Wang/sglang ddtree-v2) into /tmp/site-ddtree by the recipe's install.sh d, then its own
+    # distribution record there, so that the environment record names it (its version label and the commit of
+    # .gpu-payload/d/commit.txt, as pip records a git install) and not 0.5.16's wheel behind it; the interpreter
+    # wrapper /tmp/py-ddtree puts it first on PYTHONPATH (config/gpu-ddtree.yaml's engine ddtree-v2)
+    bash .gpu-tools/install.sh d .gpu-payload || exit 6
+    commit=$(cat .gpu-payload/d/commit.txt); short=${commit:0:7}
+    version="0.0.0.dev20260719+ddtree.v2.g$short"
+    dist=/tmp/site-ddtree/sglang-$version.dist-info; mkdir -p "$dist"
+    printf 'Metadata-Version: 2.1\nName: sglang\nVersion: %s\n' "$version" > "$dist/METADATA"
+    printf '{"url": "https://github.com/Rancy-Wang/sglang", "subdirectory": "python", "vcs_info": {"vcs": "git", "requested_revision": "ddtree-v2", "commit_id": "%s"}}\n' "$commit" > "$dist/direct_url.json"
+    printf 'sglang\n' > "$dist/top_level.txt"; : > "$dist/RECORD"
+    printf '#!/bin/sh\nPYTHONPATH=/tmp/site-ddtree:$PYTHONPATH exec python3 "$@"\n' > /tmp/py-ddtree; chmod +x /tmp/py-ddtree
+    SGLANG_ENABLE_JIT_DEEPGEMM=0 /tmp/py-ddtree -c "import importlib.metadata as m, sglang; \
+      from sglang.srt.speculative import ddtree_worker_v2; print('sglang', m.version('sglang'), sglang.__file__)" ;;
+  ddtree-options)  # (after install-d) the DDTree build's launch option table and --help, recorded as a release's
+    # are (tools/record_sglang_options.py), to $OUT: commit them as specsweep/data/sglang-ddtree-v2-<commit>-options.json
+    # and point config/gpu-ddtree.yaml's engine at it (options_table) in place of 0.5.16's table and extra_flags
+    restore_table
+    short=$(cut -c1-7 .gpu-payload/d/commit.txt 2>/dev/null || echo unknown)
+    SGLANG_ENABLE_JIT_DEEPGEMM=0 /tmp/py-ddtree tools/record_sglang_options.py \
+      "$OUT/sglang-ddtree-v2-$short-options.json" "$OUT/sglang-ddtree-v2-$short-help.txt" > "$OUT/ddtree-options.log" 2>&1
+    echo "exit $?" >> "$OUT/ddtree-options.log"; tail -3 "$OUT/ddtree-options.log"
+    /tmp/py-ddtree -c "import importlib.metadata as m; print(m.version('sglang'))" >> "$OUT/ddtree-options.log" ;;
+  ddtree)  # `ddtree METHOD...` (after install-c and install-d): config/gpu-ddtree.yaml's cells of those methods
+    # (e.g. ddtree-b15@ddtree-v2 dflash@sglang-0.5.16; an argument results/... is a target as it is), with a hard
+    # stop below the call's limit (DDTREE_LIMIT s): call again, the cache keeps what is done; the stage profiler's
+    # records (results/ddtree-profile/) travel with the cells
+    restore_table
+    CONFIG=config/gpu-ddtree.yaml; LEVELS="1 4 16 64"
+    targets=""; for m in "${@:2}"; do case $m in results/*) targets="$targets $m" ;; *) targets="$targets $(cells $m)" ;; esac; done
+    date -u +%FT%TZ >> "$OUT/started"; nvidia-smi > "$OUT/nvidia-smi.txt"
+    LIMIT="timeout ${DDTREE_LIMIT:-540}"
+    snake $targets > "$OUT/ddtree.log" 2>&1  # each cell needs its engine's environment record (results/env/sglang@*)
+    echo "snakemake exit $?" >> "$OUT/ddtree.log"; tail -5 "$OUT/ddtree.log"
+    gpu_apps > "$OUT/gpu-apps-after.txt"
+    tar czf "$OUT/ddtree-profile.tgz" results/ddtree-profile 2>/dev/null; pack ddtree ;;
   tp2)
     restore_table
     OVERLAY=benchmarks/gpu/tp2.yaml

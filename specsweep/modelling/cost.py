@@ -633,6 +633,18 @@ class CostModel:
         comm = 2 * m["layers"] * r["allreduce_latency"] * math.log2(self.tp) if self.tp > 1 else 0.0
         return roofline + attention + fixed + comm
 
+    def mask_seconds(self, decoding: Decoding, contexts: list[int]) -> float:
+        """GPU time of reading a round's custom tree mask in attention: the triton kernel reads one byte per node and
+        key in every layer, nodes x (context + nodes) a request, at the runtime's bandwidth efficiency (0 on a
+        runtime without one, the paper's eager one, and for an algorithm verified without a mask)."""
+        r, spec, width = self.runtime, decoding.spec, decoding.verify_width()
+        if not (spec.custom_mask and (spec.drafting != "draft-model" or decoding.verifies_tree())):
+            return 0.0
+        if "bandwidth_efficiency" not in r:
+            return 0.0
+        mask_bytes = sum(width * (c + width) for c in contexts) * self.model["layers"]
+        return mask_bytes / (self.gpu["bandwidth"] * r["bandwidth_efficiency"] * self.tp)
+
     def cpu_seconds(self, decoding: Decoding, batch: int) -> float:
         """CPU work of one step: scheduling and sampling (cpu_step), plus, for a speculative round, its
         per-request bookkeeping (spec_cpu_per_request x batch), plus with the DDTree rank probe its walk
@@ -668,11 +680,9 @@ class CostModel:
             gpu += self.draft_seconds(decoding, contexts) + r.get("verify_per_request", 0.0) * len(contexts)
             masked = spec.custom_mask and (spec.drafting != "draft-model" or decoding.verifies_tree())
             if masked:
-                # the triton kernel reads the request's custom tree mask in every layer (one byte per node and
-                # key: nodes x (context + nodes)); DDTree's heap that builds a tree costs per node (a chain has none)
-                if "bandwidth_efficiency" in r:  # a roofline runtime (SGLang's), not the paper's eager one
-                    mask_bytes = sum(width * (c + width) for c in contexts) * self.model["layers"]
-                    gpu += mask_bytes / (self.gpu["bandwidth"] * r["bandwidth_efficiency"] * self.tp)
+                # the custom tree mask read in attention (mask_seconds); DDTree's heap that builds a tree costs per
+                # node (a chain has none)
+                gpu += self.mask_seconds(decoding, contexts)
                 if decoding.builds_tree():
                     gpu += r["tree_build_per_node"] * decoding.budget * len(contexts)
                 if decoding.probes_ranks():  # top-32 over the drafter's float32 logits at every depth
@@ -688,7 +698,7 @@ class CostModel:
                 if decoding.verifies_tree():  # choosing the tree's nodes from topk^2 candidates a step
                     gpu += r.get("draft_tree_per_node", 0.0) * width * len(contexts)
         cpu = self.cpu_seconds(decoding, len(contexts))
-        if decoding.overlap and spec.overlap:
+        if decoding.overlap and spec.overlapped(decoding.params()):
             return max(gpu, cpu) if "cpu_step" in r else gpu
         return gpu + cpu
 

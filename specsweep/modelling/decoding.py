@@ -79,7 +79,7 @@ class Decoding:
         this environment runs it; ``overlap``: the scheduler is not switched off (the cost model knows which
         algorithms run without it anyway)."""
         spec = algorithms.get(algorithm)
-        overlap = overlap and spec.overlap
+        overlap = overlap and spec.overlapped(params)
         if spec.drafting in ("block", "block-tree", "none"):
             return cls.of_build(
                 algorithm,

@@ -96,6 +96,11 @@ def _add_sglang_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--speculative-ngram-max-bfs-breadth", type=int)
     p.add_argument("--speculative-ngram-match-type", choices=["BFS", "PROB"])
     p.add_argument("--speculative-ddtree-budget", type=int)
+    p.add_argument("--speculative-ddtree-block-size", type=int)  # the v2-runtime fork's own block-size flag
+    # a DDTree build's stage profiler (the v2-runtime fork's): records of the cost model's split of each round
+    p.add_argument("--speculative-ddtree-profile", action="store_true")
+    p.add_argument("--speculative-ddtree-profile-interval", type=int, default=50)
+    p.add_argument("--speculative-ddtree-profile-output")
     p.add_argument("--page-size", type=int, default=1)
     p.add_argument("--max-running-requests", type=int, default=256)
     p.add_argument("--cuda-graph-max-bs", type=int)

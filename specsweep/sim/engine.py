@@ -18,6 +18,7 @@ from collections import OrderedDict, deque
 from dataclasses import dataclass, field
 
 from ..ddtree import RankProbe
+from ..ddtree_profile import SimulatedProfiler, simulated_split
 from ..modelling.acceptance import (
     Drafter,
     Skill,
@@ -99,6 +100,14 @@ class Engine:
         drafter_format = getattr(args, "speculative_draft_load_format", None) or getattr(args, "load_format", None)
         self.random_drafter = drafter_format == "dummy"
         self.rank_probe = RankProbe(self.decoding.block_size - 1) if self.decoding.probes_ranks() else None
+        # a DDTree build's stage profiler (--speculative-ddtree-profile): the cost model's split of each round
+        self.stage_profiler = (
+            SimulatedProfiler(args.speculative_ddtree_profile_output, args.speculative_ddtree_profile_interval)
+            if self.decoding.spec.builds_trees
+            and args.speculative_ddtree_profile
+            and args.speculative_ddtree_profile_output
+            else None
+        )
         self.waiting: list[Request] = []
         self.running: list[Request] = []
         self.prefilling: Request | None = None  # the request whose prompt a prefill step left unfinished
@@ -258,7 +267,16 @@ class Engine:
                 step += self.cost.decode_step(Decoding(), [r.length for r in done])
             return done, [], step
         batch = list(self.running)
-        step = self.cost.decode_step(self.decoding, [r.length + r.produced for r in batch], self.shared_tokens(batch))
+        contexts, shared = [r.length + r.produced for r in batch], self.shared_tokens(batch)
+        step = self.cost.decode_step(self.decoding, contexts, shared)
+        if self.stage_profiler is not None and batch:
+            self.stage_profiler.record_round(
+                simulated_split(self.cost, self.decoding, contexts, shared),
+                batch_size=len(batch),
+                verify_width=self.decoding.verify_width(),
+                tree_budget=self.decoding.budget,
+                block_size=self.decoding.block_size,
+            )
         return [], batch, step
 
     def commit_step(self, admitted: list[Request], batch: list[Request]) -> None:

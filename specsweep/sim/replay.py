@@ -68,24 +68,29 @@ def engine(
 
 
 def closed_loop(sim: Engine, sessions: list, concurrency: int, sampling: dict | None = None) -> list[dict]:
-    """Single-turn sessions through ``concurrency`` closed-loop slots; request records (dicts) in virtual seconds."""
+    """Sessions through ``concurrency`` closed-loop slots; request records (dicts) in virtual seconds. A multi-turn
+    session keeps its slot: its next turn (the conversation so far, the reply, its follow-up message) is sent as its
+    turn ends, without think time, as the client does under load.think_time 0."""
     sampling = {"temperature": 0.0, **(sampling or {})}
     pending, flying, records, clock = deque(sessions), {}, [], 0.0
 
-    def send():
-        session = pending.popleft()
-        record = RequestRecord(session.id, 0, session.kind, t_sched=clock, t0=clock)
-        req = sim.submit(chat_prompt(session.messages), dict(sampling, max_new_tokens=session.max_new_tokens))
+    def send(session, turn: int, messages: list[dict]) -> None:
+        record = RequestRecord(session.id, turn, session.kind, t_sched=clock, t0=clock)
+        req = sim.submit(chat_prompt(messages), dict(sampling, max_new_tokens=session.max_new_tokens))
         record.prompt_tokens = len(req.prompt_tokens)
-        flying[id(req)] = (req, record)
+        flying[id(req)] = (req, record, session, turn, messages)
+
+    def start_next() -> None:
+        first = pending.popleft()
+        send(first, 0, list(first.messages))
 
     while pending and len(flying) < concurrency:
-        send()
+        start_next()
     while flying:
         admitted, batch, seconds = sim.next_step()
         clock += seconds
         sim.commit_step(admitted, batch)
-        for key, (req, record) in list(flying.items()):
+        for key, (req, record, session, turn, messages) in list(flying.items()):
             done = False
             while not req.queue.empty():
                 step = req.queue.get_nowait()
@@ -98,6 +103,9 @@ def closed_loop(sim: Engine, sessions: list, concurrency: int, sampling: dict | 
                 record.t_end = clock
                 records.append(record.as_dict())
                 del flying[key]
-                if pending:
-                    send()
+                if turn < len(session.followups):
+                    reply = {"role": "assistant", "content": " ".join(req.reply[: req.produced])}
+                    send(session, turn + 1, messages + [reply, session.followups[turn]])
+                elif pending:
+                    start_next()
     return records

@@ -80,7 +80,8 @@ def test_tree_build_is_a_known_build_and_only_for_ddtree():
     assert paper.params["tree_build"] == "paper" and default.params["tree_build"] == "sglang-pr29907"
     config["methods"] = [{"name": "t", "algorithm": "ddtree", "budget": 8, "tree_build": "my-fork"}]
     with pytest.raises(
-        cfg.ConfigError, match=r"methods\[0\] \(t\)\.tree_build.*my-fork.*known builds: paper, sglang-pr29907"
+        cfg.ConfigError,
+        match=r"methods\[0\] \(t\)\.tree_build.*my-fork.*known builds: paper, rancy-wang-ddtree-v2, sglang-pr29907",
     ):
         validated(config)
     config["methods"] = [{"name": "d", "algorithm": "dflash", "tree_build": "paper"}]
@@ -511,7 +512,7 @@ def test_config_files_without_repeated_keys_read_as_yaml_does(tmp_path):
     path = tmp_path / "anchors.yaml"
     path.write_text("base: &base {block_size: 16, topk: 8}\nddtree: {<<: *base, topk: 4}\n")
     assert cfg.read_config_file(path) == yaml.safe_load(path.read_text())
-    for name in ("config.yaml", "plan-full.yaml", "gpu-check.yaml", "gpu-spec.yaml"):
+    for name in ("config.yaml", "plan-full.yaml", "gpu-check.yaml", "gpu-spec.yaml", "gpu-ddtree.yaml"):
         assert cfg.read_config_file(REPO / "config" / name) == yaml.safe_load((REPO / "config" / name).read_text())
 
 

@@ -101,7 +101,7 @@ LAYERS = {
     # types, logs, a job's progress and run records, text and chat templates
     "foundation": ("", "errors", "canon", "layout", "coerce", "sections", "logs", "progress", "runs", "text"),
     # what to send and how to send it, time it and read the server's counters; what the records mean
-    "measuring": ("http1", "client", "counters", "metrics", "workloads", "traces"),
+    "measuring": ("http1", "client", "counters", "metrics", "sequential", "workloads", "traces"),
     # SGLang's interface: its launch flags per release, a flag's spellings, the variables that change decoding.
     # Below the model, apart from the rest of SGLang's layer: the model (a DDTree build's decoding variables), the
     # simulated server (which accepts SGLang's flags) and the launcher all speak it
@@ -111,6 +111,7 @@ LAYERS = {
     "modelling": (
         "algorithms",
         "ddtree",
+        "ddtree_profile",
         "modelling",
         "modelling.decoding",
         "modelling.method",
@@ -148,6 +149,7 @@ LAYERS = {
         "calibration.choose",
         "cache",
         "cells",
+        "implied",
         "bench",
         "slo",
         "verdict",

@@ -97,3 +97,45 @@ def test_the_plan_says_how_many_gpus_it_assumed_and_from_where(tmp_path, monkeyp
     md = tmp_path / "plan.md"
     plan.write_plan(config, None, count, str(md), str(tmp_path / "plan.csv"), source)
     assert f"- GPUs: 8 ({source})" in md.read_text()
+
+
+def test_the_plan_prints_both_budgets_the_verdict_one_as_a_range_and_a_lower_bound_below_it(tmp_path):
+    """Exhaustive = the plan's GPU-hours; verdict from its least (cells stopping at their first sufficient look,
+    predicted implied-slower cells free) to the exhaustive; the lower bound at or below the least. A method far
+    faster than AR stops early; one predicted slower from a concurrency up is skipped between it and the top."""
+    import re
+
+    config = fast_config(requests=64)
+    config["concurrency"] = [1, 2, 4, 8, 16]
+    config["methods"].append({"name": "ddtree", "algorithm": "ddtree", "budget": 512})
+    config["sim"]["gpu"] = "RTX-PRO-6000"  # a 512-node tree is predicted slower than AR from concurrency 4 on
+    config = validated(config)
+    config["cache_dir"] = str(tmp_path / "cache")
+    md = tmp_path / "plan.md"
+    result = plan.write_plan(config, None, 2, str(md), str(tmp_path / "plan.csv"))
+    line = next(x for x in md.read_text().splitlines() if x.startswith("- budget"))
+    found = re.search(r"exhaustive ([\d.e-]+) GPU-hours; verdict ([\d.e-]+) to ([\d.e-]+) GPU-hours", line)
+    full, least, most = (float(x) for x in found.groups())
+    bound = float(re.search(r"lower bound ([\d.e-]+) GPU-hours", line).group(1))
+    assert full == most == pytest.approx(result["gpu_hours"], rel=0.05)
+    assert bound <= least < most
+    rows = plan.predict(config)
+    ar = {(r["tp"], r["workload"], r["concurrency"]): r["measure_s"] for r in rows if r["method"] == "ar"}
+    skipped = plan._predicted_implied(rows, ar)
+    assert skipped and skipped == {r["path"] for r in rows if r["method"] == "ddtree" and r["concurrency"] == 8}
+
+
+def test_under_budget_verdict_ar_starts_first_then_the_servers_whose_verdicts_the_plan_cannot_call():
+    """DFlash is predicted far faster than AR (its cells decide at their first look); NGRAM is predicted close to
+    AR's speed at concurrency 16 (that cell needs every look): it starts before DFlash, AR before both."""
+    config = fast_config(requests=64)
+    config["concurrency"] = [1, 4, 16]
+    config["methods"].append({"name": "ngram", "algorithm": "ngram"})
+    config["budget"] = "verdict"
+    config = validated(config)
+    rows = plan.predict(config)
+    score = plan.uncertainty(rows, config)
+    assert set(score) == {"tp1/dflash", "tp1/ngram"}
+    assert score["tp1/ngram"] > score["tp1/dflash"]
+    order = plan.verdict_priorities(rows, config, {"tp1/dflash": 3, "tp1/ngram": 2, "tp1/ar": 1})
+    assert sorted(order, key=order.get, reverse=True) == ["tp1/ar", "tp1/ngram", "tp1/dflash"]

@@ -66,6 +66,11 @@ def test_default_config_end_to_end(workflow):
     for a, (gpus_a, start_a, stop_a) in spans.items():
         for b, (gpus_b, start_b, stop_b) in spans.items():
             assert a == b or stop_a <= start_b or stop_b <= start_a or gpus_a != gpus_b, (a, b)
+    # every server job read the plan of the configuration as given (sim.runtime auto and all): its progress lines
+    # say the time left, and none says the plan could not be read
+    for log in (workflow / "logs" / "bench").glob("tp*.log"):
+        text = log.read_text()
+        assert "left for this server (plan)" in text and "from the plan (" not in text, (log.name, text[-600:])
     pdf = workflow / "results" / "report" / "report.pdf"
     assert pdf.read_bytes().startswith(b"%PDF")
     tex = (workflow / "results" / "report" / "report.tex").read_text()
