@@ -323,7 +323,7 @@ def environment_params_json(engine=None):
     servers, the server jobs whose servers it describes (their URLs and methods)."""
     settings = {"backend": CONFIG["backend"]}
     if CONFIG["backend"] == "external":
-        settings["servers"] = [jobs.server_job(CONFIG, s["tp"], s["method"]).as_dict() for s in jobs.servers(CONFIG)]
+        settings["servers"] = [job.as_dict() for job in jobs.external_servers(CONFIG)]
     if CONFIG["backend"] == "sglang":
         build = engines.view(CONFIG, engine)["sglang"]
         settings["sglang"] = {k: build[k] for k in ("python", "install", "build", "env_dir")}

@@ -6,7 +6,7 @@ import json
 import sys
 from pathlib import Path
 
-from specsweep import ddtree
+from specsweep import ddtree, external
 from specsweep.aggregate import AggregateError, skipped_cells, verified_cells, write_tables
 from specsweep.server_job import ServerJob
 from specsweep.slo import Slo
@@ -18,9 +18,7 @@ engines = json.loads(snakemake.params.engines)  # the configured engines' names,
 environments = {
     engine: json.loads(Path(path).read_text()) for engine, path in zip(engines or [None], snakemake.input.environment)
 }
-identity = {engine: record["identity_digest"] for engine, record in environments.items()}
-for record in environments.values():  # backend external: each server's own identity (external.describe_servers)
-    identity.update({server: described["identity_digest"] for server, described in record.get("servers", {}).items()})
+identity = external.identities(environments)  # each engine's, and each external server's (describe_servers)
 failures = json.loads(snakemake.params.failures)
 try:
     cells = verified_cells(list(snakemake.input.cells), jobs, identity, failures)

@@ -16,6 +16,7 @@ import pandas as pd
 
 from . import algorithms, ddtree_profile, engines, verdict
 from .cells import cell_problem, keyed_cells, unfinished
+from .external import server_key
 from .server_job import ServerJob
 from .slo import Slo, capacity, combined_columns, judge
 from .slo import cell_columns as slo_columns
@@ -240,7 +241,7 @@ def verified_cells(
 ) -> dict[str, dict]:
     """{path: cell} of the cells at these paths, each verified against the cell the configuration (its server
     ``jobs`` and the environment's identity: one digest, or {engine name: digest} where ``engines`` names several
-    builds, or {server job's name: digest} where each external server has its own) gives that path
+    builds, or {external.server_key: digest} where each external server has its own) gives that path
     (cells.cell_problem) and final under the failure thresholds (cells.unfinished) unless ``failures.keep_going``;
     AggregateError naming every other cell and what to do."""
     built: dict = {}
@@ -248,7 +249,7 @@ def verified_cells(
     expected = {
         os.path.normpath(c["path"]): c
         for job in jobs
-        for c in keyed_cells(job, identity.get(job.name) or identity[job.method.engine], built=built)[0]
+        for c in keyed_cells(job, identity.get(server_key(job)) or identity[job.method.engine], built=built)[0]
     }
     cells, refused = {}, []
     for path in paths:
@@ -282,10 +283,13 @@ def verified_cells(
 
 def trace_text(trace: dict | None) -> str:
     """A traced workload's account as the report states it: the file and format, the window and time scale, the
-    requests replayed and those clipped or dropped to fit the context (and the rule); "" for another workload."""
+    requests replayed, those clipped or dropped to fit the context (and the rule) and those asking for no output
+    (dropped); "" for another workload."""
     if not trace:
         return ""
     fitted = f"{trace['clipped']} clipped, {trace['dropped']} dropped over the context ({trace['over_context']})"
+    if trace.get("no_output"):
+        fitted += f", {trace['no_output']} asking for no output dropped"
     window = trace["window"]
     if not window.startswith("lines"):  # a window of seconds: which lines it held
         window += f", lines {trace['lines'][0]}-{trace['lines'][1]}"

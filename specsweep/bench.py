@@ -116,8 +116,9 @@ def bench_server(
     journal (layout.journal_path, in the cache); ``run_record`` (the job's declared output) gets its run record. Under
     ``budget: verdict`` the cells that decided cells imply are not measured (implied; ``predicted``: the cost model's
     {(workload, concurrency): speedup}, ``family``: the cell files of this algorithm's settings at the smallest TP):
-    each gets its skipped_record. Returns {"hits": n, "measured": n, "server_started": bool, "not_final": [outputs]}.
-    Long because this docstring is the bench job's contract, in one place.
+    each gets its skipped_record. Returns {"hits": n, "measured": n, "skipped": n, "server_started" (on backend
+    external "server_reached"): bool, "not_final": [outputs]}. Long because this docstring is the bench job's
+    contract, in one place.
     """
     failures = failures or DEFAULT_FAILURES
     check_host_environment()
@@ -169,7 +170,8 @@ def bench_server(
         "hits": len(cells) - measured - skipped,
         "measured": measured,
         "skipped": skipped,
-        "server_started": started,
+        # an external server is reached, never started (its operator's): "reached" where the run reached it
+        ("server_reached" if job.backend == "external" else "server_started"): started,
         "not_final": [output for output, _ in not_final],
     }
     if run_record is not None:
@@ -310,7 +312,8 @@ def _measure_missing(
     server_name = job.name
     _check_writable(cache.root, "cache_dir")
     pool_config = job.gpu_pool
-    pooled = job.backend == "sglang" or pool_config["devices"]
+    # an external server's GPUs are its operator's: its job takes none of this host's (nor waits for them)
+    pooled = job.backend != "external" and (job.backend == "sglang" or pool_config["devices"])
     devices = visible_devices(pool_config["devices"]) if pooled else []
     with ExitStack() as stack:
         gpus = None
@@ -334,7 +337,14 @@ def _measure_missing(
         key = stack.enter_context(ApiKeyFile(None if outside else job.server.get("api_key_env")))
         server = None
         try:
-            journal.write("server_start", server=server_name, gpus=gpus, offered=devices, external=outside)
+            journal.write(  # an external server's span in the journal: reached (specsweep starts none)
+                "server_start",
+                server=server_name,
+                gpus=gpus,
+                offered=devices,
+                external=outside,
+                **({"note": "external server: reached at its URL, not started"} if outside else {}),
+            )
             try:
                 server, argv, env = (
                     _external_server(job, environment)
@@ -369,7 +379,11 @@ def _measure_missing(
                 server.stop()
                 if gpus and job.backend == "sglang":
                     wait_until_released(gpus)
-            journal.write("server_stop", server=server_name)
+            journal.write(
+                "server_stop",
+                server=server_name,
+                **({"note": "external server: left running, not stopped"} if outside else {}),
+            )
     return True
 
 

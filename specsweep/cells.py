@@ -535,7 +535,9 @@ def _workload_record(job: ServerJob, cell: dict, prompts_digest: str, measured: 
         "content_mix": content_mix(measured),
         "max_new_tokens": workload["max_new_tokens"],
         **(
-            {"trace": trace_account(workload, job.model["context_length"])} if workload.get("source") == "trace" else {}
+            {"trace": trace_account(workload, job.model["context_length"], cell["requests"])}
+            if workload.get("source") == "trace"
+            else {}
         ),
     }
 

@@ -237,6 +237,13 @@ def normalise(config: dict) -> dict:
         objective.update({k: float(v) for k, v in objective.items() if k.endswith("_ms")})
     config["adaptive"]["target"] = float(config["adaptive"]["target"])
     if config["adaptive"]["enabled"]:
+        traced = [w["name"] for w in config["workloads"] if w.get("source") == "trace"]
+        if traced:
+            raise ConfigError(
+                f"adaptive.enabled: workload '{traced[0]}' replays a trace (its window's requests at their traced "
+                "times), which no stopping rule may cut short or extend; set adaptive.enabled: false or measure the "
+                "trace in a configuration of its own"
+            )
         metric = config["adaptive"]["metric"]
         if metric != "output_throughput" and not re.match(
             r"^(ttft|tpot|itl|e2e|interactivity)\.(mean|p50|p90|p95|p99)$", metric
@@ -332,6 +339,12 @@ def check_trace(w: dict, index: int, context_length: int) -> None:
             "lower requests or widen the window"
         )
     w["requests"] = w.get("requests") or available
+    if w["requests"] > MAX_SESSIONS:
+        raise ConfigError(
+            f"{where}: its trace window holds {available} requests that fit the context, more than the {MAX_SESSIONS} "
+            "a cell may send; narrow workloads[].window (duration_s, or first_line and last_line) or set "
+            f"workloads[].requests to at most {MAX_SESSIONS}"
+        )
 
 
 def check_folders(config: dict) -> None:
@@ -403,6 +416,11 @@ def check_external(config: dict) -> None:
             raise ConfigError(
                 f"{where}.url: required on backend external (the base URL of the server that runs this method, "
                 "e.g. http://10.0.0.5:30000)"
+            )
+        if "@" in entry["url"]:  # user:password@host: a secret in the configuration, its cells and logs
+            raise ConfigError(
+                f"{where}.url: holds credentials (user@ or user:password@); a URL is written into plans, cells and "
+                "logs: give the bare http://host:port and the key in the variable api_key_env names"
             )
     if not external:
         return

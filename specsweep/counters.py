@@ -38,16 +38,35 @@ def scrape(url: str, headers: dict | None = None) -> dict[str, float]:
         ) from None
 
 
+INFO_PATHS = ("/server_info", "/get_server_info")  # the second is SGLang's older spelling
+
+
+def read_server_info(url: str, headers: dict | None = None, timeout: float = 10) -> tuple[dict | None, str, list[str]]:
+    """(the server's own description, the path that gave it, what each path tried answered): /server_info, else
+    /get_server_info; (None, "", [path: what it answered, ...]) when neither answers with a JSON object."""
+    tried = []
+    for path in INFO_PATHS:
+        try:
+            resp = requests.get(url + path, timeout=timeout, headers=headers)
+        except requests.RequestException as exc:
+            tried.append(f"{path}: {type(exc).__name__}")
+            continue
+        if resp.status_code != 200:
+            tried.append(f"{path}: HTTP {resp.status_code}")
+            continue
+        try:
+            info = resp.json()
+        except ValueError:
+            info = None
+        if isinstance(info, dict):
+            return info, path, tried
+        tried.append(f"{path}: not a JSON object")
+    return None, "", tried
+
+
 def server_info(url: str, headers: dict | None = None) -> dict:
     """The server's /server_info (or /get_server_info) answer; {} when it has none."""
-    for path in ("/server_info", "/get_server_info"):  # the second is SGLang's deprecated spelling
-        try:
-            resp = requests.get(url + path, timeout=10, headers=headers)
-            if resp.status_code == 200:
-                return resp.json()
-        except (requests.RequestException, ValueError):
-            continue
-    return {}
+    return read_server_info(url, headers)[0] or {}
 
 
 def server_cumulative_acceptance(info: dict) -> float | None:

@@ -194,6 +194,7 @@ def probe(
         server = {"name": "specsweep-sim", "version": __version__, "simulated": True, "python": python}
     elif backend == "external":  # servers someone else runs: each describes itself to its job (external.environment)
         help_text, server = help_text or "", {"name": "external", "simulated": False}
+        gpus = []  # the client's GPUs run none of them; the servers' own are theirs to report (they report none)
     else:
         server, help_text = _sglang_server(python, help_text, pins, build, software)
     caps = capabilities_from_help(help_text)

@@ -7,10 +7,12 @@ server it reads the server's own description (``/server_info``, or ``/get_server
 launch settings as SGLang's argparse stored them, its version, and on the simulated server ``simulated: true``) and
 refuses a server that is not what its method says: its speculative algorithm, every flag the method's spelling
 sets (draft model, block size, budget, steps, top-k, attention backend, ...), its TP size and its model. The
-description is the environment record of the cells measured on it; a stable part of it (``stable_description``:
-version, commit, algorithm and draft settings, model, TP; never the start time, port or host) is part of their keys,
-so a server relaunched elsewhere with the same build and settings keeps its cells, and one relaunched with another
-build or other settings measures them again.
+description is the environment record of the cells measured on it; all of it that stays put across relaunches
+(``stable_description``: every launch setting it reports, its version and commit, less its host, port, seed drawn
+at launch, counters, clocks, folders and secrets) is part of their keys, so a server relaunched elsewhere with the
+same build and settings keeps its cells, and one relaunched with other settings it reports measures them again. A
+build that reports no commit is known by its version string alone: two builds of one version with the same settings
+share cells.
 """
 
 from __future__ import annotations
@@ -22,13 +24,38 @@ from collections.abc import Mapping, Sequence
 import requests
 
 from .canon import digest
+from .counters import read_server_info
+from .layout import server_name
 from .server_job import ServerJob
+from .sglang_options import destinations
 
-INFO_PATHS = ("/server_info", "/get_server_info")  # the second is SGLang's older spelling
-# what a description's key holds beside the method's own flags' settings (stable_description)
-STABLE_KEYS = ("version", "commit", "git_commit", "sglang_commit", "model_path", "served_model_name", "tp_size")
+# what a description's key leaves out (stable_description): what differs between launches of one build with one set
+# of settings (where it listens, its seed drawn at launch, its counters and clocks), never what changes a number
+VOLATILE_KEYS = frozenset(
+    {
+        "host",
+        "port",
+        "nccl_port",
+        "dist_init_addr",
+        "node_rank",
+        "base_gpu_id",
+        "random_seed",
+        "internal_states",
+        "sim_clock",
+        "sim_startup_seconds",
+        "pid",
+        "status",
+        "uptime",
+        "start_time",
+        "launched_at",
+        "last_gen_throughput",
+    }
+)
+VOLATILE_SUFFIXES = ("_port", "_host", "_addr", "_dir", "_folder", "_timestamp")  # where, not how, it serves
 # a flag SGLang stores under another name where the flag itself is left unset (its alias)
 ALIASES = {"speculative_dflash_block_size": "speculative_num_draft_tokens"}
+# algorithms SGLang stores under another name: server_args rewrites NEXTN (a target's own MTP head) to EAGLE
+SAME_ALGORITHM = {"NEXTN": "EAGLE"}
 # names whose values a description never keeps (a server may report its own API key)
 SECRET_SUFFIXES = ("api_key", "password", "secret", "access_token", "auth_token")
 
@@ -64,23 +91,9 @@ def api_headers(method_name: str, api_key_env: str | None, environ: Mapping[str,
 def describe(method_name: str, url: str, headers: Mapping[str, str]) -> tuple[dict, str]:
     """(the server's own description, the path that gave it): /server_info, else /get_server_info; refused, naming
     the method and URL, when neither answers with a JSON object."""
-    tried = []
-    for path in INFO_PATHS:
-        try:
-            resp = requests.get(url + path, timeout=15, headers=dict(headers))
-        except requests.RequestException as exc:
-            tried.append(f"{path}: {type(exc).__name__}")
-            continue
-        if resp.status_code == 200:
-            try:
-                info = resp.json()
-            except ValueError:
-                info = None
-            if isinstance(info, dict):
-                return info, path
-            tried.append(f"{path}: not a JSON object")
-        else:
-            tried.append(f"{path}: HTTP {resp.status_code}")
+    info, path, tried = read_server_info(url, dict(headers), timeout=15)
+    if info is not None:
+        return info, path
     raise ExternalServerError(
         f"method '{method_name}': the server at {url} (methods[].url) does not describe itself ({'; '.join(tried)}); "
         "give the base URL of an SGLang server (not a path under it), check it runs and, behind a gateway, that the "
@@ -90,8 +103,11 @@ def describe(method_name: str, url: str, headers: Mapping[str, str]) -> tuple[di
 
 def declared_settings(job: ServerJob) -> dict:
     """{server_info key: declared value} of what a method's server must report: its speculative algorithm (None for
-    a method without one), every setting its flags set (a flag followed by a value: that value; a flag alone: True),
-    its TP size."""
+    a method without one), every setting its flags set (a flag followed by a value: that value; a flag alone: True,
+    or False for a switch's ``--no-`` spelling), each under the name SGLang stores it (its option's ``dest`` in the
+    recorded option tables: ``--speculative-draft-model`` is ``speculative_draft_model_path``; a flag no table has,
+    its own spelling), its TP size."""
+    known = destinations()
     flags = list(job.method.flags)
     declared: dict = {"speculative_algorithm": None}
     i = 0
@@ -101,13 +117,14 @@ def declared_settings(job: ServerJob) -> dict:
             i += 1
             continue
         name, equals, value = flag.partition("=")
-        key = name.lstrip("-").replace("-", "_")
+        spelling = next((f for f in name.split("|") if f in known), name.split("|")[0])  # --new|--old: either
+        key, alone = known.get(spelling, (spelling.lstrip("-").replace("-", "_"), True))
         if equals:
             declared[key], i = value, i + 1
         elif i + 1 < len(flags) and not flags[i + 1].startswith("--"):
             declared[key], i = flags[i + 1], i + 2
         else:
-            declared[key], i = True, i + 1
+            declared[key], i = alone, i + 1
     declared["tp_size"] = job.tp
     return declared
 
@@ -120,6 +137,14 @@ def _same(declared, served) -> bool:
         return float(declared) == float(served)
     except (TypeError, ValueError):
         return str(declared).strip().lower() == str(served).strip().lower()
+
+
+def _algorithm(value) -> str | None:
+    """An algorithm's name as a server reports it once running (NEXTN as EAGLE), upper case; None stays None."""
+    if value is None:
+        return None
+    name = str(value).strip().upper()
+    return SAME_ALGORITHM.get(name, name)
 
 
 def mismatches(job: ServerJob, info: Mapping) -> tuple[list[tuple[str, object, object]], list[str]]:
@@ -141,7 +166,7 @@ def mismatches(job: ServerJob, info: Mapping) -> tuple[list[tuple[str, object, o
         if served is None and key in ALIASES and info.get(ALIASES[key]) is not None:
             served = info[ALIASES[key]]
         if key == "speculative_algorithm":
-            if (declared is None) != (served is None) or (declared is not None and not _same(declared, served)):
+            if _algorithm(declared) != _algorithm(served):
                 wrong.append((key, declared, served))
         elif served is None:
             unsaid.append(key)
@@ -179,13 +204,20 @@ def redacted(info: Mapping) -> dict:
     }
 
 
-def stable_description(job: ServerJob, info: Mapping) -> dict:
-    """What of a description decides a cell's numbers and stays put across relaunches: version and commit, model and
-    TP, every speculative setting, and every setting the method's flags set; never its start time, port, host, pid
-    or counters."""
-    keys = set(STABLE_KEYS) | set(declared_settings(job)) | {k for k in info if k.startswith("speculative_")}
-    keys |= {"simulated", "sim_time_scale", "sim_model_profile", "sim_gpu", "sim_runtime"} & set(info)
-    return {k: info[k] for k in sorted(keys) if k in info}
+def stable(key: str) -> bool:
+    """Whether a description's field may decide a cell's numbers and stays put across relaunches of one build with
+    one set of settings: every field but those of VOLATILE_KEYS, the addresses, ports and folders (VOLATILE_SUFFIXES)
+    and secrets (SECRET_SUFFIXES)."""
+    name = key.lower()
+    return name not in VOLATILE_KEYS and not name.endswith(VOLATILE_SUFFIXES) and not name.endswith(SECRET_SUFFIXES)
+
+
+def stable_description(info: Mapping) -> dict:
+    """What of a description keys its cells: the whole description (version and commit, model, TP, every
+    speculative setting, and every other launch setting it reports: dtype, quantization, KV cache dtype, page size,
+    attention backend, batch and memory limits, chunked prefill, CUDA graphs, DP, radix cache, ...), less what
+    differs between launches (stable: its host, port, seed, counters, clocks, folders) and secrets."""
+    return {k: info[k] for k in sorted(info) if stable(k)}
 
 
 def environment(host: Mapping, job: ServerJob, url: str) -> dict:
@@ -204,7 +236,7 @@ def environment(host: Mapping, job: ServerJob, url: str) -> dict:
             file=sys.stderr,
             flush=True,
         )
-    stable = stable_description(job, info)
+    stable = stable_description(info)
     simulated = bool(info.get("simulated"))
     server = {
         "name": "specsweep-sim" if simulated else "sglang",
@@ -282,21 +314,38 @@ def description_of(environment_record: Mapping) -> dict:
     return dict((environment_record.get("server") or {}).get("description") or {})
 
 
+def server_key(job: ServerJob) -> str:
+    """The name an external server's description is kept under: its TP size and method (tp{tp}/{method}), the same
+    for every repetition (each repetition measures the same server again)."""
+    return server_name(job.tp, job.method.name)
+
+
 def describe_servers(host: Mapping, jobs: Sequence[ServerJob]) -> dict:
-    """{server job: its server's record (environment()'s ``server``) with the identity its cells are keyed by
-    (``identity_digest``)} of every external server, each checked against its method: the environment rule's record
-    (made again in every run that reaches a server job), which refuses a server that is not what its method says
-    before any bench job runs, and against which the aggregation verifies the cells' keys."""
+    """{server_key: its server's record (environment()'s ``server``) with the identity its cells are keyed by
+    (``identity_digest``)} of every external server, each checked against its method once (repetitions share it):
+    the environment rule's record (made again in every run that reaches a server job), which refuses a server that
+    is not what its method says before any bench job runs, and against which the aggregation verifies the cells'
+    keys."""
     out = {}
     for job in jobs:
+        if server_key(job) in out:
+            continue
         record = environment(host, job, (job.endpoint or {})["url"])
-        out[job.name] = {**record["server"], "identity_digest": record["identity_digest"]}
+        out[server_key(job)] = {**record["server"], "identity_digest": record["identity_digest"]}
     return out
 
 
-def identity_digest(environment_record: Mapping, server: str) -> str:
+def identities(environment_records: Mapping) -> dict:
+    """{engine: identity digest} of each environment record ({engine name or None: record}), and {server_key:
+    identity digest} of each external server they describe: what a server job's cells are keyed by
+    (identity_digest)."""
+    out = {engine: record["identity_digest"] for engine, record in environment_records.items()}
+    for record in environment_records.values():
+        out.update({key: described["identity_digest"] for key, described in (record.get("servers") or {}).items()})
+    return out
+
+
+def identity_digest(environment_record: Mapping, job: ServerJob) -> str:
     """The identity digest a server job's cells are keyed by: its external server's (describe_servers), else the
     environment's own."""
-    return (environment_record.get("servers") or {}).get(server, {}).get("identity_digest") or environment_record[
-        "identity_digest"
-    ]
+    return identities({None: environment_record}).get(server_key(job)) or environment_record["identity_digest"]

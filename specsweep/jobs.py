@@ -175,6 +175,13 @@ def calibration_methods(config: dict) -> list[Method]:
     return [baseline] + [m for m in methods if m.spec.speculative]
 
 
+def external_servers(config: dict) -> list[ServerJob]:
+    """The server job of each external server, once (repetitions measure the same server again): the servers the
+    environment record describes (external.describe_servers), keyed as external.server_key."""
+    pairs = dict.fromkeys((s["tp"], s["method"]) for s in servers(config))
+    return [server_job(config, tp, method) for tp, method in pairs]
+
+
 def verdict_family_cells(config: dict, tp: int, method_name: str, repetition: int | None = None) -> list[str]:
     """Under ``budget: verdict``, for a server above the smallest TP size: the cell outputs at the smallest TP of
     every setting of its algorithm on its engine (itself among them), from which it learns where it is dominated

@@ -436,8 +436,7 @@ def mark_cached(config: dict, rows: list[dict], environment: dict | None) -> boo
             "requests": r["requests"],
         }
         r["cached"] = (
-            cache.get(cell_key(job, cell, cell_digest(sessions, cell), identity_digest(environment, job.name)))
-            is not None
+            cache.get(cell_key(job, cell, cell_digest(sessions, cell), identity_digest(environment, job))) is not None
         )
     return True
 

@@ -1330,8 +1330,10 @@ def _check_tables(summary: pd.DataFrame, view: dict, data: dict[str, str]) -> di
         ["tp", "method", "workload", "concurrency", "concurrency_mean", "concurrency_peak"]
     ]
     has_below = _table(below, data, "below_label.csv", ["method", "workload"])
-    # waiting for a slot is open-loop load's: under closed loop a late client (host jitter) is no wait
-    open_loop = view["load_model"] != "closed"
+    # waiting for a slot is open-loop load's (poisson; a trace's replay, whatever load.model says: a cell with a
+    # trace column): under closed loop a late client (host jitter) is no wait
+    traced = summary["trace"].fillna("").astype(str) != "" if "trace" in summary else False
+    open_loop = (view["load_model"] != "closed") | traced
     queued = summary[open_loop & (summary["queue_delay_p99"].fillna(0) > 0.001)][
         ["tp", "method", "workload", "concurrency", "ttft_p50", "queue_delay_p50", "user_ttft_p50", "user_ttft_p99"]
     ]
@@ -1369,12 +1371,16 @@ def provenance(summary: pd.DataFrame, environment: dict, view: dict, simulated: 
     value, or each method's), and the simulated profile."""
     prov = [
         ("Backend", environment["backend"] + (" (simulated)" if simulated else "")),
-        ("Server", f"{environment['server']['name']} {environment['server'].get('version')}"),
-        ("Server build", environment["server"].get("build") or "release"),
+        ("Server", verdict.engine_text(environment)),
         ("Python", environment["software"]["python"]),
         ("specsweep", environment["software"]["specsweep"]),
         ("Snakemake", environment["software"].get("snakemake")),
-        ("GPUs", ", ".join(g["name"] for g in environment["hardware"]["gpus"]) or "none"),
+        (
+            "GPUs",
+            verdict.gpus_text(environment)
+            if environment["backend"] == "external"  # the servers' GPUs: not reported (the client's run none)
+            else ", ".join(g["name"] for g in environment["hardware"]["gpus"]) or "none",
+        ),
         ("Model", view["model"]),
         ("Sampling", view.get("sampling", "")),
     ]

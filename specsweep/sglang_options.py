@@ -94,6 +94,21 @@ def known_flags(version: str, extra_flags: Sequence[dict] = ()) -> set[str]:
     return flags | {e["flag"] for e in extra_flags}
 
 
+@lru_cache(maxsize=1)
+def destinations() -> dict[str, tuple[str, bool]]:
+    """{flag: (the name SGLang stores it under, the value a flag alone stores)} over every recorded table: each
+    spelling of an option (``--tp|--tp-size|--tensor-parallel-size``) under its option's ``dest``, the ``--no-``
+    spelling of a switch storing False."""
+    out: dict[str, tuple[str, bool]] = {}
+    for version in available_tables():
+        for option in load_table(version)["options"]:
+            first = option["flags"][0]
+            for flag in option["flags"]:
+                negated = flag.startswith("--no-") and not first.startswith("--no-")
+                out.setdefault(flag, (option["dest"], not negated))
+    return out
+
+
 def choose_flags(flags: list[str], offered: set[str]) -> list[str]:
     """Flags with each ``--a|--b`` replaced by the first of its spellings the build offers (the first written
     where it offers none, so that the check against the build names it)."""

@@ -14,21 +14,25 @@ Formats (docs/workloads.md has the field tables):
 
 A malformed line is refused naming the file, the line and the field. A window of the trace (seconds from its first
 arrival, or a range of lines) is replayed open loop at its arrival times divided by a time scale. Each prompt is
-filled with real text of the workload's content (fill_prompt): a hash id always gives the same block of text, and
-every block ends its last line and starts a new one, so that the tokenizer cuts the prompt at every block boundary
-as it cuts each block alone: requests whose hash ids begin alike begin with the same tokens for exactly those blocks,
-and the prefix cache sees the sharing production saw. The text is not production's, so acceptance follows the
-content mix, not the production workload.
+filled with real text of the workload's content (fill_prompt): the content's corpus is cut into disjoint blocks,
+no two of which begin with the same OPENING_TOKENS tokens (a corpus with fewer than MIN_BLOCKS is not used), and
+each block name of the window (a hash id; past a request's hash ids, blocks of its own) gets the next unused block
+the first time the window holds it (assign_blocks); past the corpus's blocks the text comes again under a line of
+its own. Every block ends its last line and the next starts a new one, so that the tokenizer cuts the prompt at
+every block boundary as it cuts each block alone: requests whose hash ids begin alike begin with the same tokens
+for exactly those blocks, requests that share no hash id part within a few tokens of the chat template's opening,
+and no prompt holds a block twice while its corpus has others. The prefix cache sees the sharing production saw;
+the text is not production's, so acceptance follows the content mix, not the production workload.
 """
 
 from __future__ import annotations
 
 import csv
 import json
-import random
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timezone
 from pathlib import Path
 
 BLOCK_TOKENS = 512  # tokens per hash id (Mooncake's block)
@@ -66,7 +70,7 @@ def read_trace(path: str, fmt: str) -> list[TraceRequest]:
     """Every request of a trace file, in arrival order (a line's order where arrivals tie), arrival times from its
     first arrival on."""
     try:
-        text = Path(path).read_text(encoding="utf-8")
+        text = Path(path).read_text(encoding="utf-8-sig")  # a byte-order mark (as spreadsheets write) is no field
     except FileNotFoundError:
         raise TraceError(f"{path}: no such trace file (workloads[].path)") from None
     except (OSError, UnicodeDecodeError) as exc:
@@ -93,6 +97,7 @@ def _count(value, where: str, field: str, least: int) -> int:
 
 def _mooncake(path: str, text: str) -> list[TraceRequest]:
     rows = []
+    named: dict[str, int] = {}  # each id's line
     for number, raw in enumerate(text.splitlines(), 1):
         if not raw.strip():
             continue
@@ -109,19 +114,30 @@ def _mooncake(path: str, text: str) -> list[TraceRequest]:
                 f"{where}: no '{missing[0]}' (a Mooncake line has timestamp, input_length, output_length, hash_ids)"
             )
         stamp = entry["timestamp"]
-        if not isinstance(stamp, (int, float)) or isinstance(stamp, bool) or not stamp >= 0:
+        if not isinstance(stamp, (int, float)) or isinstance(stamp, bool) or not 0 <= stamp < math.inf:
             raise TraceError(f"{where}: 'timestamp' must be milliseconds (a number from 0), not {stamp!r}")
         hashes = entry.get("hash_ids", [])
         if not isinstance(hashes, list) or not all(isinstance(h, int) and not isinstance(h, bool) for h in hashes):
             raise TraceError(f"{where}: 'hash_ids' must be a list of whole numbers, not {hashes!r}")
+        input_length = _count(entry["input_length"], where, "input_length", 1)
+        if len(hashes) > -(-input_length // BLOCK_TOKENS):
+            raise TraceError(
+                f"{where}: {len(hashes)} hash_ids for an input of {input_length} tokens, which holds at most "
+                f"{-(-input_length // BLOCK_TOKENS)} blocks of {BLOCK_TOKENS}"
+            )
+        name = str(entry["id"]) if entry.get("id") is not None else None
+        if name is not None and name in named:
+            raise TraceError(f"{where}: id {name!r} is line {named[name]}'s too; every request's id must be its own")
+        if name is not None:
+            named[name] = number
         rows.append(
             TraceRequest(
                 number,
                 stamp / 1000.0,
-                _count(entry["input_length"], where, "input_length", 1),
+                input_length,
                 _count(entry["output_length"], where, "output_length", 0),
                 tuple(hashes),
-                str(entry["id"]) if entry.get("id") is not None else None,
+                name,
             )
         )
     return rows
@@ -143,7 +159,9 @@ def _azure_time(value: str, where: str) -> float:
         ) from None
     if fraction and not fraction.isdigit():
         raise TraceError(f"{where}: TIMESTAMP {value!r} has a fraction of a second that is not digits")
-    return moment.timestamp() + (float("0." + fraction) if fraction else 0.0)
+    # read as UTC (the Azure traces' clock), never the host's time zone: only differences count, and a host's zone
+    # would shift an hour across a daylight-saving change
+    return moment.replace(tzinfo=timezone.utc).timestamp() + (float("0." + fraction) if fraction else 0.0)
 
 
 def _azure(path: str, text: str) -> list[TraceRequest]:
@@ -228,19 +246,23 @@ class Fitted:
 
     requests: list[tuple[TraceRequest, int]]
     clipped: int
-    dropped: int
+    dropped: int  # over the context (drop), or an output that leaves no room for an input token
+    no_output: int = 0  # asking for no output (dropped by either rule: nothing to measure)
 
 
 def fit_context(rows: Sequence[TraceRequest], context_length: int | None, rule: str) -> Fitted:
     """The requests under the context length (input + output at most ``context_length``): a longer input is clipped
     to the room its output leaves (``rule`` clip) or the request dropped (``drop``); a request whose output leaves no
-    room for one input token, or that asks for no output, is dropped by either rule. Each counted."""
+    room for one input token is dropped by either rule, as is one that asks for no output (counted apart: it is no
+    matter of the context). Each counted."""
     kept: list[tuple[TraceRequest, int]] = []
-    clipped = dropped = 0
+    clipped = dropped = no_output = 0
     limit = context_length or 10**12
     for r in rows:
         room = limit - r.output_length
-        if r.output_length < 1 or room < 1:
+        if r.output_length < 1:
+            no_output += 1
+        elif room < 1:
             dropped += 1
         elif r.input_length <= room:
             kept.append((r, r.input_length))
@@ -249,35 +271,93 @@ def fit_context(rows: Sequence[TraceRequest], context_length: int | None, rule: 
             clipped += 1
         else:
             dropped += 1
-    return Fitted(kept, clipped, dropped)
+    return Fitted(kept, clipped, dropped, no_output)
+
+
+MIN_BLOCKS = 64  # distinct blocks a content corpus needs to fill trace prompts (32k tokens; a smaller one is not used)
+OPENING_TOKENS = 8  # no two of a corpus's blocks begin with the same this many tokens
 
 
 @dataclass(frozen=True)
 class Corpus:
-    """Real text of one content kind, tokenized once: the text, each token's character span and the tokens that
-    start a line (where a block may begin)."""
+    """Real text of one content kind, tokenized once, cut into disjoint blocks: the text, each token's character
+    span, and each block's first token (the start of a line at least BLOCK_TOKENS - 1 tokens after the previous
+    block's, whose first OPENING_TOKENS tokens begin no earlier block)."""
 
     text: str
     spans: tuple[tuple[int, int], ...]
-    line_starts: tuple[int, ...]
+    starts: tuple[int, ...]
 
     @classmethod
     def of(cls, text: str, encode: Callable[[str], list[tuple[int, int]]]) -> "Corpus":
         """``encode(text)``: each token's (start, end) in characters."""
         spans = tuple(encode(text))
-        starts = [i for i, (a, _) in enumerate(spans) if (a == 0 or text[a - 1] == "\n") and not text[a].isspace()]
-        usable = [i for i in starts if i + BLOCK_TOKENS <= len(spans)]
-        if not usable:
+        starts: list[int] = []
+        openings: set[str] = set()
+        after = 0
+        for i, (a, _) in enumerate(spans):
+            if i < after or i + BLOCK_TOKENS - 1 > len(spans) or text[a].isspace() or (a and text[a - 1] != "\n"):
+                continue
+            opening = text[a : spans[i + OPENING_TOKENS - 1][1]]
+            if opening in openings:
+                continue
+            openings.add(opening)
+            starts.append(i)
+            after = i + BLOCK_TOKENS - 1
+        if not starts:
             raise TraceError(f"a content corpus of {len(spans)} tokens is shorter than one {BLOCK_TOKENS}-token block")
-        return cls(text, spans, tuple(usable))
+        return cls(text, spans, tuple(starts))
 
-    def block(self, key: str, tokens: int = BLOCK_TOKENS - 1) -> str:
-        """The block of text ``key`` names (the same key, the same text): ``tokens`` tokens of the corpus from the
-        start of a line drawn by the key, ending its last line (so the next block starts a new one)."""
-        start = self.line_starts[random.Random(f"block:{key}").randrange(len(self.line_starts))]
-        end = min(start + tokens, len(self.spans))
-        text = self.text[self.spans[start][0] : self.spans[end - 1][1]].rstrip("\n")
-        return text + "\n"
+    def block(self, index: int) -> str:
+        """Block ``index`` of the corpus: BLOCK_TOKENS - 1 tokens of its text from a block's start, ending its last
+        line (so the next block starts a new one). Past the corpus's own blocks (index ``n`` and on, n of them), its
+        text again under a line of its own, ``(index // n)``, so that no two indices begin alike."""
+        start = self.starts[index % len(self.starts)]
+        end = min(start + BLOCK_TOKENS - 1, len(self.spans))
+        text = self.text[self.spans[start][0] : self.spans[end - 1][1]].rstrip("\n") + "\n"
+        rounds = index // len(self.starts)
+        return f"({rounds})\n{text}" if rounds else text
+
+
+def block_keys(request: TraceRequest, length: int) -> list[str]:
+    """The names of a request's blocks in order, enough for ``length`` tokens: one per hash id, then blocks of its
+    own, named by its hash ids where it has some (two requests with the same hash ids are the same prompt: they share
+    every block) and by its line otherwise."""
+    own = f"own:{','.join(map(str, request.hash_ids))}" if request.hash_ids else f"own:line{request.line}"
+    needed = -(-length // (BLOCK_TOKENS - 16)) + 1  # a block holds at least BLOCK_TOKENS - 16 tokens
+    keys = [f"hash:{h}" for h in request.hash_ids]
+    return keys + [f"{own}:{i}" for i in range(len(keys), max(needed, len(keys)))]
+
+
+def assign_blocks(
+    window: Sequence[tuple[TraceRequest, int]], corpus_of: Callable[[TraceRequest], tuple[str, Corpus]]
+) -> list[list[int]]:
+    """Each request's blocks (Corpus.block's indices in its content's corpus), for a window's requests with the input
+    length each is sent (fit_context): every block name (block_keys) gets the next block of its corpus the first time
+    the window holds it, and keeps it; within one request a block already used is skipped while the corpus has
+    others. So requests share text exactly where their hash ids are shared, distinct names never begin alike, and
+    no prompt repeats a block while its corpus has an unused one; the assignment depends on the window alone, never
+    on how many of its requests a cell sends."""
+    given: dict[tuple[str, str], int] = {}
+    following: dict[str, int] = {}
+    out = []
+    for request, length in window:
+        kind, corpus = corpus_of(request)
+        size = len(corpus.starts)
+        indices: list[int] = []
+        for key in block_keys(request, length):
+            if (kind, key) not in given:
+                used = {i % size for i in indices}
+                index = following.get(kind, 0)
+                for _ in range(size):  # the next block this prompt holds no copy of, while there is one
+                    if index % size not in used:
+                        break
+                    index += 1
+                given[kind, key] = index
+                following[kind] = index + 1
+            indices.append(given[kind, key])
+        out.append(indices)
+    return out
 
 
 def cut_at_word(text: str, spans: Sequence[tuple[int, int]], tokens: int) -> str:
@@ -294,33 +374,26 @@ def cut_at_word(text: str, spans: Sequence[tuple[int, int]], tokens: int) -> str
 
 
 def fill_prompt(
-    request: TraceRequest,
+    blocks: Sequence[int],
     length: int,
     corpus: Corpus,
     count: Callable[[str], int],
     cut: Callable[[str, int], str],
-    salt: str,
 ) -> str:
-    """A prompt of about ``length`` tokens for a traced request: one block per hash id in order (blocks past the
-    hash ids: blocks of the request's own, keyed by ``salt`` and its line), the last one cut (``cut(text, tokens)``:
-    at most that many tokens, where the cut text's tokens are the whole block's first ones) to the tokens left
-    (``count`` counts a text's). The same hash ids in the same order give the same text, so
+    """A prompt of about ``length`` tokens for a traced request: its ``blocks`` (assign_blocks) in order, the last one
+    cut (``cut(text, tokens)``: at most that many tokens, where the cut text's tokens are the whole block's first
+    ones) to the tokens left (``count`` counts a text's). The same blocks in the same order give the same text, so
     requests whose hash ids begin alike begin alike."""
     parts: list[str] = []
     used = 0
-    index = 0
-    while used < length:
-        key = (
-            f"hash:{request.hash_ids[index]}" if index < len(request.hash_ids) else f"own:{salt}:{request.line}:{index}"
-        )
-        block = corpus.block(key)
+    for index in blocks:
+        block = corpus.block(index)
         tokens = count(block)
-        if used + tokens > length:  # the last block: cut where its own tokens are a prefix of the whole block's
+        if used + tokens >= length:  # the last block: cut where its own tokens are a prefix of the whole block's
             last = cut(block, length - used)
             # the cut falls before a word: one-token words make up what the word took (at most a few tokens)
             parts.append(last + PAD * (length - used - count(last)))
-            break
+            return "".join(parts)
         parts.append(block)
         used += tokens
-        index += 1
-    return "".join(parts)
+    raise TraceError(f"{len(blocks)} blocks hold fewer than {length} tokens (block_keys counts too few)")

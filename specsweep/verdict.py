@@ -661,8 +661,8 @@ def stamp(
         )
     else:
         text = (
-            f"Measured on {_gpus(environment)}, {_engine(environment)}; model {model}, weights {weights}, TP {tps}, "
-            f"{when}."
+            f"Measured on {gpus_text(environment)}, {engine_text(environment)}; model {model}, weights {weights}, "
+            f"TP {tps}, {when}."
         )
     caveats = []
     if simulated:
@@ -681,7 +681,11 @@ def stamp(
     return {"flags": flags or ["MEASURED"], "text": text, "caveats": caveats}
 
 
-def _gpus(environment: dict) -> str:
+def gpus_text(environment: dict) -> str:
+    """The GPUs the cells ran on as the stamp and provenance name them (n x name, ...); on backend external, that
+    the servers do not report theirs (the client's run none of them)."""
+    if environment.get("backend") == "external":
+        return "GPUs not reported by the external servers"
     gpus = [g.get("name", "GPU") for g in (environment.get("hardware") or {}).get("gpus") or []]
     if not gpus:
         return "a host whose GPUs were not recorded"
@@ -689,11 +693,20 @@ def _gpus(environment: dict) -> str:
     return " and ".join(f"{n} x {name}" for name, n in counts.items())
 
 
-def _engine(environment: dict) -> str:
-    """The engine as the stamp names it: name and version, then its commit, its build, or the digest of the wheel it
-    was installed from."""
-    server = environment.get("server") or {}
-    name = f"{server.get('name', environment.get('backend', 'server'))} {server.get('version') or ''}".strip()
+def engine_text(environment: dict) -> str:
+    """The engine as the stamp and provenance name it: name and version, then its commit, its build, or the digest of
+    the wheel it was installed from; on backend external, each distinct engine the servers describe, as they do."""
+    if environment.get("backend") == "external":
+        described = (environment.get("servers") or {}).values()
+        engines = dict.fromkeys(_engine(server) for server in described)
+        return ", ".join(engines) or "external servers (not described)"
+    return _engine(environment.get("server") or {}, environment.get("backend", "server"))
+
+
+def _engine(server: dict, backend: str = "server") -> str:
+    """One server record's engine (environment.probe's or external.environment's ``server``)."""
+    name, version = server.get("name", backend), str(server.get("version") or "")
+    name = version if version.startswith(name) else f"{name} {version}".strip()  # "specsweep-sim 0.9", said once
     source = (server.get("source") or {}).get("archive_info", {}).get("hash")
     if server.get("commit"):
         return f"{name} (commit {str(server['commit'])[:12]})"

@@ -628,6 +628,15 @@ def build(
 TRACE_KINDS = {"short": SHORT_MIX}  # a trace's content kinds by family (every other family: code)
 
 
+def trace_kinds(family: str, model_path: str | None) -> tuple[str, ...]:
+    """The content kinds a family's trace prompts are filled with: the family's (TRACE_KINDS, else code) whose corpus
+    has at least traces.MIN_BLOCKS distinct blocks (a smaller one would repeat its text across and within prompts);
+    code where none has."""
+    kinds = TRACE_KINDS.get(family, ("code",))
+    enough = tuple(k for k in kinds if len(_trace_corpus(k, model_path).starts) >= traces.MIN_BLOCKS)
+    return enough or ("code",)
+
+
 @lru_cache(maxsize=4)
 def _trace_rows(path: str, fmt: str) -> tuple[traces.TraceRequest, ...]:
     try:
@@ -636,14 +645,28 @@ def _trace_rows(path: str, fmt: str) -> tuple[traces.TraceRequest, ...]:
         raise WorkloadError(str(exc)) from None
 
 
-def trace_account(workload: dict, context_length: int | None) -> dict:
-    """A trace workload's account: its file and format, the window and time scale, the requests it replays, how many
-    were clipped or dropped to fit the context (and the rule), the first and last line replayed."""
+def _trace_fitted(workload: dict, context_length: int | None, requests: int | None) -> traces.Fitted:
+    """What of a trace window a cell of ``requests`` sessions sends (None: the whole window): its first ``requests``
+    requests that fit the context, and how many of the window's requests before its last one were clipped or dropped
+    (a request after the last one sent is not counted: the cell never reached it)."""
     path = workload["path"]
-    fmt = traces.trace_format(path, workload.get("format"))
-    window = traces.Window.of(workload)
+    rows = traces.Window.of(workload).select(_trace_rows(path, traces.trace_format(path, workload.get("format"))))
     rule = workload.get("over_context", "clip")
-    fitted = traces.fit_context(window.select(_trace_rows(path, fmt)), context_length, rule)
+    fitted = traces.fit_context(rows, context_length, rule)
+    if requests is None or requests >= len(fitted.requests):
+        return fitted
+    last = fitted.requests[requests - 1][0]
+    return traces.fit_context(rows[: rows.index(last) + 1], context_length, rule)
+
+
+def trace_account(workload: dict, context_length: int | None, requests: int | None = None) -> dict:
+    """A trace workload's account of what a cell of ``requests`` sessions sends (None: the whole window): its file
+    and format, the window and time scale, the requests it replays, how many were clipped or dropped to fit the
+    context (and the rule) and how many asked for no output (dropped), up to its last one, the first and last line
+    replayed."""
+    path = workload["path"]
+    window = traces.Window.of(workload)
+    fitted = _trace_fitted(workload, context_length, requests)
     if not fitted.requests:
         raise WorkloadError(
             f"workload '{workload['name']}': the window of {path} ({window.text()}) holds no request that fits "
@@ -651,13 +674,14 @@ def trace_account(workload: dict, context_length: int | None) -> dict:
         )
     return {
         "file": os.path.basename(path),
-        "format": fmt,
+        "format": traces.trace_format(path, workload.get("format")),
         "window": window.text(),
         "time_scale": window.time_scale,
         "requests": len(fitted.requests),
-        "over_context": rule,
+        "over_context": workload.get("over_context", "clip"),
         "clipped": fitted.clipped,
         "dropped": fitted.dropped,
+        "no_output": fitted.no_output,
         "lines": [fitted.requests[0][0].line, fitted.requests[-1][0].line],
     }
 
@@ -713,15 +737,19 @@ def _trace_sessions(workload: dict, draw: _Draw) -> list[Session]:
     def cut(text: str, tokens: int) -> str:
         return traces.cut_at_word(text, encoder.encode(text, add_special_tokens=False).offsets, tokens)
 
-    kinds = TRACE_KINDS.get(workload["family"], ("code",))
+    kinds = trace_kinds(workload["family"], draw.model_path)
+
+    def corpus_of(request: traces.TraceRequest) -> tuple[str, traces.Corpus]:
+        kind = kinds[(request.hash_ids[0] if request.hash_ids else request.line) % len(kinds)]
+        return kind, _trace_corpus(kind, draw.model_path)
+
     empty = _prompt_tokens(draw.template, [{"role": "user", "content": ""}], draw.thinking, draw.model_path, path)
+    sized = [(request, max(1, length - empty)) for request, length in fitted.requests]
+    blocks = traces.assign_blocks(sized, corpus_of)  # over the whole window: a cell's count changes no prompt
     sessions = []
-    for (request, length), at in zip(chosen, times):
-        first = request.hash_ids[0] if request.hash_ids else request.line
-        kind = kinds[first % len(kinds)]
-        text = traces.fill_prompt(
-            request, max(1, length - empty), _trace_corpus(kind, draw.model_path), count, cut, name
-        )
+    for (request, length), at, indices in zip(chosen, times, blocks):
+        kind, corpus = corpus_of(request)
+        text = traces.fill_prompt(indices, max(1, length - empty), corpus, count, cut)
         messages = [{"role": "user", "content": text}]
         tokens = _prompt_tokens(draw.template, messages, draw.thinking, draw.model_path, f"{path}: line {request.line}")
         record = {
@@ -731,6 +759,8 @@ def _trace_sessions(workload: dict, draw: _Draw) -> list[Session]:
             "input_length": request.input_length,
             "output_length": request.output_length,
             "clipped": length < request.input_length,
+            # an input shorter than the chat template's own tokens: sent as the template with one token of text
+            "lengthened": tokens > length,
         }
         label = f"{name}-{request.id}" if request.id else f"{name}-line{request.line}"
         sessions.append(

@@ -263,8 +263,10 @@ def assert_stamped(text: str) -> None:
     assert bool(match.group(2)) == bool(status.stdout.strip()), match.group(0)
 
 
-def start_sim(tmp_path, *flags, startup=0.0, timeout=patience(12), model="Qwen/Qwen3-8B", env=None):
-    """The simulated server with SGLang's flags ``flags`` on a free loopback port, ready within ``timeout`` s."""
+def start_sim(tmp_path, *flags, startup=0.0, timeout=patience(12), model="Qwen/Qwen3-8B", env=None, headers=None):
+    """The simulated server with SGLang's flags ``flags`` on a free loopback port, ready within ``timeout`` s
+    (``headers``: what its readiness check sends, an API key's bearer header where ``--api-key`` is among the
+    flags)."""
     port = free_port()
     argv = [
         sys.executable,
@@ -279,7 +281,7 @@ def start_sim(tmp_path, *flags, startup=0.0, timeout=patience(12), model="Qwen/Q
         str(startup),
         *flags,
     ]
-    server = Server(argv, env or {}, "127.0.0.1", port, tmp_path / f"server-{port}.log")
+    server = Server(argv, env or {}, "127.0.0.1", port, tmp_path / f"server-{port}.log", headers=headers)
     try:
         server.start(timeout)
     except BaseException:

@@ -40,6 +40,24 @@ def test_waiting_for_a_slot_lists_open_loop_cells_only():
     assert len(shown) == len(late)
 
 
+def test_waiting_for_a_slot_lists_a_trace_cell_under_a_closed_loop_configuration():
+    """A trace cell runs open loop whatever load.model says: the check lists its queued requests (a cell with a
+    trace column), and still no closed-loop cell's late client."""
+    record = REPO / "benchmarks" / "gpu" / "spec-2026-12-01"
+    summary = pd.read_csv(record / "summary.csv")
+    late = summary.index[summary["queue_delay_p99"] > 0.001]
+    traced = list(late[:2])
+    summary["trace"] = [f"trace t.jsonl (mooncake), line {i}" if i in traced else None for i in summary.index]
+    tables = report.Tables(summary, *(pd.DataFrame() for _ in range(4)))
+    environment = json.loads((record / "environment.json").read_text())
+    view = {"model": "Qwen3-8B", "sampling": "temperature 0", "load_model": "closed"}
+    data: dict[str, str] = {}
+    assert report.setup_tables(tables, environment, view, False, data)["has_queue"]
+    shown = pd.read_csv(io.StringIO(data["queue.csv"]))
+    assert len(shown) == len(traced)
+    assert sorted(shown["concurrency"]) == sorted(summary.loc[traced, "concurrency"])
+
+
 def test_the_engines_section_reads_a_table_where_no_row_has_a_reason(tmp_path):
     """Every row compared (two engines measured apart, none sharing a cell): the reason column reads back empty, as
     floats, and the section counts no row as one measurement (it raised AttributeError: no .str on floats)."""

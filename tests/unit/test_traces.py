@@ -48,37 +48,120 @@ def trailing_pads(text: str) -> int:
     return count
 
 
+def opening_and_closing(session) -> tuple[list[int], list[int]]:
+    """The chat template's tokens before a user's text, and after it (the end of the turn)."""
+    opening = workloads.tokenizer(None).encode("<|im_start|>user\n", add_special_tokens=False).ids
+    empty = session.chat_template.render([{"role": "user", "content": ""}], False)
+    return opening, workloads.tokenizer(None).encode(empty, add_special_tokens=False).ids[len(opening) :]
+
+
+# two blocks of different names part within this many tokens of the first: OPENING_TOKENS, and a block's own line
+# past its corpus's blocks, "(n)\n"
+PARTING = traces.OPENING_TOKENS + 4
+
+
 def test_prompts_share_exactly_the_prefixes_their_hash_ids_share():
     """For every pair of requests of the shipped Mooncake trace: the token prefix they share covers the chat
-    template's header and every block their hash ids share, and ends inside the first block they do not share."""
+    template's header and every block their hash ids share, and ends within a few tokens of the first block they do
+    not share."""
     sessions = sessions_of(trace_workload())
     rows = {r.line: r for r in traces.read_trace(MOONCAKE, "mooncake")}
     header = len(token_ids(sessions[0])) - sessions[0].tokens  # 0: tokens counts the whole rendered prompt
     assert header == 0
-    opening = workloads.tokenizer(None).encode("<|im_start|>user\n", add_special_tokens=False).ids
-    empty = sessions[0].chat_template.render([{"role": "user", "content": ""}], False)
-    closing = workloads.tokenizer(None).encode(empty, add_special_tokens=False).ids[len(opening) :]  # end of turn
+    opening, closing = opening_and_closing(sessions[0])
     tokens = {s.trace["line"]: token_ids(s) for s in sessions}
     kinds = {s.trace["line"]: s.kind for s in sessions}
     padding = {s.trace["line"]: trailing_pads(s.messages[0]["content"]) for s in sessions}
-    shared_pairs = 0
+    shared_pairs = parted_pairs = 0
     for a, b in itertools.combinations(sorted(tokens), 2):
         ha, hb = rows[a].hash_ids, rows[b].hash_ids
         k = common_prefix(list(ha), list(hb))
-        corpus = workloads._trace_corpus(kinds[a], None)
-        block_tokens = [len(workloads.tokenizer(None).encode(corpus.block(f"hash:{h}")).ids) for h in ha[:k]]
-        shared = len(opening) + sum(block_tokens)
         common = common_prefix(tokens[a], tokens[b])
         # the content both hold (a request's last block is cut to its length, where its tokens are the block's first,
         # then made up with one-token words)
         whole = min(len(tokens[x]) - len(closing) - padding[x] for x in (a, b))
+        # a block holds BLOCK_TOKENS - 1 tokens of text and a line's end (which may merge with its last token)
+        least, most = len(opening) + k * (traces.BLOCK_TOKENS - 2), len(opening) + k * traces.BLOCK_TOKENS
         if k:
             shared_pairs += 1
             assert kinds[a] == kinds[b]  # the first block decides a request's content
-            assert common >= min(shared, whole), (a, b, k, common, shared)
-        if k < min(len(ha), len(hb)) and shared + 1 < whole:  # a block neither shares: they part inside it
-            assert common < shared + min(512, whole - shared), (a, b, k, common, shared)
-    assert shared_pairs >= 20  # the sample's conversations share their earlier turns' blocks
+            assert common >= min(least, whole), (a, b, k, common, least)
+        if k < min(len(ha), len(hb)) and most + PARTING < whole:  # a block neither shares: they part at its start
+            parted_pairs += 1
+            assert common < most + PARTING, (a, b, k, common, most)
+    assert shared_pairs and parted_pairs
+
+
+def test_requests_that_share_no_hash_id_share_no_text_and_no_prompt_repeats_a_block(tmp_path):
+    """Hundreds of requests whose hash ids are all different (more blocks than the content's corpora hold): no two
+    prompts share more than a few tokens past the chat template's opening."""
+    path = tmp_path / "disjoint.jsonl"
+    lines = [
+        {
+            "timestamp": 10 * i,
+            "input_length": 1400 + 37 * (i % 5),
+            "output_length": 8,
+            "hash_ids": [3 * i, 3 * i + 1, 3 * i + 2],
+        }
+        for i in range(300)
+    ]
+    long = {"timestamp": 3000, "input_length": 16 * 512, "output_length": 8, "hash_ids": list(range(10**6, 10**6 + 16))}
+    path.write_text("".join(json.dumps(r) + "\n" for r in [*lines, long]))
+    sessions = sessions_of(trace_workload(str(path), name="disjoint"))
+    assert len(sessions) == 301 and {s.kind for s in sessions} <= set(workloads.SHORT_MIX)
+    blocks = sum(len(r["hash_ids"]) for r in lines)
+    assert blocks > sum(len(workloads._trace_corpus(k, None).starts) for k in {s.kind for s in sessions})
+    opening, _ = opening_and_closing(sessions[0])
+    tokens = [token_ids(s) for s in sessions]
+    worst = max(common_prefix(a, b) for a, b in itertools.combinations(tokens, 2)) - len(opening)
+    assert worst < PARTING, worst
+
+
+def test_a_block_name_keeps_its_block_and_no_prompt_uses_a_block_twice_while_its_corpus_has_others():
+    """assign_blocks over a window: a hash id shared by two requests is one block in both, different names are
+    different blocks, and a request holds no block twice (modulo the corpus's blocks) while the corpus has more
+    blocks than it holds; identical requests (the same hash ids) get the same blocks, past their hash ids too."""
+    size = 5
+    corpus = traces.Corpus("x", ((0, 1),), tuple(range(size)))  # block() is not called: only its count matters
+    requests = [
+        traces.TraceRequest(1, 0.0, 900, 4, (1, 2)),
+        traces.TraceRequest(2, 1.0, 1400, 4, (3, 4, 5)),
+        traces.TraceRequest(3, 2.0, 1900, 4, (1, 6, 7, 8)),
+        traces.TraceRequest(4, 3.0, 5000, 4, (1, 6, 7, 8)),  # the same hash ids, longer: blocks of its own past them
+        traces.TraceRequest(5, 4.0, 5000, 4, (1, 6, 7, 8)),
+        traces.TraceRequest(6, 5.0, 3000, 4, tuple(range(20, 27))),  # more blocks than the corpus holds
+        traces.TraceRequest(7, 6.0, 1200, 4),  # no hash ids: blocks of its own
+    ]
+    window = [(r, r.input_length) for r in requests]
+    blocks = traces.assign_blocks(window, lambda r: ("code", corpus))
+    named: dict[str, int] = {}
+    for (request, length), indices in zip(window, blocks):
+        keys = traces.block_keys(request, length)
+        assert len(indices) == len(keys) and len(indices) * (traces.BLOCK_TOKENS - 16) >= length
+        for key, index in zip(keys, indices):
+            assert named.setdefault(key, index) == index  # a name keeps its block
+        if len(indices) <= size:
+            assert len({i % size for i in indices}) == len(indices), (request.line, indices)
+    assert len(set(named.values())) == len(
+        named
+    )  # different names, different blocks (past the corpus: a line of their own)
+    assert blocks[2][0] == blocks[0][0] and blocks[3] == blocks[4] and blocks[3][: len(blocks[2])] == blocks[2]
+    assert len(set(blocks[5][:size])) == size
+
+
+def test_a_content_corpus_too_small_to_fill_distinct_blocks_is_not_used():
+    """The short family's trace prompts come only from content whose corpus holds at least MIN_BLOCKS distinct
+    blocks; each corpus's blocks begin unlike each other."""
+    kinds = workloads.trace_kinds("short", None)
+    assert kinds and set(kinds) < set(workloads.SHORT_MIX)
+    for kind in workloads.SHORT_MIX:
+        corpus = workloads._trace_corpus(kind, None)
+        assert (kind in kinds) == (len(corpus.starts) >= traces.MIN_BLOCKS)
+        openings = [
+            corpus.text[corpus.spans[i][0] : corpus.spans[i + traces.OPENING_TOKENS - 1][1]] for i in corpus.starts
+        ]
+        assert len(set(openings)) == len(openings)
+    assert {s.kind for s in sessions_of(trace_workload())} <= set(kinds)
 
 
 def test_inputs_and_outputs_are_the_traced_lengths_and_every_request_names_its_line():
@@ -154,6 +237,22 @@ def test_inputs_over_the_context_are_clipped_or_dropped_by_the_stated_rule_and_c
             '{"timestamp": 0, "input_length": 0, "output_length": 4}\n',
             "line 1: 'input_length' must be a whole number of at least 1",
         ),
+        (
+            "mooncake",
+            '{"timestamp": Infinity, "input_length": 10, "output_length": 4}\n',
+            "line 1: 'timestamp' must be milliseconds",
+        ),
+        (
+            "mooncake",
+            '{"timestamp": 0, "input_length": 600, "output_length": 4, "hash_ids": [1, 2, 3]}\n',
+            "line 1: 3 hash_ids for an input of 600 tokens, which holds at most 2 blocks",
+        ),
+        (
+            "mooncake",
+            '{"timestamp": 0, "input_length": 9, "output_length": 4, "id": "a"}\n'
+            '{"timestamp": 1, "input_length": 9, "output_length": 4, "id": "a"}\n',
+            "line 2: id 'a' is line 1's too",
+        ),
         ("azure", "TIMESTAMP,ContextTokens\n2023-11-16 18:15:46.0,10\n", "line 1: the header has no GeneratedTokens"),
         (
             "azure",
@@ -177,6 +276,52 @@ def test_a_malformed_line_is_refused_naming_the_file_and_line(tmp_path, fmt, con
     assert f"{path}: {message}" in str(refused.value)
 
 
+def test_azure_times_are_utc_whatever_the_host_zone_and_a_byte_order_mark_is_read(tmp_path, monkeypatch):
+    """Two arrivals an hour apart across New York's change from summer time are an hour apart on a host in that zone
+    (read in local time they were two); a file starting with a byte-order mark reads its header."""
+    import time
+
+    path = tmp_path / "dst.csv"
+    path.write_text(
+        "\ufeffTIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-05 01:30:00.0,10,4\n2023-11-05 02:30:00.0,12,4\n",
+        encoding="utf-8",
+    )
+    monkeypatch.setenv("TZ", "America/New_York")
+    time.tzset()
+    try:
+        rows = traces.read_trace(str(path), "azure")
+    finally:
+        monkeypatch.undo()
+        time.tzset()
+    assert [r.arrival_s for r in rows] == [0.0, 3600.0]
+
+
+def test_an_input_shorter_than_the_chat_template_is_marked_lengthened(tmp_path):
+    path = tmp_path / "tiny.jsonl"
+    path.write_text(
+        json.dumps({"timestamp": 0, "input_length": 3, "output_length": 4})
+        + "\n"
+        + json.dumps({"timestamp": 5, "input_length": 300, "output_length": 4})
+        + "\n"
+    )
+    tiny, fine = sessions_of(trace_workload(str(path), name="tiny"))
+    assert tiny.tokens > 3 and tiny.trace["lengthened"] is True
+    assert fine.tokens == 300 and fine.trace["lengthened"] is False
+
+
+def test_a_request_asking_for_no_output_is_counted_apart_from_those_over_the_context(tmp_path):
+    path = tmp_path / "zero.jsonl"
+    lines = [
+        {"timestamp": 0, "input_length": 100, "output_length": 8},
+        {"timestamp": 10, "input_length": 100, "output_length": 0},
+        {"timestamp": 20, "input_length": 3000, "output_length": 8},
+    ]
+    path.write_text("".join(json.dumps(r) + "\n" for r in lines))
+    account = workloads.trace_account(trace_workload(str(path), over_context="drop"), 2048)
+    assert (account["requests"], account["dropped"], account["no_output"]) == (1, 1, 1)
+    assert "1 dropped over the context (drop), 1 asking for no output dropped" in trace_text(account)
+
+
 def test_trace_settings_on_another_source_and_too_many_requests_are_refused():
     config = fast_config()
     config["workloads"][0]["time_scale"] = 2
@@ -188,6 +333,10 @@ def test_trace_settings_on_another_source_and_too_many_requests_are_refused():
         validated(config)
     config["workloads"] = [trace_workload()]
     assert validated(config)["workloads"][0]["requests"] == 24  # the window's requests, at every concurrency
+
+
+def ordered_by_send(records) -> list:
+    return sorted(records, key=lambda r: r.t0)
 
 
 def test_arrivals_are_sent_at_the_scaled_traced_times_within_the_loop_bound(tmp_path):
@@ -209,9 +358,13 @@ def test_arrivals_are_sent_at_the_scaled_traced_times_within_the_loop_bound(tmp_
                 assert record.t_sched == pytest.approx(due, abs=1e-6)
                 assert record.t0 >= record.t_sched
                 assert record.output_tokens == record.expected_tokens == session.max_new_tokens
+            sends = [by_session[s.id].t0 for s in sessions]
+            assert sends == sorted(sends)  # sent in the schedule's order
             if concurrency == 1:
                 ordered = sorted(records, key=lambda r: r.t0)
                 assert all(b.t0 >= a.t_end for a, b in zip(ordered, ordered[1:]))
+            else:  # open loop: a request due goes while an earlier one is still in flight
+                assert any(b.t0 < a.t_end for a, b in itertools.combinations(ordered_by_send(records), 2))
     finally:
         server.stop()
 
@@ -226,14 +379,51 @@ def test_a_trace_cell_records_its_trace(tmp_path):
     config["model"] = dict(config.get("model") or {}, name="Qwen3-8B", context_length=2048)
     config = validated(config)
     job = server_job(config, 1, "ar")
-    record = _workload_record(job, {"workload": "moon", "requests": 3}, "d", sessions_of(config["workloads"][0], 2048))
+    rows = traces.Window.of(config["workloads"][0]).select(traces.read_trace(MOONCAKE, "mooncake"))
+    fits = [r for r in rows if 1 <= r.output_length < 2048]  # every one fits: clipped where it is over
+    over = next(i for i, r in enumerate(fits) if r.input_length + r.output_length > 2048)
+    sent = fits[: over + 1]  # a cell that sends up to the first clipped request, and no further
+    assert len(sent) < len(fits)
+    cell = {"workload": "moon", "requests": len(sent)}
+    record = _workload_record(job, cell, "d", sessions_of(config["workloads"][0], 2048)[: len(sent)])
     trace = record["trace"]
     assert (trace["file"], trace["format"], trace["window"]) == (
         "sample-mooncake.jsonl",
         "mooncake",
         "0 s to 8 s, time scale 2x",
     )
-    assert trace["clipped"] + trace["dropped"] >= 1 and json.dumps(record)
+    # the account is of what the cell sent: its requests, their lines, what was clipped or dropped up to its last
+    assert (trace["requests"], trace["lines"], trace["clipped"]) == (len(sent), [sent[0].line, sent[-1].line], 1)
+    assert trace["no_output"] == sum(r.output_length < 1 for r in rows[: rows.index(sent[-1]) + 1])
+    assert trace["dropped"] == 0  # clipped, not dropped: no output fills the context alone
+    assert record["sessions"] == trace["requests"] and json.dumps(record)
+    whole = workloads.trace_account(config["workloads"][0], 2048)
+    assert whole["requests"] == len(fits) > trace["requests"]
+
+
+def test_a_trace_window_over_the_session_limit_and_adaptive_stopping_are_refused(tmp_path):
+    """A trace window holding more requests than a cell may send is refused (naming the window and requests); so is
+    adaptive stopping on a configuration with a trace workload (a replay sends its window's requests)."""
+    from specsweep.config import MAX_SESSIONS
+
+    path = tmp_path / "long.jsonl"
+    count = MAX_SESSIONS + 5
+    path.write_text(
+        "".join(json.dumps({"timestamp": i, "input_length": 40, "output_length": 4}) + "\n" for i in range(count))
+    )
+    config = fast_config()
+    config["workloads"] = [trace_workload(str(path), name="long")]
+    with pytest.raises(
+        ConfigError, match=rf"holds {count} requests .* more than the {MAX_SESSIONS}.*workloads\[\]\.window"
+    ):
+        validated(config)
+    config["workloads"] = [trace_workload(str(path), name="long", requests=MAX_SESSIONS)]
+    assert validated(config)["workloads"][0]["requests"] == MAX_SESSIONS
+    config["workloads"] = [trace_workload(str(path), name="long", window={"first_line": 1, "last_line": 50})]
+    assert validated(config)["workloads"][0]["requests"] == 50
+    config["adaptive"] = {"enabled": True}
+    with pytest.raises(ConfigError, match=r"adaptive\.enabled: workload 'long' replays a trace"):
+        validated(config)
 
 
 def test_a_line_with_an_id_names_its_request_and_warm_ups_are_sent_at_once(tmp_path):
