@@ -447,6 +447,24 @@ def measure_verdict(
     return records, {**looks.record(reason), "requests": started}
 
 
+def _cell_metrics(rows: list[dict], job: ServerJob, concurrency: int, model: str, deltas: dict, info: dict) -> dict:
+    """The cell's metrics (metrics.cell_metrics of its records), a copy for readers of the cell: every table computes
+    them again from the records. Beside them the server's own acceptance average, which is cumulative since launch
+    (warm-up and earlier cells included): kept for reference only, never used as the cell's value."""
+    metrics = _json_numbers(cell_metrics(rows, job.tp, concurrency, model, job.seed, deltas))
+    metrics["server_cumulative_accept_length_not_used"] = server_cumulative_acceptance(info)
+    return metrics
+
+
+def _fixed_precision(metrics: dict) -> dict:
+    """A cell of a fixed number of sessions: the precision its throughput interval achieved (no stopping rule)."""
+    return {
+        "metric": "output_throughput",
+        "adaptive": False,
+        "achieved": precision_of(metrics["output_throughput"], metrics["output_throughput_ci"]),
+    }
+
+
 def measure_cell(
     server: Server,
     job: ServerJob,
@@ -481,11 +499,7 @@ def measure_cell(
     ended = datetime.now(timezone.utc)
     server.check_alive(f"after {where}")
     rows = [r.as_dict() for r in records]
-    # a copy for readers of the cell: every table computes its metrics again from the records (cell_measures)
-    metrics = _json_numbers(cell_metrics(rows, job.tp, cell["concurrency"], load.model, job.seed, deltas))
-    # The server's own average is cumulative since launch (warm-up and earlier cells included):
-    # kept for reference only, never used as the cell's value.
-    metrics["server_cumulative_accept_length_not_used"] = server_cumulative_acceptance(info)
+    metrics = _cell_metrics(rows, job, cell["concurrency"], load.model, deltas, info)
     return CellResult(
         schema_version=CELL_SCHEMA_VERSION,
         harness_version=HARNESS_VERSION,
@@ -502,12 +516,7 @@ def measure_cell(
         server_counters=deltas,
         server_load={**sampler.summary(), "gauges": [list(sample) for sample in sampler.samples]},
         metrics=metrics,
-        precision=precision
-        or {
-            "metric": "output_throughput",
-            "adaptive": False,
-            "achieved": precision_of(metrics["output_throughput"], metrics["output_throughput_ci"]),
-        },
+        precision=precision or _fixed_precision(metrics),
         requests=rows,
         stages=stages,
     )

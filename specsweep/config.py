@@ -235,23 +235,7 @@ def normalise(config: dict) -> dict:
     config["slo"]["attainment"] = float(config["slo"]["attainment"])
     for objective in config["slo"]["objectives"]:  # one spelling of a number, given or the default's
         objective.update({k: float(v) for k, v in objective.items() if k.endswith("_ms")})
-    config["adaptive"]["target"] = float(config["adaptive"]["target"])
-    if config["adaptive"]["enabled"]:
-        traced = [w["name"] for w in config["workloads"] if w.get("source") == "trace"]
-        if traced:
-            raise ConfigError(
-                f"adaptive.enabled: workload '{traced[0]}' replays a trace (its window's requests at their traced "
-                "times), which no stopping rule may cut short or extend; set adaptive.enabled: false or measure the "
-                "trace in a configuration of its own"
-            )
-        metric = config["adaptive"]["metric"]
-        if metric != "output_throughput" and not re.match(
-            r"^(ttft|tpot|itl|e2e|interactivity)\.(mean|p50|p90|p95|p99)$", metric
-        ):
-            raise ConfigError(
-                f"adaptive.metric: '{metric}' is not output_throughput or <metric>.<stat> "
-                "(metric: ttft, tpot, itl, e2e, interactivity; stat: mean, p50, p90, p95, p99)"
-            )
+    check_adaptive(config)
     check_budget(config)
     if config["load"]["model"] == "poisson" and not config["load"].get("rate"):
         raise ConfigError("load.rate: required when load.model is poisson (sessions per second)")
@@ -279,6 +263,28 @@ def normalise(config: dict) -> dict:
     check_workload_files(config)
     check_cells_reach_label(config)
     return config
+
+
+def check_adaptive(config: dict) -> None:
+    """adaptive: its target as a float; stopping refused on a trace workload (its window is replayed as traced) and a
+    metric that is not output_throughput or <metric>.<stat>."""
+    config["adaptive"]["target"] = float(config["adaptive"]["target"])
+    if config["adaptive"]["enabled"]:
+        traced = [w["name"] for w in config["workloads"] if w.get("source") == "trace"]
+        if traced:
+            raise ConfigError(
+                f"adaptive.enabled: workload '{traced[0]}' replays a trace (its window's requests at their traced "
+                "times), which no stopping rule may cut short or extend; set adaptive.enabled: false or measure the "
+                "trace in a configuration of its own"
+            )
+        metric = config["adaptive"]["metric"]
+        if metric != "output_throughput" and not re.match(
+            r"^(ttft|tpot|itl|e2e|interactivity)\.(mean|p50|p90|p95|p99)$", metric
+        ):
+            raise ConfigError(
+                f"adaptive.metric: '{metric}' is not output_throughput or <metric>.<stat> "
+                "(metric: ttft, tpot, itl, e2e, interactivity; stat: mean, p50, p90, p95, p99)"
+            )
 
 
 def check_workloads(config: dict) -> None:

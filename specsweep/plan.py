@@ -46,7 +46,7 @@ from .modelling.acceptance import mean_tau, model_drafter_family
 from .modelling.cost import CostModel
 from .modelling.decoding import Decoding
 from .modelling.method import Method
-from .modelling.profiles import AUTO, auto_runtime, profiles
+from .modelling.profiles import profiles
 from .text import chat_prompt
 from .workloads import build, trace_span
 
@@ -125,7 +125,7 @@ def startup_seconds(config: dict, tp: int) -> tuple[float, float]:
     measured = choose.of(config, tp)["startup"]
     if measured:
         return measured["cold_s"] + JOB_OVERHEAD_SECONDS, measured["warm_s"] + JOB_OVERHEAD_SECONDS
-    sim = _settled(choose.sim_settings(config, tp))
+    sim = choose.sim_settings(config, tp)
     p = profiles(sim["profiles"])
     model, runtime = p["models"][sim["model_profile"]], p["runtimes"][sim["runtime"]]
     weights = 0.0 if config["model"].get("load_format") == "dummy" else model["weight_bytes"] / DISK_BYTES_PER_SECOND
@@ -146,15 +146,6 @@ def startup_text(config: dict, tp: int) -> str:
     return f"not measured: {cold:.0f} s for every server, cold or warm (weights, initialisation; {job})"
 
 
-def _settled(sim: dict) -> dict:
-    """The simulator's settings with ``runtime: auto`` as the runtime it means for their GPU and model profile
-    (profiles.auto_runtime), for a configuration that reached the plan without validation settling it (a job's
-    copy of Snakemake's configuration)."""
-    if sim.get("runtime", AUTO) != AUTO:
-        return sim
-    return {**sim, "runtime": auto_runtime(sim["gpu"], sim["model_profile"], sim.get("profiles"))}
-
-
 def cell_seconds(
     config: dict, tp: int, method: Method, workload: dict, concurrency: int, requests: int, sessions: list | None = None
 ) -> float:
@@ -164,7 +155,7 @@ def cell_seconds(
 
     ``sessions``, the workload's sessions where they are built already (a server job), spare building a sample.
     """
-    sim = _settled(choose.sim_settings(config, tp))
+    sim = choose.sim_settings(config, tp)
     cost = CostModel.named(
         sim["gpu"], sim["model_profile"], sim["runtime"], tp, sim["profiles"], sim.get("draft_model_profile")
     )

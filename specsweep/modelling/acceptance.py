@@ -40,7 +40,7 @@ from .. import ddtree
 from ..algorithms import Algorithm
 from ..text import split_tokens
 from .decoding import Decoding
-from .profiles import profiles
+from .profiles import ACCEPTANCE, profiles  # ACCEPTANCE lives with the profiles, which check families by it
 
 CANDIDATES_PER_DEPTH = 32  # ranked candidates the drafter distribution covers
 
@@ -51,38 +51,6 @@ def _seed(*parts) -> int:
 
 _STRUCTURE = set("{}[]()<>:;=\"',._-/#*+|\\`")
 _MARKUP = re.compile(r"<\|[^|]*\|>|</?think>|^(system|user|assistant|tool)$", re.MULTILINE)
-
-# Acceptance model, fitted by benchmarks/calibrate_sim.py to published DFlash acceptance by content and the DDTree
-# paper's Qwen3-8B rows (batch 1, temperature 0); config `sim.acceptance` overrides. A draft model's profile
-# (sim_profiles.yaml drafters) sets its own base, gain, cap, depth decay and second-choice ratio, and has no hard
-# positions (hard_share 0).
-ACCEPTANCE = {
-    # a position the drafter finds easy: top-1 = min(cap, base + gain x predictability) x depth_decay^depth
-    "base": 0.729,
-    "gain": 0.6213,
-    "cap": 0.98,
-    # predictability = repetition + digit_weight x digits (text_features)
-    "digit_weight": 3.9,
-    "second_choice_ratio": 0.55,  # easy positions: how fast the rest of the mass falls over ranks 2, 3, ...
-    "depth_decay": 0.9867,
-    # the share of a draft's positions the drafter finds hard: hard_share x exp(-hard_gain x predictability) +
-    # hard_structure x symbols (structure: positions where the text chooses among a few forms); at
-    # a hard position its top-1 is hard_top1 and the rest falls over ranks 2, 3, ... at
-    # hard_ratio x (1 - min(0.9, structure_focus x symbols)): in structured text a hard position is a choice among
-    # few tokens (a key, a bracket), in prose among many
-    "hard_share": 0.3429,
-    "hard_gain": 2.321,
-    "hard_structure": 0.08,
-    "hard_top1": 0.3213,
-    "hard_ratio": 0.936,
-    "structure_focus": 0.4543,
-    "thinking": 0.45,  # every top-1 x this with thinking mode on
-    "temperature": 0.35,  # every top-1 / (1 + temperature_factor x T)
-    # a request that shares its step with others: the chance, per drafted depth and round, that the batch's bf16
-    # numerics (kernels and reductions chosen by the batch's shape) move the drafter's ranking there, so that the
-    # target's token is ranked afresh (0 for a request alone: its numerics are the reference)
-    "batch_numerics": 0.01,
-}
 
 
 def text_features(text: str) -> dict:

@@ -9,6 +9,7 @@ model's parameters are fitted to these figures (benchmarks/calibrate_sim.py).
 
 from __future__ import annotations
 
+from .. import workloads
 from ..text import chat_prompt
 from ..workloads import SYSTEM, short_pools
 from .acceptance import mean_tau
@@ -121,8 +122,6 @@ OPEN_KINDS = ("chat", "math")  # open generation: least (chat and math are not o
 def long_prompts(count: int = 10, tokens: int = 2000) -> list[str]:
     """Long-context prompts as the long workload builds them (standard-library code of about ``tokens`` tokens from
     ``count`` distinct definitions, with a question about it), rendered as sent."""
-    from .. import workloads
-
     starts = list(workloads._definition_starts())
     out = []
     for module, line in starts[:: max(1, len(starts) // count)][:count]:

@@ -178,19 +178,3 @@ def test_the_trie_holds_prompt_tails_and_outputs_up_to_its_capacity():
     assert cost_module.ngram_trie_tokens([100] * 4, [50] * 4) > cost_module.ngram_trie_tokens([100] * 4, [10] * 4)
     huge = cost_module.ngram_trie_tokens([100] * 1000, [10**6] * 1000)
     assert huge == cost_module.NGRAM_TRIE_CAPACITY // tail
-
-
-def test_the_plan_prices_a_job_copy_with_runtime_auto_as_the_runtime_it_means():
-    """A job's copy of the configuration (Snakemake's, not validated again) keeps ``sim.runtime: auto``: the plan's
-    time estimate prices it with the runtime auto means (the measured H200 one for qwen3-8b), never a KeyError."""
-    from conftest import fast_config, validated
-    from specsweep import plan
-    from specsweep.methods import expand_methods
-
-    config = validated(fast_config())
-    assert config["sim"]["runtime"] == "sglang-0.5.16-h200"  # validation settled auto
-    raw = {**config, "sim": {**config["sim"], "runtime": "auto"}}
-    method = next(m for m in expand_methods(config) if m.name == "dflash")
-    workload = config["workloads"][0]
-    assert plan.cell_seconds(raw, 1, method, workload, 2, 4) == plan.cell_seconds(config, 1, method, workload, 2, 4)
-    assert plan.startup_seconds(raw, 1) == plan.startup_seconds(config, 1)
