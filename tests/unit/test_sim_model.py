@@ -503,7 +503,13 @@ def test_every_shipped_profile_value_is_a_number():
                 assert name in shipped["runtimes"] and entry["gpu"] in shipped["gpus"], name
                 assert entry["models"] and set(entry["models"]) <= set(shipped["models"]), name
                 continue
-            for key, value in entry.items():
+            if kind == "drafter_families":  # a family: {drafter: {parameter: number}}
+                values = {f"{d}.{k}": v for d, params in entry.items() for k, v in (params or {}).items()}
+            else:
+                values = dict(entry)
+            if kind == "models":  # the family of its drafters: the name of a shipped family
+                assert values.pop("drafter_family", None) in (None, *shipped["drafter_families"]), name
+            for key, value in values.items():
                 assert isinstance(value, (int, float)), f"sim_profiles.yaml {kind}.{name}.{key} = {value!r}"
 
 
