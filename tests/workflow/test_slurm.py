@@ -144,7 +144,7 @@ def test_workflow_through_slurm(cluster, tmp_path):
 
     # 3. Ctrl-C while servers run: snakemake cancels its SLURM jobs and no server is left
     last = max(int(j["JobId"]) for j in cluster.jobs())
-    config["workloads"][0]["max_new_tokens"] = 1500  # new cells (not cached), long enough to interrupt
+    config["workloads"][0]["max_new_tokens"] = 400  # new cells (not cached), long enough to interrupt
     write_config(workdir, config)
     proc = subprocess.Popen(
         [sys.executable, "-m", "snakemake", "--profile", "profiles/slurm", *NO_ACCOUNTING],
