@@ -164,13 +164,7 @@ def output_path(argv: list[str]) -> str | None:
     """The profile file a server's command line writes (its profiler on and an output named), else None."""
     if PROFILE_FLAG not in argv:
         return None
-    path = None
-    for i, arg in enumerate(argv):
-        if arg == OUTPUT_FLAG and i + 1 < len(argv):
-            path = argv[i + 1]
-        elif arg.startswith(OUTPUT_FLAG + "="):
-            path = arg[len(OUTPUT_FLAG) + 1 :]
-    return path
+    return algorithms.flag_value(argv, OUTPUT_FLAG)
 
 
 class ProfileTail:
