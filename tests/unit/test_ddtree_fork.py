@@ -10,7 +10,7 @@ import yaml
 
 from conftest import REPO, load_default_config, validated
 from specsweep import config as cfg
-from specsweep import ddtree, ddtree_profile
+from specsweep import ddtree, ddtree_profile, sglang_options
 from specsweep.jobs import all_cells
 from specsweep.methods import expand_methods
 from specsweep.modelling.cost import CostModel
@@ -31,7 +31,7 @@ FORK_SPELLING = {
 def fork_config(method: dict, spelling: dict | None = FORK_SPELLING) -> dict:
     config = load_default_config()
     fork_engine = yaml.safe_load((REPO / "config" / "gpu-ddtree.yaml").read_text())["engines"][1]
-    config["sglang"] = {**config.get("sglang", {}), "extra_flags": fork_engine["sglang"]["extra_flags"]}
+    config["sglang"] = {**config.get("sglang", {}), "options_table": fork_engine["sglang"]["options_table"]}
     if spelling is not None:
         config["algorithms"] = {"ddtree": spelling}
     config["methods"] = [{"name": "t", "algorithm": "ddtree", "tree_build": FORK, "attention_backend": "triton",
@@ -69,6 +69,22 @@ def test_the_overlap_scheduler_runs_as_the_build_runs_it():
 
 
 # ------------------------------------------------------------------ refused before any job
+
+
+def test_the_forks_recorded_option_table_has_its_ddtree_options_and_lacks_what_it_dropped():
+    """The table recorded from the installed build (device.sh ddtree-options): its DDTree flags parse, typed as the
+    build declares them; 0.5.16's options the build does not have are refused by name."""
+    table = yaml.safe_load((REPO / "config" / "gpu-ddtree.yaml").read_text())["engines"][1]["sglang"]["options_table"]
+    argv = ["--model-path", "m", "--speculative-algorithm", "DDTREE", "--speculative-ddtree-budget", "16",
+            "--speculative-ddtree-block-size", "16", "--speculative-ddtree-cuda-graph-buckets", "8", "17",
+            "--is-ddtree-prune", "--use-tree-attention", "--speculative-ddtree-profile",
+            "--speculative-ddtree-profile-interval", "10", "--speculative-ddtree-profile-output", "p"]  # fmt: skip
+    sglang_options.check_argv(argv, table)
+    with pytest.raises(sglang_options.FlagError, match="--speculative-ddtree-budget"):
+        sglang_options.check_argv(["--model-path", "m", "--speculative-ddtree-budget", "x"], table)
+    with pytest.raises(sglang_options.FlagError, match=r"--sidecar is not an option of SGLang ddtree-v2-433c58e"):
+        sglang_options.check_argv(["--model-path", "m", "--sidecar"], table)
+    sglang_options.check_argv(["--model-path", "m", "--sidecar", "s"], "0.5.16")  # 0.5.16 has it
 
 
 def test_a_width_cap_on_the_fork_is_refused_naming_the_build():
