@@ -11,7 +11,7 @@ from importlib import resources
 
 import pytest
 
-from conftest import fast_config, start_sim, validated
+from conftest import fast_config, load_default_config, start_sim, validated
 from specsweep import traces, workloads
 from specsweep.aggregate import trace_text
 from specsweep.client import LoadModel, measure
@@ -151,17 +151,18 @@ def test_a_block_name_keeps_its_block_and_no_prompt_uses_a_block_twice_while_its
 
 def test_the_short_familys_trace_prompts_use_all_four_kinds_each_from_a_corpus_of_distinct_blocks():
     """The short family's trace prompts are filled with chat, math, code and JSON text, each kind's corpus holding at
-    least MIN_BLOCKS blocks (with the Qwen tokenizer, the one a model.path that is no local folder gets) whose
-    openings differ, and requests of a window enough for every kind get every kind."""
-    assert workloads.trace_kinds("short", None) == workloads.SHORT_MIX
+    least MIN_BLOCKS blocks (with the default configuration's tokenizer: the Qwen one, which a model.path that is no
+    local folder gets) whose openings differ, and requests of a window enough for every kind get every kind."""
+    model_path = load_default_config()["model"]["path"]  # a Hugging Face name, no local folder: the Qwen tokenizer
+    assert workloads.tokenizer_file(model_path) == workloads.tokenizer_file(None)
+    assert workloads.trace_kinds("short", model_path) == workloads.SHORT_MIX
     for kind in workloads.SHORT_MIX:
-        corpus = workloads._trace_corpus(kind, None)
+        corpus = workloads._trace_corpus(kind, model_path)
         assert len(corpus.starts) >= traces.MIN_BLOCKS, (kind, len(corpus.starts))
         openings = [
             corpus.text[corpus.spans[i][0] : corpus.spans[i + traces.OPENING_TOKENS - 1][1]] for i in corpus.starts
         ]
         assert len(set(openings)) == len(openings), kind
-    assert workloads.tokenizer_file("Qwen/Qwen3-8B") == workloads.tokenizer_file(None)  # the default config's model
     assert {s.kind for s in sessions_of(trace_workload())} == set(workloads.SHORT_MIX)
 
 
