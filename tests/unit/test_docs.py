@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from conftest import REPO
-from specsweep import algorithms, metrics, workloads
+from specsweep import algorithms, metrics, traces, workloads
 
 TEXT = ["README.md", "Snakefile", "benchmarks", "config", "docs", "rules", "scripts", "specsweep", "tests", "tools"]
 SUFFIXES = {".md", ".py", ".smk", ".yaml", ".rst", ".j2", ".sh", ".toml", ""}
@@ -304,6 +304,23 @@ def test_a_key_without_a_description_is_named():
 def test_the_readme_fits_in_a_few_screens():
     lines = len((REPO / "README.md").read_text().splitlines())
     assert lines <= README_LINES, f"README.md has {lines} lines; keep it to {README_LINES}, the rest goes in docs/"
+
+
+def test_the_trace_text_table_gives_each_kinds_blocks_and_licences():
+    """docs/workloads.md's table of the text trace prompts are filled with: each kind's blocks with the Qwen tokenizer
+    (code's depend on the Python version's standard library: at least MIN_BLOCKS), and a licence for each source."""
+    rows = {
+        row.split(" | ")[0].strip("| "): row.split(" | ")
+        for row in (REPO / "docs" / "workloads.md").read_text().splitlines()
+        if row.startswith(("| chat |", "| math |", "| code |", "| JSON |"))
+    }
+    assert set(rows) == {"chat", "math", "code", "JSON"}
+    for name, cells in rows.items():
+        kind = name.lower()
+        blocks = int(re.match(r"(\d+) \(", cells[3]).group(1))
+        real = len(workloads._trace_corpus(kind, None).starts)
+        assert blocks == real if kind != "code" else blocks >= traces.MIN_BLOCKS, (kind, blocks, real)
+        assert len(cells[2].split("; ")) == len(cells[1].split("; ")), kind  # a licence for each source
 
 
 def test_the_workload_tables_short_row_gives_the_size_of_each_prompt_pool():

@@ -11,7 +11,7 @@ from importlib import resources
 
 import pytest
 
-from conftest import fast_config, start_sim, validated
+from conftest import fast_config, load_default_config, start_sim, validated
 from specsweep import traces, workloads
 from specsweep.aggregate import trace_text
 from specsweep.client import LoadModel, measure
@@ -108,7 +108,7 @@ def test_requests_that_share_no_hash_id_share_no_text_and_no_prompt_repeats_a_bl
     long = {"timestamp": 3000, "input_length": 16 * 512, "output_length": 8, "hash_ids": list(range(10**6, 10**6 + 16))}
     path.write_text("".join(json.dumps(r) + "\n" for r in [*lines, long]))
     sessions = sessions_of(trace_workload(str(path), name="disjoint"))
-    assert len(sessions) == 301 and {s.kind for s in sessions} <= set(workloads.SHORT_MIX)
+    assert len(sessions) == 301 and {s.kind for s in sessions} == set(workloads.SHORT_MIX)
     blocks = sum(len(r["hash_ids"]) for r in lines)
     assert blocks > sum(len(workloads._trace_corpus(k, None).starts) for k in {s.kind for s in sessions})
     opening, _ = opening_and_closing(sessions[0])
@@ -149,19 +149,48 @@ def test_a_block_name_keeps_its_block_and_no_prompt_uses_a_block_twice_while_its
     assert len(set(blocks[5][:size])) == size
 
 
-def test_a_content_corpus_too_small_to_fill_distinct_blocks_is_not_used():
-    """The short family's trace prompts come only from content whose corpus holds at least MIN_BLOCKS distinct
-    blocks; each corpus's blocks begin unlike each other."""
-    kinds = workloads.trace_kinds("short", None)
-    assert kinds and set(kinds) < set(workloads.SHORT_MIX)
+def test_the_short_familys_trace_prompts_use_all_four_kinds_each_from_a_corpus_of_distinct_blocks():
+    """The short family's trace prompts are filled with chat, math, code and JSON text, each kind's corpus holding at
+    least MIN_BLOCKS blocks (with the default configuration's tokenizer: the Qwen one, which a model.path that is no
+    local folder gets) whose openings differ, and requests of a window enough for every kind get every kind."""
+    model_path = load_default_config()["model"]["path"]  # a Hugging Face name, no local folder: the Qwen tokenizer
+    assert workloads.tokenizer_file(model_path) == workloads.tokenizer_file(None)
+    assert workloads.trace_kinds("short", model_path) == workloads.SHORT_MIX
     for kind in workloads.SHORT_MIX:
-        corpus = workloads._trace_corpus(kind, None)
-        assert (kind in kinds) == (len(corpus.starts) >= traces.MIN_BLOCKS)
+        corpus = workloads._trace_corpus(kind, model_path)
+        assert len(corpus.starts) >= traces.MIN_BLOCKS, (kind, len(corpus.starts))
         openings = [
             corpus.text[corpus.spans[i][0] : corpus.spans[i + traces.OPENING_TOKENS - 1][1]] for i in corpus.starts
         ]
-        assert len(set(openings)) == len(openings)
-    assert {s.kind for s in sessions_of(trace_workload())} <= set(kinds)
+        assert len(set(openings)) == len(openings), kind
+    assert {s.kind for s in sessions_of(trace_workload())} == set(workloads.SHORT_MIX)
+
+
+def test_each_kinds_trace_text_is_its_own():
+    """No text fills trace prompts of two kinds, and none of the chat or math text is a JSON kind's question (BFCL's
+    live user turns hold one of them); the GSM8K solutions are there without their calculator annotations."""
+    texts = {kind: workloads.trace_texts(kind) for kind in workloads.SHORT_MIX}
+    for a, b in itertools.combinations(workloads.SHORT_MIX, 2):
+        assert not set(texts[a]) & set(texts[b]), (a, b)
+    questions = {question for _, question in workloads._bfcl_simple()}
+    assert not questions & (set(texts["chat"]) | set(texts["math"]))
+    assert all(len(set(kind_texts)) == len(kind_texts) for kind_texts in texts.values())
+    assert "####" in " ".join(texts["math"]) and "<<" not in " ".join(texts["math"])
+    with pytest.raises(workloads.WorkloadError, match="no trace text for content kind 'poetry'"):
+        workloads.trace_texts("poetry")
+
+
+def test_a_content_corpus_too_small_to_fill_distinct_blocks_is_not_used(monkeypatch):
+    """A kind whose corpus holds fewer than MIN_BLOCKS blocks is left out of the family's trace kinds (its blocks
+    would repeat across and within prompts); code where no kind has enough."""
+    real = workloads._trace_corpus
+    small = traces.Corpus("x", ((0, 1),), tuple(range(traces.MIN_BLOCKS - 1)))
+
+    monkeypatch.setattr(workloads, "_trace_corpus", lambda kind, path: small if kind == "math" else real(kind, path))
+    assert workloads.trace_kinds("short", None) == ("chat", "code", "json")
+    monkeypatch.setattr(workloads, "_trace_corpus", lambda kind, path: small)
+    assert workloads.trace_kinds("short", None) == ("code",)
+    assert workloads.trace_kinds("long", None) == ("code",)
 
 
 def test_inputs_and_outputs_are_the_traced_lengths_and_every_request_names_its_line():
