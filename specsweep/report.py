@@ -557,9 +557,11 @@ class Tables:
     @classmethod
     def read(cls, tables_dir: str | Path) -> "Tables":
         tables_dir = Path(tables_dir)
+        # copied once read: a wide table comes back in a block per column, and every column a section adds to a
+        # block-per-column frame is slow (pandas warns that it is highly fragmented)
         return cls(
             *(
-                pd.read_csv(tables_dir / f"{name}.csv")
+                pd.read_csv(tables_dir / f"{name}.csv").copy()
                 for name in ("combined", "turns", "best_budget", "break_even", "pareto")
             )
         )
