@@ -204,6 +204,10 @@ class Looks:
         done: dict = {}
         for r in records:
             done[r["session"]] = done.get(r["session"], 0) + 1
+        return self.ready_after(done)
+
+    def ready_after(self, done: dict) -> list[int]:
+        """ready, from {session id: its requests completed}."""
         out = []
         for k in range(len(self.taken), len(self.counts)):
             if all(done.get(s, 0) >= self.requests_of[s] for s in self.order[: self.counts[k]]):
