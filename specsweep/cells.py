@@ -449,20 +449,18 @@ def measure_verdict(
     sessions: look k counts the first n_k sessions in the order they start (Looks.order, the closed loop's order),
     fixed before the cell starts, and waits until every request of each has completed; which sessions it counts
     never depends on when they finish, so aborting the later ones leaves its estimate and interval as they would be
-    had every session run to its end (the Bonferroni bound over the looks holds as before). The sessions started
-    after the look's that had finished by then are set aside (counted in ``sessions_set_aside``): those that finish
-    before the decision are the shorter ones, so keeping them would weigh the cell's latencies towards short
-    sessions; the look's sessions are a sample fixed by start order."""
+    had every session run to its end (the Bonferroni bound over the looks holds). The sessions started after the
+    look's that had finished by then are set aside (``sessions_set_aside``): they are the shorter ones, and keeping
+    them would weigh the cell's latencies towards short sessions."""
     looks = sequential.Looks(
         [s.id for s in sessions], {s.id: 1 + len(s.followups) for s in sessions}, ar_records, concurrency, settings
     )
-    done: Counter = Counter()
-    counted = [0]  # records already counted in done
+    done: Counter[str] = Counter({"": 0})  # requests completed per session; "": the records already counted
 
     def check(records, started: int) -> str | None:
-        for r in records[counted[0] :]:
+        for r in records[done[""] :]:
             done[r.session] += 1
-        counted[0] = len(records)
+        done[""] = len(records)
         if not looks.ready_after(done):  # cheap: no look due, nothing to compute
             return None
         look = looks.step([r.as_dict() for r in records])
@@ -471,7 +469,6 @@ def measure_verdict(
     records, reason, started, abort = _measure_until(
         server, sessions, len(sessions), check, concurrency, sampling, timeout, thinking, load, on_record, abort=True
     )
-    assert abort is not None
     if reason == "request cap":
         look = looks.step([r.as_dict() for r in records])
         reason = (
@@ -479,19 +476,27 @@ def measure_verdict(
             if look
             else "session cap: undecided"
         )
-    last, set_aside = looks.taken[-1] if looks.taken else None, 0
-    if last is not None and last["decision"] != sequential.UNDECIDED and last["look"] < len(looks.counts):
-        chosen = set(looks.order[: last["sessions"]])
-        set_aside = len({r.session for r in records} - chosen - abort.sessions)
-        records = [r for r in records if r.session in chosen]
-        reason += f"; {len(abort.sessions)} sessions under way aborted"
+    assert abort is not None
+    records, set_aside = _look_records(records, looks, abort)
+    reason += "" if set_aside is None else f"; {len(abort.sessions)} sessions under way aborted"
     return records, {
         **looks.record(reason),
         "requests": started,
         "sessions_aborted": len(abort.sessions),
         "turns_aborted": abort.turns,
-        "sessions_set_aside": set_aside,
+        "sessions_set_aside": set_aside or 0,
     }
+
+
+def _look_records(records: list, looks: sequential.Looks, abort: Abort) -> tuple[list, int | None]:
+    """A cell decided before its last look: (the records of exactly the look's sessions, how many sessions started
+    after them had finished and are set aside); any other cell: (its records, None)."""
+    last = looks.taken[-1] if looks.taken else None
+    if last is None or last["decision"] == sequential.UNDECIDED or last["look"] == len(looks.counts):
+        return records, None
+    chosen = set(looks.order[: last["sessions"]])
+    set_aside = len({r.session for r in records} - chosen - abort.sessions)
+    return [r for r in records if r.session in chosen], set_aside
 
 
 def _cell_metrics(rows: list[dict], job: ServerJob, concurrency: int, model: str, deltas: dict, info: dict) -> dict:

@@ -367,26 +367,24 @@ async def run_sessions(
     abort: Abort | None = None,
 ) -> list[RequestRecord]:
     """Run the sessions under a load model; returns one record per turn that finished, in the order they finished.
-
     ``on_record(record)``, if given, is called as each request finishes (progress reports). ``stop(records)``, if
     given, is asked before each new session starts; once it answers True no new session starts (adaptive cells),
     and the sessions under way finish. ``abort`` (an Abort), if given, is asked as each request finishes; once it
-    answers True the sessions under way are aborted (see Abort) and the run returns the records of the turns that
-    had finished. Either way no task, connection or timer of the run is left behind.
-    """
+    answers True the sessions under way are aborted (see Abort). No task, connection or timer outlives the run."""
     load = load or LoadModel()
-    run = _SessionRun(sessions, load, stop, abort)
+    run = _SessionRun(sessions, load, stop, abort, on_record)
     pool = Pool(url, load.headers, per_request=load.connections == "per-request")
 
-    async def turn(state: _SessionState) -> RequestRecord | None:
-        """Send the session's next turn and wait for its answer (None where the run is aborted meanwhile)."""
+    async def turn(state: _SessionState) -> RequestRecord:
+        """Send the session's next turn and wait for its answer."""
         record = RequestRecord(state.session.id, state.turn, state.session.kind, t_sched=state.t_ready)
         params = dict(sampling, max_new_tokens=state.session.max_new_tokens)
         if load.ignore_eos or state.session.ignore_eos:
             params["ignore_eos"] = True
-        try:
-            await run.gate.wait()
-            await send(
+        return await run.send_turn(
+            state,
+            record,
+            lambda: send(
                 pool,
                 state.messages,
                 params,
@@ -399,15 +397,8 @@ async def run_sessions(
                 incremental=load.incremental,
                 setup_in_ttft=load.connections == "per-request",
                 template=state.session.chat_template,
-            )
-        except asyncio.CancelledError:
-            run.cut_short(state, turn_cancelled=True)  # its connection is closed (http1.Pool.post), no record
-            raise
-        run.records.append(record)
-        if on_record is not None:
-            on_record(record)
-        run.ask_abort()
-        return record
+            ),
+        )
 
     # No garbage collection while the load runs: a collection stops the event loop (a full one walks every object
     # of the process: about 47 ms; even a young one took 4-12 ms at 256 streams), and chunks that wait unread meanwhile
@@ -415,14 +406,8 @@ async def run_sessions(
     # (a failed request's traceback) are collected after it.
     with _collection_paused():
         try:
-            run.slots = [asyncio.create_task(run.slot(turn)) for _ in range(max(1, min(concurrency, len(sessions))))]
-            finished, _ = await asyncio.wait(run.slots, return_when=asyncio.FIRST_EXCEPTION)
-            for task in finished:
-                error = None if task.cancelled() else task.exception()
-                if error is not None:
-                    raise error  # a slot's own error (send keeps each request's)
+            await run.run_slots(turn, max(1, min(concurrency, len(sessions))))
         finally:
-            await run.settle()
             pool.close()
     _relative_to(run.start, run.records)
     return run.records
@@ -442,8 +427,8 @@ class _SessionRun:
     a new one while ``stop`` allows), sends its turns one after another, and frees itself while its user thinks.
     Once ``abort`` decides, every slot and thinking session is cancelled (abort_all)."""
 
-    def __init__(self, sessions: list[Session], load: LoadModel, stop, abort: Abort | None = None):
-        self.load, self.stop, self.abort = load, stop, abort
+    def __init__(self, sessions: list[Session], load: LoadModel, stop, abort: Abort | None = None, on_record=None):
+        self.load, self.stop, self.abort, self.on_record = load, stop, abort, on_record
         self.records: list[RequestRecord] = []
         self.start = time.monotonic()
         self.arrivals = _arrivals(sessions, load, self.start)
@@ -464,6 +449,35 @@ class _SessionRun:
         if self.arrivals:
             return self.arrivals.popleft()
         return None
+
+    async def run_slots(self, turn, count: int) -> None:
+        """``count`` slots until no session is left (or the abort); a slot's own error is raised (send keeps each
+        request's); no task of the run outlives it."""
+        try:
+            self.slots = [asyncio.create_task(self.slot(turn)) for _ in range(count)]
+            finished, _ = await asyncio.wait(self.slots, return_when=asyncio.FIRST_EXCEPTION)
+            for task in finished:
+                error = None if task.cancelled() else task.exception()
+                if error is not None:
+                    raise error
+        finally:
+            await self.settle()
+
+    async def send_turn(self, state: _SessionState, record: RequestRecord, sending) -> RequestRecord:
+        """A turn of ``state``'s session: its send (``sending()``: client.send filling ``record``) once the gate lets
+        it go, then its record kept (on_record told) and the abort asked. A turn cancelled by the abort is counted
+        (cut_short) and leaves no record; its connection is closed (http1.Pool.post), so the server stops it."""
+        try:
+            await self.gate.wait()
+            await sending()
+        except asyncio.CancelledError:
+            self.cut_short(state, turn_cancelled=True)
+            raise
+        self.records.append(record)
+        if self.on_record is not None:
+            self.on_record(record)
+        self.ask_abort()
+        return record
 
     def ask_abort(self) -> None:
         """After a request finished: abort the sessions under way if ``abort`` decides so."""
@@ -534,7 +548,7 @@ class _SessionRun:
         while True:
             record = await turn(state)
             session = state.session
-            if record is None or not record.ok or state.turn == len(session.followups):
+            if not record.ok or state.turn == len(session.followups):
                 return
             if self.aborting:
                 self.cut_short(state)  # a turn still to come: dropped
