@@ -6,11 +6,10 @@ AR's cell and each speculative method's over every session of the cell. From the
 
 - exhaustive: the cell's verdict from metrics.speedup's paired 95% bootstrap interval over all its sessions (what
   budget: exhaustive reports), its cost every session's time;
-- verdict: the cell's looks (sequential.Looks) taken as the workflow's closed loop takes them, before each new
-  session starts, on the requests finished by then; at the first decided look no new session starts, and the cell's
-  cost ends when the sessions under way end. On a deterministic engine the requests finished before that moment are
-  those of the exhaustive replay, so one replay serves both; the sessions under way are charged their time under the
-  exhaustive load, an upper bound (fewer sessions share the batch once none start).
+- verdict: the cell's looks (sequential.Looks) taken as the workflow's closed loop takes them, as each request
+  finishes, on the requests finished by then; at the first decided look no new session starts and the sessions under
+  way are aborted (cells.measure_verdict), so the cell's cost ends at that moment. On a deterministic engine the
+  requests finished before it are those of the exhaustive replay, so one replay serves both.
 
 GPU-hours = sum over servers of TP x (STARTUP_SECONDS + its cells' seconds); AR's server measures every session
 under both budgets. A cell's state (faster / slower / inconclusive, an equivalent cell inconclusive) is compared
@@ -35,6 +34,7 @@ import argparse
 import copy
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
@@ -82,27 +82,25 @@ def load(name: str, subset: dict | None) -> dict:
 
 
 def stopped(records: list[dict], sessions: list, ar: list[dict], concurrency: int, settings: dict) -> dict:
-    """Where the cell stops under budget: verdict: the looks taken before each session starts on the requests
-    finished by then (the closed loop's check), the last ones on every record; its decision, interval and cost."""
+    """Where the cell stops under budget: verdict: the looks taken as each request finishes, on the requests finished
+    by then (the closed loop's check); at the first decided look the cell stops, the sessions under way aborted. Its
+    decision, interval, cost (seconds until that moment: nothing for the aborted sessions after it) and the sessions
+    it started."""
     looks = sequential.Looks(
         [s.id for s in sessions], {s.id: 1 + len(s.followups) for s in sessions}, ar, concurrency, settings
     )
-    first_turn = {r["session"]: r["t_sched"] for r in records if r["turn"] == 0}
     by_end = sorted(records, key=lambda r: r["t_end"])
-    started, look = len(sessions), None
-    for j, session in enumerate(sessions):
-        if j < concurrency:
-            continue  # the first sessions start together, before any request finished
-        at = first_turn[session.id]
-        look = looks.step([r for r in by_end if r["t_end"] <= at])
-        if look:
-            started = j
-            break
-    if look is None:
-        look = looks.step(records)
-    kept = {s.id for s in sessions[:started]}
-    cost = max(r["t_end"] for r in records if r["session"] in kept)
-    return {"look": look or looks.taken[-1], "cost": cost, "sessions": started}
+    done: Counter = Counter()
+    look, moment = None, by_end[-1]["t_end"]
+    for i, r in enumerate(by_end):
+        done[r["session"]] += 1
+        if looks.ready_after(done):
+            look = looks.step(by_end[: i + 1])
+            if look:
+                moment = r["t_end"]
+                break
+    started = sum(r["turn"] == 0 and r["t0"] < moment for r in records) if look else len(sessions)
+    return {"look": look or looks.taken[-1], "cost": moment, "sessions": started}
 
 
 def method_engine(method, tp: int, seed: int):

@@ -13,6 +13,7 @@ from __future__ import annotations
 import copy
 import json
 import math
+from collections import Counter
 from dataclasses import asdict, dataclass, replace
 from datetime import datetime, timezone
 from importlib import resources
@@ -22,7 +23,7 @@ import requests
 
 from . import CELL_SCHEMA_VERSION, HARNESS_VERSION, __version__, algorithms, ddtree_profile, engines, sequential
 from .canon import canonical_json, digest
-from .client import LoadModel, measure
+from .client import Abort, LoadModel, measure
 from .counters import SERVER_INFO_KEYS, LoadSampler, counter_deltas, scrape, server_cumulative_acceptance, server_info
 from .gpus import gpu_memory_used
 from .jobs import cells_of_server
@@ -330,23 +331,38 @@ def _measure_until(
     thinking: bool,
     load,
     on_record=None,
-) -> tuple[list, str, int]:
-    """One closed loop over the first ``cap`` sessions that asks ``check(records, started)`` before each new session
-    starts; once it answers a reason (a string) no new session starts, and the sessions under way finish (the
-    rounds of adaptive cells and of ``budget: verdict``). Returns the records (as client.measure writes them), why
-    it stopped ("request cap" when no check stopped it) and how many sessions it started."""
+    abort: bool = False,
+) -> tuple[list, str, int, Abort | None]:
+    """One closed loop over the first ``cap`` sessions that asks ``check(records, started)`` whether to stop (the
+    rounds of adaptive cells and of ``budget: verdict``).
+
+    Without ``abort`` (adaptive cells) it is asked before each new session starts; once it answers a reason (a
+    string) no new session starts, and the sessions under way finish. With ``abort`` (``budget: verdict``) it is
+    asked as each request finishes, the last look included (a decision needs no new session to start); once it
+    answers a reason the sessions under way are aborted (client.Abort: their turns cancelled, their connections
+    closed, no record of them). Returns the records (as client.measure writes them: every request that finished),
+    why it stopped ("request cap" when no check stopped it), how many sessions it started, and the Abort (None
+    without ``abort``)."""
     state: dict = {"started": 0, "reason": "request cap"}
+
+    def decided(records) -> bool:
+        reason = check(records, state["started"])
+        if reason:
+            state["reason"] = reason
+        return bool(reason)
 
     def stop(records) -> bool:
         if state["started"] >= cap:
             return True
-        reason = check(records, state["started"])
-        if reason:
-            state["reason"] = reason
-            return True
+        if not abort:
+            reason = check(records, state["started"])
+            if reason:
+                state["reason"] = reason
+                return True
         state["started"] += 1
         return False
 
+    aborting = Abort(decided) if abort else None
     records = measure(
         server.url,
         sessions[:cap],
@@ -358,8 +374,9 @@ def _measure_until(
         load,
         on_record=on_record,
         stop=stop,
+        abort=aborting,
     )
-    return records, state["reason"], state["started"]
+    return records, state["reason"], state["started"], aborting
 
 
 def measure_adaptive(
@@ -394,7 +411,7 @@ def measure_adaptive(
                 return "target reached"
         return None
 
-    records, reason, started = _measure_until(
+    records, reason, started, _ = _measure_until(
         server, sessions, cap, check, concurrency, sampling, timeout, thinking, load, on_record
     )
     achieved = relative_precision([r.as_dict() for r in records], adaptive["metric"], concurrency, load.model, seed)
@@ -422,20 +439,35 @@ def measure_verdict(
     on_record=None,
 ) -> tuple[list, dict]:
     """``budget: verdict``: one closed loop over the cell's ``sessions`` (its cap) that takes the looks of
-    sequential.Looks as their sessions complete, against AR's cell of the same (TP, workload, concurrency)
-    (``ar_records``), and starts no new session once a look is decided (faster, slower or equivalent); the
-    sessions under way finish. Looks still due when the loop ends (the cap reached) are taken on every record.
-    Returns the records and the cell's account of its stopping (Looks.record, with the sessions started)."""
+    sequential.Looks as their sessions complete (asked as each request finishes), against AR's cell of the same
+    (TP, workload, concurrency) (``ar_records``), and once a look is decided (faster, slower or equivalent) starts
+    no new session and aborts the sessions under way (_measure_until's ``abort``): their GPU time would buy nothing
+    the verdict uses. Looks still due when the loop ends (the cap reached) are taken on every record.
+
+    Returns the records and the cell's account of its stopping (Looks.record, with the sessions started, the
+    sessions and turns aborted). A cell decided before its last look keeps the records of exactly the look's
+    sessions: look k counts the first n_k sessions in the order they start (Looks.order, the closed loop's order),
+    fixed before the cell starts, and waits until every request of each has completed; which sessions it counts
+    never depends on when they finish, so aborting the later ones leaves its estimate and interval as they would be
+    had every session run to its end (the Bonferroni bound over the looks holds). The sessions started after the
+    look's that had finished by then are set aside (``sessions_set_aside``): they are the shorter ones, and keeping
+    them would weigh the cell's latencies towards short sessions."""
     looks = sequential.Looks(
         [s.id for s in sessions], {s.id: 1 + len(s.followups) for s in sessions}, ar_records, concurrency, settings
     )
+    done: Counter[str] = Counter({"": 0})  # requests completed per session; "": the records already counted
 
     def check(records, started: int) -> str | None:
+        for r in records[done[""] :]:
+            done[r.session] += 1
+        done[""] = len(records)
+        if not looks.ready_after(done):  # cheap: no look due, nothing to compute
+            return None
         look = looks.step([r.as_dict() for r in records])
         return f"decided {look['decision']} at look {look['look']} of {len(looks.counts)}" if look else None
 
-    records, reason, started = _measure_until(
-        server, sessions, len(sessions), check, concurrency, sampling, timeout, thinking, load, on_record
+    records, reason, started, abort = _measure_until(
+        server, sessions, len(sessions), check, concurrency, sampling, timeout, thinking, load, on_record, abort=True
     )
     if reason == "request cap":
         look = looks.step([r.as_dict() for r in records])
@@ -444,7 +476,27 @@ def measure_verdict(
             if look
             else "session cap: undecided"
         )
-    return records, {**looks.record(reason), "requests": started}
+    assert abort is not None
+    records, set_aside = _look_records(records, looks, abort)
+    reason += "" if set_aside is None else f"; {len(abort.sessions)} sessions under way aborted"
+    return records, {
+        **looks.record(reason),
+        "requests": started,
+        "sessions_aborted": len(abort.sessions),
+        "turns_aborted": abort.turns,
+        "sessions_set_aside": set_aside or 0,
+    }
+
+
+def _look_records(records: list, looks: sequential.Looks, abort: Abort) -> tuple[list, int | None]:
+    """A cell decided before its last look: (the records of exactly the look's sessions, how many sessions started
+    after them had finished and are set aside); any other cell: (its records, None)."""
+    last = looks.taken[-1] if looks.taken else None
+    if last is None or last["decision"] == sequential.UNDECIDED or last["look"] == len(looks.counts):
+        return records, None
+    chosen = set(looks.order[: last["sessions"]])
+    set_aside = len({r.session for r in records} - chosen - abort.sessions)
+    return [r for r in records if r.session in chosen], set_aside
 
 
 def _cell_metrics(rows: list[dict], job: ServerJob, concurrency: int, model: str, deltas: dict, info: dict) -> dict:

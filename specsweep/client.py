@@ -327,6 +327,23 @@ class _SendGate:
             asyncio.get_running_loop().call_soon(self._release)  # the next send in the next pass
 
 
+class Abort:
+    """When to abort the sessions under way (``budget: verdict``, once a cell's verdict is decided).
+
+    ``decided(records)`` is asked as each request finishes, with the records so far (the one just finished last).
+    Once it answers True, every turn under way is cancelled: its connection is closed, so the server sees the client
+    go away and stops the request (SGLang aborts a streaming request whose client disconnects), and no record is
+    written for it, not even a partial one; no session starts, and no session waiting to continue (after a turn, or
+    while its user thinks) goes on. Afterwards ``turns`` holds the turns cancelled and ``sessions`` the ids of the
+    sessions cut short (a turn cancelled, or a turn still to come)."""
+
+    def __init__(self, decided):
+        self.decided = decided
+        self.aborted = False  # whether decided answered True
+        self.turns = 0
+        self.sessions: set[str] = set()
+
+
 @dataclass
 class _SessionState:
     session: Session
@@ -347,15 +364,15 @@ async def run_sessions(
     on_chunk=None,
     on_record=None,
     stop=None,
+    abort: Abort | None = None,
 ) -> list[RequestRecord]:
-    """Run the sessions under a load model; returns one record per turn sent, in the order they finished.
-
+    """Run the sessions under a load model; returns one record per turn that finished, in the order they finished.
     ``on_record(record)``, if given, is called as each request finishes (progress reports). ``stop(records)``, if
     given, is asked before each new session starts; once it answers True no new session starts (adaptive cells),
-    and the sessions under way finish.
-    """
+    and the sessions under way finish. ``abort`` (an Abort), if given, is asked as each request finishes; once it
+    answers True the sessions under way are aborted (see Abort). No task, connection or timer outlives the run."""
     load = load or LoadModel()
-    run = _SessionRun(sessions, load, stop)
+    run = _SessionRun(sessions, load, stop, abort, on_record)
     pool = Pool(url, load.headers, per_request=load.connections == "per-request")
 
     async def turn(state: _SessionState) -> RequestRecord:
@@ -364,25 +381,24 @@ async def run_sessions(
         params = dict(sampling, max_new_tokens=state.session.max_new_tokens)
         if load.ignore_eos or state.session.ignore_eos:
             params["ignore_eos"] = True
-        await run.gate.wait()
-        await send(
-            pool,
-            state.messages,
-            params,
+        return await run.send_turn(
+            state,
             record,
-            timeout,
-            protocol=load.protocol,
-            thinking=thinking,
-            alive=alive,
-            on_chunk=on_chunk,
-            incremental=load.incremental,
-            setup_in_ttft=load.connections == "per-request",
-            template=state.session.chat_template,
+            lambda: send(
+                pool,
+                state.messages,
+                params,
+                record,
+                timeout,
+                protocol=load.protocol,
+                thinking=thinking,
+                alive=alive,
+                on_chunk=on_chunk,
+                incremental=load.incremental,
+                setup_in_ttft=load.connections == "per-request",
+                template=state.session.chat_template,
+            ),
         )
-        run.records.append(record)
-        if on_record is not None:
-            on_record(record)
-        return record
 
     # No garbage collection while the load runs: a collection stops the event loop (a full one walks every object
     # of the process: about 47 ms; even a young one took 4-12 ms at 256 streams), and chunks that wait unread meanwhile
@@ -390,7 +406,7 @@ async def run_sessions(
     # (a failed request's traceback) are collected after it.
     with _collection_paused():
         try:
-            await asyncio.gather(*(run.slot(turn) for _ in range(max(1, min(concurrency, len(sessions))))))
+            await run.run_slots(turn, max(1, min(concurrency, len(sessions))))
         finally:
             pool.close()
     _relative_to(run.start, run.records)
@@ -408,19 +424,24 @@ def _relative_to(start: float, records: list[RequestRecord]) -> None:
 
 class _SessionRun:
     """The sessions of one run and its slots: a slot takes the next session due (one back from thinking first, then
-    a new one while ``stop`` allows), sends its turns one after another, and frees itself while its user thinks."""
+    a new one while ``stop`` allows), sends its turns one after another, and frees itself while its user thinks.
+    Once ``abort`` decides, every slot and thinking session is cancelled (abort_all)."""
 
-    def __init__(self, sessions: list[Session], load: LoadModel, stop):
-        self.load, self.stop = load, stop
+    def __init__(self, sessions: list[Session], load: LoadModel, stop, abort: Abort | None = None, on_record=None):
+        self.load, self.stop, self.abort, self.on_record = load, stop, abort, on_record
         self.records: list[RequestRecord] = []
         self.start = time.monotonic()
         self.arrivals = _arrivals(sessions, load, self.start)
         self.continuing: deque[_SessionState] = deque()  # sessions whose think time is over
-        self.thinking = 0  # sessions whose user is thinking
+        self.thinking: dict[asyncio.Task, _SessionState] = {}  # sessions whose user is thinking
+        self.slots: list[asyncio.Task] = []
+        self.aborting = False
         self.wake = asyncio.Event()
         self.gate = _SendGate()
 
     def next_state(self) -> _SessionState | None:
+        if self.aborting:
+            return None
         if self.continuing:
             return self.continuing.popleft()
         if self.arrivals and self.stop is not None and self.stop(self.records):
@@ -429,9 +450,77 @@ class _SessionRun:
             return self.arrivals.popleft()
         return None
 
+    async def run_slots(self, turn, count: int) -> None:
+        """``count`` slots until no session is left (or the abort); a slot's own error is raised (send keeps each
+        request's); no task of the run outlives it."""
+        try:
+            self.slots = [asyncio.create_task(self.slot(turn)) for _ in range(count)]
+            finished, _ = await asyncio.wait(self.slots, return_when=asyncio.FIRST_EXCEPTION)
+            for task in finished:
+                error = None if task.cancelled() else task.exception()
+                if error is not None:
+                    raise error
+        finally:
+            await self.settle()
+
+    async def send_turn(self, state: _SessionState, record: RequestRecord, sending) -> RequestRecord:
+        """A turn of ``state``'s session: its send (``sending()``: client.send filling ``record``) once the gate lets
+        it go, then its record kept (on_record told) and the abort asked. A turn cancelled by the abort is counted
+        (cut_short) and leaves no record; its connection is closed (http1.Pool.post), so the server stops it."""
+        try:
+            await self.gate.wait()
+            await sending()
+        except asyncio.CancelledError:
+            self.cut_short(state, turn_cancelled=True)
+            raise
+        self.records.append(record)
+        if self.on_record is not None:
+            self.on_record(record)
+        self.ask_abort()
+        return record
+
+    def ask_abort(self) -> None:
+        """After a request finished: abort the sessions under way if ``abort`` decides so."""
+        if self.abort is not None and not self.aborting and self.abort.decided(self.records):
+            self.abort.aborted = True
+            self.abort_all()
+
+    def abort_all(self) -> None:
+        """Start no session or turn from now on; cancel every other slot (its turn under way: cut_short) and every
+        thinking session; the sessions waiting to continue are cut short. The slot that asked returns by itself."""
+        self.aborting = True
+        self.arrivals.clear()
+        while self.continuing:
+            self.cut_short(self.continuing.popleft())
+        current = asyncio.current_task()
+        for task in [*self.slots, *self.thinking]:
+            if task is not current:
+                task.cancel()
+        self.wake.set()
+
+    def cut_short(self, state: _SessionState, turn_cancelled: bool = False) -> None:
+        """Count a session cut short by the abort (a turn of it cancelled, or a turn still to come)."""
+        if self.aborting and self.abort is not None:
+            self.abort.turns += turn_cancelled
+            self.abort.sessions.add(state.session.id)
+
+    async def settle(self) -> None:
+        """Cancel whatever of the run is still pending (an error or an outside cancellation ended it) and wait for it
+        to end: no task of the run outlives it."""
+        rest = [task for task in [*self.slots, *self.thinking] if not task.done()]
+        for task in rest:
+            task.cancel()
+        if rest:
+            await asyncio.gather(*rest, return_exceptions=True)
+
     async def think(self, state: _SessionState) -> None:
-        await asyncio.sleep(self.load.think_time)
-        self.thinking -= 1
+        try:
+            await asyncio.sleep(self.load.think_time)
+        except asyncio.CancelledError:
+            self.cut_short(state)
+            raise
+        finally:
+            self.thinking.pop(asyncio.current_task(), None)  # type: ignore[arg-type]
         state.t_ready = time.monotonic()
         self.continuing.append(state)
         self.wake.set()
@@ -441,7 +530,7 @@ class _SessionRun:
         while True:
             state = self.next_state()
             if state is None:
-                if self.thinking == 0 and not self.continuing:
+                if self.aborting or (not self.thinking and not self.continuing):
                     self.wake.set()
                     return
                 self.wake.clear()
@@ -461,14 +550,17 @@ class _SessionRun:
             session = state.session
             if not record.ok or state.turn == len(session.followups):
                 return
+            if self.aborting:
+                self.cut_short(state)  # a turn still to come: dropped
+                return
             state.messages = state.messages + [
                 {"role": "assistant", "content": record.output_text},
                 session.followups[state.turn],
             ]
             state.turn += 1
             if self.load.think_time > 0:  # release the slot while the user thinks
-                self.thinking += 1
-                asyncio.get_running_loop().create_task(self.think(state))
+                task = asyncio.get_running_loop().create_task(self.think(state))
+                self.thinking[task] = state
                 return
             state.t_ready = time.monotonic()
 
@@ -514,8 +606,11 @@ def measure(
     on_chunk=None,
     on_record=None,
     stop=None,
+    abort: Abort | None = None,
 ) -> list[RequestRecord]:
     """Synchronous wrapper around run_sessions."""
     return asyncio.run(
-        run_sessions(url, sessions, concurrency, sampling, timeout, thinking, alive, load, on_chunk, on_record, stop)
+        run_sessions(
+            url, sessions, concurrency, sampling, timeout, thinking, alive, load, on_chunk, on_record, stop, abort
+        )
     )

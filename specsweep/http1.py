@@ -100,6 +100,7 @@ class Connection:
         self.closed = False
         self.reusable = False
         self._future: asyncio.Future | None = None
+        self._grace_timer: asyncio.TimerHandle | None = None
         self._parser: httptools.HttpResponseParser | None = httptools.HttpResponseParser(self)  # for every answer
         reader.watch(self)
 
@@ -111,7 +112,7 @@ class Connection:
         loop = asyncio.get_running_loop()
         self._future = loop.create_future()
         self._on_event, self._grace = on_event, grace
-        self._grace_timer: asyncio.TimerHandle | None = None
+        self._grace_timer = None
         self._now, self._first, self._lines, self._body = 0.0, b"", bytearray(), bytearray()
         self._received, self._status, self._until_close = 0, 0, False
         self.reusable = False
@@ -124,6 +125,8 @@ class Connection:
         return await self._future
 
     def close(self) -> None:
+        if self._grace_timer is not None:  # closed before the grace after [DONE] ran out (an aborted request)
+            self._grace_timer.cancel()
         if not self.closed:
             self.closed, self.reusable = True, False
             self._parser = None  # it holds this connection's callbacks

@@ -190,7 +190,11 @@ def stopping_sessions(requests: int, speedup: float, settings: dict, spread: flo
 class Looks:
     """The looks of one cell: at each of look_sessions' counts, once those first sessions have all completed, the
     speedup interval at that look's alpha and its decision. ``order``: the cell's session ids in the order they are
-    started; ``requests_of``: {session id: requests it sends} (1 + its follow-up turns)."""
+    started; ``requests_of``: {session id: requests it sends} (1 + its follow-up turns).
+
+    Look k counts the first n_k sessions of ``order``, a set fixed before the cell starts, never the sessions that
+    happen to have finished: so a look's estimate does not depend on how long any session takes, and the sessions
+    started after them may be aborted once a look decides (cells.measure_verdict) without changing it."""
 
     def __init__(self, order: Sequence[str], requests_of: dict, ar_records: list[dict], concurrency: int, settings):
         self.order, self.requests_of, self.ar = list(order), requests_of, ar_records
@@ -204,6 +208,10 @@ class Looks:
         done: dict = {}
         for r in records:
             done[r["session"]] = done.get(r["session"], 0) + 1
+        return self.ready_after(done)
+
+    def ready_after(self, done: dict) -> list[int]:
+        """ready, from {session id: its requests completed}."""
         out = []
         for k in range(len(self.taken), len(self.counts)):
             if all(done.get(s, 0) >= self.requests_of[s] for s in self.order[: self.counts[k]]):

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import random
@@ -64,6 +65,17 @@ class SimServer:
             "total_tokens": req.length + produced,
             "prompt_tokens_details": details,
         }
+
+    @contextlib.asynccontextmanager
+    async def abort_when_gone(self, req: Request):
+        """Around a streamed answer: where it ends before the request's last step (the client went away, so a write
+        to its stream failed, or the handler was cancelled), the engine stops the request (Engine.abort), as SGLang's
+        HTTP server aborts a streaming request whose client disconnects (the abort task of its /generate and OpenAI
+        routes)."""
+        try:
+            yield
+        finally:
+            self.engine.abort(req)  # nothing where the request has ended
 
     @web.middleware
     async def require_key(self, request, handler):
@@ -156,6 +168,7 @@ class SimServer:
             ("sglang:cuda_graph_passes_total", c["steps"], "counter"),
             ("sglang:num_running_reqs", len(engine.running), "gauge"),
             ("sglang:num_queue_reqs", len(engine.waiting), "gauge"),
+            ("specsweep_sim:aborted_requests_total", c["aborted_requests"], "counter"),
             ("specsweep_sim:steps_late_total", engine.clock.steps_late, "counter"),
             ("specsweep_sim:late_seconds_total", engine.clock.late_seconds, "counter"),
             ("specsweep_sim:scheduled_seconds_total", engine.clock.scheduled_seconds, "counter"),
@@ -198,22 +211,23 @@ class SimServer:
         if not body.get("stream"):
             await self.wait_done(req)
             return web.json_response({"text": "".join(req.reply), "meta_info": engine.meta_info(req, rid)})
-        stream = await EventStream.open(request)
-        done, sent = False, 0
-        incremental = bool(getattr(args, "incremental_streaming_output", False))
-        while not done:  # one chunk per engine step, as SGLang streams
-            step = await req.queue.get()
-            done = step.done
-            if args.sim_hang_after_tokens and step.produced >= args.sim_hang_after_tokens:
-                await asyncio.sleep(3600)  # fault: the stream goes silent, the connection stays open
-            if truncate and step.produced * 2 >= len(req.reply):
-                request.transport.close()  # fault: the stream is cut mid-way
-                return stream.response
-            # as SGLang: the whole text so far, or with --incremental-streaming-output only the new segment
-            text = "".join(req.reply[sent if incremental else 0 : step.produced])
-            sent = step.produced
-            await stream.send({"text": text, "meta_info": engine.meta_info(req, rid, step)})
-        return await stream.close()
+        async with self.abort_when_gone(req):
+            stream = await EventStream.open(request)
+            done, sent = False, 0
+            incremental = bool(getattr(args, "incremental_streaming_output", False))
+            while not done:  # one chunk per engine step, as SGLang streams
+                step = await req.queue.get()
+                done = step.done
+                if args.sim_hang_after_tokens and step.produced >= args.sim_hang_after_tokens:
+                    await asyncio.sleep(3600)  # fault: the stream goes silent, the connection stays open
+                if truncate and step.produced * 2 >= len(req.reply):
+                    request.transport.close()  # fault: the stream is cut mid-way
+                    return stream.response
+                # as SGLang: the whole text so far, or with --incremental-streaming-output only the new segment
+                text = "".join(req.reply[sent if incremental else 0 : step.produced])
+                sent = step.produced
+                await stream.send({"text": text, "meta_info": engine.meta_info(req, rid, step)})
+            return await stream.close()
 
     async def openai(self, request, chat: bool):
         """/v1/chat/completions (chat) and /v1/completions, streaming or not."""
@@ -243,7 +257,8 @@ class SimServer:
                 else {"index": 0, "text": text, "finish_reason": finish}
             )
             return web.json_response({**head, "choices": [choice], "usage": self.usage(req), "simulated": True})
-        return await self.openai_stream(request, req, head, chat, body.get("stream_options") or {})
+        async with self.abort_when_gone(req):
+            return await self.openai_stream(request, req, head, chat, body.get("stream_options") or {})
 
     def openai_prompt(self, body: dict, chat: bool) -> str:
         """The prompt of an OpenAI request: the chat's messages in the model folder's chat template, as SGLang applies

@@ -75,6 +75,7 @@ class Request:
     started: float = field(default_factory=time.monotonic)
     queued: float | None = None  # when it reached the engine's queue (its request_latency after it started)
     admitted: float | None = None  # when the engine took it from the queue
+    aborted: bool = False  # its client went away before its end (Engine.abort)
 
 
 class Engine:
@@ -132,6 +133,7 @@ class Engine:
             "accepted_tokens": 0,
             "cached_tokens": 0,
             "steps": 0,
+            "aborted_requests": 0,
         }
         self.clock = StepClock(args.sim_time_scale)
 
@@ -219,8 +221,28 @@ class Engine:
 
     def _enqueue(self, req: Request) -> None:
         """The request reaches the scheduler's queue (after its request_latency: the server's hand-offs)."""
+        if req.aborted:
+            return
         req.queued = time.monotonic()
         self.waiting.append(req)
+        self.wakeup.set()
+
+    def abort(self, req: Request) -> None:
+        """Stop a request whose client has gone away before its end, as SGLang does (its HTTP server aborts a
+        streaming request whose client disconnects: TokenizerManager.abort_request, and the scheduler drops it from
+        its queue or running batch): it leaves the queue, the prefill under way or the running batch, so the next
+        step runs without it and a new request may take its slot; a step under way that holds it emits nothing for
+        it. The tokens it produced stay counted; it is counted in ``aborted_requests``."""
+        if req.aborted or req.produced >= len(req.reply):
+            return
+        req.aborted = True
+        self.counters["aborted_requests"] += 1
+        self.waiting = [r for r in self.waiting if r is not req]
+        if self.prefilling is req:
+            self.prefilling = None
+        if any(r is req for r in self.running):
+            self.running = [r for r in self.running if r is not req]
+            self.batch_full = False  # a running slot is free, as when a request finishes
         self.wakeup.set()
 
     def count_tokens(self, prompt: str, approximate: int) -> int:
@@ -289,6 +311,8 @@ class Engine:
     def commit_step(self, admitted: list[Request], batch: list[Request]) -> None:
         """Emit what one step produced: the admitted requests' first tokens, each decoding request's accepted ones."""
         self.counters["steps"] += 1
+        admitted = [r for r in admitted if not r.aborted]
+        batch = [r for r in batch if not r.aborted]
         for req in admitted:
             req.prefilled = True
             self._emit(req, 1)

@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
+import gc
 import math
 import statistics
+import time
+import warnings
 
 import pytest
 
@@ -11,7 +16,7 @@ from conftest import DDTREE, load_default_config, one, patience, start_sim, star
 from specsweep import metrics as m
 from specsweep.cells import measure_cell
 from specsweep.counters import scrape
-from specsweep.client import LoadModel, measure
+from specsweep.client import Abort, LoadModel, measure, run_sessions
 from specsweep.jobs import server_job
 from specsweep.environment import probe
 from specsweep.launcher import free_port, launch_command
@@ -117,6 +122,54 @@ def test_multi_turn_sessions_turn_order_context_growth_and_think_time(tmp_path):
     assert set(cell["per_turn"]) == {"0", "1", "2"}
     assert cell["per_turn"]["2"]["cached_tokens_mean"] > 0
     assert cell["session_completion"]["n"] == 2 and cell["session_completion"]["p50"] > 0.8
+
+
+def sim_gauges(url: str) -> dict:
+    """The simulated server's running and queued requests, its aborted requests and generated tokens (/metrics)."""
+    names = (
+        "sglang:num_running_reqs",
+        "sglang:num_queue_reqs",
+        "specsweep_sim:aborted_requests_total",
+        "sglang:generation_tokens_total",
+    )
+    return {name: scrape(url)[name] for name in names}
+
+
+def test_an_abort_cancels_the_turns_under_way_and_the_server_stops_them(tmp_path):
+    """Three slots: A's first turn (4 tokens) ends first and A's user thinks (its slot takes D), B (40 tokens) ends
+    next and the abort decides on it, C and D (3000 tokens each) are under way. Their turns are cancelled without a
+    record, A's next turn is dropped, and the server, seeing their client go away, stops them: its running requests
+    fall to 0 with far fewer than their 6000 tokens generated. No task, socket or warning is left behind."""
+    base = build({"name": "short", "family": "short", "requests": 4, "max_new_tokens": 8}, 0)
+    lengths = {0: 4, 1: 40, 2: 3000, 3: 3000}
+    sessions = [dataclasses.replace(s, max_new_tokens=lengths[i], ignore_eos=True) for i, s in enumerate(base)]
+    a, b, c, d = (s.id for s in sessions)
+    sessions[0] = dataclasses.replace(sessions[0], followups=[{"role": "user", "content": "Go on."}])
+    abort = Abort(lambda records: records[-1].session == b)
+    server = start_sim(tmp_path)
+
+    async def run() -> tuple[list, set]:
+        records = await run_sessions(
+            server.url, sessions, 3, {"temperature": 0.0}, patience(60), load=LoadModel(think_time=60.0), abort=abort
+        )
+        return records, asyncio.all_tasks() - {asyncio.current_task()}
+
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            records, pending = asyncio.run(run())
+            gc.collect()  # an unclosed socket would warn here
+        deadline = time.monotonic() + patience(10)
+        while (gauges := sim_gauges(server.url))["sglang:num_running_reqs"] and time.monotonic() < deadline:
+            time.sleep(0.05)
+    finally:
+        server.stop()
+    assert [(r.session, r.turn) for r in records] == [(a, 0), (b, 0)] and all(r.ok for r in records)
+    assert abort.aborted and abort.turns == 2 and abort.sessions == {a, c, d}
+    assert not pending and not caught, (pending, [str(w.message) for w in caught])
+    assert gauges["sglang:num_running_reqs"] == 0 and gauges["sglang:num_queue_reqs"] == 0
+    assert gauges["specsweep_sim:aborted_requests_total"] == 2  # C and D, stopped
+    assert gauges["sglang:generation_tokens_total"] < 4 + 40 + 3000  # neither ran to its end
 
 
 def test_openai_protocols_match_native(tmp_path):

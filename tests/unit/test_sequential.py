@@ -186,6 +186,23 @@ def test_a_look_waits_until_every_request_of_its_sessions_has_finished():
     assert sequential.verdict_interval({"precision": {"budget": None}}, {"requests": ar}) is None
 
 
+def test_a_look_counts_its_first_sessions_by_start_order_whichever_others_have_finished():
+    """What lets budget: verdict abort the sessions under way: look 1 counts the first n_1 sessions of the start
+    order, not the first n_1 to finish. More than n_1 sessions finished without one of the first n_1 is no look; once
+    they have all finished, the look is the same whatever later sessions have finished or were cut short."""
+    ids, ar, method = constructed_cell(1.5)
+    n = sequential.look_sessions(len(ids), 4)[0]
+    later = method[n : n + 5]
+    settings = {"looks": 4}
+    early = sequential.Looks(ids, {s: 1 for s in ids}, ar, 1, settings)
+    assert early.ready(method[1:n] + later) == []  # n + 4 finished, the first one not
+    alone = sequential.Looks(ids, {s: 1 for s in ids}, ar, 1, settings).take(0, method[:n])
+    for extra in ([], later[:1], later):
+        looks = sequential.Looks(ids, {s: 1 for s in ids}, ar, 1, settings)
+        assert looks.ready(method[:n] + extra) == [0]
+        assert looks.take(0, extra + method[:n]) == alone
+
+
 @pytest.mark.parametrize(
     "change, words",
     [

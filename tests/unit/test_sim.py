@@ -7,6 +7,7 @@ import asyncio
 import json
 import random
 import sys
+import time
 from collections import Counter
 
 import pytest
@@ -14,6 +15,7 @@ import requests
 
 from conftest import DDTREE, DFLASH, patience, start_sim
 from specsweep.client import measure
+from specsweep.counters import scrape
 from specsweep.metrics import acceptance_by_depth
 from specsweep.launcher import Server, ServerError, free_port
 from specsweep.modelling.acceptance import accepted_tokens, build_tree, request_skill
@@ -436,3 +438,55 @@ def test_prompt_tokens_are_counted_as_the_model_counts_them():
     tight = Engine(parse_args(["--model-path", "m", "--sim-tokenizer", "model", "--context-length", "700"]))
     with pytest.raises(ValueError, match=f"prompt of {counted['model'][0]} tokens"):
         tight.submit(code, {"max_new_tokens": 8, "temperature": 0})
+
+
+def test_an_aborted_request_leaves_the_batch_and_a_step_under_way_emits_nothing_for_it():
+    """Engine.abort: a running request aborted while a step that holds it is under way gets nothing from that step
+    and is out of the next one (the other request decodes alone); a queued one never runs; a finished one is not
+    counted."""
+    sim = Engine(parse_args(["--model-path", "m"]))
+    kept = sim.submit("a short prompt", {"max_new_tokens": 64, "temperature": 0})
+    gone = sim.submit("another short prompt", {"max_new_tokens": 64, "temperature": 0})
+    _steps(sim, 2)  # both prefilled, one decode step
+    produced = gone.produced
+    admitted, batch, _ = sim.next_step()
+    assert gone in batch
+    sim.abort(gone)  # its client went away while the step ran
+    sim.commit_step(admitted, batch)
+    assert gone.produced == produced and [r is kept for r in sim.running] == [True]
+    assert sim.next_step()[1] == [kept]
+    queued = sim.submit("a third prompt", {"max_new_tokens": 8, "temperature": 0})
+    sim.abort(queued)
+    assert not sim.waiting and queued.produced == 0
+    sim.abort(kept)
+    sim.abort(kept)  # once
+    assert sim.idle and sim.counters["aborted_requests"] == 3
+
+
+@pytest.mark.parametrize("path", ["/generate", "/v1/completions"])
+def test_a_stream_the_client_closes_is_stopped_and_frees_its_slot(tmp_path, path):
+    """As SGLang aborts a streaming request whose client disconnects: a request for 4000 tokens whose client closes
+    the connection after its first chunks leaves the running batch, long before its end."""
+    server = start_sim(tmp_path)
+    prompt = "<|im_start|>user\nTell a long story.<|im_end|>\n<|im_start|>assistant\n"
+    sampling = {"max_new_tokens": 4000, "temperature": 0, "ignore_eos": True}
+    body = (
+        {"text": prompt, "sampling_params": sampling, "stream": True}
+        if path == "/generate"
+        else {"prompt": prompt, "max_tokens": 4000, "ignore_eos": True, "stream": True}
+    )
+    try:
+        with requests.post(server.url + path, json=body, stream=True, timeout=30) as resp:
+            lines = resp.iter_lines()
+            assert [next(lines) for _ in range(3)]  # under way
+        metrics: dict = {}
+        deadline = time.monotonic() + patience(10)
+        while time.monotonic() < deadline:
+            metrics = scrape(server.url)
+            if metrics["sglang:num_running_reqs"] == 0:
+                break
+            time.sleep(0.05)
+    finally:
+        server.stop()
+    assert metrics["sglang:num_running_reqs"] == 0 and metrics["specsweep_sim:aborted_requests_total"] == 1
+    assert metrics["sglang:generation_tokens_total"] < 2000

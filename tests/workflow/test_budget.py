@@ -1,6 +1,6 @@
 """budget: verdict through a real Snakemake run on the simulated backend: AR's server is measured before the
-speculative one (a DAG edge), whose cell stops at its first decided look, and the tables carry its sequential
-interval."""
+speculative one (a DAG edge), whose cell stops at its first decided look and aborts the sessions under way, and the
+tables carry its sequential interval."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ def test_a_cell_under_budget_verdict_stops_once_decided_against_ar_measured_firs
     config = load_default_config()
     config["methods"] = [{"name": "ar", "algorithm": "ar"}, {"name": "dflash", "algorithm": "dflash"}]
     config["workloads"] = [{"name": "short", "family": "short", "requests": 40, "max_new_tokens": 48}]
-    config["concurrency"] = [1]
+    config["concurrency"] = [4]
     config["warmup"] = 0
     config["sim"] = {"startup_seconds": 0.1, "time_scale": PLUMBING_CLOCK}
     config["budget"] = "verdict"
@@ -29,14 +29,20 @@ def test_a_cell_under_budget_verdict_stops_once_decided_against_ar_measured_firs
     assert stops["tp1/ar"] <= starts["tp1/dflash"]  # AR measured first: the speculative job waits for its cells
 
     cells = workflow / "results" / "cells" / "tp1"
-    ar = json.loads((cells / "ar" / "short" / "c1.json").read_text())
-    dflash = json.loads((cells / "dflash" / "short" / "c1.json").read_text())
+    ar = json.loads((cells / "ar" / "short" / "c4.json").read_text())
+    dflash = json.loads((cells / "dflash" / "short" / "c4.json").read_text())
     assert len(ar["requests"]) == 40 and ar["precision"].get("budget") is None  # AR always measures every session
     p = dflash["precision"]
     assert p["budget"] == "verdict" and p["decision"] == sequential.FASTER, p
-    assert p["stopped"].startswith("decided faster at look"), p
-    assert p["looks_taken"][-1]["sessions"] < 40  # stopped before its cap
-    assert p["requests"] < 40 and len(dflash["requests"]) == p["requests"]  # sessions not started are not measured
+    look = p["looks_taken"][-1]
+    assert look["look"] < len(p["looks_planned"]) and look["sessions"] < 40  # stopped before its cap
+    # once decided, the three other slots' sessions were under way: aborted, not waited for (no record of them)
+    assert p["stopped"] == f"decided faster at look {look['look']} of 4; 3 sessions under way aborted", p
+    assert p["sessions_aborted"] == p["turns_aborted"] == 3
+    # the cell holds exactly the look's sessions, each finished: sessions not started or aborted are not measured
+    assert sorted(r["session"] for r in dflash["requests"]) == sorted(p["look_sessions"])
+    assert len(p["look_sessions"]) == look["sessions"] and all(r["error"] is None for r in dflash["requests"])
+    assert p["requests"] == look["sessions"] + p["sessions_aborted"] + p["sessions_set_aside"] < 40
 
     summary = pd.read_csv(workflow / "results" / "summary.csv").set_index("method")
     again = sequential.verdict_interval(dflash, ar)
