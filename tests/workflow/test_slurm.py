@@ -83,11 +83,19 @@ def read_lines(proc: subprocess.Popen, lines: list[str]) -> None:
         lines.append(line)
 
 
+def as_in_a_terminal() -> None:
+    """In the child before it runs Snakemake: SIGINT's default disposition, as a shell in a terminal gives a command.
+    The tests may run under a shell that started them in the background, which ignores SIGINT, and an ignored signal
+    is inherited: Python then installs no KeyboardInterrupt handler and Snakemake never sees the Ctrl-C (seen as a
+    run that went on to its end after three presses)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def press_ctrl_c(proc: subprocess.Popen, lines: list[str], presses: int = 3) -> None:
     """SIGINT to Snakemake, again (as a user presses Ctrl-C again) while it has not said it is terminating, at most
-    ``presses`` times. A SIGINT that lands while Snakemake's main thread is inside one of its short asyncio runs (it
-    makes one per job it finishes) is taken by asyncio's own handler and lost when the run ends first: seen as a run
-    that went on to its end with no "Terminating processes on user request" in its log."""
+    ``presses`` times: a SIGINT that lands while Snakemake's main thread is inside one of its short asyncio runs (it
+    makes one per job it finishes) is taken by asyncio's own handler, which only cancels that run's task, and is
+    lost when the task ends first."""
     for _ in range(presses):
         proc.send_signal(signal.SIGINT)
         deadline = time.monotonic() + patience(2)
@@ -174,6 +182,7 @@ def test_workflow_through_slurm(cluster, tmp_path):
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
+        preexec_fn=as_in_a_terminal,
     )
     lines: list[str] = []  # its output as it comes (read by a thread): whether it has said it is terminating
     reader = threading.Thread(target=read_lines, args=(proc, lines), daemon=True)
