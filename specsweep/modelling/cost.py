@@ -49,7 +49,10 @@ SCALES = {
         "layer, a request or a node): as measured, on every GPU (not scaled: the clocks and launch latency of the "
         "datacenter GPUs profiled differ by less than the fit's scatter, and no datasheet figure predicts them)"
     ),
-    "interconnect": "seconds a collective takes over the GPUs' links: as measured or estimated, on every GPU",
+    "interconnect": (
+        "seconds a collective takes over the GPUs' links: the GPU profile's own allreduce_latency where it states one "
+        "(its links: PCIe rather than NVLink), else the runtime's, as measured or estimated"
+    ),
     "host": "seconds of CPU work (Python, the scheduler, the HTTP server): the host's, whatever the GPU",
     "shape": (
         "a count or share of the model's own work (extra reads, a drafter's share of a target pass): the work it "
@@ -652,8 +655,13 @@ class CostModel:
         fixed = m["layers"] * r["layer_overhead"]
         if m.get("experts"):  # routing, top-k, sorting tokens by expert, the grouped GEMMs' launches: every MoE layer
             fixed += m["layers"] * r.get("moe_layer_overhead", 0.0)
-        comm = 2 * m["layers"] * r["allreduce_latency"] * math.log2(self.tp) if self.tp > 1 else 0.0
+        comm = 2 * m["layers"] * self.allreduce_latency() * math.log2(self.tp) if self.tp > 1 else 0.0
         return roofline + attention + fixed + comm
+
+    def allreduce_latency(self) -> float:
+        """Seconds of one latency-bound all-reduce step: a property of the GPUs' links, so the GPU profile's where it
+        states one (a GPU whose cards talk over PCIe), else the runtime's (measured or estimated over NVLink)."""
+        return self.gpu.get("allreduce_latency", self.runtime["allreduce_latency"])
 
     def mask_seconds(self, decoding: Decoding, contexts: list[int]) -> float:
         """GPU time of reading a round's custom tree mask in attention: the triton kernel reads one byte per node and

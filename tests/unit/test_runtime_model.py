@@ -5,6 +5,7 @@ measured runtime at every recorded shape."""
 
 from __future__ import annotations
 
+import math
 import re
 import sys
 
@@ -14,6 +15,8 @@ from specsweep.modelling import cost as cost_module
 from specsweep.modelling.cost import REQUIRED_RUNTIME, RUNTIME_BOUNDS, RUNTIME_FLAGS, SCALES, CostModel
 from specsweep.modelling.decoding import Decoding
 from specsweep.modelling.profiles import profiles
+
+AR = Decoding("ar")
 
 sys.path.insert(0, str(REPO / "benchmarks" / "gpu"))
 import step_costs  # noqa: E402
@@ -72,6 +75,31 @@ def test_gpu_bound_work_scales_with_the_datasheet_and_fixed_and_host_work_does_n
         slow_gpu / 2, rel=1e-9
     )
     assert slow.cpu_seconds(decoding, 16) == fast.cpu_seconds(decoding, 16) > 0
+
+
+def test_a_gpus_own_link_latency_replaces_the_runtimes_for_every_all_reduce_under_tp():
+    """The all-reduce latency is the links': where a GPU profile states one (PCIe cards) it prices each of the two
+    all-reduces a layer, log2(tp) steps each, of the target's forwards and the drafter's; at TP 1 there is none."""
+    p = profiles()
+    runtime, llama = p["runtimes"]["sglang"], p["models"]["llama-8b"]
+    pcie = p["gpus"]["RTX-PRO-6000"]
+    assert pcie["allreduce_latency"] > runtime["allreduce_latency"]
+    nvlink_estimate = {k: v for k, v in pcie.items() if k != "allreduce_latency"}
+    extra = pcie["allreduce_latency"] - runtime["allreduce_latency"]
+    for tp in (2, 4, 8):
+        own, estimated = (CostModel(g, llama, runtime, tp) for g in (pcie, nvlink_estimate))
+        assert own.allreduce_latency() == pcie["allreduce_latency"]
+        assert estimated.allreduce_latency() == runtime["allreduce_latency"]
+        gap = own.decode_step(AR, [500]) - estimated.decode_step(AR, [500])
+        assert gap == pytest.approx(2 * llama["layers"] * extra * math.log2(tp), rel=1e-9)
+    one = [CostModel(g, llama, runtime, 1).decode_step(AR, [500]) for g in (pcie, nvlink_estimate)]
+    assert one[0] == one[1]
+    # a round with a drafter pays the drafter's all-reduces too: more than the target's alone
+    dflash = Decoding("dflash", 16)
+    gap = CostModel(pcie, llama, runtime, 2).decode_step(dflash, [500]) - CostModel(
+        nvlink_estimate, llama, runtime, 2
+    ).decode_step(dflash, [500])
+    assert gap > 2 * llama["layers"] * extra
 
 
 def test_the_generic_runtime_is_what_the_h200_records_give_without_the_forced_ones():
