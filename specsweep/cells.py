@@ -233,6 +233,8 @@ def cell_key(job: ServerJob, cell: dict, prompts_digest: str, identity_digest: s
     relevant_server = {k: v for k, v in job.as_dict().items() if k not in UNKEYED_JOB}
     relevant_server["server"] = {k: v for k, v in job.server.items() if k not in UNKEYED_SERVER}
     relevant_server["sglang"] = {k: v for k, v in job.sglang.items() if k not in UNKEYED_BUILD}
+    if job.budget is not None:  # budget: verdict's cells keep the deciding look's sessions (measure_verdict)
+        relevant_server["budget"] = {**job.budget, "sessions_under_way": "aborted at the deciding look"}
     method = {k: v for k, v in job.method.as_dict().items() if k != "engine"}
     method["name"] = engines.split(method["name"])[0]
     relevant_server["method"] = method
@@ -455,12 +457,13 @@ def measure_verdict(
     looks = sequential.Looks(
         [s.id for s in sessions], {s.id: 1 + len(s.followups) for s in sessions}, ar_records, concurrency, settings
     )
-    done: Counter[str] = Counter({"": 0})  # requests completed per session; "": the records already counted
+    done: Counter[str] = Counter()  # requests completed per session
+    counted = [0]  # the records already counted in done
 
     def check(records, started: int) -> str | None:
-        for r in records[done[""] :]:
+        for r in records[counted[0] :]:
             done[r.session] += 1
-        done[""] = len(records)
+        counted[0] = len(records)
         if not looks.ready_after(done):  # cheap: no look due, nothing to compute
             return None
         look = looks.step([r.as_dict() for r in records])

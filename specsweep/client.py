@@ -335,7 +335,10 @@ class Abort:
     go away and stops the request (SGLang aborts a streaming request whose client disconnects), and no record is
     written for it, not even a partial one; no session starts, and no session waiting to continue (after a turn, or
     while its user thinks) goes on. Afterwards ``turns`` holds the turns cancelled and ``sessions`` the ids of the
-    sessions cut short (a turn cancelled, or a turn still to come)."""
+    sessions cut short (a turn cancelled, or a turn still to come). A turn is counted as cancelled when its slot had
+    not taken its record yet: one whose answer ended in the same read as the deciding one, or one still waiting at
+    the send gate (never sent), is counted too. That changes the counts only: a cell's estimate counts the deciding
+    look's sessions alone."""
 
     def __init__(self, decided):
         self.decided = decided

@@ -636,7 +636,9 @@ def budget_lines(config: dict, rows: list[dict]) -> list[str]:
     - verdict, most: every speculative cell reaches its cap (nothing decided early, nothing implied);
     - verdict, least: each speculative cell stops at the first look whose sessions its interval needs at the cost
       model's predicted speedup over AR's cell and a predicted per-session spread (sequential.stopping_sessions),
-      priced as that share of its sessions (the sessions under way when it decides are aborted, not waited for),
+      priced as that share of its sessions (the sessions under way when it decides are aborted, not waited for;
+      approximately: a look waits for the slowest of its sessions, so where it counts no more sessions than the
+      concurrency the cell still pays about one session's whole time),
       and the cells the implied-slower rule skips where the cost model predicts slower from a concurrency up to the
       highest (specsweep.implied) cost nothing;
     - lower bound: every server's start-up, AR's cells in full, and each speculative cell not predicted implied only

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 from .. import algorithms
 from .decoding import Decoding
-from .profiles import profiles
+from .profiles import ALLREDUCE_LATENCY_MAX, profiles
 
 
 CHUNKED_PREFILL_SIZE = 8192  # new prompt tokens a prefill step takes at most, as SGLang 0.5.16 picks on an H200
@@ -171,7 +171,7 @@ RUNTIME_BOUNDS = {
     ),
     "allreduce_latency": Bound(
         0.0,
-        1e-3,
+        ALLREDUCE_LATENCY_MAX,
         "seconds an all-reduce step",
         False,
         "under TP two all-reduces a layer (attention and MLP outputs), each log2(tp) latency-bound steps over the "

@@ -165,15 +165,40 @@ def default_profiles() -> dict:
     return yaml_data(resources.files("specsweep").joinpath("data/sim_profiles.yaml").read_text())
 
 
+ALLREDUCE_LATENCY_MAX = 1e-3  # seconds an all-reduce step, a GPU's links' or a runtime's (cost.RUNTIME_BOUNDS)
+
+
+def gpu_problems(name: str, gpu: dict) -> list[str]:
+    """Why GPU profile ``name`` cannot price a step, one message each: its bandwidth or flops not a positive number,
+    or its links' allreduce_latency (optional) not seconds between 0 and ALLREDUCE_LATENCY_MAX."""
+    out = []
+    for key in ("bandwidth", "flops"):
+        value = gpu.get(key)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < math.inf:
+            out.append(
+                f"GPU profile '{name}': {key} {value!r} is not a positive number (sim.profiles.gpus.{name}.{key})"
+            )
+    if "allreduce_latency" in gpu:
+        value = gpu["allreduce_latency"]
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= ALLREDUCE_LATENCY_MAX:
+            out.append(
+                f"GPU profile '{name}': allreduce_latency {value!r} is not seconds between 0 and "
+                f"{ALLREDUCE_LATENCY_MAX:g} (sim.profiles.gpus.{name}.allreduce_latency: one all-reduce step over "
+                "its links, e.g. 75.0e-6 for 75 us)"
+            )
+    return out
+
+
 def profiles(overrides: dict | None = None) -> dict:
-    """Shipped profiles with config overrides (sim.profiles) merged in, entry by entry; every model profile checked
-    (model_problems: ProfileError naming the first profile and key at fault)."""
+    """Shipped profiles with config overrides (sim.profiles) merged in, entry by entry; every GPU and model profile
+    checked (gpu_problems, model_problems: ProfileError naming the profiles and keys at fault)."""
     base = default_profiles()
     out = {kind: {name: dict(entry) for name, entry in base[kind].items()} for kind in base}
     for kind, entries in (overrides or {}).items():
         for name, entry in entries.items():
             out.setdefault(kind, {}).setdefault(name, {}).update(entry)
-    problems = [why for name, model in out.get("models", {}).items() for why in model_problems(name, model)]
+    problems = [why for name, gpu in out.get("gpus", {}).items() for why in gpu_problems(name, gpu)]
+    problems += [why for name, model in out.get("models", {}).items() for why in model_problems(name, model)]
     problems += family_problems(out)
     if problems:
         raise ProfileError("; ".join(problems))

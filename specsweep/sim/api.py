@@ -71,7 +71,8 @@ class SimServer:
         """Around a streamed answer: where it ends before the request's last step (the client went away, so a write
         to its stream failed, or the handler was cancelled), the engine stops the request (Engine.abort), as SGLang's
         HTTP server aborts a streaming request whose client disconnects (the abort task of its /generate and OpenAI
-        routes)."""
+        routes). The handler notices at its next write: a request still queued when its client leaves is admitted
+        and aborted at its first chunk (SGLang too notices at a write, or at its periodic check)."""
         try:
             yield
         finally:

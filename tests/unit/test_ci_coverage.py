@@ -48,10 +48,11 @@ def test_intervals_cover_the_mean_of_independent_draws_at_concurrency_16(table):
 def test_twin_engines_ratio_intervals_exclude_1_in_about_one_draw_in_twenty(table):
     """Two engines of one profile (their drafts' seeds apart; the true ratio is 1): each ratio's interval excludes 1
     in about 5% of draws. A rate near 5% needs more than 24 draws: the table's 24 (seeds 2000-2023, where 5 flagged
-    the TPOT ratio, a 3% chance for a calibrated interval) and 48 more of the twin alone, 72 in all. At most 8 of 72
-    flagged: a calibrated interval flags more in 1% of seed sets; one that flags 20% of draws passes in 3%, one that
-    flags 12.5% (the throughput ratio over 200 draws at seeds 1000-1199: benchmarks/README.md, a known over-flag) in
-    half. These seeds flag the throughput ratio in 6 of 72 and the TPOT ratio in 7."""
+    the TPOT ratio: under a 1% chance for a calibrated interval, which it is over 200 other draws) and 48 more of
+    the twin alone, 72 in all. At most 8 of 72 flagged: a calibrated interval flags more in 1% of seed sets; one
+    that flags 20% of draws passes in 3%, one that flags 12.5% (the throughput ratio over 200 draws at seeds
+    1000-1199: benchmarks/README.md, a known over-flag) in half. These seeds flag the throughput ratio in 6 of 72
+    and the TPOT ratio in 7."""
     more = ci_coverage.twin_check(draws=48, concurrency=16, first_seed=2024)
     for name in ("twin engine throughput ratio", TWIN_TPOT):
         rows = (table[name], more[name])

@@ -10,11 +10,12 @@ import re
 import sys
 
 import pytest
-from conftest import REPO
+from conftest import REPO, load_default_config, validated
+from specsweep.config import ConfigError
 from specsweep.modelling import cost as cost_module
 from specsweep.modelling.cost import REQUIRED_RUNTIME, RUNTIME_BOUNDS, RUNTIME_FLAGS, SCALES, CostModel
 from specsweep.modelling.decoding import Decoding
-from specsweep.modelling.profiles import profiles
+from specsweep.modelling.profiles import ProfileError, profiles
 
 AR = Decoding("ar")
 
@@ -100,6 +101,23 @@ def test_a_gpus_own_link_latency_replaces_the_runtimes_for_every_all_reduce_unde
         nvlink_estimate, llama, runtime, 2
     ).decode_step(dflash, [500])
     assert gap > 2 * llama["layers"] * extra
+
+
+def test_a_gpu_profile_that_cannot_price_a_step_is_refused_naming_its_key():
+    """A link latency written in microseconds (75 for 75 us) would make every all-reduce 75 s: refused, naming the
+    key and the unit, in the configuration too; so are a missing flops and a negative bandwidth."""
+    h200 = profiles()["gpus"]["H200"]
+    with pytest.raises(ProfileError, match=r"sim\.profiles\.gpus\.mine\.allreduce_latency.*75\.0e-6"):
+        profiles({"gpus": {"mine": {**h200, "allreduce_latency": 75}}})
+    with pytest.raises(ProfileError, match=r"'mine': flops None .*sim\.profiles\.gpus\.mine\.flops"):
+        profiles({"gpus": {"mine": {"bandwidth": 1e12}}})
+    with pytest.raises(ProfileError, match=r"bandwidth -1"):
+        profiles({"gpus": {"mine": {**h200, "bandwidth": -1}}})
+    assert profiles({"gpus": {"mine": {**h200, "allreduce_latency": 75e-6}}})["gpus"]["mine"]["allreduce_latency"]
+    config = load_default_config()
+    config["sim"].update(gpu="mine", profiles={"gpus": {"mine": {**h200, "allreduce_latency": 75}}})
+    with pytest.raises(ConfigError, match=r"sim\.profiles: GPU profile 'mine': allreduce_latency 75"):
+        validated(config)
 
 
 def test_the_generic_runtime_is_what_the_h200_records_give_without_the_forced_ones():

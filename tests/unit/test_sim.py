@@ -461,6 +461,14 @@ def test_an_aborted_request_leaves_the_batch_and_a_step_under_way_emits_nothing_
     sim.abort(kept)
     sim.abort(kept)  # once
     assert sim.idle and sim.counters["aborted_requests"] == 3
+    done = sim.submit("a last prompt", {"max_new_tokens": 4, "temperature": 0})
+    for _ in range(64):  # bounded: four tokens take a prefill and a few decode steps
+        if done.produced >= len(done.reply):
+            break
+        _steps(sim, 1)
+    assert done.produced == len(done.reply)
+    sim.abort(done)  # its client went away after its last token: not an abort
+    assert not done.aborted and sim.counters["aborted_requests"] == 3
 
 
 @pytest.mark.parametrize("path", ["/generate", "/v1/completions"])
