@@ -461,8 +461,7 @@ def measure_verdict(
     counted = [0]  # the records already counted in done
 
     def check(records, started: int) -> str | None:
-        for r in records[counted[0] :]:
-            done[r.session] += 1
+        done.update(r.session for r in records[counted[0] :])
         counted[0] = len(records)
         if not looks.ready_after(done):  # cheap: no look due, nothing to compute
             return None
