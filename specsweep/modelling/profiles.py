@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 from functools import lru_cache
+from typing import TypeGuard
 from importlib import resources
 
 from ..algorithms import REGISTRY
@@ -33,6 +34,11 @@ class ProfileError(ValueError):
     """A profile the cost model cannot price with; the message names the profile, the key and the fix."""
 
 
+def _real(value: object) -> TypeGuard[float]:
+    """A finite int or float (not a bool, whose type is int's)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
 def model_problems(name: str, model: dict) -> list[str]:
     """Why model profile ``name`` cannot price a step or size its draft head, one message each (empty when it can):
     a key of MODEL_REQUIRED missing, a size of MODEL_DIMS missing or not a positive whole number, or q_dim / kv_dim
@@ -50,13 +56,7 @@ def model_problems(name: str, model: dict) -> list[str]:
                 f"model profile '{name}': {key} missing, the model's {what}; state it from the model's config.json "
                 f"(sim.profiles.models.{name}.{key})"
             )
-        elif not (
-            isinstance(value, (int, float))
-            and not isinstance(value, bool)
-            and math.isfinite(value)
-            and value > 0
-            and value == int(value)
-        ):
+        elif not (_real(value) and value > 0 and value == int(value)):
             out.append(f"model profile '{name}': {key}: {value!r} is not a positive whole number ({what})")
     for key, heads in MODEL_HEADS.items():
         if all(isinstance(model.get(k), (int, float)) for k in (key, heads, "head_dim")):
@@ -174,13 +174,13 @@ def gpu_problems(name: str, gpu: dict) -> list[str]:
     out = []
     for key in ("bandwidth", "flops"):
         value = gpu.get(key)
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < math.inf:
+        if not (_real(value) and value > 0):
             out.append(
                 f"GPU profile '{name}': {key} {value!r} is not a positive number (sim.profiles.gpus.{name}.{key})"
             )
     if "allreduce_latency" in gpu:
         value = gpu["allreduce_latency"]
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= ALLREDUCE_LATENCY_MAX:
+        if not (_real(value) and 0 <= value <= ALLREDUCE_LATENCY_MAX):
             out.append(
                 f"GPU profile '{name}': allreduce_latency {value!r} is not seconds between 0 and "
                 f"{ALLREDUCE_LATENCY_MAX:g} (sim.profiles.gpus.{name}.allreduce_latency: one all-reduce step over "
