@@ -356,11 +356,8 @@ def _measure_until(
     def stop(records) -> bool:
         if state["started"] >= cap:
             return True
-        if not abort:
-            reason = check(records, state["started"])
-            if reason:
-                state["reason"] = reason
-                return True
+        if not abort and decided(records):
+            return True
         state["started"] += 1
         return False
 
