@@ -661,7 +661,7 @@ def budget_lines(config: dict, rows: list[dict]) -> list[str]:
             least, bound = least + r["tp"] * r["measure_s"], bound + r["tp"] * r["measure_s"]
             continue
         speedup, n = base / r["measure_s"], r["requests"]
-        stops = sequential.stopping_sessions(n, speedup, settings)
+        stops = sequential.stopping_sessions(n, speedup, settings, concurrency=r["concurrency"])
         if r["path"] in skipped:
             continue
         least += r["tp"] * r["measure_s"] * stops / n
@@ -711,7 +711,10 @@ def uncertainty(rows: list[dict], config: dict) -> dict[str, float]:
         base = ar.get((r["tp"], r["workload"], r["concurrency"]))
         if r["method"] in baseline or not base or not r["measure_s"]:
             continue
-        share = sequential.stopping_sessions(r["requests"], base / r["measure_s"], settings) / r["requests"]
+        stops = sequential.stopping_sessions(
+            r["requests"], base / r["measure_s"], settings, concurrency=r["concurrency"]
+        )
+        share = stops / r["requests"]
         part = spent.setdefault(r["server"], [0.0, 0.0])
         part[0] += r["measure_s"] * share
         part[1] += r["measure_s"]

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The GPU record's steps, run on the lent GPU machine from the repository root (see README.md here):
-#   bash benchmarks/gpu/device.sh install-a|install-b|install-c|install-0514|install-d|calibrate|check|cells|fault|compare|tp2|spec|trees|engines|steps|stage|forced|forced-moe|ddtree-options|ddtree
+#   bash benchmarks/gpu/device.sh install-a|install-b|install-c|install-0514|install-d|calibrate|check|cells|fault|compare|tp2|spec|spec-verdict|trees|engines|steps|stage|forced|forced-moe|ddtree-options|ddtree
 # install-a/-b/check install SGLang 0.5.16 from the staged payload (.gpu-payload, .gpu-tools: the GPU recipe)
 # and specsweep's own wheels (.whl); `check` then records SGLang's option table and runs the workflow on
 # config/gpu-check.yaml (AR and DFlash side by side through the GPU pool); `fault` kills a server mid-cell
@@ -121,6 +121,15 @@ case $step in
     snake $targets results/env/sglang.json > "$OUT/spec.log" 2>&1
     echo "snakemake exit $?" >> "$OUT/spec.log"; tail -5 "$OUT/spec.log"
     gpu_apps > "$OUT/gpu-apps-after.txt"; pack spec ;;
+  spec-verdict)  # config/gpu-spec.yaml under budget: verdict (verdict.yaml), every cell to results/summary.csv; call it
+    # again after a time limit (SPEC_LIMIT s): the cache keeps what is done
+    restore_table
+    CONFIG=config/gpu-spec.yaml; OVERLAY=benchmarks/gpu/verdict.yaml
+    date -u +%FT%TZ >> "$OUT/started"; nvidia-smi > "$OUT/nvidia-smi.txt"
+    LIMIT="timeout ${SPEC_LIMIT:-540}"
+    snake results/summary.csv results/env/sglang.json > "$OUT/spec-verdict.log" 2>&1
+    echo "snakemake exit $?" >> "$OUT/spec-verdict.log"; tail -5 "$OUT/spec-verdict.log"
+    gpu_apps > "$OUT/gpu-apps-after.txt"; pack spec-verdict ;;
   forced|forced-moe)  # `forced` / `forced-moe` (after install-c): acceptance forced on EAGLE-3 (forced.yaml over
     # gpu-spec.yaml; forced-moe.yaml over both: Qwen3-30B-A3B's shape), every cell of the overlay, AR beside; call it
     # again after a time limit (FORCED_LIMIT s): the cache keeps what is done
