@@ -38,8 +38,8 @@ from pathlib import Path
 import jsonschema
 import yaml
 
-from . import algorithms
-from .aggregate import write_tables
+from . import algorithms, implied
+from .aggregate import skipped_cells, write_tables
 from .cells import DEFAULT_FAILURES, cell_name, integrity_problem
 from .config import check_slo
 from .errors import ConfigError
@@ -164,6 +164,8 @@ def verified_cells(record: Path, settings: dict) -> dict[str, dict]:
         except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
             refused.append(f"{path}: it cannot be read as JSON ({exc})")
             continue
+        if implied.is_skipped(cell):  # a cell budget: verdict did not measure: no number, listed by skipped_cells
+            continue
         problem = integrity_problem(cell, listed.get(name))
         if problem is None:
             problem = cell_identity_problem(cell, name.removesuffix(".json"))
@@ -276,7 +278,8 @@ def render(record: Path, out_pdf: Path | None = None, figures: Path | None = Non
         folder = Path(work) if work is not None else Path(temporary)
         (folder / "tables").mkdir(parents=True, exist_ok=True)
         (folder / "report").mkdir(exist_ok=True)
-        write_tables(cells, folder / "tables", DEFAULT_FAILURES, order, envs, record_slo(record, settings))
+        skipped = skipped_cells([str(p) for p in sorted((record / CELLS).rglob("*.json"))])
+        write_tables(cells, folder / "tables", DEFAULT_FAILURES, order, envs, record_slo(record, settings), skipped)
         context, csv = prepare(folder / "tables", envs[order[0] if order else None], view)
         data = folder / "report" / "data.json"
         write_data(context, csv, data)
