@@ -74,7 +74,9 @@ def states(record: Path) -> dict[tuple, dict]:
 
 def main(exhaustive: Path, budgeted: Path) -> None:
     full, cut = states(exhaustive), states(budgeted)
-    print("| method | workload | c | exhaustive: speedup [95% interval], state | verdict: interval, state | how it stopped |")
+    print(
+        "| method | workload | c | exhaustive: speedup [95% interval], state | verdict: interval, state | how it stopped |"
+    )
     print("|---|---|---|---|---|---|")
     same = 0
     for key in sorted(full, key=lambda k: (k[0], k[1] != "short", k[2])):
