@@ -75,7 +75,8 @@ def states(record: Path) -> dict[tuple, dict]:
 def main(exhaustive: Path, budgeted: Path) -> None:
     full, cut = states(exhaustive), states(budgeted)
     print(
-        "| method | workload | c | exhaustive: speedup [95% interval], state | verdict: interval, state | how it stopped |"
+        "| method | workload | c | exhaustive: speedup [95% interval], state "
+        "| verdict: interval, state | how it stopped |"
     )
     print("|---|---|---|---|---|---|")
     same = 0

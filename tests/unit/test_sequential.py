@@ -186,6 +186,23 @@ def test_a_look_waits_until_every_request_of_its_sessions_has_finished():
     assert sequential.verdict_interval({"precision": {"budget": None}}, {"requests": ar}) is None
 
 
+def test_a_look_before_the_last_counts_at_least_two_waves_of_sessions():
+    """The first wave of a closed loop starts together, a transient the later waves do not share (on the simulator
+    at concurrency 64 AR's first wave ran 17.5% above the rest of its cell and a look of it alone called a cell of
+    exhaustive speedup 1.07 slower): no look before the last counts fewer than two waves, so a cell of two waves has
+    one look, at its cap; the plan's predicted stop uses the same looks."""
+    assert sequential.look_sessions(256, 4, concurrency=64) == [128, 192, 256]
+    assert sequential.look_sessions(128, 4, concurrency=64) == [128]
+    assert sequential.look_sessions(64, 4, concurrency=16) == [32, 48, 64]
+    assert sequential.look_sessions(64, 4, concurrency=1) == [16, 32, 48, 64]  # two waves are two sessions
+    ids = [f"s{i}" for i in range(256)]
+    assert sequential.Looks(ids, {s: 1 for s in ids}, [], 64, {"looks": 4}).counts == [128, 192, 256]
+    # a speedup the first look at 64 sessions would decide stops at the two waves' look instead
+    decided = {"looks": 4, "equivalence": 0.03, "level": 0.95}
+    assert sequential.stopping_sessions(256, 0.5, decided) == 64
+    assert sequential.stopping_sessions(256, 0.5, decided, concurrency=64) == 128
+
+
 def test_a_look_counts_its_first_sessions_by_start_order_whichever_others_have_finished():
     """What lets budget: verdict abort the sessions under way: look 1 counts the first n_1 sessions of the start
     order, not the first n_1 to finish. More than n_1 sessions finished without one of the first n_1 is no look; once
