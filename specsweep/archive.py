@@ -10,7 +10,10 @@ A record is a folder of cells that older code measured (benchmarks/gpu/<record>/
 Today's configuration gives those cells other keys (HARNESS_VERSION and what a key digests have changed since), so
 the workflow's aggregation refuses them (aggregate.verified_cells). Here a cell is used when it follows today's
 cell schema, matches its digest and is the cell its file names (cells.integrity_problem, cell_identity_problem);
-any other cell stops the rendering with its file and what is wrong, never dropped. Cells written before cells
+any other cell stops the rendering with its file and what is wrong, never dropped. A cell that ``budget: verdict``
+did not measure left a skipped record in its place (implied.skipped_record: its reason, the cells it was implied
+from, no number): it is held to being exactly such a record of the cell its file names, implied from cells the
+record holds (skipped_problem), and listed in the report's "Cells not measured". Cells written before cells
 carried a digest (harness versions 2 and 3) are upgraded by one rule: the digest they are held to is the one
 record.yaml lists for their file (``digests``), computed by cells.content_digest over the files as the commit
 ``digests_of`` added them. Nothing else is filled in: every metric is computed from the cells' raw records by
@@ -147,6 +150,20 @@ def cell_identity_problem(cell: dict, name: str) -> str | None:
     return None
 
 
+def skipped_problem(record: Path, cell: dict, name: str, listed: dict) -> str | None:
+    """Why a file under cells/ that says it is a cell not measured (implied.is_skipped) is not one the record can
+    list as such: a file record.yaml lists a digest for (a measured cell), not exactly a skipped record, implied
+    from a cell the record does not hold, or not the cell its file names; None when it is one."""
+    if name in listed:
+        return "it says it is a cell not measured, but record.yaml lists a digest for it (a measured cell)"
+    problem = implied.skipped_problem(cell)
+    if problem is None:
+        missing = [p for p in cell["implied_by"] if not (record / str(p).removeprefix("results/")).is_file()]
+        if missing:
+            problem = f"it is implied from cells the record does not hold: {', '.join(missing)}"
+    return problem or cell_identity_problem(cell, name.removesuffix(".json"))
+
+
 def verified_cells(record: Path, settings: dict) -> dict[str, dict]:
     """{file under the record: cell} of every cell under its cells/ folder, each following the cell schema,
     matching its digest (its own, or the one record.yaml lists for it) and being the cell its file names;
@@ -165,6 +182,9 @@ def verified_cells(record: Path, settings: dict) -> dict[str, dict]:
             refused.append(f"{path}: it cannot be read as JSON ({exc})")
             continue
         if implied.is_skipped(cell):  # a cell budget: verdict did not measure: no number, listed by skipped_cells
+            problem = skipped_problem(record, cell, name, listed)
+            if problem:
+                refused.append(f"{path}: {problem}")
             continue
         problem = integrity_problem(cell, listed.get(name))
         if problem is None:

@@ -68,6 +68,9 @@ def dominated(method: str, intervals: Mapping[str, Mapping[int, tuple]], levels:
     return None
 
 
+SKIPPED_CELL = ("tp", "method", "workload", "concurrency", "repetition")  # a cell's identity, as cells have it
+
+
 def skipped_record(cell: dict, reason: str, implied_by: Sequence[str], simulated: bool) -> dict:
     """What a cell not measured leaves as its output: its identity and key, why, the cells it was implied from."""
     return {
@@ -75,7 +78,7 @@ def skipped_record(cell: dict, reason: str, implied_by: Sequence[str], simulated
         "skipped": True,
         "simulated": simulated,
         "key": cell["key"],
-        "cell": {k: cell[k] for k in ("tp", "method", "workload", "concurrency", "repetition")},
+        "cell": {k: cell[k] for k in SKIPPED_CELL},
         "reason": reason,
         "implied_by": list(implied_by),
     }
@@ -83,6 +86,19 @@ def skipped_record(cell: dict, reason: str, implied_by: Sequence[str], simulated
 
 def is_skipped(cell: dict) -> bool:
     return cell.get("schema") == SKIPPED_SCHEMA
+
+
+SKIPPED_FIELDS = frozenset(skipped_record({"key": "", **dict.fromkeys(SKIPPED_CELL)}, "", [], False))
+
+
+def skipped_problem(record: dict) -> str | None:
+    """Why a file that says it is a cell not measured is not a skipped_record (exactly its fields, a reason starting
+    "not measured: ", at least one cell it is implied from), or None."""
+    if set(record) != SKIPPED_FIELDS:
+        return f"it says it is a cell not measured ({SKIPPED_SCHEMA}) but its fields are not a skipped record's"
+    if not str(record["reason"]).startswith("not measured: ") or not record["implied_by"]:
+        return "it says it is a cell not measured but gives no reason or no cell it is implied from"
+    return None
 
 
 def skipped_rows(records: Mapping[str, dict]) -> list[dict]:

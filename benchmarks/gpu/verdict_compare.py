@@ -3,12 +3,14 @@
 
     python benchmarks/gpu/verdict_compare.py EXHAUSTIVE_RECORD VERDICT_RECORD
 
-A server's seconds are its run record's (``runs/tp*/METHOD.json``: from its launch to the end of its last cell, the
-start-up included); its cells' seconds the sum over its measured cells of first send to last response. A cell's
+A server's seconds are its latest launch's run record (``runs/tp*/METHOD.json``: from its launch to the end of its
+last cell, the start-up included: a launch a time limit cut short before it is not counted); its cells' seconds the
+sum over every cell it measured, in any launch, of first send to last response. A cell's
 state is the verdict's three states (specsweep.verdict.state) of its speedup interval in the summary table (as
 ``python -m specsweep.archive`` computes it from the record's cells with today's code): under
 budget: exhaustive the paired bootstrap interval over every session, under budget: verdict the interval of the look
-it stopped at. A cell not measured (implied slower) has a cell file with its reason and counts as slower.
+it stopped at; a cell without an interval is inconclusive. A cell not measured has a skipped record with its reason:
+implied slower counts as slower, dominated has no state and is left out of the count of same states.
 Prints two Markdown tables and the totals.
 """
 
@@ -19,28 +21,29 @@ import sys
 import tempfile
 from pathlib import Path
 
-from specsweep import archive, verdict
+from specsweep import archive, implied, verdict
 from specsweep.aggregate import write_tables
 from specsweep.cells import DEFAULT_FAILURES
 
 
 def servers(record: Path) -> dict[str, dict]:
-    """{method: {"seconds": launch to last cell, "cells": its measured cells' seconds}}."""
+    """{server (tp{tp}/{method}): {"seconds": its latest launch's, launch to last cell, "cells": the seconds of every
+    cell it measured, over all its launches}}."""
     out: dict[str, dict] = {}
     for run in sorted((record / "runs").glob("tp*/*.json")):
-        latest = json.loads(run.read_text())["latest_run"]
+        server = f"{run.parent.name}/{run.stem}"
         cells = 0.0
-        for path in latest["cells"]:
-            cell = json.loads((record / path.removeprefix("results/")).read_text())
-            if not cell.get("skipped"):
+        for path in (record / "cells" / server).rglob("*.json"):
+            cell = json.loads(path.read_text())
+            if not implied.is_skipped(cell):
                 cells += max(r["t_end"] for r in cell["requests"]) - min(r["t0"] for r in cell["requests"])
-        out[run.stem] = {"seconds": latest["seconds"], "cells": cells}
+        out[server] = {"seconds": json.loads(run.read_text())["latest_run"]["seconds"], "cells": cells}
     return out
 
 
 def states(record: Path) -> dict[tuple, dict]:
-    """{(method, workload, concurrency): {"state", "speedup", "ci", "stop", "sessions"}} of every speculative cell,
-    the cells not measured included."""
+    """{(tp, method, workload, concurrency): {"state", "speedup", "ci", "stop", "sessions"}} of every speculative
+    cell: a cell without an interval inconclusive, one implied slower slower, one dominated with no state (None)."""
     settings = archive.read_settings(record)
     cells = archive.verified_cells(record, settings)
     order, envs = archive.environments(record, cells, settings)
@@ -48,22 +51,22 @@ def states(record: Path) -> dict[tuple, dict]:
         summary = write_tables(cells, folder, DEFAULT_FAILURES, order, envs)["summary"]
     out: dict[tuple, dict] = {}
     for row in summary.to_dict("records"):
-        if row["method"] == "ar" or row["speedup_lo"] != row["speedup_lo"]:  # AR, or no interval (NaN)
+        if row["method"] == "ar":
             continue
-        lo, hi = float(row["speedup_lo"]), float(row["speedup_hi"])
-        out[(row["method"], row["workload"], int(row["concurrency"]))] = {
-            "state": verdict.state(lo, hi),
+        ci = (float(row["speedup_lo"]), float(row["speedup_hi"])) if row["speedup_lo"] == row["speedup_lo"] else None
+        out[(int(row["tp"]), row["method"], row["workload"], int(row["concurrency"]))] = {
+            "state": verdict.state(*(ci or (None, None))),
             "speedup": float(row["speedup"]),
-            "ci": (lo, hi),
+            "ci": ci,
             "stop": row.get("precision_stop") if isinstance(row.get("precision_stop"), str) else "",
             "sessions": f"{row['requests_completed']} of {row['sessions']}",
         }
     for path in (record / "cells").rglob("*.json"):
         cell = json.loads(path.read_text())
-        if cell.get("skipped"):
+        if implied.is_skipped(cell):
             c = cell["cell"]
-            out[(c["method"], c["workload"], c["concurrency"])] = {
-                "state": verdict.SLOWER,
+            out[(c["tp"], c["method"], c["workload"], c["concurrency"])] = {
+                "state": verdict.SLOWER if cell["reason"].startswith(implied.IMPLIED_SLOWER) else None,
                 "speedup": None,
                 "ci": None,
                 "stop": cell["reason"],
@@ -72,30 +75,33 @@ def states(record: Path) -> dict[tuple, dict]:
     return out
 
 
+def interval(cell: dict) -> str:
+    return f"[{cell['ci'][0]:.2f}, {cell['ci'][1]:.2f}]" if cell["ci"] else "no interval"
+
+
 def main(exhaustive: Path, budgeted: Path) -> None:
     full, cut = states(exhaustive), states(budgeted)
     print(
-        "| method | workload | c | exhaustive: speedup [95% interval], state "
+        "| TP | method | workload | c | exhaustive: speedup [95% interval], state "
         "| verdict: interval, state | how it stopped |"
     )
-    print("|---|---|---|---|---|---|")
-    same = 0
-    for key in sorted(full, key=lambda k: (k[0], k[1] != "short", k[2])):
-        a, b = full[key], cut.get(key)
-        if b is None:
-            continue
-        same += a["state"] == b["state"]
-        shown = f"[{b['ci'][0]:.2f}, {b['ci'][1]:.2f}], {b['state']}" if b["ci"] else f"not measured, {b['state']}"
+    print("|---|---|---|---|---|---|---|")
+    compared = [k for k in sorted(full, key=lambda k: (k[0], k[1], k[2] != "short", k[3])) if k in cut]
+    for key in compared:
+        a, b = full[key], cut[key]
+        shown = f"{interval(b)}, {b['state']}" if b["speedup"] is not None else f"not measured, {b['state']}"
         print(
-            f"| {key[0]} | {key[1]} | {key[2]} | {a['speedup']:.2f} [{a['ci'][0]:.2f}, {a['ci'][1]:.2f}], "
-            f"{a['state']} | {shown} | {b['stop']} ({b['sessions']} sessions) |"
+            f"| {' | '.join(map(str, key))} | {a['speedup']:.2f} {interval(a)}, {a['state']} | {shown} "
+            f"| {b['stop']} ({b['sessions']} sessions) |"
         )
-    print(f"\nSame state in {same} of {len(cut)} speculative cells.\n")
+    stated = [k for k in compared if cut[k]["state"] is not None]  # a dominated cell has no state to compare
+    same = sum(full[k]["state"] == cut[k]["state"] for k in stated)
+    print(f"\nSame state in {same} of {len(stated)} speculative cells.\n")
     print("| server | exhaustive: s (cells' s) | verdict: s (cells' s) | share |")
     print("|---|---|---|---|")
     one, two = servers(exhaustive), servers(budgeted)
     for name in one:
-        a, b = one[name], two[name]
+        a, b = one[name], two.get(name, {"seconds": 0.0, "cells": 0.0})  # a server not started costs nothing
         print(
             f"| {name} | {a['seconds']:.0f} ({a['cells']:.0f}) | {b['seconds']:.0f} ({b['cells']:.0f}) | "
             f"{b['seconds'] / a['seconds']:.0%} |"

@@ -96,6 +96,40 @@ def test_a_cell_under_another_cells_name_is_refused(tmp_path):
     assert f"{moved}: it holds the cell tp1/ar/short/c4, not tp1/ar/short/c8 as its file says" in refusal(record)
 
 
+VERDICT = "spec-verdict-2026-12-03"  # measured under budget: verdict: 40 cells and 16 skipped records
+IMPLIED = ("dflash", "short", "c4")  # one of the cells it did not measure
+
+
+def test_a_record_with_cells_not_measured_verifies_its_measured_cells_and_holds_each_skipped_record_to_its_cell(
+    tmp_path,
+):
+    """The skipped records are not cells (no number), and each is held to being exactly one: a measured cell whose
+    schema says "not measured", a skipped record copied over a measured cell's file, or one implied from a cell the
+    record does not hold is refused by name, never dropped."""
+    record = RECORDS / VERDICT
+    files = list((record / "cells").rglob("*.json"))
+    cells = archive.verified_cells(record, archive.read_settings(record))
+    skipped = [f for f in files if json.loads(f.read_text()).get("skipped")]
+    assert len(skipped) == 16 and len(cells) == len(files) - 16
+    assert all(not cell.get("skipped") and cell["requests"] for cell in cells.values())
+
+    copy = copy_record(tmp_path, VERDICT)
+    measured = copy / "cells" / "tp1" / "ar" / "short" / "c1.json"
+    edit(measured, lambda cell: cell.update(schema="specsweep-skipped-cell/1"))
+    assert f"{measured}: it says it is a cell not measured" in refusal(copy)
+
+    copy = copy_record(tmp_path / "2", VERDICT)
+    implied_cell = copy / "cells" / "tp1" / IMPLIED[0] / IMPLIED[1] / f"{IMPLIED[2]}.json"
+    target = copy / "cells" / "tp1" / "dflash" / "long" / "c64.json"
+    shutil.copy2(implied_cell, target)
+    assert f"{target}: it holds the cell tp1/dflash/short/c4" in refusal(copy)
+
+    copy = copy_record(tmp_path / "3", VERDICT)
+    implied_cell = copy / "cells" / "tp1" / IMPLIED[0] / IMPLIED[1] / f"{IMPLIED[2]}.json"
+    (copy / "cells" / "tp1" / "dflash" / "short" / "c64.json").unlink()
+    assert f"{implied_cell}: it is implied from cells the record does not hold" in refusal(copy)
+
+
 def test_record_settings_are_checked(tmp_path):
     record = copy_record(tmp_path, SMALL)
     (record / "record.yaml").write_text("titel: typo\n")
