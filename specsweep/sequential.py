@@ -3,7 +3,8 @@ against AR is decided, with a speedup interval that stays valid under that optio
 
 A cell of ``requests`` sessions (its cap: what ``budget: exhaustive`` measures) is looked at K times
 (``verdict_stopping.looks``), after the first n_1 < n_2 < ... < n_K = requests sessions have completed
-(look_sessions: n_k = max(MIN_SESSIONS, ceil(k x requests / K))). At look k the paired speedup over AR's cell of the
+(look_sessions: n_k = max(MIN_SESSIONS, FIRST_WAVES x concurrency, ceil(k x requests / K)), at most ``requests``,
+repeated counts dropped). At look k the paired speedup over AR's cell of the
 same (TP, workload, concurrency), measured in full before it, is estimated over those n_k sessions (look_interval).
 
 The interval at look k is a delta-method interval on the log speedup at its own level 1 - alpha_k, where the
