@@ -22,7 +22,8 @@ log(predicted / published), and printed as YAML.
 NGRAM: the simulated lookup's tokens a round by content kind (SGLang 0.5.16's
 defaults) against PUBLISHED_NGRAM_BY_CONTENT, and whether every copying-heavy
 kind (code, JSON tool calls, long documents) accepts more than every open one
-(chat, math), as published lookup does.
+(chat, math), as published lookup does; then the accept length by kind the
+simulated server gives on the short workload (served_ngram_content).
 
 Families: every row of PUBLISHED_FAMILY_DRAFTERS predicted with its family's
 drafter (sim_profiles.yaml drafter_families); with --fit each family's entry
@@ -239,8 +240,24 @@ def draft_models(do_fit: bool) -> None:
         )
 
 
+def served_ngram_content(requests: int = 200, new_tokens: int = 256, concurrency: int = 1) -> dict[str, float]:
+    """NGRAM's accept length by content kind through the simulated engine in virtual time (specsweep.sim.replay):
+    the short workload's ``requests`` (seed 1) at ``concurrency``, ``new_tokens`` each (ignore_eos), SGLang
+    0.5.16's defaults; per kind: sum of completion tokens / sum of verify rounds (SGLang's accept length)."""
+    from specsweep.sim.replay import closed_loop, engine
+    from specsweep.workloads import build
+
+    sessions = build({"name": "short", "family": "short", "requests": requests, "max_new_tokens": new_tokens}, seed=1)
+    sums: dict[str, list[int]] = {}
+    for r in closed_loop(engine("ngram"), sessions, concurrency, {"ignore_eos": True}):
+        kind = sums.setdefault(r["kind"], [0, 0])
+        kind[0], kind[1] = kind[0] + r["output_tokens"], kind[1] + r["verify_ct"]
+    return {kind: produced / rounds for kind, (produced, rounds) in sorted(sums.items())}
+
+
 def ngram() -> None:
-    """Print the simulated NGRAM by content kind against the published lookup figures, and the order check."""
+    """Print the simulated NGRAM by content kind against the published lookup figures, the order check, and the
+    accept length by kind the simulated server gives (served_ngram_content)."""
     taus = predict_ngram_content()
     print("| kind | published (low-high) | simulated | in range | sources |")
     print("|---|---|---|---|---|")
@@ -249,6 +266,9 @@ def ngram() -> None:
         print(f"| {kind} | {low:.2f}-{high:.2f} | {tau:.2f} | {'yes' if low <= tau <= high else 'no'} | {source} |")
     ordered = min(taus[k] for k in COPYING_KINDS) > max(taus[k] for k in OPEN_KINDS)
     print(f"\ncopying-heavy kinds above open ones: {ordered}")
+    served = served_ngram_content()
+    print("\nthe simulated server, short workload (200 requests, 256 tokens each, concurrency 1), accept length:")
+    print(", ".join(f"{kind} {value:.2f}" for kind, value in served.items()))
 
 
 def fit_families(profiles: dict) -> dict:

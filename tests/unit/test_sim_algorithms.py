@@ -71,6 +71,34 @@ def test_simulated_ngram_accepts_most_on_copying_heavy_content_and_least_on_open
     assert min(taus[k] for k in COPYING_KINDS) > max(taus[k] for k in OPEN_KINDS), taus
 
 
+def test_the_simulated_server_orders_ngram_acceptance_by_content_within_its_draft_size():
+    """The same order end to end: the simulated engine (sim.replay, virtual time) serving the short workload with
+    SGLang 0.5.16's NGRAM defaults accepts more a round (SGLang's accept length: completion tokens / verify rounds,
+    per kind over its requests) on code and JSON tool calls than on chat and math, and no round commits more than
+    num_draft_tokens tokens (the tree's num_draft_tokens - 1 nodes and the bonus token)."""
+    from specsweep.modelling.published import COPYING_KINDS, OPEN_KINDS
+    from specsweep.sim.replay import closed_loop, engine
+    from specsweep.workloads import build
+
+    sim, served = engine("ngram"), []
+    submit = sim.submit
+    sim.submit = lambda *args, **kwargs: served.append(submit(*args, **kwargs)) or served[-1]  # type: ignore[method-assign]
+    sessions = build({"name": "short", "family": "short", "requests": 80, "max_new_tokens": 192}, seed=1)
+    records = closed_loop(sim, sessions, 4, {"ignore_eos": True})
+    tokens: dict[str, list[int]] = {}
+    for r in records:
+        tokens.setdefault(r["kind"], [0, 0])
+        tokens[r["kind"]][0] += r["output_tokens"]
+        tokens[r["kind"]][1] += r["verify_ct"]
+    accept = {kind: produced / rounds for kind, (produced, rounds) in tokens.items()}
+    copying, open_ = [k for k in COPYING_KINDS if k in accept], [k for k in OPEN_KINDS if k in accept]
+    assert copying and open_, accept
+    assert min(accept[k] for k in copying) > max(accept[k] for k in open_), accept
+    size = sim.decoding.num_draft_tokens
+    assert len(served) == len(records) and max(len(req.correct_drafts) for req in served) <= size
+    assert max(accept.values()) <= size
+
+
 def test_a_reply_to_open_chat_writes_its_own_words_and_a_grounded_one_repeats_itself():
     """The simulated reply (acceptance.reply_tokens) by copying(): open chat brings words its prompt does not
     have; code copies from its prompt (far fewer words of its own) and re-uses its own passages, so more of its
