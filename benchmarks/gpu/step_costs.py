@@ -490,6 +490,7 @@ def cell_step(cell: dict) -> dict:
             "num_draft_tokens",
             "max_bfs_breadth",
             "match_type",
+            "tree_build",  # a DDTree build's tree rules and overlap (a fork's cells are not the default build's)
         )
     }
     return {
