@@ -244,15 +244,14 @@ def served_ngram_content(requests: int = 200, new_tokens: int = 256, concurrency
     """NGRAM's accept length by content kind through the simulated engine in virtual time (specsweep.sim.replay):
     the short workload's ``requests`` (seed 1) at ``concurrency``, ``new_tokens`` each (ignore_eos), SGLang
     0.5.16's defaults; per kind: sum of completion tokens / sum of verify rounds (SGLang's accept length)."""
+    from specsweep import metrics
     from specsweep.sim.replay import closed_loop, engine
     from specsweep.workloads import build
 
     sessions = build({"name": "short", "family": "short", "requests": requests, "max_new_tokens": new_tokens}, seed=1)
-    sums: dict[str, list[int]] = {}
-    for r in closed_loop(engine("ngram"), sessions, concurrency, {"ignore_eos": True}):
-        kind = sums.setdefault(r["kind"], [0, 0])
-        kind[0], kind[1] = kind[0] + r["output_tokens"], kind[1] + r["verify_ct"]
-    return {kind: produced / rounds for kind, (produced, rounds) in sorted(sums.items())}
+    records = closed_loop(engine("ngram"), sessions, concurrency, {"ignore_eos": True})
+    kinds = sorted({r["kind"] for r in records})
+    return {kind: metrics.acceptance_length_sglang(metrics.of_kind(records, kind)) for kind in kinds}
 
 
 def ngram() -> None:

@@ -298,7 +298,9 @@ def render(record: Path, out_pdf: Path | None = None, figures: Path | None = Non
         folder = Path(work) if work is not None else Path(temporary)
         (folder / "tables").mkdir(parents=True, exist_ok=True)
         (folder / "report").mkdir(exist_ok=True)
-        skipped = skipped_cells([str(p) for p in sorted((record / CELLS).rglob("*.json"))])
+        # the files verified_cells passed over: the skipped records (any other would have stopped it)
+        others = (p for p in sorted((record / CELLS).rglob("*.json")) if p.relative_to(record).as_posix() not in cells)
+        skipped = skipped_cells([str(p) for p in others])
         write_tables(cells, folder / "tables", DEFAULT_FAILURES, order, envs, record_slo(record, settings), skipped)
         context, csv = prepare(folder / "tables", envs[order[0] if order else None], view)
         data = folder / "report" / "data.json"

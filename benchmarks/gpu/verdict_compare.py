@@ -22,7 +22,7 @@ import tempfile
 from pathlib import Path
 
 from specsweep import archive, implied, verdict
-from specsweep.aggregate import write_tables
+from specsweep.aggregate import skipped_cells, write_tables
 from specsweep.cells import DEFAULT_FAILURES
 
 
@@ -61,17 +61,15 @@ def states(record: Path) -> dict[tuple, dict]:
             "stop": row.get("precision_stop") if isinstance(row.get("precision_stop"), str) else "",
             "sessions": f"{row['requests_completed']} of {row['sessions']}",
         }
-    for path in (record / "cells").rglob("*.json"):
-        cell = json.loads(path.read_text())
-        if implied.is_skipped(cell):
-            c = cell["cell"]
-            out[(c["tp"], c["method"], c["workload"], c["concurrency"])] = {
-                "state": verdict.SLOWER if cell["reason"].startswith(implied.IMPLIED_SLOWER) else None,
-                "speedup": None,
-                "ci": None,
-                "stop": cell["reason"],
-                "sessions": "0",
-            }
+    others = [str(p) for p in (record / "cells").rglob("*.json") if p.relative_to(record).as_posix() not in cells]
+    for row in skipped_cells(others).to_dict("records"):  # the skipped records verified_cells passed over
+        out[(int(row["tp"]), row["method"], row["workload"], int(row["concurrency"]))] = {
+            "state": verdict.SLOWER if row["reason"].startswith(implied.IMPLIED_SLOWER) else None,
+            "speedup": None,
+            "ci": None,
+            "stop": row["reason"],
+            "sessions": "0",
+        }
     return out
 
 

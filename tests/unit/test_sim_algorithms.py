@@ -76,6 +76,7 @@ def test_the_simulated_server_orders_ngram_acceptance_by_content_within_its_draf
     SGLang 0.5.16's NGRAM defaults accepts more a round (SGLang's accept length: completion tokens / verify rounds,
     per kind over its requests) on code and JSON tool calls than on chat and math, and no round commits more than
     num_draft_tokens tokens (the tree's num_draft_tokens - 1 nodes and the bonus token)."""
+    from specsweep.metrics import acceptance_length_sglang, of_kind
     from specsweep.modelling.published import COPYING_KINDS, OPEN_KINDS
     from specsweep.sim.replay import closed_loop, engine
     from specsweep.workloads import build
@@ -85,12 +86,7 @@ def test_the_simulated_server_orders_ngram_acceptance_by_content_within_its_draf
     sim.submit = lambda *args, **kwargs: served.append(submit(*args, **kwargs)) or served[-1]  # type: ignore[method-assign]
     sessions = build({"name": "short", "family": "short", "requests": 80, "max_new_tokens": 192}, seed=1)
     records = closed_loop(sim, sessions, 4, {"ignore_eos": True})
-    tokens: dict[str, list[int]] = {}
-    for r in records:
-        tokens.setdefault(r["kind"], [0, 0])
-        tokens[r["kind"]][0] += r["output_tokens"]
-        tokens[r["kind"]][1] += r["verify_ct"]
-    accept = {kind: produced / rounds for kind, (produced, rounds) in tokens.items()}
+    accept = {kind: acceptance_length_sglang(of_kind(records, kind)) for kind in {r["kind"] for r in records}}
     copying, open_ = [k for k in COPYING_KINDS if k in accept], [k for k in OPEN_KINDS if k in accept]
     assert copying and open_, accept
     assert min(accept[k] for k in copying) > max(accept[k] for k in open_), accept
