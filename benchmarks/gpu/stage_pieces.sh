@@ -35,7 +35,7 @@ python3 -m pip wheel -q --no-deps -w .whl "$(pin connection_pool)"
 python3 - "$PIECE" <<'EOF'
 import glob, os, shutil, sys
 cap = int(sys.argv[1])
-for old in glob.glob(".gpu-payload/p*") + [".gpu-payload/q"]:
+for old in glob.glob(".gpu-payload/p*") + glob.glob(".gpu-payload/q"):
     shutil.rmtree(old)
 last = {"transformers": ".gpu-payload/q/c", "tokenizer": ".gpu-payload/q/b"}
 files = glob.glob(".gpu-payload/a/*") + glob.glob(".gpu-payload/b/*") + glob.glob(".gpu-payload/c/*")
