@@ -186,7 +186,9 @@ TEX_SPECIAL = {
     "~": r"\textasciitilde{}",
     "^": r"\textasciicircum{}",
 }
-NAME_BREAKS = "./:"  # a name may break after each of these, after an underscore (tex_escape) and a hyphen (TeX)
+# a name may break after each of these (a method on an engine: method@engine), after an underscore (tex_escape) and
+# a hyphen (TeX)
+NAME_BREAKS = "./:@"
 NAME_RUN = 12  # and, where it must, within every run of more than this many characters without one
 
 

@@ -14,13 +14,22 @@ from specsweep import report
 
 def test_a_name_may_break_within_every_run_of_a_few_characters_and_stays_what_it_was():
     breaks = r"\\allowbreak\{\}|\\penalty200\{\}"
-    for name in ("ar", "dflash-b16", "ngram_d8", "a--b", "qwen3instructdflashblocksixteentritonh200", "tp1/e.x:y"):
+    for name in (
+        "ar",
+        "dflash-b16",
+        "ngram_d8",
+        "a--b",
+        "qwen3instructdflashblocksixteentritonh200",
+        "tp1/e.x:y",
+        "dflash@sglang-0.5.16",
+    ):
         tex = report.tex_name(name)
         assert re.sub(breaks, "", tex).replace("-{}", "-").replace("\\_", "_") == name, tex  # nothing else added
         assert max(len(run) for run in re.split(breaks + "|-", tex)) <= report.NAME_RUN + 1, tex
         assert "--" not in tex, tex  # two hyphens stay two hyphens (no en dash)
     assert report.tex_name("ddtree-b8") == "ddtree-b8"  # TeX breaks after a hyphen: short words stay as written
     assert report.tex_name("x_y") == r"x\_\allowbreak{}y"
+    assert report.tex_name("dflash@sglang-0") == r"dflash@\allowbreak{}sglang-0"  # a method on an engine breaks at @
 
 
 def test_waiting_for_a_slot_lists_open_loop_cells_only():
