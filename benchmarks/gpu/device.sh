@@ -52,8 +52,16 @@ case $step in
     bash .gpu-tools/install.sh "${step#install-}" .gpu-payload ;;
   wheels)  # specsweep's own wheels (.whl) into the recipe's site folder, a call of their own after install-c
     wheels ;;
-  stage)  # `stage a1|a2`: part a carried in two halves, as install.sh a stages it (see README.md here, "Staging")
-    mkdir -p /tmp/stage && cp .gpu-payload/"$2"/* /tmp/stage/ ;;
+  stage)  # `stage pN`: a piece of stage_pieces.sh into /tmp/stage, where install.sh b finds it (README.md, "Staging");
+    # a file cut into parts (NAME.part<i>-of-<n>) is joined once its n parts are there
+    mkdir -p /tmp/stage && cp .gpu-payload/"$2"/* /tmp/stage/ || exit 2
+    for first in /tmp/stage/*.part1-of-*; do
+      [ -e "$first" ] || continue
+      name=${first%.part1-of-*}; n=${first##*-of-}
+      [ "$(ls "$name".part*-of-"$n" | wc -l)" -eq "$n" ] || continue
+      for i in $(seq 1 "$n"); do cat "$name.part$i-of-$n"; done > "$name.joining" && mv "$name.joining" "$name" \
+        && rm "$name".part*-of-"$n" && echo "joined $(basename "$name")"
+    done ;;
   install-c)  # c and specsweep's wheels only (check does the same, then runs the workflow)
     install_c
     mkdir -p .specsweep && cp $TABLE .specsweep/ ;;

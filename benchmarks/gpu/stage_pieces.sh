@@ -6,11 +6,15 @@
 #   .gpu-payload/q/b         the smallest wheel and the tokenizer files: `bash .gpu-tools/install.sh b .gpu-payload/q`
 #   .gpu-payload/q/c         transformers (part c's version override): `bash .gpu-tools/install.sh c .gpu-payload/q`
 # install.sh b installs every wheel staged in /tmp/stage, specsweep's among them, so no `wheels` call is needed.
-# Usage: bash benchmarks/gpu/stage_pieces.sh [PIECE_BYTES]   (default 19000000, 18.1 MiB: beside a tracked tree of up
-# to about 45 MiB; `git ls-files -z | xargs -0 du -cb | tail -1` gives the tree's size, 64 MiB the limit of a carry)
+# Usage: bash benchmarks/gpu/stage_pieces.sh [PIECE_BYTES]   (default: what fits one carry of 64 MiB beside the
+# tracked tree, `git ls-files -z | xargs -0 du -cb`, and .gpu-tools, less 1 MiB). A file larger than a piece is cut
+# into parts NAME.part<i>-of-<n>, each in a piece of its own; `device.sh stage` joins them once all n are staged.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-PIECE=${1:-19000000}
+TREE=$(git ls-files -z | xargs -0 du -cb | tail -1 | cut -f1)
+TOOLS=$(du -sb .gpu-tools 2>/dev/null | cut -f1 || echo 0)
+PIECE=${1:-$(( 64 * 1048576 - TREE - ${TOOLS:-0} - 1048576 ))}
+echo "pieces of at most $PIECE bytes (tracked tree $TREE bytes)"
 [ -d .gpu-payload/a ] && [ -d .gpu-payload/b ] && [ -d .gpu-payload/c ] \
   || { echo "stage the recipe first: bash ../shared/gpu/stage.sh .gpu-payload" >&2; exit 2; }
 # What the workflow imports that the machine's image lacks (the lent machine's package list says which):
@@ -35,7 +39,7 @@ python3 -m pip wheel -q --no-deps -w .whl "$(pin connection_pool)"
 python3 - "$PIECE" <<'EOF'
 import glob, os, shutil, sys
 cap = int(sys.argv[1])
-for old in glob.glob(".gpu-payload/p*") + glob.glob(".gpu-payload/q"):
+for old in glob.glob(".gpu-payload/p[0-9]*") + glob.glob(".gpu-payload/q"):
     shutil.rmtree(old)
 last = {"transformers": ".gpu-payload/q/c", "tokenizer": ".gpu-payload/q/b"}
 files = glob.glob(".gpu-payload/a/*") + glob.glob(".gpu-payload/b/*") + glob.glob(".gpu-payload/c/*")
@@ -43,6 +47,8 @@ files += glob.glob(".whl/*.whl")
 wheels = sorted(files, key=os.path.getsize, reverse=True)
 smallest = min((f for f in wheels if f.endswith(".whl") and "transformers" not in f), key=os.path.getsize)
 pieces: list[list] = []
+parts_dir = ".gpu-payload/parts"
+shutil.rmtree(parts_dir, ignore_errors=True)
 for f in wheels:
     target = next((d for k, d in last.items() if os.path.basename(f).startswith(k)), None)
     if f == smallest:
@@ -52,6 +58,16 @@ for f in wheels:
         os.link(f, os.path.join(target, os.path.basename(f)))
         continue
     size = os.path.getsize(f)
+    if size > cap:  # cut into parts that each fill a piece of their own
+        os.makedirs(parts_dir, exist_ok=True)
+        n = -(-size // cap)
+        with open(f, "rb") as whole:
+            for i in range(n):
+                part = os.path.join(parts_dir, f"{os.path.basename(f)}.part{i + 1}-of-{n}")
+                with open(part, "wb") as out:
+                    out.write(whole.read(cap))
+                pieces.append([os.path.getsize(part), [part]])
+        continue
     piece = next((p for p in pieces if p[0] + size <= cap), None)
     if piece is None:
         pieces.append(piece := [0, []])
