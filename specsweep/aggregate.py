@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 from pathlib import Path
 
 import pandas as pd
@@ -394,12 +395,65 @@ def engine_comparison(
                 if problems:
                     rows.append({**row, "reason": " and ".join(problems)})
                     continue
-            rows.append({**row, **_engine_ratios(other, reference, ref_window)})
+            rows.append({**row, **_paired_ratios(other, reference, ref_window)})
     return pd.DataFrame(rows, columns=ENGINE_COLUMNS)
 
 
-def _engine_ratios(other: dict, reference: dict, ref_window) -> dict:
-    """One engine's cell against the reference's (see engine_comparison): the ratios with their intervals and
+def width_cliff(cells: dict[str, dict]) -> pd.DataFrame:
+    """The width cliff of tree methods sized by a node budget (DDTree): each budget's cell against the cell of the
+    same configuration whose verify is the chain's width (verify width = the drafter's block size, DFlash's chain
+    and the CUDA graph it captures: budget = block size - 1), at the same TP size, workload, concurrency and
+    repetition. A configuration is the method's configured name less its ``-b<budget>`` suffix (the names a budget
+    list expands to) on one engine: one build, flags and cap. Ratios wider / chain-width of output throughput
+    (metrics.speedup, paired over the sessions both ran) and of the TPOT and TTFT medians (metrics.median_ratio),
+    each with its 95% interval and ``differs`` where it excludes 1, as engine_comparison's rows."""
+    groups: dict[tuple, list[str]] = {}
+    for path, cell in cells.items():
+        params, algorithm = cell["method"].get("params") or {}, algorithms.get(cell["method"]["algorithm"])
+        if algorithm.size != "budget" or "block_size" not in params or params.get("budget") is None:
+            continue
+        c = cell["cell"]
+        base, engine = engines.split(c["method"])
+        family = engines.qualified(re.sub(r"-b\d+$", "", base), engine)
+        groups.setdefault((family, c["tp"], c["workload"], c["concurrency"], c["repetition"]), []).append(path)
+    rows = []
+    for (family, tp, workload, concurrency, repetition), paths in sorted(groups.items(), key=_cliff_order):
+        by_budget = {int(cells[p]["method"]["params"]["budget"]): cells[p] for p in paths}
+        chain = [b for b, c in by_budget.items() if c["method"]["params"]["block_size"] == b + 1]
+        if not chain:
+            continue
+        reference = by_budget[chain[0]]
+        ref_window = cell_measures(reference)["concurrency"]["window"]
+        for budget in sorted(b for b in by_budget if b > chain[0]):
+            other = by_budget[budget]
+            row = {
+                "tp": tp,
+                "workload": workload,
+                "concurrency": concurrency,
+                "repetition": repetition,
+                "family": family,
+                "method": other["cell"]["method"],
+                "reference": reference["cell"]["method"],
+                "budget": budget,
+                "reference_budget": chain[0],
+                "verify_width": budget + 1,
+                "reference_verify_width": chain[0] + 1,
+                "simulated": bool(other["simulated"] or reference["simulated"]),
+            }
+            ratios = _paired_ratios(other, reference, ref_window)
+            rows.append({**row, **{k: v for k, v in ratios.items() if k in WIDTH_CLIFF_COLUMNS}})
+    return pd.DataFrame(rows, columns=WIDTH_CLIFF_COLUMNS)
+
+
+def _cliff_order(group: tuple) -> tuple:
+    """width_cliff's rows by configuration, TP size, workload, then concurrency and repetition as numbers."""
+    (family, tp, workload, concurrency, repetition), _ = group
+    return family, tp, workload, concurrency, -1 if repetition is None else repetition
+
+
+def _paired_ratios(other: dict, reference: dict, ref_window) -> dict:
+    """One cell against a reference cell of the same prompts (engine_comparison: another engine's; width_cliff:
+    another budget's): the ratios with their intervals and
     ``differs``, the pairs, the share of equal replies at temperature 0, and why there is no ratio where no session
     completed on both, or that one measurement stands for both engines (one cell key: they do not differ)."""
     row: dict = {}
@@ -504,6 +558,29 @@ ENGINE_COLUMNS = (
     + ["pairs"]
     + [f"{m}_p50_{k}" for m in ENGINE_METRICS for k in ("ratio", "ratio_lo", "ratio_hi", "differs")]
     + ["differs", "exact_match_rate", "engine_final", "reference_final", "reason"]
+)
+
+WIDTH_CLIFF_COLUMNS = (
+    [
+        "tp",
+        "workload",
+        "concurrency",
+        "repetition",
+        "family",
+        "method",
+        "reference",
+        "budget",
+        "reference_budget",
+        "verify_width",
+        "reference_verify_width",
+        "simulated",
+    ]
+    + [c for c in ENGINE_COLUMNS if c.startswith(("output_throughput_", "tpot_p50_", "ttft_p50_"))]
+    + [
+        "pairs",
+        "differs",
+        "reason",
+    ]
 )
 
 
@@ -839,8 +916,9 @@ def write_tables(
     (engine_comparison, engine_builds, with the engines' environment records ``environments``; empty with one
     engine), kinds (per content kind: kind_rows, launches combined), acceptance_depth (depth_rows) and slo
     (slo.capacity: the highest concurrency meeting each of the ``slo`` objectives, none without one), skipped
-    (``skipped``: skipped_cells, the cells budget: verdict did not measure) and ddtree_stages
-    (ddtree_profile.stage_rows: a DDTree build's stage profiler per cell, beside the cost models ``stage_costs``)."""
+    (``skipped``: skipped_cells, the cells budget: verdict did not measure), ddtree_stages
+    (ddtree_profile.stage_rows: a DDTree build's stage profiler per cell, beside the cost models ``stage_costs``) and
+    width_cliff (each DDTree budget against its configuration's budget of the chain's width)."""
     out_dir = Path(out_dir)
     slo = slo or Slo((), 0.9)
     summary = judge(summarise_cells(cells, thresholds, slo), slo)
@@ -862,6 +940,7 @@ def write_tables(
         "slo": capacity(combined, slo),
         "skipped": skipped if skipped is not None else pd.DataFrame(columns=implied.SKIPPED_COLUMNS),
         "ddtree_stages": ddtree_profile.stage_rows(cells, stage_costs),
+        "width_cliff": width_cliff(cells),
     }
     for name, frame in tables.items():
         atomic_write_text(out_dir / f"{name}.csv", frame.to_csv(index=False))

@@ -40,6 +40,7 @@ TABLES = (
     "slo",
     "skipped",
     "ddtree_stages",
+    "width_cliff",
 )
 
 # report sections: key -> title (the PDF's sections and the HTML report's categories)

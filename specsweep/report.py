@@ -790,6 +790,63 @@ def ddtree_stages(tables_dir: str | Path, data: dict[str, str]) -> dict:
     }
 
 
+def width_cliff(tables_dir: str | Path, data: dict[str, str]) -> dict:
+    """Section 3's subsection on DDTree's width cliff (results/width_cliff.csv, aggregate.width_cliff): each budget
+    against its configuration's budget of the chain's width, per workload and concurrency, ratios with their paired
+    intervals; and a sentence per wider budget: the range of its throughput ratios and the cells where it is
+    slower (throughput) or dearer a round (TPOT p50) beyond its interval."""
+    frame = _read_table(tables_dir, "width_cliff")
+    if frame.empty:
+        return {"has_width_cliff": False}
+    shown = pd.DataFrame(
+        {
+            "tp": frame["tp"],
+            "workload": frame["workload"],
+            "concurrency": frame["concurrency"],
+            "method": frame["method"],
+            "reference": frame["reference"],
+            **{
+                label: [
+                    _with_interval(*values)
+                    for values in zip(frame[f"{m}_ratio"], frame[f"{m}_ratio_lo"], frame[f"{m}_ratio_hi"])
+                ]
+                for label, m in (("throughput", "output_throughput"), ("tpot", "tpot_p50"), ("ttft", "ttft_p50"))
+            },
+        }
+    )
+    _table(shown, data, "width_cliff.csv", ["workload", "method", "reference"])
+    return {"has_width_cliff": True, "width_cliff_words": "; ".join(_cliff_words(g) for _, g in _cliff_groups(frame))}
+
+
+def _cliff_groups(frame: pd.DataFrame):
+    """width_cliff's rows by configuration, TP size and budget against its reference."""
+    return frame.groupby(["family", "tp", "method", "reference"], sort=False)
+
+
+def _cliff_words(rows: pd.DataFrame) -> str:
+    """One wider budget against its reference, in words: its verify width against the chain's, the range of its
+    throughput ratios, and the cells (workload/concurrency) where its throughput is lower, or its TPOT p50 higher,
+    than the reference's beyond the 95% interval."""
+    first = rows.iloc[0]
+    throughput = rows["output_throughput_ratio"].dropna()
+    span = f"{throughput.min():.2f}-{throughput.max():.2f}x" if len(throughput) else "no ratio"
+    where = [f"{w}/{c}" for w, c in zip(rows["workload"], rows["concurrency"])]
+    slower = [x for x, hi in zip(where, rows["output_throughput_ratio_hi"]) if pd.notna(hi) and hi < 1]
+    dearer = [x for x, lo in zip(where, rows["tpot_p50_ratio_lo"]) if pd.notna(lo) and lo > 1]
+    tp = f" at TP {int(first['tp'])}" if int(first["tp"]) != 1 else ""
+    return (
+        f"{tex_name(first['method'])} (a verify of {int(first['verify_width'])} tokens) against "
+        f"{tex_name(first['reference'])} ({int(first['reference_verify_width'])}){tp}: throughput {span} of it, "
+        f"lower beyond its interval at {_cells_words(slower)}, a round (TPOT p50) dearer beyond it at "
+        f"{_cells_words(dearer)}"
+    )
+
+
+def _cells_words(cells: list[str]) -> str:
+    """Cells as workload/concurrency, comma-separated (LaTeX-escaped); "none" where there are none."""
+    return ", ".join(tex_name(c) for c in cells) if cells else "none"
+
+
 def budget_sweep(t: Tables, figs: Figures, data: dict[str, str]) -> dict:
     """Section 3: for every speculative algorithm measured at two or more settings of its size (the registry's
     ``size``: DDTree's budget, NGRAM's and draft models' num_draft_tokens, DFlash's block), one figure of small
@@ -1505,6 +1562,7 @@ def prepare(
         **content_kinds(t, figs, data, tables_dir),
         **acceptance_per_depth(t, figs, data, tables_dir),
         **ddtree_stages(tables_dir, data),
+        **width_cliff(tables_dir, data),
         **forced_break_even(t, tables_dir, data),
         **setup_tables(t, environment, view, simulated, data),
         **plan_against_runs(

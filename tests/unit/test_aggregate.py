@@ -96,6 +96,41 @@ def engine_cells(failing: int = 0) -> dict:
     return cells
 
 
+# DDTree on the ddtree-v2 build on the H200, without the stage profiler: budget 15 (a verify of 16, the chain's width)
+# and 16 (17); with the profiler: budgets 22, 32 and 64, a configuration of their own without a chain-width budget
+DDTREE_CELLS = GPU / "ddtree-engines-2026-12-03" / "cells" / "tp1"
+
+
+def test_each_ddtree_budget_is_compared_with_its_configurations_budget_of_the_chains_width():
+    from specsweep.aggregate import width_cliff
+
+    cells = {str(p): json.loads(p.read_text()) for p in sorted(DDTREE_CELLS.glob("ddtree*/*/c*.json"))}
+    rows = width_cliff(cells)
+    # budget 16 against 15 at each workload and concurrency; budgets 22-64 have no chain-width budget of their own
+    assert len(rows) == 8 and set(rows["family"]) == {"ddtree-plain@ddtree-v2"}
+    assert set(rows["method"]) == {"ddtree-plain-b16@ddtree-v2"} and set(rows["reference"]) == {
+        "ddtree-plain-b15@ddtree-v2"
+    }
+    assert (rows["verify_width"] == 17).all() and (rows["reference_verify_width"] == 16).all()
+    assert list(rows["concurrency"][rows["workload"] == "short"]) == [1, 4, 16, 64]
+    # short/16: budget 16 stalls (about half budget 15's throughput), beyond its interval; the ratio is the cells'
+    stalled = rows[(rows["workload"] == "short") & (rows["concurrency"] == 16)].iloc[0]
+    assert stalled["output_throughput_ratio_hi"] < 1 and stalled["differs"]
+    by_name = {
+        c["cell"]["method"]: c
+        for c in cells.values()
+        if (c["cell"]["workload"], c["cell"]["concurrency"]) == ("short", 16)
+    }
+    own = [by_name[f"ddtree-plain-b{b}@ddtree-v2"]["metrics"]["output_throughput"] for b in (16, 15)]
+    assert stalled["output_throughput_ratio"] == pytest.approx(own[0] / own[1], rel=0.02)
+    # a chain-width budget in the profiled configuration brings its wider budgets in, against it alone
+    profiled = GPU / "ddtree-2026-12-03" / "cells" / "tp1" / "ddtree-b15@ddtree-v2"
+    cells.update({str(p): json.loads(p.read_text()) for p in sorted(profiled.glob("*/c*.json"))})
+    wider = width_cliff(cells)
+    assert set(wider.loc[wider["family"] == "ddtree@ddtree-v2", "budget"]) == {22, 32, 64}
+    assert set(wider.loc[wider["family"] == "ddtree@ddtree-v2", "reference"]) == {"ddtree-b15@ddtree-v2"}
+
+
 def test_engines_whose_cells_are_final_are_compared():
     from specsweep.aggregate import engine_comparison
     from specsweep.cells import DEFAULT_FAILURES

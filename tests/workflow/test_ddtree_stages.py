@@ -57,3 +57,13 @@ def test_a_profiled_ddtree_build_writes_its_stages_into_each_cell_and_the_report
     text = report_text(workflow)
     assert "Where a DDTree verify round" in text and "Verify*" in text
     assert "simulated_other" in text or "simulated other" in text
+
+    # the width cliff: budget 16 (a verify of 17) against 15 (16, the chain's width) at each concurrency, in the
+    # report's words and table; simulated, and said so
+    cliff = pd.read_csv(workflow / "results" / "width_cliff.csv")
+    assert list(zip(cliff["method"], cliff["reference"], cliff["concurrency"])) == [
+        ("ddtree-b16@fork", "ddtree-b15@fork", 1),
+        ("ddtree-b16@fork", "ddtree-b15@fork", 2),
+    ]
+    assert cliff["simulated"].all() and cliff["output_throughput_ratio"].gt(0).all()
+    assert "The width cliff" in text and "(a verify of 17 tokens) against" in text
