@@ -1927,7 +1927,9 @@ def verdict_page(tables_dir: str | Path, t: Tables, environment: dict, view: dic
     table = verdict.verdict_table(frame)
     breakeven = t.breakeven if "break_even" in t.breakeven else verdict.break_even(frame)
     dates = list(launches["finished_at"]) if "finished_at" in launches else []
-    stamp = verdict.stamp(frame, environment, view["model"], dates, view.get("sim_profile", ""), t.pareto)
+    builds = _read_table(tables_dir, "engine_builds")
+    engines = verdict.engines_text(builds)
+    stamp = verdict.stamp(frame, environment, view["model"], dates, view.get("sim_profile", ""), t.pareto, engines)
     panels = verdict.heatmap_panels(frame, view.get("methods", []))
     has_ar = bool(frame["speedup"].notna().any()) if len(frame) else False  # no AR: no speedup, no verdict
     if not has_ar:

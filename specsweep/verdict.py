@@ -637,13 +637,15 @@ def stamp(
     dates: Sequence[str] = (),
     sim_profile: str = "",
     pareto: pd.DataFrame | None = None,
+    engines: str = "",
 ) -> dict:
     """What the numbers are: {"flags": SIMULATED, DUMMY WEIGHTS, ACCEPTANCE FORCED (those that apply) or MEASURED,
     "text": one line saying where and on what they were measured (GPU model and count, engine name, version and
     commit or build, model, weights, TP sizes, dates), "caveats": sentences written from the data}; from combined.csv
     (``frame``), the environment record of the backend, the model's name, the cells' finishing times (``dates``,
-    ISO), for a simulated run what the simulated server emulates (``sim_profile``), and the Pareto table (pareto.csv:
-    which of its frontier points are artefacts)."""
+    ISO), for a simulated run what the simulated server emulates (``sim_profile``), the Pareto table (pareto.csv:
+    which of its frontier points are artefacts) and, where the run compares engines, their names (``engines``:
+    engines_text), which replace the one engine's."""
     simulated = bool(frame["simulated"].astype(str).eq("True").any()) or bool(environment.get("simulated"))
     dummy = "load_format" in frame and bool(frame["load_format"].eq("dummy").any())
     forced = frame[frame["accept_length"].notna()] if "accept_length" in frame else frame.iloc[0:0]
@@ -661,8 +663,8 @@ def stamp(
         )
     else:
         text = (
-            f"Measured on {gpus_text(environment)}, {engine_text(environment)}; model {model}, weights {weights}, "
-            f"TP {tps}, {when}."
+            f"Measured on {gpus_text(environment)}, {engines or engine_text(environment)}; model {model}, "
+            f"weights {weights}, TP {tps}, {when}."
         )
     caveats = []
     if simulated:
@@ -701,6 +703,27 @@ def engine_text(environment: dict) -> str:
         engines = dict.fromkeys(_engine(server) for server in described)
         return ", ".join(engines) or "external servers (not described)"
     return _engine(environment.get("server") or {}, environment.get("backend", "server"))
+
+
+def engines_text(builds: pd.DataFrame) -> str:
+    """The engines as the stamp names them where a run compares two or more (aggregate.engine_builds' table: an item
+    per row, a column per engine): "engines NAME (sglang VERSION, commit C or wheel sha256 D) and ..."; empty with
+    one engine."""
+    names = [c for c in builds.columns if c not in ("item", "differs")]
+    if len(names) < 2 or "item" not in builds:
+        return ""
+    rows = builds.set_index("item")
+
+    def value(item: str, name: str) -> str:
+        v = str(rows.at[item, name]) if item in rows.index else ""
+        return "" if v in ("", "nan", "None") else v
+
+    def described(name: str) -> str:
+        version, source = value("sglang", name), value("commit or wheel", name)
+        origin = f"wheel sha256 {source[7:19]}" if source.startswith("sha256=") else f"commit {source[:12]}"
+        return f"{name} (sglang {version or 'version not recorded'}, {origin if source else 'no commit recorded'})"
+
+    return "engines " + " and ".join(described(n) for n in names)
 
 
 def _engine(server: dict, backend: str = "server") -> str:

@@ -243,6 +243,31 @@ def test_a_simulated_run_is_stamped_simulated_and_a_measured_one_measured():
     assert simulated["caveats"][0].startswith("Warning: simulated results.")
 
 
+def test_a_run_comparing_engines_is_stamped_with_each_engine_not_only_the_reference():
+    builds = pd.DataFrame(
+        [
+            {"item": "sglang", "release": "0.5.16", "fork": "0.0.0.dev1+ddtree", "differs": True},
+            {"item": "torch", "release": "2.11.0", "fork": "2.11.0", "differs": False},
+            {
+                "item": "commit or wheel",
+                "release": "sha256=b8ed16e72c7d6a64",
+                "fork": "433c58ed70cd1dabe5a0",
+                "differs": True,
+            },
+        ]
+    )
+    named = verdict.engines_text(builds)
+    assert named == (
+        "engines release (sglang 0.5.16, wheel sha256 b8ed16e72c7d) and "
+        "fork (sglang 0.0.0.dev1+ddtree, commit 433c58ed70cd)"
+    )
+    rows = frame(cell("a", 1, 2.0, 1.8, 2.2))
+    environment = {"hardware": {"gpus": [{"name": "H200"}]}, "server": {"name": "sglang", "version": "0.5.16"}}
+    assert named in verdict.stamp(rows, environment, "m", engines=named)["text"]
+    assert "0.5.16 (release; no commit recorded)" in verdict.stamp(rows, environment, "m")["text"]  # one engine
+    assert verdict.engines_text(builds[["item", "release", "differs"]]) == ""
+
+
 def test_the_confidence_line_says_when_launches_disagree_beyond_their_intervals():
     rows = frame(cell("a", 1, 2.0, 1.8, 2.2, launches=2))
     launches = pd.DataFrame(
