@@ -148,7 +148,9 @@ def window_cell(records, ar, sessions, c, settings):
                     if chosen is None and res["decision"] != "undecided":
                         chosen = look
                 if chosen is None:  # last look as today
-                    res = sequential.look_interval(records, ar, [s.id for s in sessions], c, alphas[-1], final=True)
+                    res = sequential.look_interval(
+                        records, ar, [s.id for s in sessions], c, alphas[-1], final=True, cap=n
+                    )
                     chosen = {
                         "k": len(counts),
                         "T": end,
@@ -211,14 +213,26 @@ def replay(config, seed):
                     # today's look 1 point estimate (fixed set of first n_1 sessions, running shares)
                     counts = sequential.look_sessions(len(cells[c]), settings.get("looks", 4), c)
                     t1 = sequential.look_interval(
-                        records, ar[c], [s.id for s in cells[c][: counts[0]]], c, 0.05, final=len(counts) == 1
+                        records,
+                        ar[c],
+                        [s.id for s in cells[c][: counts[0]]],
+                        c,
+                        0.05,
+                        final=len(counts) == 1,
+                        cap=len(cells[c]),
                     )
                     end = max(r["t_end"] for r in records)
                     alphas = sequential.look_alphas(counts, settings.get("level", 0.95))
                     today_looks = [
                         dict(
                             sequential.look_interval(
-                                records, ar[c], [s.id for s in cells[c][:nk]], c, a, final=k == len(counts) - 1
+                                records,
+                                ar[c],
+                                [s.id for s in cells[c][:nk]],
+                                c,
+                                a,
+                                final=k == len(counts) - 1,
+                                cap=len(cells[c]),
                             ),
                             k=k + 1,
                         )
