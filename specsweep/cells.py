@@ -234,7 +234,11 @@ def cell_key(job: ServerJob, cell: dict, prompts_digest: str, identity_digest: s
     relevant_server["server"] = {k: v for k, v in job.server.items() if k not in UNKEYED_SERVER}
     relevant_server["sglang"] = {k: v for k, v in job.sglang.items() if k not in UNKEYED_BUILD}
     if job.budget is not None:  # budget: verdict's cells keep the deciding look's sessions (measure_verdict)
-        relevant_server["budget"] = {**job.budget, "sessions_under_way": "aborted at the deciding look"}
+        relevant_server["budget"] = {
+            **job.budget,
+            "sessions_under_way": "aborted at the deciding look",
+            "first_wave": sequential.FIRST_WAVE_WEIGHED,  # the looks' rule: a cell stopped by another is measured again
+        }
     method = {k: v for k, v in job.method.as_dict().items() if k != "engine"}
     method["name"] = engines.split(method["name"])[0]
     relevant_server["method"] = method

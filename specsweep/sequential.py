@@ -120,6 +120,9 @@ def log_ratio_interval(
     return out
 
 
+FIRST_WAVE_WEIGHED = "weighed as in the whole cell"  # a verdict cell's precision: how its looks counted the first wave
+
+
 def first_wave_weights(sessions: Sequence[str], concurrency: int, cap: int) -> dict:
     """Per session of a look before the last (``sessions``: its first n_k sessions in start order, of a cell of
     ``cap``): the first wave's ``concurrency`` sessions weigh (n_k - concurrency) / (cap - concurrency), the others 1,
@@ -170,14 +173,14 @@ def look_interval(
     alpha: float,
     final: bool = False,
     *,
-    cap: int,
+    cap: int | None,
 ) -> dict:
     """The speedup at one look over the ``sessions`` looked at (in start order), paired with AR's cell on the same
     sessions; log_ratio_interval at ``alpha``. Before the last look (sessions still being started) each side's
     sessions are charged their time in the loop (running_shares), the first wave weighed as in the whole cell of
-    ``cap`` sessions (first_wave_weights); at the last look (``final``: every session of the cell) each side's
-    steady-state window, as metrics.speedup charges them. The same records give the same interval here and in the
-    aggregated tables."""
+    ``cap`` sessions (first_wave_weights; counted one for one where ``cap`` is None); at the last look (``final``:
+    every session of the cell) each side's steady-state window, as metrics.speedup charges them. The same records
+    give the same interval here and in the aggregated tables."""
     chosen = set(sessions)
     sides = []
     for records in (method_records, ar_records):
@@ -202,7 +205,7 @@ def look_interval(
         )
 
     weights = None
-    if not final:
+    if not final and cap is not None:
         by_session = first_wave_weights(list(sessions), concurrency, cap)
         weights = np.array([by_session[s] for s in common], dtype=float)
     kinds = [a_shares[s][2] for s in common]
@@ -308,13 +311,16 @@ class Looks:
             "look_sessions": self.order[: last["sessions"]] if last else [],
             "look_alpha": last["alpha"] if last else None,
             "look_final": last is not None and last["look"] == len(self.counts),
+            "first_wave": FIRST_WAVE_WEIGHED,
             "stopped": stopped,
         }
 
 
 def verdict_interval(cell: dict, ar_cell: dict) -> dict | None:
     """A cell measured under ``budget: verdict``: the speedup and interval of the look it stopped at, computed again
-    from its records and AR's (look_interval); None for any other cell."""
+    from its records and AR's (look_interval) by the rule it stopped by: its first wave weighed as in the whole cell
+    where its precision says so (``first_wave``), else counted one for one, as cells measured before the weights
+    were; None for any other cell."""
     precision = cell.get("precision") or {}
     if precision.get("budget") != "verdict" or not precision.get("look_sessions"):
         return None
@@ -325,5 +331,5 @@ def verdict_interval(cell: dict, ar_cell: dict) -> dict | None:
         cell["cell"]["concurrency"],
         precision["look_alpha"],
         precision["look_final"],
-        cap=precision["looks_planned"][-1],
+        cap=precision["looks_planned"][-1] if precision.get("first_wave") == FIRST_WAVE_WEIGHED else None,
     )

@@ -273,6 +273,14 @@ def test_a_look_before_the_last_weighs_the_first_wave_as_the_whole_cell_does():
     level = 1 - looks.alphas[0]
     assert covered / draws >= level - 3 * np.sqrt(level * (1 - level) / draws), covered
     assert counted_alike / draws < 0.5, counted_alike
+    # the tables compute a stopped cell's interval again by the rule it stopped by: a cell measured before the
+    # weights (its precision without ``first_wave``) counts its first wave one for one, as it did when it stopped
+    record = looks.record("decided")
+    cell = {"precision": record, "requests": method, "cell": {"concurrency": concurrency}}
+    assert record["first_wave"] == sequential.FIRST_WAVE_WEIGHED
+    assert sequential.verdict_interval(cell, {"requests": ar})["speedup_ci"] == first["speedup_ci"]
+    older = {**cell, "precision": {k: v for k, v in record.items() if k != "first_wave"}}
+    assert sequential.verdict_interval(older, {"requests": ar})["speedup_ci"] == pytest.approx(unweighted)
 
 
 def test_a_look_counts_its_first_sessions_by_start_order_whichever_others_have_finished():
