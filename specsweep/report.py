@@ -805,13 +805,7 @@ def width_cliff(tables_dir: str | Path, data: dict[str, str]) -> dict:
             "concurrency": frame["concurrency"],
             "method": frame["method"],
             "reference": frame["reference"],
-            **{
-                label: [
-                    _with_interval(*values)
-                    for values in zip(frame[f"{m}_ratio"], frame[f"{m}_ratio_lo"], frame[f"{m}_ratio_hi"])
-                ]
-                for label, m in (("throughput", "output_throughput"), ("tpot", "tpot_p50"), ("ttft", "ttft_p50"))
-            },
+            **_paired_ratio_cells(frame),
         }
     )
     _table(shown, data, "width_cliff.csv", ["workload", "method", "reference"])
@@ -1260,6 +1254,18 @@ def _with_interval(ratio, lo, hi) -> str:
     return rf"\twolines{{{ratio:.3f}}}{{{interval}}}"
 
 
+def _paired_ratio_cells(frame: pd.DataFrame) -> dict[str, list[str]]:
+    """The throughput, TPOT p50 and TTFT p50 columns of a table of paired ratios (aggregate's engines and width
+    cliff tables) as printed: each ratio over its 95% interval (_with_interval)."""
+    return {
+        label: [
+            _with_interval(*values)
+            for values in zip(frame[f"{m}_ratio"], frame[f"{m}_ratio_lo"], frame[f"{m}_ratio_hi"])
+        ]
+        for label, m in (("throughput", "output_throughput"), ("tpot", "tpot_p50"), ("ttft", "ttft_p50"))
+    }
+
+
 def _differs(value) -> str:
     """The engines table's differs column as printed: yes, no, or -- where nothing was compared."""
     return "--" if pd.isna(value) else "yes" if str(value) == "True" else "no"
@@ -1282,13 +1288,7 @@ def engines_section(tables_dir: str | Path, data: dict[str, str]) -> dict:
             "concurrency": frame["concurrency"],
             "engine": frame["engine"],
             "reference": frame["reference"],
-            **{
-                label: [
-                    _with_interval(*values)
-                    for values in zip(frame[f"{m}_ratio"], frame[f"{m}_ratio_lo"], frame[f"{m}_ratio_hi"])
-                ]
-                for label, m in (("throughput", "output_throughput"), ("tpot", "tpot_p50"), ("ttft", "ttft_p50"))
-            },
+            **_paired_ratio_cells(frame),
             "differs": [_differs(v) for v in frame["differs"]],
             "same_replies": ["--" if pd.isna(v) else f"{100 * v:.0f}\\%" for v in frame["exact_match_rate"]],
             "note": ["" if pd.isna(r) else f"({reasons.index(r) + 1})" for r in frame["reason"]],
