@@ -185,8 +185,8 @@ def table(rows: list[dict]) -> list[str]:
         lines.append(
             f"| {r['workload']} | {r['concurrency']} | {r['budget']} | {'yes' if r['profiled'] else 'no'} | "
             f"{1e3 * r['measured']:.2f} | {1e3 * r['tpot_p50']:.2f} | {1e3 * r['target']:.2f} | "
-            f"{r['before'] / r['target'] - 1:+.1%} | {1e3 * r['simulated']:.2f} ({r['simulated'] / r['target'] - 1:+.1%}) "
-            f"| {parts} |"
+            f"{r['before'] / r['target'] - 1:+.1%} | "
+            f"{1e3 * r['simulated']:.2f} ({r['simulated'] / r['target'] - 1:+.1%}) | {parts} |"
         )
     return lines
 

@@ -460,6 +460,20 @@ def runtime_problems(runtime) -> list[str]:
     return out
 
 
+def cost_term_problems(terms: dict) -> list[str]:
+    """Why a DDTree build's own round costs (its ``costs``: runtime parameters) cannot price its rounds, one
+    "<parameter>: why" each (empty when they can): a parameter RUNTIME_BOUNDS does not know, a value outside its
+    bounds."""
+    out = []
+    for key, value in terms.items():
+        why = (
+            RUNTIME_BOUNDS[key].problem(value) if key in RUNTIME_BOUNDS else "not a runtime parameter of the cost model"
+        )
+        if why is not None:
+            out.append(f"{key}: {why}")
+    return out
+
+
 @dataclass(frozen=True)
 class CostModel:
     """Time of one engine step for a hardware, model and runtime profile under tensor parallelism.
