@@ -782,20 +782,20 @@ class CostModel:
         ngram_trie_tokens, where the caller knows its requests' prompts and outputs apart, else the prompt tails
         alone: ngram_trie_tokens(contexts, 0 each)).
 
-        step = GPU + exposed CPU. GPU = verify(width x batch tokens) + drafting (draft_seconds) + for a tree
-        verified with a custom mask (DDTree at every budget, NGRAM, a draft model's tree) the mask read per layer
-        (nodes x (context + nodes) bytes) and on hybrid models the recurrent state of nodes beyond the 8 a fused
-        kernel takes + for DDTree in tree mode its construction (per node), its top-k over the drafter's per-depth
-        distributions, its verify's work a tree node and its round work the overlap scheduler does not hide
-        (tree_round_seconds; a build's own measured values over the runtime's: with_build_costs), and with the rank
-        probe its top-32 over the drafter's logits (batch x (block - 1) x vocab x 4 bytes). The overlap scheduler
-        prepares the next step on the CPU while the GPU runs this one, so only CPU work longer than the GPU's shows;
-        without it (and for a DDTree build that runs without it) all of it adds. NGRAM's lookup (ngram_step_overhead + (ngram_cpu_per_request +
+        step = GPU + exposed CPU. GPU = verify(width x batch tokens) + drafting (draft_seconds) + for a tree verified
+        with a custom mask (DDTree at every budget, NGRAM, a draft model's tree) the mask read per layer (nodes x
+        (context + nodes) bytes) and on hybrid models the recurrent state of nodes beyond the 8 a fused kernel takes +
+        for DDTree in tree mode its construction (per node), its top-k over the drafter's per-depth distributions, its
+        verify's work a tree node and its round work the overlap scheduler does not hide (tree_round_seconds; a build's
+        own measured values over the runtime's: with_build_costs), and with the rank probe its top-32 over the drafter's
+        logits (batch x (block - 1) x vocab x 4 bytes). The overlap scheduler prepares the next step on the CPU while
+        the GPU runs this one, so only CPU work longer than the GPU's shows; without it (and for a DDTree build that
+        runs without it) all of it adds. NGRAM's lookup (ngram_step_overhead + (ngram_cpu_per_request +
         ngram_cpu_per_node x nodes + ngram_cpu_per_trie_token x trie_tokens) x batch) runs between two steps whatever
-        the scheduler: it needs the last round's tokens. Every speculative round adds verify_per_request x batch on
-        the GPU (each request's acceptance walk and sampling over its drafted tokens); a draft model adds
-        draft_per_request x batch (its per-request work beside its forwards), and for a tree draft_tree_per_node x
-        nodes x batch (choosing the nodes).
+        the scheduler: it needs the last round's tokens. Every speculative round adds verify_per_request x batch on the
+        GPU (each request's acceptance walk and sampling over its drafted tokens); a draft model adds draft_per_request
+        x batch (its per-request work beside its forwards), and for a tree draft_tree_per_node x nodes x batch (choosing
+        the nodes).
         """
         if not contexts:
             return 0.0
