@@ -48,6 +48,14 @@ class TreeBuild:
     page_size: int | None = None  # the one --page-size its tree verify takes (None: any)
     attention_backends: tuple[str, ...] | None = None  # the attention backends its tree verify takes (None: any)
     profiler: bool = False  # it has the stage profiler (--speculative-ddtree-profile; specsweep.ddtree_profile)
+    # the build's own round costs, measured on it: runtime parameters of the cost model (cost.RUNTIME_BOUNDS, checked
+    # by cost.cost_term_problems) that price its tree rounds over the runtime profile's (CostModel.with_build_costs),
+    # as (name, value) pairs
+    costs: tuple[tuple[str, float], ...] = ()
+
+    def cost_terms(self) -> dict[str, float]:
+        """The build's own round costs as runtime parameters (empty: the runtime profile's alone)."""
+        return dict(self.costs)
 
 
 # how wide a tree is at a depth: "budget": PR 29907's rule from the budget; "topk": the method's cap (else
@@ -103,10 +111,17 @@ def tree_build(name: str, fields: Mapping, where: str) -> TreeBuild:
             raise ValueError(
                 f"{where}.{name}.variables: {variable!r} is not a variable of SGLang's kind ({DECODING_PREFIX}...)"
             )
+    costs = fields.get("costs") or {}
+    numbers = isinstance(costs, Mapping) and all(
+        isinstance(v, (int, float)) and not isinstance(v, bool) for v in costs.values()
+    )
+    if not numbers:
+        raise ValueError(f"{where}.{name}.costs: a mapping of runtime parameters to numbers, not {costs!r}")
     page = fields.get("page_size")
     if page is not None and not (isinstance(page, int) and page >= 1):
         raise ValueError(f"{where}.{name}.page_size: a positive integer or null, not {page!r}")
-    return TreeBuild(name=name, **{**fields, **listed})
+    terms = tuple(sorted((str(k), float(v)) for k, v in costs.items()))
+    return TreeBuild(name=name, **{**fields, **listed, "costs": terms})
 
 
 def define(defined: Mapping | None) -> dict[str, TreeBuild]:

@@ -202,16 +202,22 @@ def cell_stages(tail: ProfileTail | None) -> dict | None:
 
 def simulated_split(cost: CostModel, decoding: Decoding, contexts: list[int], shared: float = 0.0) -> dict[str, float]:
     """The simulator's split of one verify round (seconds by part; the parts sum to its modelled step,
-    CostModel.decode_step): draft = draft_seconds; tree build = tree_build_per_node x budget x batch where the build
-    grows a tree; verify = the target's pass over width x batch tokens (verify_seconds) + the tree-mask read
-    (mask_seconds); follow = verify_per_request x batch; other = the step's rest (CPU time the overlap scheduler does
-    not hide, the rank probe's top-32, a hybrid model's recurrent state)."""
+    CostModel.decode_step, with the build's own costs: CostModel.with_build_costs): draft = draft_seconds + the top-k
+    over its per-depth distributions (tree_round_seconds' topk, the profiler's draft_head_topk); tree build =
+    tree_build_per_node x budget x batch where the build grows a tree; verify = the target's pass over width x batch
+    tokens (verify_seconds) + the tree-mask read (mask_seconds) + the tree's verify work a node (tree_round_seconds'
+    verify); follow = verify_per_request x batch; other = the
+    step's rest (the round's work the overlap scheduler does not hide, CPU time it does not hide, the rank probe's
+    top-32, a hybrid model's recurrent state)."""
+    cost = cost.with_build_costs(decoding)
     r, batch = cost.runtime, len(contexts)
+    tree = cost.tree_round_seconds(decoding, batch)
     parts = {
-        "draft": cost.draft_seconds(decoding, contexts),
+        "draft": cost.draft_seconds(decoding, contexts) + tree["topk"],
         "tree_build": r.get("tree_build_per_node", 0.0) * decoding.budget * batch if decoding.builds_tree() else 0.0,
         "verify": cost.verify_seconds(decoding.verify_width() * batch, contexts, shared)
-        + cost.mask_seconds(decoding, contexts),
+        + cost.mask_seconds(decoding, contexts)
+        + tree["verify"],
         "follow": r.get("verify_per_request", 0.0) * batch,
     }
     parts["other"] = max(0.0, cost.decode_step(decoding, contexts, shared) - sum(parts.values()))

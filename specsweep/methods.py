@@ -15,6 +15,7 @@ from .algorithms import AlgorithmError
 from .canon import canonical_json
 from .errors import ConfigError
 from .modelling.acceptance import missing_acceptance
+from .modelling.cost import cost_term_problems
 from .modelling.method import Method
 from .modelling.profiles import profiles
 
@@ -47,9 +48,13 @@ def expand_methods(config: dict) -> list[Method]:
     """Expand the configured methods (sweeps over listed parameters) into concrete methods (once per distinct
     configuration: every server job, cell table and check asks again)."""
     try:  # the configuration's own DDTree builds, known to this process from here on
-        ddtree.define(config.get("ddtree_builds"))
+        defined = ddtree.define(config.get("ddtree_builds"))
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
+    for name, build in defined.items():  # their own round costs, as the cost model's parameters
+        problems = cost_term_problems(build.cost_terms())
+        if problems:
+            raise ConfigError(f"ddtree_builds.{name}.costs.{problems[0]} (specsweep/modelling/cost.py RUNTIME_BOUNDS)")
     key = canonical_json({**{k: config.get(k) for k in EXPANSION_KEYS}, "drafter": config["model"].get("drafter", "")})
     if key not in _EXPANDED:
         _EXPANDED[key] = tuple(_on_engines(config))

@@ -283,6 +283,53 @@ RUNTIME_BOUNDS = {
     "tree_build_per_node": Bound(
         0.0, 1e-3, "seconds a tree node", False, "DDTree's best-first heap that builds a tree, a node", "gpu-fixed"
     ),
+    "tree_topk_fixed": Bound(
+        0.0,
+        1e-2,
+        "seconds a round",
+        False,
+        "a DDTree build that ranks candidates at every depth runs a top-k over the drafter's per-depth distributions "
+        "(the vocabulary, block_size - 1 depths a request; the stage profiler's draft_head_topk): its launches and "
+        "the part of a round's sort that does not grow with the batch",
+        "gpu-fixed",
+    ),
+    "tree_topk_per_request": Bound(
+        0.0,
+        1e-3,
+        "seconds a request a round",
+        False,
+        "the same top-k's work a request: block_size - 1 rows of the vocabulary sorted for their best candidates",
+        "gpu-fixed",
+    ),
+    "tree_verify_per_node": Bound(
+        0.0,
+        1e-4,
+        "seconds a verified tree node of a request",
+        False,
+        "a tree's verify beyond the roofline's work a token: the tree-attention kernel runs each node against its "
+        "request's context and the tree's own keys under the custom mask, a node at a time per request, so a wider "
+        "tree costs more a node than a chain of the same tokens (the stage profiler's target_verify grows so)",
+        "gpu-fixed",
+    ),
+    "tree_round_fixed": Bound(
+        0.0,
+        1e-2,
+        "seconds a round",
+        False,
+        "a DDTree round's work beyond its stages that the overlap scheduler does not hide: the next verify batch "
+        "cannot be prepared before the drafter's tree exists, so the host's preparation of it (positions and KV "
+        "slots for budget + 1 tokens a request, the tree's verify inputs) runs between the stages",
+        "host",
+    ),
+    "tree_round_per_request": Bound(
+        0.0,
+        1e-3,
+        "seconds a request a round",
+        False,
+        "the same exposed work a request: its tree's verify inputs and cache slots, and its accepted path's "
+        "bookkeeping",
+        "host",
+    ),
     "hybrid_tree_per_node": Bound(
         0.0,
         1e-2,
@@ -413,6 +460,20 @@ def runtime_problems(runtime) -> list[str]:
     return out
 
 
+def cost_term_problems(terms: dict) -> list[str]:
+    """Why a DDTree build's own round costs (its ``costs``: runtime parameters) cannot price its rounds, one
+    "<parameter>: why" each (empty when they can): a parameter RUNTIME_BOUNDS does not know, a value outside its
+    bounds."""
+    out = []
+    for key, value in terms.items():
+        why = (
+            RUNTIME_BOUNDS[key].problem(value) if key in RUNTIME_BOUNDS else "not a runtime parameter of the cost model"
+        )
+        if why is not None:
+            out.append(f"{key}: {why}")
+    return out
+
+
 @dataclass(frozen=True)
 class CostModel:
     """Time of one engine step for a hardware, model and runtime profile under tensor parallelism.
@@ -425,6 +486,8 @@ class CostModel:
     runtime: dict
     tp: int = 1
     draft_model: dict | None = None
+    # charge a DDTree build's own round costs (its entry's ``costs``) over the runtime's: with_build_costs
+    build_costs: bool = True
 
     @classmethod
     def named(
@@ -444,6 +507,32 @@ class CostModel:
             tp,
             p["models"][draft_model] if draft_model else None,
         )
+
+    def with_build_costs(self, decoding: Decoding) -> CostModel:
+        """The cost model that prices this decoding's rounds: for a DDTree build whose entry states its own round
+        costs (specsweep/data/ddtree_builds.yaml ``costs``: runtime parameters measured on that build), the runtime
+        with those values over its own; itself otherwise, and where ``build_costs`` is off (the runtime's alone)."""
+        build = decoding.tree_build_of()
+        terms = build.cost_terms() if build is not None and self.build_costs else {}
+        if all(self.runtime.get(k) == v for k, v in terms.items()):
+            return self
+        return CostModel(self.gpu, self.model, {**self.runtime, **terms}, self.tp, self.draft_model, self.build_costs)
+
+    def tree_round_seconds(self, decoding: Decoding, batch: int) -> dict[str, float]:
+        """A DDTree round's own terms, in seconds, where it builds a tree (all 0 for any other round, and each 0
+        where the runtime, with the build's costs (with_build_costs), does not set it):
+        topk = tree_topk_fixed + tree_topk_per_request x batch (ranking the drafter's per-depth candidates);
+        verify = tree_verify_per_node x verify width x batch (the tree's verify beyond the roofline's);
+        exposed = tree_round_fixed + tree_round_per_request x batch (the round's work the overlap scheduler does not
+        hide)."""
+        if not decoding.builds_tree():
+            return dict.fromkeys(("topk", "verify", "exposed"), 0.0)
+        r = self.runtime
+        return {
+            "topk": r.get("tree_topk_fixed", 0.0) + r.get("tree_topk_per_request", 0.0) * batch,
+            "verify": r.get("tree_verify_per_node", 0.0) * decoding.verify_width() * batch,
+            "exposed": r.get("tree_round_fixed", 0.0) + r.get("tree_round_per_request", 0.0) * batch,
+        }
 
     def draft_head(self, fused_layers: int = 0) -> dict:
         """A draft head's model profile from the target's (an EAGLE head, an MTP head), sized from the target's own
@@ -693,21 +782,26 @@ class CostModel:
         ngram_trie_tokens, where the caller knows its requests' prompts and outputs apart, else the prompt tails
         alone: ngram_trie_tokens(contexts, 0 each)).
 
-        step = GPU + exposed CPU. GPU = verify(width x batch tokens) + drafting (draft_seconds) + for a tree
-        verified with a custom mask (DDTree at every budget, NGRAM, a draft model's tree) the mask read per layer
-        (nodes x (context + nodes) bytes) and on hybrid models the recurrent state of nodes beyond the 8 a fused
-        kernel takes + for DDTree in tree mode its construction (per node) and with the rank probe its top-32 over
-        the drafter's logits (batch x (block - 1) x vocab x 4 bytes). The overlap scheduler prepares the next step
-        on the CPU while the GPU runs this one, so only CPU work longer than the GPU's shows; without it (and for
-        DDTree, which runs without it) all of it adds. NGRAM's lookup (ngram_step_overhead + (ngram_cpu_per_request +
+        step = GPU + exposed CPU. GPU = verify(width x batch tokens) + drafting (draft_seconds) + for a tree verified
+        with a custom mask (DDTree at every budget, NGRAM, a draft model's tree) the mask read per layer (nodes x
+        (context + nodes) bytes) and on hybrid models the recurrent state of nodes beyond the 8 a fused kernel takes +
+        for DDTree in tree mode its construction (per node), its top-k over the drafter's per-depth distributions, its
+        verify's work a tree node and its round work the overlap scheduler does not hide (tree_round_seconds; a build's
+        own measured values over the runtime's: with_build_costs), and with the rank probe its top-32 over the drafter's
+        logits (batch x (block - 1) x vocab x 4 bytes). The overlap scheduler prepares the next step on the CPU while
+        the GPU runs this one, so only CPU work longer than the GPU's shows; without it (and for a DDTree build that
+        runs without it) all of it adds. NGRAM's lookup (ngram_step_overhead + (ngram_cpu_per_request +
         ngram_cpu_per_node x nodes + ngram_cpu_per_trie_token x trie_tokens) x batch) runs between two steps whatever
-        the scheduler: it needs the last round's tokens. Every speculative round adds verify_per_request x batch on
-        the GPU (each request's acceptance walk and sampling over its drafted tokens); a draft model adds
-        draft_per_request x batch (its per-request work beside its forwards), and for a tree draft_tree_per_node x
-        nodes x batch (choosing the nodes).
+        the scheduler: it needs the last round's tokens. Every speculative round adds verify_per_request x batch on the
+        GPU (each request's acceptance walk and sampling over its drafted tokens); a draft model adds draft_per_request
+        x batch (its per-request work beside its forwards), and for a tree draft_tree_per_node x nodes x batch (choosing
+        the nodes).
         """
         if not contexts:
             return 0.0
+        own = self.with_build_costs(decoding)
+        if own is not self:
+            return own.decode_step(decoding, contexts, shared, trie_tokens)
         r, spec = self.runtime, decoding.spec
         width = decoding.verify_width()
         gpu = self.verify_seconds(width * len(contexts), contexts, shared)
@@ -720,6 +814,7 @@ class CostModel:
                 gpu += self.mask_seconds(decoding, contexts)
                 if decoding.builds_tree():
                     gpu += r["tree_build_per_node"] * decoding.budget * len(contexts)
+                    gpu += sum(self.tree_round_seconds(decoding, len(contexts)).values())
                 if decoding.probes_ranks():  # top-32 over the drafter's float32 logits at every depth
                     logits = len(contexts) * (decoding.block_size - 1) * self.model["vocab"] * 4
                     gpu += logits / (self.gpu["bandwidth"] * r.get("bandwidth_efficiency", 1.0) * self.tp)

@@ -142,6 +142,10 @@ class Decoding:
             return None
         return ddtree.shape(ddtree.build(self.tree_build), self.block_size, self.budget, self.topk)
 
+    def tree_build_of(self) -> ddtree.TreeBuild | None:
+        """The DDTree build this decoding runs (None for an algorithm that builds no DDTree tree)."""
+        return ddtree.build(self.tree_build) if self.spec.builds_trees else None
+
     def builds_tree(self) -> bool:
         """DDTree whose build grows a tree at this budget (``tree_shape``), not a chain."""
         shape = self.tree_shape()

@@ -342,3 +342,93 @@ def test_the_stage_table_puts_each_cells_records_beside_the_cost_models_split_of
     # no cost model for the engine: the records alone
     alone = ddtree_profile.stage_rows({"a.json": cell}, {})
     assert alone["modelled_ms_round"].isna().all() and alone["measured_ms_round"].iloc[0] == pytest.approx(13.5)
+
+
+# ---------------------------------------------------------------- the build's own round costs, fitted to its cells
+
+
+def ddtree_check():
+    import sys
+
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    import ddtree_check as check
+
+    return check
+
+
+def test_the_forks_simulated_round_is_within_10_percent_of_every_measured_round_and_was_not_before():
+    """Every DDTree cell of the build's two H200 records (budgets 15 and 16 unprofiled; 15, 16, 22, 32 and 64
+    profiled, their stages scaled to an unprofiled round by the plain/stage share) against the configuration's cost
+    model: within 10% with the build's own costs, and without them (the runtime profile's alone) off by more at most
+    shapes, the plain ones all under."""
+    check = ddtree_check()
+    cost = check.cost_model(check.CONFIG)
+    found = check.cells(list(check.RECORDS))
+    shares = check.stage_share(found)
+    rows = [check.compare(cost, cell, shares) for cell in found]
+    assert len(rows) == 56 and sum(not r["profiled"] for r in rows) == 16
+    assert {r["budget"] for r in rows} == {15, 16, 22, 32, 64} and {r["concurrency"] for r in rows} == {1, 4, 16, 64}
+    for r in rows:
+        assert abs(r["simulated"] / r["target"] - 1) <= 0.10, (r["workload"], r["concurrency"], r["budget"])
+    before = [r["before"] / r["target"] - 1 for r in rows]
+    assert sum(abs(e) > 0.10 for e in before) >= 40
+    assert max(e for e, r in zip(before, rows) if not r["profiled"]) < -0.05
+
+
+def test_the_forks_shipped_round_costs_are_what_the_fit_to_its_records_gives():
+    """The build's ``costs`` in the data file are ddtree_check.fit's values (derived, not typed), each a runtime
+    parameter the cost model states with its mechanism."""
+    from specsweep.modelling.cost import RUNTIME_BOUNDS
+
+    check = ddtree_check()
+    shipped = ddtree.build(FORK).cost_terms()
+    fitted = check.fit(check.cost_model(check.CONFIG), check.cells(list(check.RECORDS)))
+    assert set(shipped) == set(fitted) <= set(RUNTIME_BOUNDS)
+    for name, value in fitted.items():
+        assert shipped[name] == pytest.approx(value, rel=0.01), name
+        assert value > 0, name
+
+
+def test_a_builds_costs_price_its_own_rounds_only():
+    """The fork's costs raise its tree rounds (top-k, the tree's verify a node, the exposed round work, each growing
+    with the batch) and leave AR, DFlash and pull request 29907's DDTree as the runtime prices them."""
+    cost = CostModel.named("H200", "qwen3-8b", "sglang-0.5.16-h200")
+    plain = CostModel(cost.gpu, cost.model, cost.runtime, cost.tp, cost.draft_model, build_costs=False)
+    for decoding in (Decoding("ar"), Decoding("dflash"), Decoding("ddtree", budget=32)):
+        assert cost.decode_step(decoding, [1024] * 16) == plain.decode_step(decoding, [1024] * 16)
+    fork = Decoding("ddtree", budget=32, tree_build=FORK)
+    extra = [cost.decode_step(fork, [1024] * b) - plain.decode_step(fork, [1024] * b) for b in (1, 16, 64)]
+    assert 0 < extra[0] < extra[1] < extra[2]
+    terms = ddtree.build(FORK).cost_terms()
+    expected = (
+        terms["tree_topk_fixed"] + terms["tree_round_fixed"]
+        + 64 * (terms["tree_topk_per_request"] + terms["tree_round_per_request"] + 33 * terms["tree_verify_per_node"])
+    )  # fmt: skip
+    assert extra[2] == pytest.approx(expected)
+    split = ddtree_profile.simulated_split(cost, fork, [1024] * 64)
+    assert sum(split.values()) == pytest.approx(cost.decode_step(fork, [1024] * 64))
+
+
+def test_every_shipped_builds_costs_are_runtime_parameters_within_their_bounds():
+    from specsweep.modelling.cost import cost_term_problems
+
+    assert ddtree.build(FORK).cost_terms()
+    for name, build in ddtree.shipped_builds().items():
+        assert cost_term_problems(build.cost_terms()) == [], name
+
+
+@pytest.mark.parametrize(
+    "costs, problem",
+    [
+        ({"tree_topk_fast": 1e-4}, r"ddtree_builds.mine.costs.tree_topk_fast: not a runtime parameter"),
+        ({"tree_round_fixed": 5.0}, r"ddtree_builds.mine.costs.tree_round_fixed: 5.0 is outside"),
+        ([1e-4], r"ddtree_builds.mine.costs: a mapping of runtime parameters"),
+    ],
+)
+def test_a_configured_builds_cost_the_cost_model_does_not_know_or_out_of_bounds_is_refused(costs, problem):
+    fields = {**yaml.safe_load((REPO / "specsweep/data/ddtree_builds.yaml").read_text())[FORK], "costs": costs}
+    config = fork_config({"budget": 15, "topk": "uncapped"})
+    config["ddtree_builds"] = {"mine": fields}
+    config["methods"][0]["tree_build"] = "mine"
+    with pytest.raises(cfg.ConfigError, match=problem):
+        expand_methods(config)
