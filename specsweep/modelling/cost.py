@@ -809,17 +809,7 @@ class CostModel:
             gpu += self.draft_seconds(decoding, contexts) + r.get("verify_per_request", 0.0) * len(contexts)
             masked = spec.custom_mask and (spec.drafting != "draft-model" or decoding.verifies_tree())
             if masked:
-                # the custom tree mask read in attention (mask_seconds); DDTree's heap that builds a tree costs per
-                # node (a chain has none)
-                gpu += self.mask_seconds(decoding, contexts)
-                if decoding.builds_tree():
-                    gpu += r["tree_build_per_node"] * decoding.budget * len(contexts)
-                    gpu += sum(self.tree_round_seconds(decoding, len(contexts)).values())
-                if decoding.probes_ranks():  # top-32 over the drafter's float32 logits at every depth
-                    logits = len(contexts) * (decoding.block_size - 1) * self.model["vocab"] * 4
-                    gpu += logits / (self.gpu["bandwidth"] * r.get("bandwidth_efficiency", 1.0) * self.tp)
-                if self.model["hybrid"]:
-                    gpu += r.get("hybrid_tree_per_node", 0.0) * max(0, width - 8) * len(contexts)
+                gpu += self.masked_verify_extra(decoding, contexts)
             if spec.drafting == "lookup":  # SGLang's n-gram match and tree mask, built for each request
                 if trie_tokens is None:
                     trie_tokens = ngram_trie_tokens(contexts, [0] * len(contexts))
@@ -837,6 +827,24 @@ class CostModel:
         if decoding.overlap and spec.overlapped(decoding.params()):
             return max(gpu, cpu) if "cpu_step" in r else gpu
         return gpu + cpu
+
+    def masked_verify_extra(self, decoding: Decoding, contexts: list[int]) -> float:
+        """Seconds a round verified with a custom tree mask adds (decode_step): the mask read in attention
+        (mask_seconds); for DDTree in tree mode its heap that builds the tree (tree_build_per_node x budget x batch; a
+        chain has none) and its own round terms (tree_round_seconds); with the rank probe its top-32 over the
+        drafter's float32 logits at every depth (batch x (block - 1) x vocab x 4 bytes at the GPU's bandwidth); on a
+        hybrid model the recurrent state of nodes beyond the 8 a fused kernel takes (hybrid_tree_per_node)."""
+        r, batch = self.runtime, len(contexts)
+        seconds = self.mask_seconds(decoding, contexts)
+        if decoding.builds_tree():
+            seconds += r["tree_build_per_node"] * decoding.budget * batch
+            seconds += sum(self.tree_round_seconds(decoding, batch).values())
+        if decoding.probes_ranks():
+            logits = batch * (decoding.block_size - 1) * self.model["vocab"] * 4
+            seconds += logits / (self.gpu["bandwidth"] * r.get("bandwidth_efficiency", 1.0) * self.tp)
+        if self.model["hybrid"]:
+            seconds += r.get("hybrid_tree_per_node", 0.0) * max(0, decoding.verify_width() - 8) * batch
+        return seconds
 
     def prefill(self, new_tokens: int, attention_pairs: float = 0.0, decoding: Decoding | None = None) -> float:
         """Seconds to prefill ``new_tokens`` prompt tokens (compute-bound): the weights' work,
