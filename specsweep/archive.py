@@ -84,6 +84,18 @@ SETTINGS_SCHEMA = {
             "additionalProperties": {"type": "string", "pattern": "^[0-9a-f]{64}$"},
             "description": "{cell file under cells/: its content digest} for cells that carry none",
         },
+        "sim": {
+            "type": "object",
+            "required": ["gpu", "model_profile", "runtime"],
+            "properties": {
+                "gpu": {"type": "string"},
+                "model_profile": {"type": "string"},
+                "runtime": {"type": "string"},
+            },
+            "additionalProperties": False,
+            "description": "the cost model whose split of a DDTree round the stage table shows beside the stage "
+            "profiler's (the configuration's sim: gpu, model_profile, runtime; default: no modelled columns)",
+        },
         "digests_of": {
             "type": "string",
             "pattern": "^[0-9a-f]{40}$",
@@ -282,6 +294,15 @@ def view_of_record(record: Path, cells: dict[str, dict], settings: dict) -> dict
     }
 
 
+def stage_costs(cells: dict[str, dict], settings: dict) -> dict | None:
+    """The cost model of record.yaml's ``sim`` for every engine and TP size of the record's cells (the stage table's
+    "<engine>|<tp>": ddtree_profile.stage_rows), or None where it states none."""
+    sim = settings.get("sim")
+    if not sim:
+        return None
+    return {f"{c['method'].get('engine') or ''}|{c['cell']['tp']}": dict(sim) for c in cells.values()}
+
+
 def render(record: Path, out_pdf: Path | None = None, figures: Path | None = None, work: Path | None = None) -> Path:
     """The record's report rendered by today's code into ``out_pdf`` (default: report.pdf in the record), and with
     ``figures`` every chart as a PNG there, one folder per section (as the workflow's report_figures draws them):
@@ -301,7 +322,16 @@ def render(record: Path, out_pdf: Path | None = None, figures: Path | None = Non
         # the files verified_cells passed over: the skipped records (any other would have stopped it)
         others = (p for p in sorted((record / CELLS).rglob("*.json")) if p.relative_to(record).as_posix() not in cells)
         skipped = skipped_cells([str(p) for p in others])
-        write_tables(cells, folder / "tables", DEFAULT_FAILURES, order, envs, record_slo(record, settings), skipped)
+        write_tables(
+            cells,
+            folder / "tables",
+            DEFAULT_FAILURES,
+            order,
+            envs,
+            record_slo(record, settings),
+            skipped,
+            stage_costs(cells, settings),
+        )
         context, csv = prepare(folder / "tables", envs[order[0] if order else None], view)
         data = folder / "report" / "data.json"
         write_data(context, csv, data)

@@ -141,6 +141,25 @@ def test_record_settings_are_checked(tmp_path):
         archive.method_order(cells, archive.read_settings(record))
 
 
+def test_a_ddtree_records_stage_table_is_modelled_by_the_cost_model_its_settings_name(tmp_path):
+    """record.yaml's sim (gpu, model_profile, runtime) prices the simulator's split of each profiled DDTree round
+    beside the stage profiler's; without it the stage table has no modelled columns; a sim missing a key is refused."""
+    from specsweep import ddtree_profile
+
+    record = REPO / "benchmarks" / "gpu" / "ddtree-2026-12-03"
+    settings = archive.read_settings(record)
+    cells = archive.verified_cells(record, settings)
+    modelled = ddtree_profile.stage_rows(cells, archive.stage_costs(cells, settings))
+    assert len(modelled) == 16 and modelled["modelled_ms_round"].gt(0).all()
+    assert set(modelled["cost_model"]) == {"sglang-0.5.16-h200"}
+    bare = ddtree_profile.stage_rows(cells, archive.stage_costs(cells, {}))
+    assert bare["modelled_ms_round"].isna().all()
+    copy = copy_record(tmp_path, SMALL)
+    (copy / "record.yaml").write_text("sim: {gpu: H200, runtime: sglang-0.5.16-h200}\n")
+    with pytest.raises(archive.ArchiveError, match="model_profile"):
+        archive.read_settings(copy)
+
+
 def test_a_record_is_judged_against_its_own_slos_or_the_configurations_defaults(tmp_path):
     """record.yaml's slo (checked as the configuration checks it) sets the objectives the SLO tables judge; without
     one, the configuration's defaults; the judged table names each objective and says where each cell met it."""
