@@ -399,63 +399,95 @@ def engine_comparison(
     return pd.DataFrame(rows, columns=ENGINE_COLUMNS)
 
 
-def width_cliff(cells: dict[str, dict]) -> pd.DataFrame:
+def width_cliff(cells: dict[str, dict], thresholds: dict | None = None) -> pd.DataFrame:
     """The width cliff of tree methods sized by a node budget (DDTree): each budget's cell against the cell of the
     same configuration whose verify is the chain's width (verify width = the drafter's block size, DFlash's chain
     and the CUDA graph it captures: budget = block size - 1), at the same TP size, workload, concurrency and
-    repetition. A configuration is the method's configured name less its ``-b<budget>`` suffix (the names a budget
-    list expands to) on one engine: one build, flags and cap. Ratios wider / chain-width of output throughput
-    (metrics.speedup, paired over the sessions both ran) and of the TPOT and TTFT medians (metrics.median_ratio),
-    each with its 95% interval and ``differs`` where it excludes 1, as engine_comparison's rows."""
-    groups: dict[tuple, list[str]] = {}
-    for path, cell in cells.items():
+    repetition. Of the same configuration: same_setting, whatever the methods' names, so a budget is never paired
+    with one of another cap, block, build or flag; ``family`` names it by the reference's name less its
+    ``-b<budget>`` tag. Ratios wider / chain-width of output throughput (metrics.speedup, paired over the sessions
+    both ran) and of the TPOT and TTFT medians (metrics.median_ratio), each with its 95% interval and ``differs``
+    where it excludes 1, as engine_comparison's rows; with failure ``thresholds``, a pair with a cell that is not
+    final (cells.unfinished) has no ratio and ``reason`` says why."""
+    groups: dict[tuple, list[dict]] = {}
+    for path in sorted(cells, key=lambda p: cells[p]["cell"]["method"]):
+        cell = cells[path]
         params, algorithm = cell["method"].get("params") or {}, algorithms.get(cell["method"]["algorithm"])
-        if algorithm.size != "budget" or "block_size" not in params or params.get("budget") is None:
-            continue
-        c = cell["cell"]
-        base, engine = engines.split(c["method"])
-        family = engines.qualified(re.sub(r"-b\d+$", "", base), engine)
-        groups.setdefault((family, c["tp"], c["workload"], c["concurrency"], c["repetition"]), []).append(path)
+        if algorithm.size == "budget" and "block_size" in params and params.get("budget") is not None:
+            c = cell["cell"]
+            groups.setdefault((c["tp"], c["workload"], c["concurrency"], c["repetition"]), []).append(cell)
     rows = []
-    for (family, tp, workload, concurrency, repetition), paths in sorted(groups.items(), key=_cliff_order):
-        by_budget = {int(cells[p]["method"]["params"]["budget"]): cells[p] for p in paths}
-        chain = [b for b, c in by_budget.items() if c["method"]["params"]["block_size"] == b + 1]
-        if not chain:
-            continue
-        reference = by_budget[chain[0]]
-        ref_window = cell_measures(reference)["concurrency"]["window"]
-        for budget in sorted(b for b in by_budget if b > chain[0]):
-            other = by_budget[budget]
-            row = {
-                "tp": tp,
-                "workload": workload,
-                "concurrency": concurrency,
-                "repetition": repetition,
-                "family": family,
-                "method": other["cell"]["method"],
-                "reference": reference["cell"]["method"],
-                "budget": budget,
-                "reference_budget": chain[0],
-                "verify_width": budget + 1,
-                "reference_verify_width": chain[0] + 1,
-                "simulated": bool(other["simulated"] or reference["simulated"]),
-            }
-            ratios = _paired_ratios(other, reference, ref_window)
-            rows.append({**row, **{k: v for k, v in ratios.items() if k in WIDTH_CLIFF_COLUMNS}})
-    return pd.DataFrame(rows, columns=WIDTH_CLIFF_COLUMNS)
+    for (tp, workload, concurrency, repetition), group in groups.items():
+        for reference in (
+            c for c in group if c["method"]["params"]["block_size"] == c["method"]["params"]["budget"] + 1
+        ):
+            chain = int(reference["method"]["params"]["budget"])
+            base, engine = engines.split(reference["cell"]["method"])
+            wider: dict[int, dict] = {}  # a budget under two names: the first
+            for other in group:
+                budget = int(other["method"]["params"]["budget"])
+                if budget > chain and same_setting(other["method"], reference["method"]):
+                    wider.setdefault(budget, other)
+            for budget, other in sorted(wider.items()):
+                row = {
+                    "tp": tp,
+                    "workload": workload,
+                    "concurrency": concurrency,
+                    "repetition": repetition,
+                    "family": engines.qualified(re.sub(r"-b\d+(?=-|$)", "", base), engine),
+                    "method": other["cell"]["method"],
+                    "reference": reference["cell"]["method"],
+                    "budget": budget,
+                    "reference_budget": chain,
+                    "verify_width": budget + 1,
+                    "reference_verify_width": chain + 1,
+                    "simulated": bool(other["simulated"] or reference["simulated"]),
+                }
+                rows.append({**row, **_cliff_ratios(other, reference, thresholds)})
+    frame = pd.DataFrame(rows, columns=WIDTH_CLIFF_COLUMNS)
+    order = ["family", "tp", "workload", "concurrency", "repetition", "budget"]
+    return frame.sort_values(order, kind="stable", na_position="first").reset_index(drop=True)
 
 
-def _cliff_order(group: tuple) -> tuple:
-    """width_cliff's rows by configuration, TP size, workload, then concurrency and repetition as numbers."""
-    (family, tp, workload, concurrency, repetition), _ = group
-    return family, tp, workload, concurrency, -1 if repetition is None else repetition
+def _cliff_ratios(other: dict, reference: dict, thresholds: dict | None) -> dict:
+    """A wider budget's cell against its chain-width budget's (width_cliff): _paired_ratios' columns, or, where
+    either cell is not final under ``thresholds``, only the ``reason``."""
+    problems = [
+        f"{side['cell']['method']}'s cell is not final: {problem}"
+        for side in (other, reference)
+        if thresholds and (problem := unfinished(side["requests"], thresholds))
+    ]
+    if problems:
+        return {"reason": " and ".join(problems)}
+    ratios = _paired_ratios(other, reference, cell_measures(reference)["concurrency"]["window"], "budgets")
+    return {k: v for k, v in ratios.items() if k in WIDTH_CLIFF_COLUMNS}
 
 
-def _paired_ratios(other: dict, reference: dict, ref_window) -> dict:
+def same_setting(a: dict, b: dict) -> bool:
+    """Whether two methods sized by a budget run the same setting but for their budgets: the same engine,
+    algorithm, parameters but the budget, environment and attention backend, and flags alike token by token, a token
+    either the same or the same once each side's own budget in it is read as a placeholder (the budget's value, a
+    profiler's output file named by it)."""
+
+    def less_budget(method: dict) -> dict:
+        return {k: v for k, v in (method.get("params") or {}).items() if k != "budget"}
+
+    keys = ("engine", "algorithm", "env", "attention_backend")
+    if any(a.get(k) != b.get(k) for k in keys) or less_budget(a) != less_budget(b):
+        return False
+    flags_a, flags_b = list(a.get("flags") or []), list(b.get("flags") or [])
+    budgets = str(a["params"]["budget"]), str(b["params"]["budget"])
+    return len(flags_a) == len(flags_b) and all(
+        x == y or str(x).replace(budgets[0], "{budget}") == str(y).replace(budgets[1], "{budget}")
+        for x, y in zip(flags_a, flags_b)
+    )
+
+
+def _paired_ratios(other: dict, reference: dict, ref_window, compared: str = "engines") -> dict:
     """One cell against a reference cell of the same prompts (engine_comparison: another engine's; width_cliff:
-    another budget's): the ratios with their intervals and
-    ``differs``, the pairs, the share of equal replies at temperature 0, and why there is no ratio where no session
-    completed on both, or that one measurement stands for both engines (one cell key: they do not differ)."""
+    another budget's, ``compared`` naming what differs): the ratios with their intervals and ``differs``, the pairs,
+    the share of equal replies at temperature 0, and why there is no ratio where no session completed on both, or
+    that one measurement stands for both engines (one cell key: they do not differ)."""
     row: dict = {}
     ratio = speedup(other["requests"], reference["requests"], cell_measures(other)["concurrency"]["window"], ref_window)
     row.update(_ratio_columns("output_throughput", ratio["speedup"], ratio["speedup_ci"]))
@@ -470,7 +502,7 @@ def _paired_ratios(other: dict, reference: dict, ref_window) -> dict:
     flags = [row[f"{m}_differs"] for m in ("output_throughput", "tpot_p50", "ttft_p50")]
     row["differs"] = True if True in flags else None if all(f is None for f in flags) else False
     if not ratio["pairs"]:
-        row["reason"] = "no session completed on both engines"
+        row["reason"] = f"no session completed on both {compared}"
     elif other["requests"] == reference["requests"]:  # one cell key, measured once, shown under both names
         row["differs"] = False
         row["reason"] = "one measurement: both engines run the same build with the same settings (one cell key)"
@@ -940,7 +972,7 @@ def write_tables(
         "slo": capacity(combined, slo),
         "skipped": skipped if skipped is not None else pd.DataFrame(columns=implied.SKIPPED_COLUMNS),
         "ddtree_stages": ddtree_profile.stage_rows(cells, stage_costs),
-        "width_cliff": width_cliff(cells),
+        "width_cliff": width_cliff(cells, thresholds),
     }
     for name, frame in tables.items():
         atomic_write_text(out_dir / f"{name}.csv", frame.to_csv(index=False))

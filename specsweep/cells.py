@@ -21,7 +21,7 @@ from importlib import resources
 import jsonschema
 import requests
 
-from . import CELL_SCHEMA_VERSION, HARNESS_VERSION, __version__, algorithms, ddtree_profile, engines, sequential
+from . import CELL_SCHEMA_VERSION, HARNESS_VERSION, __version__, algorithms, ddtree, ddtree_profile, engines, sequential
 from .canon import canonical_json, digest
 from .client import Abort, LoadModel, measure
 from .counters import SERVER_INFO_KEYS, LoadSampler, counter_deltas, scrape, server_cumulative_acceptance, server_info
@@ -229,7 +229,8 @@ def cell_key(job: ServerJob, cell: dict, prompts_digest: str, identity_digest: s
     or a configuration wrapped in a one-engine ``engines`` block keys its cells as before (see ``as_named``); a
     prompt file is keyed by the prompts it holds, not its path. What the configuration sets in a server's
     environment (server.env, a method's env: every variable that changes decoding, SGLANG_*, is set there) is keyed
-    by value; what the host passes is not (launcher.host_environment)."""
+    by value; what the host passes is not (launcher.host_environment). A simulated DDTree round of a build with its
+    own round costs (ddtree_builds.yaml ``costs``) is keyed by those values, so that a refit prices it again."""
     relevant_server = {k: v for k, v in job.as_dict().items() if k not in UNKEYED_JOB}
     relevant_server["server"] = {k: v for k, v in job.server.items() if k not in UNKEYED_SERVER}
     relevant_server["sglang"] = {k: v for k, v in job.sglang.items() if k not in UNKEYED_BUILD}
@@ -242,6 +243,11 @@ def cell_key(job: ServerJob, cell: dict, prompts_digest: str, identity_digest: s
     method = {k: v for k, v in job.method.as_dict().items() if k != "engine"}
     method["name"] = engines.split(method["name"])[0]
     relevant_server["method"] = method
+    tree_build = job.method.params.get("tree_build")
+    if job.sim is not None and tree_build in ddtree.builds():  # a simulated round priced with its build's own costs
+        costs = ddtree.builds()[tree_build].cost_terms()  # (shipped data, not configuration: keyed by value here)
+        if costs:
+            relevant_server["tree_build_costs"] = costs
     return digest(
         {
             "harness": HARNESS_VERSION,

@@ -825,8 +825,11 @@ def _cliff_words(rows: pd.DataFrame) -> str:
     throughput = rows["output_throughput_ratio"].dropna()
     span = f"{throughput.min():.2f}-{throughput.max():.2f}x" if len(throughput) else "no ratio"
     where = [f"{w}/{c}" for w, c in zip(rows["workload"], rows["concurrency"])]
-    slower = [x for x, hi in zip(where, rows["output_throughput_ratio_hi"]) if pd.notna(hi) and hi < 1]
-    dearer = [x for x, lo in zip(where, rows["tpot_p50_ratio_lo"]) if pd.notna(lo) and lo > 1]
+    # a cell once, whatever its repetitions
+    slower = list(
+        dict.fromkeys(x for x, hi in zip(where, rows["output_throughput_ratio_hi"]) if pd.notna(hi) and hi < 1)
+    )
+    dearer = list(dict.fromkeys(x for x, lo in zip(where, rows["tpot_p50_ratio_lo"]) if pd.notna(lo) and lo > 1))
     tp = f" at TP {int(first['tp'])}" if int(first["tp"]) != 1 else ""
     return (
         f"{tex_name(first['method'])} (a verify of {int(first['verify_width'])} tokens) against "

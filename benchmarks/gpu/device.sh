@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The GPU record's steps, run on the lent GPU machine from the repository root (see README.md here):
-#   bash benchmarks/gpu/device.sh install-a|install-b|install-c|install-0514|install-d|calibrate|check|cells|fault|compare|tp2|spec|spec-verdict|trees|engines|steps|stage|forced|forced-moe|ddtree-options|ddtree
+#   bash benchmarks/gpu/device.sh install-a|install-b|install-c|install-0514|install-d|calibrate|check|cells|fault|compare|tp2|spec|spec-verdict|trees|engines|steps|stage|stage-c|forced|forced-moe|ddtree-options|ddtree
 # install-a/-b/check install SGLang 0.5.16 from the staged payload (.gpu-payload, .gpu-tools: the GPU recipe)
 # and specsweep's own wheels (.whl); `check` then records SGLang's option table and runs the workflow on
 # config/gpu-check.yaml (AR and DFlash side by side through the GPU pool); `fault` kills a server mid-cell
@@ -47,6 +47,16 @@ pack() { tar czf "$OUT/$1.tgz" results/env results/cells results/failed results/
 CACHES="$HOME/.triton /tmp/torchinductor_$(id -un) $HOME/.cache/flashinfer $HOME/.cache/torch_extensions"
 caches() { du -sh $CACHES 2>&1; }
 gpu_apps() { nvidia-smi --query-compute-apps=pid,process_name,used_memory --format=csv,noheader; }
+# join every file cut into parts (NAME.part<i>-of-<n>, stage_pieces.sh) in folder $1 whose n parts are all there
+join_parts() {
+  for first in "$1"/*.part1-of-*; do
+    [ -e "$first" ] || continue
+    name=${first%.part1-of-*}; n=${first##*-of-}
+    [ "$(ls "$name".part*-of-"$n" | wc -l)" -eq "$n" ] || continue
+    for i in $(seq 1 "$n"); do cat "$name.part$i-of-$n"; done > "$name.joining" && mv "$name.joining" "$name" \
+      && rm "$name".part*-of-"$n" && echo "joined $(basename "$name")"
+  done
+}
 case $step in
   install-a|install-b)
     bash .gpu-tools/install.sh "${step#install-}" .gpu-payload ;;
@@ -55,13 +65,11 @@ case $step in
   stage)  # `stage pN`: a piece of stage_pieces.sh into /tmp/stage, where install.sh b finds it (README.md, "Staging");
     # a file cut into parts (NAME.part<i>-of-<n>) is joined once its n parts are there
     mkdir -p /tmp/stage && cp .gpu-payload/"$2"/* /tmp/stage/ || exit 2
-    for first in /tmp/stage/*.part1-of-*; do
-      [ -e "$first" ] || continue
-      name=${first%.part1-of-*}; n=${first##*-of-}
-      [ "$(ls "$name".part*-of-"$n" | wc -l)" -eq "$n" ] || continue
-      for i in $(seq 1 "$n"); do cat "$name.part$i-of-$n"; done > "$name.joining" && mv "$name.joining" "$name" \
-        && rm "$name".part*-of-"$n" && echo "joined $(basename "$name")"
-    done ;;
+    join_parts /tmp/stage ;;
+  stage-c)  # `stage-c cI`: a part of transformers (part c) into /tmp/payload-c/c, joined once all are there; then
+    # `bash .gpu-tools/install.sh c /tmp/payload-c` installs it (nothing to carry)
+    mkdir -p /tmp/payload-c/c && cp .gpu-payload/"$2"/* /tmp/payload-c/c/ || exit 2
+    join_parts /tmp/payload-c/c ;;
   install-c)  # c and specsweep's wheels only (check does the same, then runs the workflow)
     install_c
     mkdir -p .specsweep && cp $TABLE .specsweep/ ;;

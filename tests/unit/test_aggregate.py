@@ -131,6 +131,54 @@ def test_each_ddtree_budget_is_compared_with_its_configurations_budget_of_the_ch
     assert set(wider.loc[wider["family"] == "ddtree@ddtree-v2", "reference"]) == {"ddtree-b15@ddtree-v2"}
 
 
+def ddtree_plain_cells() -> dict:
+    return {str(p): json.loads(p.read_text()) for p in sorted(DDTREE_CELLS.glob("ddtree-plain*/*/c*.json"))}
+
+
+def test_a_budget_is_never_paired_with_one_of_another_cap_flag_or_under_a_swept_name():
+    """Budgets pair by what their methods run less the budget, not by name: a top-k sweep's names (ddtree-b15-t8)
+    still pair; a cap or a flag of its own on the wider budget makes it another configuration, with no chain-width
+    budget of its own, so no row."""
+    from specsweep.aggregate import width_cliff
+
+    def renamed(cells: dict, old: str, new: str) -> dict:
+        out = copy.deepcopy(cells)
+        for cell in out.values():
+            cell["cell"]["method"] = cell["cell"]["method"].replace(old, new)
+            cell["method"]["name"] = cell["method"]["name"].replace(old, new)
+        return out
+
+    swept = width_cliff(renamed(renamed(ddtree_plain_cells(), "-b15@", "-b15-t8@"), "-b16@", "-b16-t8@"))
+    assert len(swept) == 8 and set(swept["family"]) == {"ddtree-plain-t8@ddtree-v2"}
+    for change in ({"params": {"topk": 2}}, {"flags": ["--disable-cuda-graph"]}, {"env": {"SGLANG_X": "1"}}):
+        cells = ddtree_plain_cells()
+        for cell in cells.values():
+            if cell["method"]["params"]["budget"] == 16:
+                for key, value in change.items():
+                    cell["method"][key] = (
+                        {**cell["method"][key], **value} if isinstance(value, dict) else cell["method"][key] + value
+                    )
+        assert width_cliff(cells).empty, change
+
+
+def test_a_budget_pair_with_a_cell_that_is_not_final_has_no_ratio_and_says_why():
+    from specsweep.aggregate import width_cliff
+    from specsweep.cells import DEFAULT_FAILURES
+
+    cells = ddtree_plain_cells()
+    (wider,) = [c for c in cells.values() if c["cell"]["method"].startswith("ddtree-plain-b16") and
+                (c["cell"]["workload"], c["cell"]["concurrency"]) == ("short", 4)]  # fmt: skip
+    for record in wider["requests"]:
+        record.update(error="http_status", error_detail="HTTP 500: injected", output_tokens=0, chunk_times=[])
+    rows = width_cliff(cells, DEFAULT_FAILURES)
+    failed = rows[(rows["workload"] == "short") & (rows["concurrency"] == 4)].iloc[0]
+    assert (
+        pd.isna(failed["output_throughput_ratio"])
+        and "ddtree-plain-b16@ddtree-v2's cell is not final" in failed["reason"]
+    )
+    assert rows["output_throughput_ratio"].notna().sum() == 7
+
+
 def test_engines_whose_cells_are_final_are_compared():
     from specsweep.aggregate import engine_comparison
     from specsweep.cells import DEFAULT_FAILURES

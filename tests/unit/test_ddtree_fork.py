@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -136,6 +137,34 @@ def test_gpu_ddtree_config_runs_ar_and_dflash_on_both_engines_and_ddtree_on_the_
     assert ddtree_b16.env == {} and ddtree_b16.params["tree_build"] == FORK
     assert ddtree_profile.output_path(list(methods["ddtree-plain-b16@ddtree-v2"].flags)) is None  # its control
     assert len(all_cells(config)) == 96
+
+
+def test_a_simulated_cell_of_a_build_with_its_own_costs_is_keyed_by_them(monkeypatch):
+    """The build's fitted round costs price its simulated rounds, so they are in its simulated cells' keys: a refit
+    measures them again; a real server's cells and another build's keep their keys."""
+    from conftest import fast_config
+
+    from specsweep import jobs
+    from specsweep.cells import keyed_cells
+
+    fork = fork_config({"budget": 15})
+    config = {**fast_config(), "sglang": fork["sglang"], "algorithms": fork["algorithms"]}
+    config["methods"] = [
+        {"name": "ar", "algorithm": "ar"},
+        {**fork["methods"][0], "name": "fork"},
+        {**fork["methods"][0], "name": "pr", "tree_build": "sglang-pr29907"},
+    ]
+    config = validated(config)
+
+    def keys(method):
+        return [c["key"] for c in keyed_cells(jobs.server_job(config, 1, method), "identity")[0]]
+
+    before = {m: keys(m) for m in ("fork", "pr", "ar")}
+    shipped = ddtree.shipped_builds()
+    refit = dataclasses.replace(shipped[FORK], costs=(("tree_round_fixed", 0.0006),))
+    monkeypatch.setattr(ddtree, "shipped_builds", lambda: {**shipped, FORK: refit})
+    assert set(keys("fork")).isdisjoint(before["fork"])
+    assert keys("pr") == before["pr"] and keys("ar") == before["ar"]
 
 
 # ------------------------------------------------------------------ the stage profiler's records
