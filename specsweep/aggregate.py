@@ -407,8 +407,9 @@ def width_cliff(cells: dict[str, dict], thresholds: dict | None = None) -> pd.Da
     with one of another cap, block, build or flag; ``family`` names it by the reference's name less its
     ``-b<budget>`` tag. Ratios wider / chain-width of output throughput (metrics.speedup, paired over the sessions
     both ran) and of the TPOT and TTFT medians (metrics.median_ratio), each with its 95% interval and ``differs``
-    where it excludes 1, as engine_comparison's rows; with failure ``thresholds``, a pair with a cell that is not
-    final (cells.unfinished) has no ratio and ``reason`` says why."""
+    where it excludes 1, as engine_comparison's rows, and each side's share of rounds on a captured CUDA graph where
+    a stage profiler recorded it; with failure ``thresholds``, a pair with a cell that is not final
+    (cells.unfinished) has no ratio and ``reason`` says why."""
     groups: dict[tuple, list[dict]] = {}
     for path in sorted(cells, key=lambda p: cells[p]["cell"]["method"]):
         cell = cells[path]
@@ -441,12 +442,20 @@ def width_cliff(cells: dict[str, dict], thresholds: dict | None = None) -> pd.Da
                     "reference_budget": chain,
                     "verify_width": budget + 1,
                     "reference_verify_width": chain + 1,
+                    "cuda_graph_share": _graph_share(other),
+                    "reference_cuda_graph_share": _graph_share(reference),
                     "simulated": bool(other["simulated"] or reference["simulated"]),
                 }
                 rows.append({**row, **_cliff_ratios(other, reference, thresholds)})
     frame = pd.DataFrame(rows, columns=WIDTH_CLIFF_COLUMNS)
     order = ["family", "tp", "workload", "concurrency", "repetition", "budget"]
     return frame.sort_values(order, kind="stable", na_position="first").reset_index(drop=True)
+
+
+def _graph_share(cell: dict) -> float | None:
+    """The share of a cell's profiled verify rounds that ran as a captured CUDA graph (its stage records'
+    can_run_cuda_graph; None without a stage profiler)."""
+    return ((cell.get("stages") or {}).get("meta") or {}).get("can_run_cuda_graph")
 
 
 def _cliff_ratios(other: dict, reference: dict, thresholds: dict | None) -> dict:
@@ -605,6 +614,8 @@ WIDTH_CLIFF_COLUMNS = (
         "reference_budget",
         "verify_width",
         "reference_verify_width",
+        "cuda_graph_share",
+        "reference_cuda_graph_share",
         "simulated",
     ]
     + [c for c in ENGINE_COLUMNS if c.startswith(("output_throughput_", "tpot_p50_", "ttft_p50_"))]

@@ -806,10 +806,19 @@ def width_cliff(tables_dir: str | Path, data: dict[str, str]) -> dict:
             "method": frame["method"],
             "reference": frame["reference"],
             **_paired_ratio_cells(frame),
+            "cuda_graph": [
+                _graph_shares(*v) for v in zip(frame["cuda_graph_share"], frame["reference_cuda_graph_share"])
+            ],
         }
     )
     _table(shown, data, "width_cliff.csv", ["workload", "method", "reference"])
     return {"has_width_cliff": True, "width_cliff_words": "; ".join(_cliff_words(g) for _, g in _cliff_groups(frame))}
+
+
+def _graph_shares(wider, chain) -> str:
+    """The width cliff's CUDA graph column: the wider budget's and the chain-width budget's share of profiled rounds
+    run as a captured CUDA graph ("1.00 / 1.00"), -- for a side without a stage profiler."""
+    return " / ".join("--" if pd.isna(v) else f"{float(v):.2f}" for v in (wider, chain))
 
 
 def _cliff_groups(frame: pd.DataFrame):

@@ -129,6 +129,12 @@ def test_each_ddtree_budget_is_compared_with_its_configurations_budget_of_the_ch
     wider = width_cliff(cells)
     assert set(wider.loc[wider["family"] == "ddtree@ddtree-v2", "budget"]) == {22, 32, 64}
     assert set(wider.loc[wider["family"] == "ddtree@ddtree-v2", "reference"]) == {"ddtree-b15@ddtree-v2"}
+    # the profiled pairs say both sides ran every profiled round on a captured CUDA graph; the unprofiled do not know
+    profiled_pairs = wider[wider["family"] == "ddtree@ddtree-v2"]
+    assert (profiled_pairs["cuda_graph_share"] == 1.0).all() and (
+        profiled_pairs["reference_cuda_graph_share"] == 1.0
+    ).all()
+    assert rows["cuda_graph_share"].isna().all()
 
 
 def ddtree_plain_cells() -> dict:
