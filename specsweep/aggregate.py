@@ -391,9 +391,8 @@ def engine_comparison(
             if thresholds:
                 why = {side: unfinished(cells[by_engine[side]]["requests"], thresholds) for side in (name, names[0])}
                 row["engine_final"], row["reference_final"] = why[name] is None, why[names[0]] is None
-                problems = [f"{side}'s cell is not final: {problem}" for side, problem in why.items() if problem]
-                if problems:
-                    rows.append({**row, "reason": " and ".join(problems)})
+                if any(why.values()):
+                    rows.append({**row, "reason": _not_final(why)})
                     continue
             rows.append({**row, **_paired_ratios(other, reference, ref_window)})
     return pd.DataFrame(rows, columns=ENGINE_COLUMNS)
@@ -461,13 +460,10 @@ def _graph_share(cell: dict) -> float | None:
 def _cliff_ratios(other: dict, reference: dict, thresholds: dict | None) -> dict:
     """A wider budget's cell against its chain-width budget's (width_cliff): _paired_ratios' columns, or, where
     either cell is not final under ``thresholds``, only the ``reason``."""
-    problems = [
-        f"{side['cell']['method']}'s cell is not final: {problem}"
-        for side in (other, reference)
-        if thresholds and (problem := unfinished(side["requests"], thresholds))
-    ]
-    if problems:
-        return {"reason": " and ".join(problems)}
+    if thresholds:
+        why = {side["cell"]["method"]: unfinished(side["requests"], thresholds) for side in (other, reference)}
+        if any(why.values()):
+            return {"reason": _not_final(why)}
     ratios = _paired_ratios(other, reference, cell_measures(reference)["concurrency"]["window"], "budgets")
     return {k: v for k, v in ratios.items() if k in WIDTH_CLIFF_COLUMNS}
 
@@ -490,6 +486,12 @@ def same_setting(a: dict, b: dict) -> bool:
         x == y or str(x).replace(budgets[0], "{budget}") == str(y).replace(budgets[1], "{budget}")
         for x, y in zip(flags_a, flags_b)
     )
+
+
+def _not_final(why: dict[str, str | None]) -> str:
+    """The reason a pair of cells is not compared: each side that is not final ({its name: cells.unfinished's
+    problem, or None}) and why."""
+    return " and ".join(f"{side}'s cell is not final: {problem}" for side, problem in why.items() if problem)
 
 
 def _paired_ratios(other: dict, reference: dict, ref_window, compared: str = "engines") -> dict:

@@ -39,6 +39,7 @@ from datetime import date
 from pathlib import Path
 
 import jsonschema
+import pandas as pd
 import yaml
 
 from . import algorithms, implied
@@ -294,6 +295,13 @@ def view_of_record(record: Path, cells: dict[str, dict], settings: dict) -> dict
     }
 
 
+def skipped_records(record: Path, cells: dict[str, dict]) -> pd.DataFrame:
+    """The record's cells not measured (aggregate.skipped_cells): the files under cells/ that verified_cells passed
+    over (``cells``: what it returned), the skipped records, since any other would have stopped it."""
+    others = (p for p in sorted((record / CELLS).rglob("*.json")) if p.relative_to(record).as_posix() not in cells)
+    return skipped_cells([str(p) for p in others])
+
+
 def stage_costs(cells: dict[str, dict], settings: dict) -> dict | None:
     """The cost model of record.yaml's ``sim`` for every engine and TP size of the record's cells (the stage table's
     "<engine>|<tp>": ddtree_profile.stage_rows), or None where it states none."""
@@ -319,9 +327,6 @@ def render(record: Path, out_pdf: Path | None = None, figures: Path | None = Non
         folder = Path(work) if work is not None else Path(temporary)
         (folder / "tables").mkdir(parents=True, exist_ok=True)
         (folder / "report").mkdir(exist_ok=True)
-        # the files verified_cells passed over: the skipped records (any other would have stopped it)
-        others = (p for p in sorted((record / CELLS).rglob("*.json")) if p.relative_to(record).as_posix() not in cells)
-        skipped = skipped_cells([str(p) for p in others])
         write_tables(
             cells,
             folder / "tables",
@@ -329,7 +334,7 @@ def render(record: Path, out_pdf: Path | None = None, figures: Path | None = Non
             order,
             envs,
             record_slo(record, settings),
-            skipped,
+            skipped_records(record, cells),
             stage_costs(cells, settings),
         )
         context, csv = prepare(folder / "tables", envs[order[0] if order else None], view)

@@ -243,11 +243,9 @@ def cell_key(job: ServerJob, cell: dict, prompts_digest: str, identity_digest: s
     method = {k: v for k, v in job.method.as_dict().items() if k != "engine"}
     method["name"] = engines.split(method["name"])[0]
     relevant_server["method"] = method
-    tree_build = job.method.params.get("tree_build")
-    if job.sim is not None and tree_build in ddtree.builds():  # a simulated round priced with its build's own costs
-        costs = ddtree.builds()[tree_build].cost_terms()  # (shipped data, not configuration: keyed by value here)
-        if costs:
-            relevant_server["tree_build_costs"] = costs
+    build = ddtree.builds().get(job.method.params.get("tree_build") or "") if job.sim is not None else None
+    if build is not None and build.cost_terms():  # a simulated round priced with its build's own costs (shipped
+        relevant_server["tree_build_costs"] = build.cost_terms()  # data, not configuration: keyed by value here)
     return digest(
         {
             "harness": HARNESS_VERSION,

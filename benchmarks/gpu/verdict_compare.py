@@ -22,7 +22,7 @@ import tempfile
 from pathlib import Path
 
 from specsweep import archive, implied, verdict
-from specsweep.aggregate import skipped_cells, write_tables
+from specsweep.aggregate import write_tables
 from specsweep.cells import DEFAULT_FAILURES
 
 
@@ -61,8 +61,7 @@ def states(record: Path) -> dict[tuple, dict]:
             "stop": row.get("precision_stop") if isinstance(row.get("precision_stop"), str) else "",
             "sessions": f"{row['requests_completed']} of {row['sessions']}",
         }
-    others = [str(p) for p in (record / "cells").rglob("*.json") if p.relative_to(record).as_posix() not in cells]
-    for row in skipped_cells(others).to_dict("records"):  # the skipped records verified_cells passed over
+    for row in archive.skipped_records(record, cells).to_dict("records"):
         out[(int(row["tp"]), row["method"], row["workload"], int(row["concurrency"]))] = {
             "state": verdict.SLOWER if row["reason"].startswith(implied.IMPLIED_SLOWER) else None,
             "speedup": None,
