@@ -33,7 +33,7 @@ from .launcher import min_free_slots_delay, redact, stream_mode
 from .metrics import cell_metrics, failures, precision_of, relative_precision
 from .progress import Progress
 from .server_job import ServerJob
-from .workloads import build, content_mix, trace_account, warmup_sessions, workload_digest
+from .workloads import build, content_mix, trace_account, warmup_fill, warmup_sessions, workload_digest
 
 IDENTITY = ("tp", "method", "workload", "concurrency", "repetition")  # what names a cell
 
@@ -257,6 +257,8 @@ def cell_key(job: ServerJob, cell: dict, prompts_digest: str, identity_digest: s
                 "repetition": cell["repetition"],
                 "requests": cell["requests"],
                 "warmup": job.warmup,
+                # the sessions filling the warm-up's wave (none where concurrency <= warmup: keys as before)
+                **({"warmup_fill": fill} if (fill := warmup_fill(job.warmup, cell["concurrency"])) else {}),
             },
             "prompts": prompts_digest,
             "environment": identity_digest,
@@ -600,6 +602,7 @@ def _workload_record(job: ServerJob, cell: dict, prompts_digest: str, measured: 
         "digest": prompts_digest,
         "sessions": cell["requests"],
         "warmup": job.warmup,
+        "warmup_fill": warmup_fill(job.warmup, cell["concurrency"]),
         "content_mix": content_mix(measured),
         "max_new_tokens": workload["max_new_tokens"],
         **(
@@ -616,10 +619,13 @@ def _sampling(job: ServerJob) -> dict:
 
 def _warm_up(server: Server, job: ServerJob, cell: dict, load: LoadModel) -> None:
     """Warm-up sessions of their own (no prefix shared with the measured ones) in the cell's protocol, stream and
-    connections, as a closed loop without think time."""
+    connections, as a closed loop without think time, filling one wave of the cell's concurrency (warmup_fill)."""
     workload = job.workload(cell["workload"])
     thinking = job.sampling.get("thinking", False)
-    warm = warmup_sessions(workload, job.warmup, job.seed, thinking, job.model.get("path"), job.model["context_length"])
+    fill = warmup_fill(job.warmup, cell["concurrency"])
+    warm = warmup_sessions(
+        workload, job.warmup, job.seed, thinking, job.model.get("path"), job.model["context_length"], fill
+    )
     measure(
         server.url,
         warm,

