@@ -280,10 +280,17 @@ class DDTree(Algorithm):
 
     def check(self, params: Mapping, flags: list[str], attention_backend: str | None, spelling: dict) -> None:
         refused = ddtree.refusals(
-            ddtree.build(params.get("tree_build")), params.get("topk"), _page_size(flags), attention_backend
+            ddtree.build(params.get("tree_build")),
+            params["budget"],
+            params.get("block_size", 16),
+            params.get("topk"),
+            _page_size(flags),
+            attention_backend,
         )
         if refused:
-            raise AlgorithmError(refused, key="topk" if refused.startswith("topk") else None)
+            raise AlgorithmError(
+                refused, key=refused.split(" ", 1)[0] if refused.startswith(("topk", "budget")) else None
+            )
         required = spelling.get("attention_backend")
         if required and attention_backend != required and params["budget"] > params.get("block_size", 16) - 1:
             raise AlgorithmError(

@@ -48,6 +48,10 @@ class TreeBuild:
     page_size: int | None = None  # the one --page-size its tree verify takes (None: any)
     attention_backends: tuple[str, ...] | None = None  # the attention backends its tree verify takes (None: any)
     profiler: bool = False  # it has the stage profiler (--speculative-ddtree-profile; specsweep.ddtree_profile)
+    # the budget must reach the drafter's whole depth, block_size - 1 (the fork follows the accepted path as
+    # block_size - 1 tokens: a tree of fewer nodes fails its first verify, "size of tensor a (15) must match the size
+    # of tensor b (8)" at budget 8, block 16, on the lent H200); a smaller budget is refused before any job
+    full_depth_budget: bool = False
     # the build's own round costs, measured on it: runtime parameters of the cost model (cost.RUNTIME_BOUNDS, checked
     # by cost.cost_term_problems) that price its tree rounds over the runtime profile's (CostModel.with_build_costs),
     # as (name, value) pairs
@@ -223,10 +227,19 @@ def tree_prefixes(tree_build: TreeBuild, log_probs: tuple, budget: int, width: i
     return frozenset(tree)
 
 
-def refusals(tree_build: TreeBuild, topk: int | None, page_size: int, attention_backend: str | None) -> str | None:
-    """Why a build refuses a method's settings (None: it takes them), known before any job: a width cap on a build
-    without one, a page size or attention backend its tree verify does not take (the fork: page size 1, triton,
-    flashinfer or fa3; anything else fails at the server's first verify round, not at its start)."""
+def refusals(
+    tree_build: TreeBuild, budget: int, block_size: int, topk: int | None, page_size: int, attention_backend: str | None
+) -> str | None:
+    """Why a build refuses a method's settings (None: it takes them), known before any job: a budget below the
+    drafter's depth on a build that needs it (``full_depth_budget``), a width cap on a build without one, a page
+    size or attention backend its tree verify does not take (the fork: page size 1, triton, flashinfer or fa3;
+    anything else fails at the server's first verify round, not at its start)."""
+    if tree_build.full_depth_budget and budget < block_size - 1:
+        return (
+            f"budget {budget}: the DDTree build {tree_build.name!r} needs a budget of at least block_size - 1 = "
+            f"{block_size - 1} (it follows the accepted path as block_size - 1 tokens; a smaller tree fails its first "
+            f"verify round); use budgets from {block_size - 1}, or a smaller block_size"
+        )
     if topk is not None and not tree_build.topk_cap:
         return (
             f"topk {topk}: the DDTree build {tree_build.name!r} has no width cap (it ranks min(budget, vocab) "

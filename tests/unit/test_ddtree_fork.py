@@ -98,6 +98,20 @@ def test_a_width_cap_on_the_fork_is_refused_naming_the_build():
     assert method.params["topk"] is None and method.env == {}
 
 
+def test_a_budget_below_the_drafters_depth_on_the_fork_is_refused_naming_the_key():
+    """The fork follows the accepted path as block_size - 1 tokens: budget 8 at block 16 crashed its first verify
+    on the H200; it is refused before any job, naming the budget and what to do; 15 at block 16 and 8 at block 9
+    are taken."""
+    with pytest.raises(
+        cfg.ConfigError,
+        match=r"budget 8: .*'rancy-wang-ddtree-v2' needs a budget of at least "
+        r"block_size - 1 = 15.*use budgets from 15, or a smaller block_size",
+    ):
+        expand_methods(validated(fork_config({"budget": 8, "block_size": 16})))
+    for params in ({"budget": 15, "block_size": 16}, {"budget": 8, "block_size": 9}):
+        assert expand_methods(validated(fork_config(params)))[0].params["budget"] == params["budget"]
+
+
 def test_a_page_size_or_attention_backend_the_forks_tree_verify_does_not_take_is_refused():
     paged = dict(FORK_SPELLING, flags=FORK_SPELLING["flags"][:-2])  # a spelling that leaves the page size alone
     with pytest.raises(cfg.ConfigError, match=r"--page-size 16: .*rancy-wang-ddtree-v2.* only with --page-size 1"):
@@ -105,7 +119,7 @@ def test_a_page_size_or_attention_backend_the_forks_tree_verify_does_not_take_is
     assert expand_methods(validated(fork_config({"budget": 16}, paged)))  # SGLang's default page size, 1
     spelling = dict(FORK_SPELLING, attention_backend=None)
     with pytest.raises(cfg.ConfigError, match=r"attention backend 'trtllm_mha'.*only on triton, flashinfer, fa3"):
-        expand_methods(validated(fork_config({"budget": 8, "attention_backend": "trtllm_mha"}, spelling)))
+        expand_methods(validated(fork_config({"budget": 15, "attention_backend": "trtllm_mha"}, spelling)))
 
 
 def test_a_ddtree_variable_the_build_does_not_read_is_refused():
@@ -128,7 +142,7 @@ def test_gpu_ddtree_config_runs_ar_and_dflash_on_both_engines_and_ddtree_on_the_
     names = [m.name for m in expand_methods(config)]
     assert sorted(names) == sorted(
         [f"{m}@{e}" for m in ("ar", "dflash") for e in ("sglang-0.5.16", "ddtree-v2")]
-        + [f"ddtree-b{b}@ddtree-v2" for b in (8, 15, 16, 22, 32, 64)]
+        + [f"ddtree-b{b}@ddtree-v2" for b in (15, 16, 22, 32, 64)]
         + [f"ddtree-plain-b{b}@ddtree-v2" for b in (15, 16)]
     )
     methods = {m.name: m for m in expand_methods(config)}
@@ -136,7 +150,7 @@ def test_gpu_ddtree_config_runs_ar_and_dflash_on_both_engines_and_ddtree_on_the_
     assert ddtree_profile.output_path(list(ddtree_b16.flags)) == "results/ddtree-profile/b16.jsonl"
     assert ddtree_b16.env == {} and ddtree_b16.params["tree_build"] == FORK
     assert ddtree_profile.output_path(list(methods["ddtree-plain-b16@ddtree-v2"].flags)) is None  # its control
-    assert len(all_cells(config)) == 96
+    assert len(all_cells(config)) == 88  # 11 servers of 8 cells
 
 
 def test_a_simulated_cell_of_a_build_with_its_own_costs_is_keyed_by_them(monkeypatch):
