@@ -285,6 +285,7 @@ def view_of_record(record: Path, cells: dict[str, dict], settings: dict) -> dict
         "model": "; ".join(_distinct(c["model"].get("name") or c["model"].get("path") for c in records)),
         "methods": method_order(cells, settings),
         "warmup": ", ".join(str(w) for w in sorted(_distinct(c["workload"]["warmup"] for c in records))),
+        "warmup_fill": any(c["workload"].get("warmup_fill") for c in records),  # none before the wave (2026-12-03)
         "load_model": load_models[0] if len(load_models) == 1 else "mixed",
         "sampling": "; ".join(_distinct(sampling_text(c["sampling"], c["load"]) for c in records)),
         "sim_profile": "as each cell records it (provenance.sim_profile)" if simulated else "",

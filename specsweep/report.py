@@ -1601,6 +1601,7 @@ def prepare(
         "sim_runtime": tex_escape(view.get("plan_profile", "")),
         **_run_context(summary, methods, tps, lowest),
         "warmup": view["warmup"],
+        "warmup_fill": view.get("warmup_fill", False),
         "resamples": BOOTSTRAP_RESAMPLES,
         "definitions": [(tex_escape(n), tex_escape(d)) for n, d in definitions()],
         "statistics": [(tex_escape(n), tex_escape(d)) for n, d in statistics()],
