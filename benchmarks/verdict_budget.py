@@ -11,8 +11,9 @@ AR's cell and each speculative method's over every session of the cell. From the
   way are aborted (cells.measure_verdict), so the cell's cost ends at that moment. On a deterministic engine the
   requests finished before it are those of the exhaustive replay, so one replay serves both.
 
-GPU-hours = sum over servers of TP x (STARTUP_SECONDS + its cells' seconds); AR's server measures every session
-under both budgets. A cell's state (faster / slower / inconclusive, an equivalent cell inconclusive) is compared
+GPU-hours = sum over servers of TP x (STARTUP_SECONDS + its cells' seconds; no warm-up under either budget); AR's
+server measures every session under both budgets. A cell's state (faster / slower / inconclusive, an equivalent
+cell inconclusive) is compared
 between the budgets: agreement = share of speculative cells in the same state; a flip = faster under one budget and
 slower under the other. The true speedup of a cell is the mean of its exhaustive estimates over the seeds; a
 wrong-way verdict = a decided cell on the other side of 1 from a true speedup more than 5% from 1.

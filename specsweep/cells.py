@@ -33,7 +33,15 @@ from .launcher import min_free_slots_delay, redact, stream_mode
 from .metrics import cell_metrics, failures, precision_of, relative_precision
 from .progress import Progress
 from .server_job import ServerJob
-from .workloads import build, content_mix, trace_account, warmup_fill, warmup_sessions, workload_digest
+from .workloads import (
+    WARMUP_FILL_TOKENS,
+    build,
+    content_mix,
+    trace_account,
+    warmup_fill,
+    warmup_sessions,
+    workload_digest,
+)
 
 IDENTITY = ("tp", "method", "workload", "concurrency", "repetition")  # what names a cell
 
@@ -258,7 +266,11 @@ def cell_key(job: ServerJob, cell: dict, prompts_digest: str, identity_digest: s
                 "requests": cell["requests"],
                 "warmup": job.warmup,
                 # the sessions filling the warm-up's wave (none where concurrency <= warmup: keys as before)
-                **({"warmup_fill": fill} if (fill := warmup_fill(job.warmup, cell["concurrency"])) else {}),
+                **(
+                    {"warmup_fill": fill, "warmup_fill_tokens": WARMUP_FILL_TOKENS}
+                    if (fill := warmup_fill(job.warmup, cell["concurrency"], job.workload(cell["workload"])))
+                    else {}
+                ),
             },
             "prompts": prompts_digest,
             "environment": identity_digest,
@@ -602,7 +614,7 @@ def _workload_record(job: ServerJob, cell: dict, prompts_digest: str, measured: 
         "digest": prompts_digest,
         "sessions": cell["requests"],
         "warmup": job.warmup,
-        "warmup_fill": warmup_fill(job.warmup, cell["concurrency"]),
+        "warmup_fill": warmup_fill(job.warmup, cell["concurrency"], workload),
         "content_mix": content_mix(measured),
         "max_new_tokens": workload["max_new_tokens"],
         **(
@@ -622,7 +634,7 @@ def _warm_up(server: Server, job: ServerJob, cell: dict, load: LoadModel) -> Non
     connections, as a closed loop without think time, filling one wave of the cell's concurrency (warmup_fill)."""
     workload = job.workload(cell["workload"])
     thinking = job.sampling.get("thinking", False)
-    fill = warmup_fill(job.warmup, cell["concurrency"])
+    fill = warmup_fill(job.warmup, cell["concurrency"], workload)
     warm = warmup_sessions(
         workload, job.warmup, job.seed, thinking, job.model.get("path"), job.model["context_length"], fill
     )

@@ -121,6 +121,9 @@ def tree_build(name: str, fields: Mapping, where: str) -> TreeBuild:
     )
     if not numbers:
         raise ValueError(f"{where}.{name}.costs: a mapping of runtime parameters to numbers, not {costs!r}")
+    for key in ("topk_cap", "full_depth_budget", "overlap", "profiler"):
+        if key in fields and not isinstance(fields[key], bool):
+            raise ValueError(f"{where}.{name}.{key}: true or false, not {fields[key]!r}")
     page = fields.get("page_size")
     if page is not None and not (isinstance(page, int) and page >= 1):
         raise ValueError(f"{where}.{name}.page_size: a positive integer or null, not {page!r}")
@@ -238,7 +241,7 @@ def refusals(
         return (
             f"budget {budget}: the DDTree build {tree_build.name!r} needs a budget of at least block_size - 1 = "
             f"{block_size - 1} (it follows the accepted path as block_size - 1 tokens; a smaller tree fails its first "
-            f"verify round); use budgets from {block_size - 1}, or a smaller block_size"
+            f"verify round); use budgets from {block_size - 1}, or a drafter of a smaller block_size"
         )
     if topk is not None and not tree_build.topk_cap:
         return (

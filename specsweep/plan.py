@@ -246,7 +246,7 @@ def _warmup_seconds(config: dict, tp: int, method: Method, workload: dict, concu
     if not config["warmup"]:
         return 0.0
     seconds = cell_seconds(config, tp, method, workload, concurrency, config["warmup"], sessions)
-    fill = warmup_fill(config["warmup"], concurrency)
+    fill = warmup_fill(config["warmup"], concurrency, workload)
     if fill:
         capped = dict(workload, max_new_tokens=min(workload["max_new_tokens"], WARMUP_FILL_TOKENS))
         seconds += cell_seconds(config, tp, method, capped, concurrency, fill, sessions)

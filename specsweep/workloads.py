@@ -1052,17 +1052,20 @@ def _prompt_tokens(
 WARMUP_FILL_TOKENS = 16  # what a session that fills the warm-up's wave generates at most
 
 
-def warmup_fill(warmup: int, concurrency: int) -> int:
+def warmup_fill(warmup: int, concurrency: int, workload: dict | None = None) -> int:
     """Sessions a cell's warm-up adds to its ``warmup`` ones so that together they fill one wave of its concurrency:
-    concurrency - warmup where that is more, else 0 (none where ``warmup`` is 0: warm-up off), each generating at
-    most WARMUP_FILL_TOKENS tokens.
+    concurrency - warmup where that is more, else 0 (none where ``warmup`` is 0: warm-up off; none for a traced
+    workload, ``source: trace``, whose window may hold fewer warm-up sessions than a wave), each generating at most
+    WARMUP_FILL_TOKENS tokens a turn.
 
     Why: a server compiles some kernels the first time a batch shape comes (on the H200, SGLang's Triton kernels of
     a tree or chain verify: a prefill of 11 requests beside 1 running stalled 2 s, once a machine); a warm-up of two
     sessions never reaches a batch of 16 or 64, so that compile fell inside the first measured cell at that
     concurrency (benchmarks/gpu/README.md, "First-use compiles"). The wave starts together as the measured load's
     first wave does, so its prefills and the first rounds at the cell's batch come before the measurement."""
-    return max(0, concurrency - warmup) if warmup else 0
+    if not warmup or (workload or {}).get("source") == "trace":
+        return 0
+    return max(0, concurrency - warmup)
 
 
 def warmup_sessions(

@@ -11,7 +11,8 @@
 # times NGRAM and EAGLE-3 tree rounds with step_costs.py. `calibrate` (after install-a, -b) runs `snakemake calibrate`
 # at TP 1 (calibrate.yaml over gpu-check.yaml; a results/cache/calibration carried in is reused shape by shape); `cells [--cold] METHOD...` runs check's cells of those methods
 # (--cold: the kernel caches cleared first, a fresh host again), a call each: the cache keeps what is done.
-# Everything each step produces goes to $OUT (results as tarballs). On a fresh machine `install-c` stands in
+# COLD=1 before `ddtree` or `forced`: the compile caches cleared first, their sizes before and after to $OUT; `forced
+# METHOD...` measures those methods' cells only. Everything each step produces goes to $OUT (results as tarballs). On a fresh machine `install-c` stands in
 # for `check` when only `compare` or `tp2` is to run.
 set -u
 step=$1
@@ -165,7 +166,8 @@ case $step in
     LIMIT="timeout ${FORCED_LIMIT:-540}"
     # METHOD... after the step: those methods' cells only (e.g. eagle3-tree-a2), else every cell
     targets="results/summary.csv"
-    [ $# -gt 1 ] && targets="$(for m in "${@:2}"; do for c in 1 4 16 64; do echo "results/cells/tp1/$m/short/c$c.json"; done; done)"
+    levels="1 4 16 64"; [ "$step" = forced-moe ] && levels="1 4 16"  # forced-moe.yaml's concurrency
+    [ $# -gt 1 ] && targets="$(for m in "${@:2}"; do for c in $levels; do echo "results/cells/tp1/$m/short/c$c.json"; done; done)"
     cold_start
     snake $targets results/env/sglang.json > "$OUT/$step.log" 2>&1
     echo "snakemake exit $?" >> "$OUT/$step.log"; tail -5 "$OUT/$step.log"; cold_end

@@ -105,11 +105,26 @@ def test_a_budget_below_the_drafters_depth_on_the_fork_is_refused_naming_the_key
     with pytest.raises(
         cfg.ConfigError,
         match=r"budget 8: .*'rancy-wang-ddtree-v2' needs a budget of at least "
-        r"block_size - 1 = 15.*use budgets from 15, or a smaller block_size",
+        r"block_size - 1 = 15.*use budgets from 15, or a drafter of a smaller block_size",
     ):
         expand_methods(validated(fork_config({"budget": 8, "block_size": 16})))
     for params in ({"budget": 15, "block_size": 16}, {"budget": 8, "block_size": 9}):
         assert expand_methods(validated(fork_config(params)))[0].params["budget"] == params["budget"]
+
+
+def test_a_configured_build_may_need_a_full_depth_budget():
+    """full_depth_budget on a build of the configuration's own (ddtree_builds) is taken and refuses a budget below
+    block_size - 1; a value that is not true or false is refused naming the field."""
+    config = fork_config({"budget": 8, "block_size": 16, "tree_build": "mine"}, spelling=None)
+    own = dict(yaml.safe_load((REPO / "specsweep" / "data" / "ddtree_builds.yaml").read_text())[FORK])
+    config["ddtree_builds"] = {"mine": {**own, "costs": {}}}
+    with pytest.raises(cfg.ConfigError, match=r"budget 8: the DDTree build 'mine' needs a budget of at least"):
+        expand_methods(validated(config))
+    config["ddtree_builds"]["mine"]["full_depth_budget"] = "yes"
+    with pytest.raises(Exception, match=r"full_depth_budget"):  # the schema's check, before the build's own
+        expand_methods(validated(config))
+    with pytest.raises(ValueError, match=r"mine.full_depth_budget: true or false, not 'yes'"):
+        ddtree.tree_build("mine", config["ddtree_builds"]["mine"], "ddtree_builds")
 
 
 def test_a_page_size_or_attention_backend_the_forks_tree_verify_does_not_take_is_refused():

@@ -22,6 +22,7 @@ from specsweep.workloads import (
     count_tokens,
     distinct_sessions,
     read_user_file,
+    warmup_fill,
     warmup_sessions,
     workload_digest,
 )
@@ -498,3 +499,12 @@ def test_where_a_long_prompt_is_cut_is_worked_out_once_and_read_back(token_count
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert [s.messages for s in build(workload, 0, context_length=CONTEXT)] == first
+
+
+def test_the_warm_up_fills_a_wave_above_warmup_but_not_for_a_trace_or_with_warm_up_off():
+    """concurrency - warmup fill sessions where the concurrency is higher; none at or below warmup, none with
+    warm-up off (0), none for a traced workload (its window may hold fewer sessions than a wave)."""
+    assert [warmup_fill(2, c) for c in (1, 2, 4, 16, 64)] == [0, 0, 2, 14, 62]
+    assert warmup_fill(0, 64) == 0
+    assert warmup_fill(2, 64, {"source": "trace", "path": "t.jsonl"}) == 0
+    assert warmup_fill(2, 64, {"source": "builtin"}) == 62
