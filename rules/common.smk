@@ -382,12 +382,12 @@ def report_view():
         "model": CONFIG["model"]["name"],
         "methods": [m.name for m in expand_methods(CONFIG)],
         "warmup": CONFIG["warmup"],
-        "warmup_fill": any(
+        "warmup_fill": "all" if any(
             warmup_fill(CONFIG["warmup"], c["concurrency"], w)
             for c in jobs.all_cells(CONFIG)
             for w in CONFIG["workloads"]
             if w["name"] == c["workload"]
-        ),
+        ) else None,
         "load_model": CONFIG["load"]["model"],
         "sampling": sampling_text(CONFIG["sampling"], CONFIG["load"]),
         "sim_profile": sim_profile_text() if CONFIG["backend"] == "sim" else "",

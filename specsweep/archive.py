@@ -240,6 +240,14 @@ def environments(record: Path, cells: dict[str, dict], settings: dict) -> tuple[
     return list(order), found
 
 
+def _warmup_fill(records: list[dict]) -> str | None:
+    """Whether the record's cells were measured with the warm-up that fills a wave (workloads.warmup_fill, which
+    every cell since 2026-12-03 records, 0 where its concurrency is at most ``warmup``; earlier cells record none):
+    "all", "some" or None."""
+    filled = ["warmup_fill" in c["workload"] for c in records]
+    return "all" if all(filled) else "some" if any(filled) else None
+
+
 def method_order(cells: dict[str, dict], settings: dict) -> list[str]:
     """The methods in tables and legends: record.yaml's ``methods`` (which must name exactly the cells' methods),
     else by algorithm in the registry's order (AR first), then by name with its numbers read as numbers (ngram-d8
@@ -285,7 +293,7 @@ def view_of_record(record: Path, cells: dict[str, dict], settings: dict) -> dict
         "model": "; ".join(_distinct(c["model"].get("name") or c["model"].get("path") for c in records)),
         "methods": method_order(cells, settings),
         "warmup": ", ".join(str(w) for w in sorted(_distinct(c["workload"]["warmup"] for c in records))),
-        "warmup_fill": any(c["workload"].get("warmup_fill") for c in records),  # none before the wave (2026-12-03)
+        "warmup_fill": _warmup_fill(records),
         "load_model": load_models[0] if len(load_models) == 1 else "mixed",
         "sampling": "; ".join(_distinct(sampling_text(c["sampling"], c["load"]) for c in records)),
         "sim_profile": "as each cell records it (provenance.sim_profile)" if simulated else "",

@@ -92,7 +92,7 @@ case $step in
   cells)  # `cells [--cold] METHOD...`: check's cells of those methods (a call each: the cache keeps what is done);
     # --cold first clears the kernel caches the first server on a host fills, so that its server starts as on a fresh host
     restore_table
-    shift; [ "${1:-}" = --cold ] && { caches > "$OUT/compile-caches-before.txt"; rm -rf $CACHES; shift; }
+    shift; [ "${1:-}" = --cold ] && { COLD=1 cold_start; shift; }
     date -u +%FT%TZ >> "$OUT/started"
     targets=""; for m in "$@"; do targets="$targets $(cells $m)"; done
     snake $targets results/env/sglang.json > "$OUT/check-$1.log" 2>&1

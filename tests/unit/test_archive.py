@@ -225,3 +225,13 @@ def test_the_stamp_names_the_checkout_commit_and_its_uncommitted_changes(tmp_pat
     inner = package / "vendored" / "specsweep"  # a copy inside another checkout is not that checkout's code
     inner.mkdir(parents=True)
     assert "commit unknown" in renderer_stamp(inner)
+
+
+def test_the_methodology_says_which_cells_filled_their_warm_up_to_a_wave():
+    """Cells since the warm-up filled a wave record warmup_fill (0 at a concurrency of at most warmup); a record of
+    such cells says so for all, a record mixing them with earlier cells says it of those that record it."""
+    new = [{"workload": {"warmup": 2, "warmup_fill": f}} for f in (0, 2, 14)]
+    old = [{"workload": {"warmup": 2}}]
+    assert archive._warmup_fill(new) == "all"
+    assert archive._warmup_fill(new + old) == "some"
+    assert archive._warmup_fill(old) is None
