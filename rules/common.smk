@@ -19,7 +19,6 @@ from specsweep.methods import expand_methods
 from specsweep.modelling.acceptance import model_drafter_family
 from specsweep.modelling.profiles import profiles as sim_profile_set
 from specsweep.sections import sampling_text
-from specsweep.workloads import warmup_fill
 from specsweep.canon import canonical_json, package_digest
 
 with open(workflow.source_path("../config/schema.yaml")) as _schema_file:
@@ -382,12 +381,7 @@ def report_view():
         "model": CONFIG["model"]["name"],
         "methods": [m.name for m in expand_methods(CONFIG)],
         "warmup": CONFIG["warmup"],
-        "warmup_fill": "all" if any(
-            warmup_fill(CONFIG["warmup"], c["concurrency"], w)
-            for c in jobs.all_cells(CONFIG)
-            for w in CONFIG["workloads"]
-            if w["name"] == c["workload"]
-        ) else None,
+        "warmup_fill": "all" if jobs.warmup_fills(CONFIG) else None,
         "load_model": CONFIG["load"]["model"],
         "sampling": sampling_text(CONFIG["sampling"], CONFIG["load"]),
         "sim_profile": sim_profile_text() if CONFIG["backend"] == "sim" else "",

@@ -38,7 +38,6 @@ from .workloads import (
     build,
     content_mix,
     trace_account,
-    warmup_fill,
     warmup_sessions,
     workload_digest,
 )
@@ -268,7 +267,7 @@ def cell_key(job: ServerJob, cell: dict, prompts_digest: str, identity_digest: s
                 # the sessions filling the warm-up's wave (none where concurrency <= warmup: keys as before)
                 **(
                     {"warmup_fill": fill, "warmup_fill_tokens": WARMUP_FILL_TOKENS}
-                    if (fill := warmup_fill(job.warmup, cell["concurrency"], job.workload(cell["workload"])))
+                    if (fill := job.warmup_fill(cell))
                     else {}
                 ),
             },
@@ -614,7 +613,7 @@ def _workload_record(job: ServerJob, cell: dict, prompts_digest: str, measured: 
         "digest": prompts_digest,
         "sessions": cell["requests"],
         "warmup": job.warmup,
-        "warmup_fill": warmup_fill(job.warmup, cell["concurrency"], workload),
+        "warmup_fill": job.warmup_fill(cell),
         "content_mix": content_mix(measured),
         "max_new_tokens": workload["max_new_tokens"],
         **(
@@ -634,9 +633,14 @@ def _warm_up(server: Server, job: ServerJob, cell: dict, load: LoadModel) -> Non
     connections, as a closed loop without think time, filling one wave of the cell's concurrency (warmup_fill)."""
     workload = job.workload(cell["workload"])
     thinking = job.sampling.get("thinking", False)
-    fill = warmup_fill(job.warmup, cell["concurrency"], workload)
     warm = warmup_sessions(
-        workload, job.warmup, job.seed, thinking, job.model.get("path"), job.model["context_length"], fill
+        workload,
+        job.warmup,
+        job.seed,
+        thinking,
+        job.model.get("path"),
+        job.model["context_length"],
+        job.warmup_fill(cell),
     )
     measure(
         server.url,

@@ -18,6 +18,7 @@ from .methods import expand_methods
 from .modelling.method import Method
 from .sections import LoadSection, ModelSection, SamplingSection, ServerSection, SimSection
 from .server_job import ServerJob
+from .workloads import warmup_fill
 
 
 def servers(config: dict) -> list[dict]:
@@ -82,6 +83,13 @@ def cells_of_server(config: dict, tp: int, method: str, repetition: int | None =
         for w in config["workloads"]
         for c in workload_concurrency(config, w)
     ]
+
+
+def warmup_fills(config: dict) -> bool:
+    """Whether some cell's warm-up is filled to one wave of its concurrency (workloads.warmup_fill)."""
+    return any(
+        warmup_fill(config["warmup"], c, w) for w in config["workloads"] for c in workload_concurrency(config, w)
+    )
 
 
 def all_cells(config: dict) -> list[dict]:

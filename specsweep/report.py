@@ -1600,13 +1600,22 @@ def prepare(
         "sim_profile": tex_escape(view.get("sim_profile", "")),
         "sim_runtime": tex_escape(view.get("plan_profile", "")),
         **_run_context(summary, methods, tps, lowest),
-        **{"warmup": view["warmup"], "warmup_fill": view.get("warmup_fill", False)},
+        **_methodology(view),
+    }
+    return context, dict(sorted(data.items()))
+
+
+def _methodology(view: dict) -> dict:
+    """What the methodology section states: the warm-up (and whether it filled a wave: "all", "some" or None), the
+    bootstrap's resamples, the metrics' definitions and statistics, the fewest sessions behind a number."""
+    return {
+        "warmup": view["warmup"],
+        "warmup_fill": view.get("warmup_fill"),
         "resamples": BOOTSTRAP_RESAMPLES,
         "definitions": [(tex_escape(n), tex_escape(d)) for n, d in definitions()],
         "statistics": [(tex_escape(n), tex_escape(d)) for n, d in statistics()],
         "min_sessions": MIN_SESSIONS,
     }
-    return context, dict(sorted(data.items()))
 
 
 def _run_context(summary: pd.DataFrame, methods: list[str], tps: list, lowest) -> dict:

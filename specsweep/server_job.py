@@ -13,6 +13,7 @@ from dataclasses import dataclass, fields
 from .layout import server_name
 from .modelling.method import Method
 from .sections import LoadSection, ModelSection, SamplingSection, ServerSection, SimSection
+from .workloads import warmup_fill
 
 
 @dataclass(frozen=True)
@@ -72,3 +73,7 @@ class ServerJob:
 
     def workload(self, name: str) -> dict:
         return next(w for w in self.workloads if w["name"] == name)
+
+    def warmup_fill(self, cell: dict) -> int:
+        """The sessions filling a cell's warm-up to one wave of its concurrency (workloads.warmup_fill)."""
+        return warmup_fill(self.warmup, cell["concurrency"], self.workload(cell["workload"]))
